@@ -1,0 +1,452 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * Follow every TCP socket from its first SYN to CLOSE and hand one record per
+ * flow to user space. Per-socket state lives in SK_STORAGE (freed with the
+ * socket, nothing to fill up); the record is read from tcp_sock at CLOSE.
+ *
+ * Hooks, all tracepoints (no kprobe/fentry needed):
+ *   inet_sock_set_state  the state machine: start, handshake, FIN, close
+ *   sk_data_ready        time of the latest in-order data arrival (FCT end, rx side)
+ *   tcp_sendmsg_locked   owner of accepted sockets (process context), cwnd samples
+ *   tcp_rcv_space_adjust owner of accepted sockets that only read
+ *   tcp_cong_state_set   time in Open/Disorder/CWR/Recovery/Loss, cwnd before reductions
+ *   tcp_send_reset, tcp_receive_reset   RST-ended flows
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+
+#include "tcpscope/flow_event.h"
+
+#define AF_INET 2
+#define AF_INET6 10
+#define IPPROTO_TCP 6
+#define EPIPE 32
+#define ECONNRESET 104
+#define ETIMEDOUT 110
+#define ECONNREFUSED 111
+#define NSEC_PER_USEC 1000ULL
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Set by the loader before load: wake the reader once this much is queued;
+ * smaller batches are picked up by its periodic drain. */
+const volatile __u64 wakeup_bytes = 256 * 1024;
+
+struct flow_state {
+	__u64 start_ns;
+	__u64 established_ns;
+	__u64 clone_ns;      /* passive: the child socket was created */
+	__u64 last_rx_ns;    /* latest in-order data arrival */
+	__u64 tx_end_ns;     /* every byte we sent was acknowledged at this time */
+	__u64 ca_since_ns;
+	__u64 ca_ns[TCPSCOPE_CA_STATES];
+	__u64 cgroup_id;
+	__u32 pid;
+	__u32 max_cwnd;
+	__u32 fin_seq;       /* write_seq when our FIN was queued: one past the last data byte */
+	__u32 flags;
+	__u8 dir;
+	__u8 ca_state;
+	__u8 pad[6];
+	char comm[TCPSCOPE_COMM_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct flow_state);
+} flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 << 20); /* resized by the loader at open time */
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TCPSCOPE_CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
+
+	if (v)
+		*v += 1;
+}
+
+static __always_inline bool is_tcp(const struct sock *sk)
+{
+	__u16 family = sk->__sk_common.skc_family;
+
+	return sk->sk_protocol == IPPROTO_TCP && (family == AF_INET || family == AF_INET6);
+}
+
+static __always_inline struct flow_state *state_of(const struct sock *sk)
+{
+	return bpf_sk_storage_get(&flows, (struct sock *)sk, 0, 0);
+}
+
+static __always_inline void take_owner(struct flow_state *st)
+{
+	st->pid = bpf_get_current_pid_tgid() >> 32;
+	st->cgroup_id = bpf_get_current_cgroup_id();
+	bpf_get_current_comm(st->comm, sizeof(st->comm));
+}
+
+static __always_inline void sample_cwnd(struct flow_state *st, __u32 cwnd)
+{
+	if (cwnd > st->max_cwnd)
+		st->max_cwnd = cwnd;
+}
+
+/* Sequence-space comparison, as the kernel's after()/before(). */
+static __always_inline bool seq_geq(__u32 a, __u32 b)
+{
+	return (__s32)(a - b) >= 0;
+}
+
+/* Once our FIN is queued no more data can follow it, so the first moment
+ * snd_una reaches fin_seq is the ACK of the last data byte: delivered_mstamp
+ * (tcp_clock_us of the latest delivery) is then its arrival time. */
+static __always_inline void check_tx_done(struct flow_state *st, struct tcp_sock *tp)
+{
+	if ((st->flags & TCPSCOPE_F_TX_DONE) || !(st->flags & TCPSCOPE_F_FIN_SENT))
+		return;
+	if (seq_geq(tp->snd_una, st->fin_seq)) {
+		st->flags |= TCPSCOPE_F_TX_DONE;
+		st->tx_end_ns = tp->delivered_mstamp * NSEC_PER_USEC;
+	}
+}
+
+static __always_inline void close_ca_interval(struct flow_state *st, __u64 now)
+{
+	__u8 s = st->ca_state;
+
+	if (st->ca_since_ns && s < TCPSCOPE_CA_STATES && now > st->ca_since_ns)
+		st->ca_ns[s] += now - st->ca_since_ns;
+	st->ca_since_ns = now;
+}
+
+/* Passive opens: the child socket only appears when the handshake's final
+ * ACK arrives, but its first RTT sample is the SYN-ACK's (taken from the
+ * request's snt_synack just before this transition), so SYN-ACK sent ~= SYN
+ * received = now - srtt. When the SYN-ACK had to be retransmitted the kernel
+ * leaves its first send time in retrans_stamp instead. */
+static __always_inline __u64 passive_start(struct flow_state *st, struct tcp_sock *tp, __u64 now)
+{
+	__u64 start = st->clone_ns;
+	__u32 srtt_us = tp->srtt_us >> 3;
+
+	if (tp->total_rto && tp->retrans_stamp) {
+		__u64 stamp = tp->retrans_stamp;
+
+		stamp *= BPF_CORE_READ_BITFIELD(tp, tcp_usec_ts) ? 1000ULL : 1000000ULL;
+		if (stamp && stamp < start)
+			start = stamp;
+	} else if (srtt_us && (__u64)srtt_us * NSEC_PER_USEC < now) {
+		__u64 stamp = now - (__u64)srtt_us * NSEC_PER_USEC;
+
+		if (stamp < start)
+			start = stamp;
+	}
+	return start;
+}
+
+static __always_inline __u8 outcome_of(struct flow_state *st, int sk_err)
+{
+	if (!(st->flags & TCPSCOPE_F_ESTABLISHED)) {
+		if (sk_err == ECONNREFUSED || (st->flags & TCPSCOPE_F_RST_RECEIVED))
+			return TCPSCOPE_OUTCOME_REFUSED;
+		if (sk_err == ETIMEDOUT)
+			return TCPSCOPE_OUTCOME_TIMEOUT;
+		return TCPSCOPE_OUTCOME_ERROR;
+	}
+	if (sk_err == ECONNRESET || sk_err == EPIPE ||
+	    (st->flags & (TCPSCOPE_F_RST_SENT | TCPSCOPE_F_RST_RECEIVED)))
+		return TCPSCOPE_OUTCOME_RESET;
+	if (sk_err == ETIMEDOUT)
+		return TCPSCOPE_OUTCOME_TIMEOUT;
+	if (sk_err)
+		return TCPSCOPE_OUTCOME_ERROR;
+	return TCPSCOPE_OUTCOME_OK;
+}
+
+static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
+				 struct flow_state *st, __u64 now)
+{
+	struct tcpscope_flow_event *e;
+	__u64 acked, received, avail;
+	int sk_err = sk->sk_err;
+	__u32 min_rtt;
+
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(TCPSCOPE_CNT_RECORDS_LOST);
+		return;
+	}
+
+	/* tcp_info counts the active side's SYN and each side's FIN in
+	 * bytes_acked/bytes_received; the record carries payload only. */
+	acked = tp->bytes_acked;
+	if (st->dir == TCPSCOPE_DIR_ACTIVE && acked)
+		acked -= 1;
+	if ((st->flags & TCPSCOPE_F_FIN_SENT) && acked && seq_geq(tp->snd_una, st->fin_seq + 1))
+		acked -= 1;
+	received = tp->bytes_received;
+	if (received && (sk->__sk_common.skc_flags & (1UL << SOCK_DONE)))
+		received -= 1;
+
+	e->start_ns = st->start_ns;
+	e->established_ns = st->established_ns;
+	e->end_ns = now;
+	e->data_end_ns = 0;
+	if (acked)
+		e->data_end_ns = (st->flags & TCPSCOPE_F_TX_DONE) ? st->tx_end_ns
+								  : tp->delivered_mstamp * NSEC_PER_USEC;
+	if (received && st->last_rx_ns > e->data_end_ns)
+		e->data_end_ns = st->last_rx_ns;
+
+	e->bytes_acked = acked;
+	e->bytes_received = received;
+	e->bytes_retrans = tp->bytes_retrans;
+	e->pacing_rate = sk->sk_pacing_rate;
+	e->cgroup_id = st->cgroup_id;
+	close_ca_interval(st, now);
+	__builtin_memcpy(e->ca_state_ns, st->ca_ns, sizeof(e->ca_state_ns));
+
+	e->family = sk->__sk_common.skc_family == AF_INET6 ? 6 : 4;
+	if (e->family == 4) {
+		__builtin_memset(e->saddr, 0, sizeof(e->saddr));
+		__builtin_memset(e->daddr, 0, sizeof(e->daddr));
+		__builtin_memcpy(e->saddr, &sk->__sk_common.skc_rcv_saddr, 4);
+		__builtin_memcpy(e->daddr, &sk->__sk_common.skc_daddr, 4);
+	} else {
+		BPF_CORE_READ_INTO(&e->saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
+		BPF_CORE_READ_INTO(&e->daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+	}
+	/* skc_num is already zeroed here (the port was released just before
+	 * the state store); inet_sport survives. */
+	e->sport = bpf_ntohs(tp->inet_conn.icsk_inet.inet_sport);
+	e->dport = bpf_ntohs(sk->__sk_common.skc_dport);
+	e->netns = sk->__sk_common.skc_net.net->ns.inum;
+	e->pid = st->pid;
+	__builtin_memcpy(e->comm, st->comm, sizeof(e->comm));
+
+	e->srtt_us = tp->srtt_us >> 3;
+	min_rtt = tp->rtt_min.s[0].v;
+	e->min_rtt_us = min_rtt == ~0U ? 0 : min_rtt;
+	e->rttvar_us = tp->mdev_us >> 2;
+	e->snd_cwnd = tp->snd_cwnd;
+	sample_cwnd(st, tp->snd_cwnd);
+	e->max_cwnd = st->max_cwnd;
+	e->snd_ssthresh = tp->snd_ssthresh;
+	e->mss = tp->mss_cache;
+	e->segs_out = tp->segs_out;
+	e->segs_in = tp->segs_in;
+	e->total_retrans = tp->total_retrans;
+	e->lost = tp->lost;
+	e->rate_delivered = tp->rate_delivered;
+	e->rate_interval_us = tp->rate_interval_us;
+	e->flags = st->flags;
+	e->sk_err = sk_err;
+	e->cc_rule = 0;
+	e->arm = 0;
+	e->dir = st->dir;
+	e->outcome = outcome_of(st, sk_err);
+	bpf_probe_read_kernel_str(e->cc, sizeof(e->cc), tp->inet_conn.icsk_ca_ops->name);
+
+	/* Batch wake-ups: the reader drains on its own timer, so only a
+	 * filling ring needs to interrupt it. */
+	avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	bpf_ringbuf_submit(e, avail >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	count(TCPSCOPE_CNT_RECORDS_SENT);
+}
+
+static __always_inline struct flow_state *start_tracking(const struct sock *sk, __u8 dir, __u64 now)
+{
+	struct flow_state *st;
+
+	st = bpf_sk_storage_get(&flows, (struct sock *)sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st) {
+		count(TCPSCOPE_CNT_STORAGE_FAILED);
+		return 0;
+	}
+	/* A socket can connect() again after failing: start from scratch. */
+	__builtin_memset(st, 0, sizeof(*st));
+	st->dir = dir;
+	count(TCPSCOPE_CNT_FLOWS_OPENED);
+	return st;
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(on_state_change, const struct sock *sk, int oldstate, int newstate)
+{
+	struct flow_state *st;
+	struct tcp_sock *tp;
+	__u64 now;
+
+	if (!is_tcp(sk))
+		return 0;
+	if (newstate == TCP_LISTEN || (oldstate == TCP_LISTEN && newstate == TCP_CLOSE))
+		return 0;
+	tp = bpf_skc_to_tcp_sock((void *)sk);
+	if (!tp)
+		return 0;
+	now = bpf_ktime_get_ns();
+
+	if (newstate == TCP_SYN_SENT) {
+		/* connect(): process context, before the SYN leaves. */
+		st = start_tracking(sk, TCPSCOPE_DIR_ACTIVE, now);
+		if (!st)
+			return 0;
+		st->start_ns = now;
+		take_owner(st);
+		return 0;
+	}
+	if (newstate == TCP_SYN_RECV && oldstate == TCP_LISTEN) {
+		/* The accepted child is cloned from the listener in softirq:
+		 * the current task is not its owner, which is taken later. */
+		st = start_tracking(sk, TCPSCOPE_DIR_PASSIVE, now);
+		if (st)
+			st->clone_ns = st->start_ns = now;
+		return 0;
+	}
+
+	st = state_of(sk);
+	if (!st) {
+		if (oldstate == TCP_CLOSE || oldstate == TCP_SYN_SENT || oldstate == TCP_SYN_RECV)
+			return 0;
+		/* Opened before we attached: report it, flagged partial. Its
+		 * direction is a guess: an ephemeral local port means we connected. */
+		st = start_tracking(sk, sk->__sk_common.skc_num >= 32768 ? TCPSCOPE_DIR_ACTIVE
+									  : TCPSCOPE_DIR_PASSIVE, now);
+		if (!st)
+			return 0;
+		st->flags = TCPSCOPE_F_PARTIAL | TCPSCOPE_F_ESTABLISHED;
+		st->start_ns = st->established_ns = now;
+		count(TCPSCOPE_CNT_UNTRACKED_CLOSE);
+	}
+	sample_cwnd(st, tp->snd_cwnd);
+
+	switch (newstate) {
+	case TCP_ESTABLISHED:
+		st->established_ns = now;
+		st->flags |= TCPSCOPE_F_ESTABLISHED;
+		st->ca_since_ns = now;
+		if (st->dir == TCPSCOPE_DIR_PASSIVE)
+			st->start_ns = passive_start(st, tp, now);
+		break;
+	case TCP_FIN_WAIT1:
+	case TCP_LAST_ACK:
+		/* The FIN is queued right after this transition. */
+		if (!(st->flags & TCPSCOPE_F_FIN_SENT)) {
+			st->flags |= TCPSCOPE_F_FIN_SENT;
+			st->fin_seq = tp->write_seq;
+		}
+		check_tx_done(st, tp);
+		break;
+	case TCP_CLOSE:
+		/* Straight from ESTABLISHED or CLOSE_WAIT with no error is an
+		 * abort (SO_LINGER 0, unread data at close, tcp_disconnect): the
+		 * kernel sends its RST only after this transition. */
+		if ((oldstate == TCP_ESTABLISHED || oldstate == TCP_CLOSE_WAIT) && !sk->sk_err)
+			st->flags |= TCPSCOPE_F_RST_SENT;
+		check_tx_done(st, tp);
+		emit(sk, tp, st, now);
+		bpf_sk_storage_delete(&flows, (struct sock *)sk);
+		break;
+	default:
+		check_tx_done(st, tp);
+		break;
+	}
+	return 0;
+}
+
+SEC("tp_btf/sk_data_ready")
+int BPF_PROG(on_data_ready, const struct sock *sk)
+{
+	struct flow_state *st;
+
+	if (!is_tcp(sk))
+		return 0;
+	st = state_of(sk);
+	if (st)
+		st->last_rx_ns = bpf_ktime_get_ns();
+	return 0;
+}
+
+SEC("tp_btf/tcp_sendmsg_locked")
+int BPF_PROG(on_sendmsg, const struct sock *sk)
+{
+	struct flow_state *st = state_of(sk);
+	struct tcp_sock *tp;
+
+	if (!st)
+		return 0;
+	if (!st->pid)
+		take_owner(st);
+	tp = bpf_skc_to_tcp_sock((void *)sk);
+	if (tp)
+		sample_cwnd(st, tp->snd_cwnd);
+	return 0;
+}
+
+SEC("tp_btf/tcp_rcv_space_adjust")
+int BPF_PROG(on_recvmsg, struct sock *sk)
+{
+	struct flow_state *st = state_of(sk);
+
+	if (st && !st->pid)
+		take_owner(st);
+	return 0;
+}
+
+SEC("tp_btf/tcp_cong_state_set")
+int BPF_PROG(on_cong_state, struct sock *sk, const __u8 ca_state)
+{
+	struct flow_state *st = state_of(sk);
+	struct tcp_sock *tp;
+
+	if (!st)
+		return 0;
+	if (st->ca_since_ns)
+		close_ca_interval(st, bpf_ktime_get_ns());
+	st->ca_state = ca_state;
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (tp) {
+		/* Entering CWR/Recovery/Loss saves the cwnd it is about to cut. */
+		sample_cwnd(st, tp->snd_cwnd);
+		sample_cwnd(st, tp->prior_cwnd);
+	}
+	return 0;
+}
+
+SEC("tp_btf/tcp_send_reset")
+int BPF_PROG(on_send_reset, const struct sock *sk)
+{
+	struct flow_state *st;
+
+	if (!sk)
+		return 0;
+	st = state_of(sk);
+	if (st)
+		st->flags |= TCPSCOPE_F_RST_SENT;
+	return 0;
+}
+
+SEC("tp_btf/tcp_receive_reset")
+int BPF_PROG(on_receive_reset, struct sock *sk)
+{
+	struct flow_state *st = state_of(sk);
+
+	if (st)
+		st->flags |= TCPSCOPE_F_RST_RECEIVED;
+	return 0;
+}

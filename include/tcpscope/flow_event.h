@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The one record layout shared by the BPF programs (bpf/flow.bpf.c) and the
+ * daemon (src/flow_decoder.cc). Only fixed-width __u8..__u64 types, explicit
+ * padding, and a size assertion on both sides: if either half changes the
+ * layout without the other, the build fails instead of the data going wrong.
+ *
+ * Times are CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns / tcp_clock_ns);
+ * the daemon converts them to CLOCK_REALTIME.
+ */
+#ifndef TCPSCOPE_FLOW_EVENT_H
+#define TCPSCOPE_FLOW_EVENT_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+#define TCPSCOPE_CC_NAME_LEN 16
+#define TCPSCOPE_COMM_LEN 16
+#define TCPSCOPE_CA_STATES 5
+
+enum tcpscope_dir {
+	TCPSCOPE_DIR_ACTIVE = 1,  /* we called connect() */
+	TCPSCOPE_DIR_PASSIVE = 2, /* we accepted */
+};
+
+enum tcpscope_outcome {
+	TCPSCOPE_OUTCOME_OK = 0,
+	TCPSCOPE_OUTCOME_RESET = 1,
+	TCPSCOPE_OUTCOME_REFUSED = 2,
+	TCPSCOPE_OUTCOME_TIMEOUT = 3,
+	TCPSCOPE_OUTCOME_ERROR = 4,
+};
+
+/* flags */
+#define TCPSCOPE_F_ESTABLISHED   (1u << 0) /* the handshake completed */
+#define TCPSCOPE_F_PARTIAL       (1u << 1) /* first seen mid-flow (opened before we attached) */
+#define TCPSCOPE_F_RST_SENT      (1u << 2)
+#define TCPSCOPE_F_RST_RECEIVED  (1u << 3)
+#define TCPSCOPE_F_FIN_SENT      (1u << 4)
+#define TCPSCOPE_F_TX_DONE       (1u << 5) /* every data byte we sent is acknowledged */
+#define TCPSCOPE_F_APP_SET_CC    (1u << 6) /* the application set TCP_CONGESTION itself */
+
+struct tcpscope_flow_event {
+	__u64 start_ns;       /* first SYN sent (active) / first SYN received (passive) */
+	__u64 established_ns; /* handshake completed; 0 if it never did */
+	__u64 data_end_ns;    /* last data byte acknowledged, either direction; 0 if no data */
+	__u64 end_ns;         /* the socket reaching CLOSE */
+	__u64 bytes_acked;    /* payload bytes we sent that the peer acknowledged */
+	__u64 bytes_received; /* payload bytes received in order */
+	__u64 bytes_retrans;
+	__u64 pacing_rate;    /* bytes per second */
+	__u64 cgroup_id;
+	__u64 ca_state_ns[5];   /* time in Open, Disorder, CWR, Recovery, Loss */
+	__u8 saddr[16];       /* network order; IPv4 in the first 4 bytes */
+	__u8 daddr[16];
+	__u32 netns;
+	__u32 pid;
+	__u32 srtt_us;
+	__u32 min_rtt_us;
+	__u32 rttvar_us;
+	__u32 snd_cwnd;
+	__u32 max_cwnd;
+	__u32 snd_ssthresh;
+	__u32 mss;
+	__u32 segs_out;
+	__u32 segs_in;
+	__u32 total_retrans;
+	__u32 lost;
+	__u32 rate_delivered;   /* segments in the last delivery-rate sample */
+	__u32 rate_interval_us; /* its interval */
+	__u32 flags;            /* TCPSCOPE_F_* */
+	__s32 sk_err;           /* positive errno the socket ended with, 0 if none */
+	__u32 cc_rule;          /* policy rule index + 1, 0 when none chose the CC */
+	__u16 sport;            /* host order */
+	__u16 dport;
+	__u8 family;            /* 4 or 6 */
+	__u8 dir;               /* enum tcpscope_dir */
+	__u8 outcome;           /* enum tcpscope_outcome */
+	__u8 arm;               /* experiment arm index + 1, 0 when none */
+	char cc[TCPSCOPE_CC_NAME_LEN];
+	char comm[TCPSCOPE_COMM_LEN];
+};
+
+#ifdef __cplusplus
+static_assert(sizeof(struct tcpscope_flow_event) == 256, "tcpscope_flow_event layout changed");
+#else
+_Static_assert(sizeof(struct tcpscope_flow_event) == 256, "tcpscope_flow_event layout changed");
+#endif
+
+/* Indexes into the per-CPU `counters` array map. */
+enum tcpscope_counter {
+	TCPSCOPE_CNT_RECORDS_LOST = 0, /* ring buffer full: a finished flow was not handed over */
+	TCPSCOPE_CNT_FLOWS_OPENED,     /* sockets we started tracking */
+	TCPSCOPE_CNT_RECORDS_SENT,     /* records submitted to the ring */
+	TCPSCOPE_CNT_STORAGE_FAILED,   /* sk_storage could not be created (memory) */
+	TCPSCOPE_CNT_UNTRACKED_CLOSE,  /* closed sockets opened before we attached */
+	TCPSCOPE_CNT_MAX,
+};
+
+#endif /* TCPSCOPE_FLOW_EVENT_H */

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# One entry point for a fresh Debian 12 machine:
+#   scripts/dev.sh run [tcpscope run flags]   install what is missing, build, run the daemon
+#   scripts/dev.sh test                       install what is missing, build, run every test
+#   scripts/dev.sh build                      install what is missing, build
+# Needs root: it installs Debian packages, and the daemon and the tests load BPF programs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${TCPSCOPE_BUILD:-build}
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev
+  prometheus-cpp-dev libcivetweb-dev libyaml-cpp-dev libmaxminddb-dev nlohmann-json3-dev
+  libgtest-dev libbenchmark-dev
+  iproute2 nftables procps curl python3 python3-pytest
+  libmaxmind-db-writer-perl
+)
+
+die() { echo "dev.sh: $*" >&2; exit 1; }
+
+install_missing() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "dev.sh: installing ${missing[*]}"
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  fi
+}
+
+build() {
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  cmake --build "$BUILD_DIR" -j "$(nproc)"
+}
+
+# Debian's pytest; a python3 earlier on PATH (pyenv, venv) may lack it.
+python_with_pytest() {
+  if python3 -c 'import pytest' 2>/dev/null; then echo python3; else echo /usr/bin/python3; fi
+}
+
+[[ $EUID -eq 0 ]] || die "run as root (sudo $0 $*): it installs packages and loads BPF programs"
+cmd=${1:-}
+shift || true
+case "$cmd" in
+  build)
+    install_missing
+    build
+    ;;
+  run)
+    install_missing
+    build
+    exec "$BUILD_DIR/tcpscope" run "$@"
+    ;;
+  test)
+    install_missing
+    build
+    echo "== unit tests"
+    (cd "$BUILD_DIR" && ctest --output-on-failure)
+    echo "== integration tests (real BPF programs, real traffic in network namespaces)"
+    TCPSCOPE_BUILD="$(pwd)/$BUILD_DIR" "$(python_with_pytest)" -m pytest tests/integration -v -p no:cacheprovider "$@"
+    ;;
+  *)
+    die "usage: $0 run|test|build"
+    ;;
+esac

@@ -1,0 +1,408 @@
+#include "aggregator.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "config.h"
+
+namespace tcpscope {
+
+namespace {
+
+constexpr size_t kDirs = 2;
+constexpr size_t kOutcomes = 5;
+constexpr size_t kCaStates = 5;
+// Order of FlowRecord::ca_state_us (the kernel's TCP_CA_* order).
+constexpr const char* kCaStateNames[kCaStates] = {"open", "disorder", "cwr", "recovery", "loss"};
+// Interned label ids are 8 bits; the last id collects any excess values.
+constexpr uint8_t kOverflowId = 255;
+constexpr const char* kOverflowLabel = "other";
+
+// The series key packs (class id, cc id, other flag, asn) into 64 bits so the
+// steady state hashes one integer instead of a label map.
+uint64_t series_key(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other) {
+  return (uint64_t{class_id} << 56) | (uint64_t{cc_id} << 48) | (uint64_t{other} << 32) | asn;
+}
+
+double us_to_seconds(uint64_t us) { return static_cast<double>(us) / 1e6; }
+
+}  // namespace
+
+// Flow completion time, seconds: 100 us .. 60 s in 1-2-3-5 steps per decade
+// (24 buckets). Small objects finish in a few RTTs, so the low end needs the
+// same relative resolution as the high end; 1-2-3-5 keeps every step within
+// a factor of 2 and the bounds readable in dashboards.
+const std::vector<double>& fct_buckets_seconds() {
+  static const std::vector<double> b{
+      0.0001, 0.0002, 0.0003, 0.0005,  //
+      0.001,  0.002,  0.003,  0.005,   //
+      0.01,   0.02,   0.03,   0.05,    //
+      0.1,    0.2,    0.3,    0.5,     //
+      1,      2,      3,      5,       //
+      10,     20,     30,     60};
+  return b;
+}
+
+// Throughput, bits/s: 100 kbit/s .. 100 Gbit/s in 1-2-5 steps (19 buckets).
+const std::vector<double>& throughput_buckets_bps() {
+  static const std::vector<double> b{
+      1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7, 2e7, 5e7, 1e8,
+      2e8, 5e8, 1e9, 2e9, 5e9, 1e10, 2e10, 5e10, 1e11};
+  return b;
+}
+
+// RTT, seconds: 50 us .. 10 s (24 buckets), denser between 1 ms and 300 ms
+// where Internet paths are and where A/B differences of 20-50 % must show.
+const std::vector<double>& rtt_buckets_seconds() {
+  static const std::vector<double> b{
+      0.00005, 0.0001, 0.0002, 0.0005,                  //
+      0.001,   0.002,  0.003,  0.005,  0.0075,          //
+      0.01,    0.015,  0.02,   0.03,   0.05,   0.075,   //
+      0.1,     0.15,   0.2,    0.3,    0.5,             //
+      1,       2,      5,      10};
+  return b;
+}
+
+AggregatorOptions AggregatorOptions::from_config(const Config& config) {
+  AggregatorOptions o;
+  o.size_classes_bytes = config.size_classes_bytes;
+  o.throughput_min_bytes = config.throughput_min_bytes;
+  o.top_n = config.asn.top_n;
+  return o;
+}
+
+// Pointers into the registry's families for one (peer_class, asn, cc) label
+// set. Series that only some flows feed are created on first use so that,
+// e.g., a label set that only ever sees refused connections has no histograms.
+struct Aggregator::Series {
+  std::string peer_class, cc, asn;  // label values
+  uint32_t asn_number = 0;
+  bool specific_asn = false;        // asn is a number from the top-N (not "0" / "other")
+  Clock::time_point last_in_top;
+
+  prometheus::Counter* bytes_acked = nullptr;
+  prometheus::Counter* bytes_received = nullptr;
+  prometheus::Counter* segments_out = nullptr;
+  prometheus::Counter* retrans_segments = nullptr;
+  prometheus::Counter* ca_state[kCaStates] = {};
+  prometheus::Counter* flows[kDirs][kOutcomes] = {};
+  prometheus::Histogram* srtt = nullptr;
+  prometheus::Histogram* min_rtt = nullptr;
+  prometheus::Histogram* throughput = nullptr;
+  std::vector<prometheus::Histogram*> fct;  // per size class
+
+  prometheus::Labels base() const { return {{"peer_class", peer_class}, {"asn", asn}, {"cc", cc}}; }
+  prometheus::Labels with(const char* name, const std::string& value) const {
+    auto l = base();
+    l.emplace(name, value);
+    return l;
+  }
+};
+
+Aggregator::Aggregator(std::shared_ptr<prometheus::Registry> registry, AggregatorOptions options)
+    : registry_(std::move(registry)), options_(std::move(options)) {
+  auto& r = *registry_;
+  flows_total_ = &prometheus::BuildCounter()
+                      .Name("tcpscope_flows_total")
+                      .Help("Finished TCP flows by peer class, ASN, congestion control, direction and outcome.")
+                      .Register(r);
+  bytes_acked_ = &prometheus::BuildCounter()
+                      .Name("tcpscope_bytes_acked_total")
+                      .Help("Payload bytes sent and acknowledged by the peer (tcpi_bytes_acked), finished flows.")
+                      .Register(r);
+  bytes_received_ = &prometheus::BuildCounter()
+                         .Name("tcpscope_bytes_received_total")
+                         .Help("Payload bytes received (tcpi_bytes_received), finished flows.")
+                         .Register(r);
+  segments_out_ = &prometheus::BuildCounter()
+                       .Name("tcpscope_segments_out_total")
+                       .Help("Segments sent (tcpi_segs_out), finished flows.")
+                       .Register(r);
+  retrans_segments_ = &prometheus::BuildCounter()
+                           .Name("tcpscope_retransmitted_segments_total")
+                           .Help("Segments retransmitted (tcpi_total_retrans), finished flows.")
+                           .Register(r);
+  ca_state_seconds_ = &prometheus::BuildCounter()
+                           .Name("tcpscope_congestion_state_seconds_total")
+                           .Help("Time finished flows spent in each congestion-avoidance state.")
+                           .Register(r);
+  fct_ = &prometheus::BuildHistogram()
+              .Name("tcpscope_flow_completion_seconds")
+              .Help("Flow completion time (first SYN to last byte acknowledged) of completed flows that moved data.")
+              .Register(r);
+  throughput_ = &prometheus::BuildHistogram()
+                     .Name("tcpscope_flow_throughput_bits_per_second")
+                     .Help("8 * payload bytes / flow completion time, completed flows of at least throughput_min_bytes.")
+                     .Register(r);
+  srtt_ = &prometheus::BuildHistogram()
+               .Name("tcpscope_srtt_seconds")
+               .Help("Smoothed RTT at close of completed flows that moved data.")
+               .Register(r);
+  min_rtt_ = &prometheus::BuildHistogram()
+                  .Name("tcpscope_min_rtt_seconds")
+                  .Help("Minimum RTT of completed flows that moved data.")
+                  .Register(r);
+  active_flows_ = &prometheus::BuildGauge()
+                       .Name("tcpscope_active_flows")
+                       .Help("Open TCP flows at the last snapshot, by peer class and congestion control.")
+                       .Register(r);
+  size_class_names_ = size_class_names(options_.size_classes_bytes);
+  created_ = last_recompute_ = Clock::now();
+}
+
+Aggregator::~Aggregator() = default;
+
+uint8_t Aggregator::intern(std::vector<std::string>* names, const std::string& name) {
+  // A handful of peer classes and congestion controls: a linear scan beats hashing.
+  for (size_t i = 0; i < names->size(); ++i)
+    if ((*names)[i] == name) return static_cast<uint8_t>(i);
+  if (names->size() >= kOverflowId) return kOverflowId;
+  names->push_back(name);
+  return static_cast<uint8_t>(names->size() - 1);
+}
+
+uint32_t Aggregator::size_class_index(uint64_t bytes) const {
+  const auto& b = options_.size_classes_bytes;
+  return static_cast<uint32_t>(std::upper_bound(b.begin(), b.end(), bytes) - b.begin());
+}
+
+Aggregator::Series* Aggregator::series_for(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other) {
+  const uint64_t key = series_key(class_id, cc_id, asn, other);
+  auto it = series_.find(key);
+  if (it != series_.end()) return it->second.get();
+
+  auto s = std::make_unique<Series>();
+  s->peer_class = class_id == kOverflowId ? kOverflowLabel : class_names_[class_id];
+  s->cc = cc_id == kOverflowId ? kOverflowLabel : cc_names_[cc_id];
+  s->asn = other ? "other" : std::to_string(asn);
+  s->asn_number = asn;
+  s->specific_asn = !other && asn != 0;
+  s->last_in_top = Clock::now();
+  const auto labels = s->base();
+  s->bytes_acked = &bytes_acked_->Add(labels);
+  s->bytes_received = &bytes_received_->Add(labels);
+  s->segments_out = &segments_out_->Add(labels);
+  s->retrans_segments = &retrans_segments_->Add(labels);
+  s->fct.assign(size_class_names_.size(), nullptr);
+  Series* raw = s.get();
+  series_.emplace(key, std::move(s));
+  return raw;
+}
+
+void Aggregator::add(const FlowRecord& f) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t bytes = f.bytes_acked + f.bytes_received;
+
+  // Rank and label the ASN with the top-N in force now.
+  bool other = false;
+  if (f.asn != 0) {
+    auto it = asn_bytes_.find(f.asn);
+    if (it == asn_bytes_.end()) {
+      if (asn_bytes_.size() < options_.max_tracked_asns) {
+        asn_bytes_.emplace(f.asn, AsnEntry{static_cast<double>(bytes), false});
+      } else {
+        ++untracked_asn_flows_;
+      }
+      other = true;
+    } else {
+      it->second.bytes += static_cast<double>(bytes);
+      other = !it->second.top;
+    }
+  }
+
+  Series* s = series_for(intern(&class_names_, f.peer_class), intern(&cc_names_, f.cc), other ? 0 : f.asn, other);
+
+  const size_t d = f.dir == Direction::kPassive ? 1 : 0;
+  const size_t o = std::min<size_t>(static_cast<size_t>(f.outcome), kOutcomes - 1);
+  if (!s->flows[d][o]) {
+    auto l = s->base();
+    l.emplace("dir", to_string(f.dir));
+    l.emplace("outcome", to_string(f.outcome));
+    s->flows[d][o] = &flows_total_->Add(l);
+  }
+  s->flows[d][o]->Increment();
+  if (f.bytes_acked) s->bytes_acked->Increment(static_cast<double>(f.bytes_acked));
+  if (f.bytes_received) s->bytes_received->Increment(static_cast<double>(f.bytes_received));
+  if (f.segs_out) s->segments_out->Increment(f.segs_out);
+  if (f.retrans_segs) s->retrans_segments->Increment(f.retrans_segs);
+  for (size_t i = 0; i < kCaStates; ++i) {
+    if (!f.ca_state_us[i]) continue;
+    if (!s->ca_state[i]) s->ca_state[i] = &ca_state_seconds_->Add(s->with("state", kCaStateNames[i]));
+    s->ca_state[i]->Increment(us_to_seconds(f.ca_state_us[i]));
+  }
+
+  // Distributions only describe flows that did their job: a refused or reset
+  // flow has no meaningful completion time, and a partial flow (opened before
+  // the daemon attached) has an unknown start.
+  if (f.outcome == Outcome::kOk && bytes > 0 && !f.partial) {
+    const uint32_t sc = size_class_index(bytes);
+    if (!s->fct[sc]) s->fct[sc] = &fct_->Add(s->with("size_class", size_class_names_[sc]), fct_buckets_seconds());
+    const uint64_t fct_us = f.fct_us > 0 ? static_cast<uint64_t>(f.fct_us) : 0;
+    s->fct[sc]->Observe(us_to_seconds(fct_us));
+
+    if (bytes >= options_.throughput_min_bytes && fct_us > 0) {
+      if (!s->throughput) s->throughput = &throughput_->Add(s->base(), throughput_buckets_bps());
+      s->throughput->Observe(8.0 * static_cast<double>(bytes) / us_to_seconds(fct_us));
+    }
+    // 0 means no RTT sample; the kernel's "no min_rtt yet" is ~0U.
+    if (f.srtt_us) {
+      if (!s->srtt) s->srtt = &srtt_->Add(s->base(), rtt_buckets_seconds());
+      s->srtt->Observe(us_to_seconds(f.srtt_us));
+    }
+    if (f.min_rtt_us && f.min_rtt_us != UINT32_MAX) {
+      if (!s->min_rtt) s->min_rtt = &min_rtt_->Add(s->base(), rtt_buckets_seconds());
+      s->min_rtt->Observe(us_to_seconds(f.min_rtt_us));
+    }
+  }
+
+  // A fresh daemon labels every ASN "other" until the first ranking; rank
+  // often while it warms up so the labels converge within seconds.
+  if (++flows_since_recompute_ >= options_.warmup_recompute_flows && options_.warmup_recompute_flows > 0) {
+    const double age = std::chrono::duration<double>(Clock::now() - created_).count();
+    if (age < options_.warmup_seconds) {
+      recompute_locked();
+    } else {
+      flows_since_recompute_ = 0;
+    }
+  }
+}
+
+void Aggregator::recompute_top_asns() {
+  std::lock_guard<std::mutex> lock(mu_);
+  recompute_locked();
+}
+
+void Aggregator::recompute_locked() {
+  const Clock::time_point now = Clock::now();
+  const double elapsed = std::chrono::duration<double>(now - last_recompute_).count();
+  last_recompute_ = now;
+  flows_since_recompute_ = 0;
+
+  std::vector<std::pair<double, uint32_t>> ranked;
+  ranked.reserve(asn_bytes_.size());
+  const double decay = options_.asn_bytes_half_life_s > 0 ? std::exp2(-elapsed / options_.asn_bytes_half_life_s) : 1.0;
+  for (auto& [asn, e] : asn_bytes_) {
+    ranked.emplace_back(e.bytes, asn);
+    e.bytes *= decay;
+    e.top = false;
+  }
+  // Most bytes first; ties broken by the lower ASN so the ranking is stable.
+  auto by_bytes = [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; };
+  const size_t n = std::min<size_t>(options_.top_n, ranked.size());
+  std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(n), ranked.end(), by_bytes);
+  top_asns_.clear();
+  for (size_t i = 0; i < n; ++i) {
+    top_asns_.push_back(ranked[i].second);
+    asn_bytes_[ranked[i].second].top = true;
+  }
+
+  // Keep the table bounded: once nearly full, keep the half with the most bytes.
+  if (asn_bytes_.size() > options_.max_tracked_asns - options_.max_tracked_asns / 10) {
+    const size_t keep = std::max<size_t>(options_.max_tracked_asns / 2, n);
+    if (keep < ranked.size()) {
+      std::nth_element(ranked.begin() + static_cast<std::ptrdiff_t>(n), ranked.begin() + static_cast<std::ptrdiff_t>(keep),
+                       ranked.end(), by_bytes);
+      for (size_t i = keep; i < ranked.size(); ++i) asn_bytes_.erase(ranked[i].second);
+    }
+  }
+
+  // Series of ASNs that left the top-N no longer move; drop them after a
+  // grace period so that ASN churn does not grow the series count forever.
+  for (auto it = series_.begin(); it != series_.end();) {
+    Series* s = it->second.get();
+    if (s->specific_asn) {
+      auto e = asn_bytes_.find(s->asn_number);
+      if (e != asn_bytes_.end() && e->second.top) {
+        s->last_in_top = now;
+      } else if (std::chrono::duration<double>(now - s->last_in_top).count() >= options_.stale_asn_seconds) {
+        remove_series(s);
+        it = series_.erase(it);
+        continue;
+      }
+    }
+    ++it;
+  }
+}
+
+void Aggregator::remove_series(Series* s) {
+  bytes_acked_->Remove(s->bytes_acked);
+  bytes_received_->Remove(s->bytes_received);
+  segments_out_->Remove(s->segments_out);
+  retrans_segments_->Remove(s->retrans_segments);
+  for (auto* c : s->ca_state)
+    if (c) ca_state_seconds_->Remove(c);
+  for (auto& per_dir : s->flows)
+    for (auto* c : per_dir)
+      if (c) flows_total_->Remove(c);
+  if (s->srtt) srtt_->Remove(s->srtt);
+  if (s->min_rtt) min_rtt_->Remove(s->min_rtt);
+  if (s->throughput) throughput_->Remove(s->throughput);
+  for (auto* h : s->fct)
+    if (h) fct_->Remove(h);
+}
+
+void Aggregator::set_active_flows(const ActiveFlows& active) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, gauge] : active_gauges_)
+    if (!active.count(key)) gauge->Set(0);
+  for (const auto& [key, n] : active) {
+    auto it = active_gauges_.find(key);
+    if (it == active_gauges_.end())
+      it = active_gauges_.emplace(key, &active_flows_->Add({{"peer_class", key.first}, {"cc", key.second}})).first;
+    it->second->Set(static_cast<double>(n));
+  }
+}
+
+void Aggregator::update_options(AggregatorOptions options) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool classes_changed = options.size_classes_bytes != options_.size_classes_bytes;
+  const bool top_changed = options.top_n != options_.top_n;
+  options_ = std::move(options);
+  if (classes_changed) {
+    // Histograms of the old size classes keep their values under their old
+    // labels; new flows go to the new classes.
+    size_class_names_ = size_class_names(options_.size_classes_bytes);
+    for (auto& [key, s] : series_) s->fct.assign(size_class_names_.size(), nullptr);
+  }
+  if (top_changed) recompute_locked();
+}
+
+std::string Aggregator::asn_label_locked(uint32_t asn) const {
+  if (asn == 0) return "0";
+  auto it = asn_bytes_.find(asn);
+  return it != asn_bytes_.end() && it->second.top ? std::to_string(asn) : "other";
+}
+
+std::string Aggregator::asn_label(uint32_t asn) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return asn_label_locked(asn);
+}
+
+std::vector<uint32_t> Aggregator::top_asns() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return top_asns_;
+}
+
+std::string Aggregator::size_class_label(uint64_t bytes) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return size_class_names_[size_class_index(bytes)];
+}
+
+size_t Aggregator::label_sets() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return series_.size();
+}
+
+uint64_t Aggregator::untracked_asn_flows() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return untracked_asn_flows_;
+}
+
+}  // namespace tcpscope

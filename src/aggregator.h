@@ -1,0 +1,176 @@
+// Folds finished flows into the Prometheus series of SPEC.md ("Prometheus
+// metrics"): per (peer_class, asn, cc) counters, FCT / throughput / RTT
+// histograms, and the active-flow gauges.
+//
+// Label cardinality. ASNs are folded so that the series count stays bounded:
+// an ASN among the top-N by bytes keeps its number, ASN 0 (unknown) is "0",
+// every other ASN is "other". With C peer classes, K congestion controls in
+// use, N = top_n and S size classes (boundaries + 1), at most A = N + 2 asn
+// values are live at a time and the families hold at most
+//   base label sets (peer_class, asn, cc)        B = C * A * K
+//   tcpscope_bytes_acked_total, _bytes_received_total, _segments_out_total,
+//   _retransmitted_segments_total, _srtt_seconds, _min_rtt_seconds,
+//   _flow_throughput_bits_per_second             B series each
+//   tcpscope_flow_completion_seconds             B * S
+//   tcpscope_flows_total                         B * 2 dirs * 5 outcomes
+//   tcpscope_congestion_state_seconds_total      B * 5 states
+//   tcpscope_active_flows                        C * K
+// Defaults (C = 5, K = 2, N = 50 -> A = 52, S = 4): B = 520, FCT 2080,
+// flows_total 5200, congestion states 2600; 7 x 520 = 3640 for the rest, i.e.
+// 13520 series, 2080 * 24 + 520 * (2 * 24 + 19) FCT/RTT/throughput buckets.
+// On top of that, an ASN that falls out of the top-N keeps its series (they
+// stop moving) for `stale_asn_seconds` before they are removed, so ASN churn
+// within that window adds to A.
+//
+// Threading: add(), recompute_top_asns(), set_active_flows() and
+// update_options() may be called from any thread (one mutex, uncontended in
+// the daemon where the ring reader is the only caller of add()). Rendering
+// (Registry::Collect on the HTTP threads) only touches prometheus-cpp
+// objects, which are thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "flow_record.h"
+
+namespace prometheus {
+class Counter;
+class Gauge;
+class Histogram;
+template <typename T>
+class Family;
+class Registry;
+}  // namespace prometheus
+
+namespace tcpscope {
+
+struct Config;
+
+struct AggregatorOptions {
+  std::vector<uint64_t> size_classes_bytes{100000, 1000000, 3000000};
+  uint64_t throughput_min_bytes = 3000000;
+  uint32_t top_n = 50;
+
+  // Bytes are counted per ASN to rank them; at most this many ASNs are
+  // tracked (the routed Internet has ~80k). A flow whose ASN finds the table
+  // full is labelled "other" and its bytes are not ranked until a recompute
+  // prunes the table back to the half with the most bytes.
+  size_t max_tracked_asns = 100000;
+  // Per-ASN byte counts decay with this half-life so that the top-N follows
+  // the traffic mix instead of freezing on the first hours after start.
+  double asn_bytes_half_life_s = 3600;
+  // Series of an ASN that has left the top-N stop receiving flows (those go
+  // to "other"); after this long they are removed from the registry.
+  double stale_asn_seconds = 3600;
+  // A fresh daemon has no ranking: for its first `warmup_seconds`, add()
+  // recomputes the top-N itself every `warmup_recompute_flows` flows.
+  uint64_t warmup_recompute_flows = 10000;
+  double warmup_seconds = 300;
+
+  static AggregatorOptions from_config(const Config& config);
+};
+
+// Histogram bucket upper bounds (seconds, bits/s), documented in aggregator.cc.
+const std::vector<double>& fct_buckets_seconds();
+const std::vector<double>& throughput_buckets_bps();
+const std::vector<double>& rtt_buckets_seconds();
+
+class Aggregator {
+ public:
+  using ActiveFlows = std::map<std::pair<std::string, std::string>, int64_t>;  // (peer_class, cc) -> flows
+
+  Aggregator(std::shared_ptr<prometheus::Registry> registry, AggregatorOptions options);
+  ~Aggregator();
+  Aggregator(const Aggregator&) = delete;
+  Aggregator& operator=(const Aggregator&) = delete;
+
+  // Counts one finished flow (peer_class, asn, cc already enriched).
+  void add(const FlowRecord& flow);
+
+  // Ranks ASNs by (decayed) bytes and fixes the top-N set that labels the
+  // flows added from now on. The daemon calls it every 60 s.
+  void recompute_top_asns();
+
+  // Sets tcpscope_active_flows from a snapshot of open flows; series missing
+  // from the snapshot drop to 0.
+  void set_active_flows(const ActiveFlows& active);
+
+  // Config reload: new size classes / top_n / throughput threshold apply to
+  // flows added from now on. Existing series keep their values.
+  void update_options(AggregatorOptions options);
+
+  // The asn label a flow of this ASN gets right now: "0", "other" or the number.
+  std::string asn_label(uint32_t asn) const;
+  // Current top-N, most bytes first.
+  std::vector<uint32_t> top_asns() const;
+  // The size_class label for a flow that moved this many payload bytes.
+  std::string size_class_label(uint64_t bytes) const;
+  // (peer_class, asn, cc) label sets with live series; for tests and /api.
+  size_t label_sets() const;
+  // Flows whose ASN found the tracking table full (labelled "other").
+  uint64_t untracked_asn_flows() const;
+
+ private:
+  struct Series;
+  struct AsnEntry {
+    double bytes = 0;
+    bool top = false;
+  };
+  struct KeyHash {
+    size_t operator()(uint64_t k) const {
+      k ^= k >> 33;
+      k *= 0xff51afd7ed558ccdULL;
+      k ^= k >> 33;
+      return static_cast<size_t>(k);
+    }
+  };
+  using Clock = std::chrono::steady_clock;
+
+  uint8_t intern(std::vector<std::string>* names, const std::string& name);
+  uint32_t size_class_index(uint64_t bytes) const;
+  Series* series_for(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other);
+  void recompute_locked();
+  void remove_series(Series* s);
+  std::string asn_label_locked(uint32_t asn) const;
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  AggregatorOptions options_;
+  std::vector<std::string> size_class_names_;
+
+  prometheus::Family<prometheus::Counter>* flows_total_;
+  prometheus::Family<prometheus::Counter>* bytes_acked_;
+  prometheus::Family<prometheus::Counter>* bytes_received_;
+  prometheus::Family<prometheus::Counter>* segments_out_;
+  prometheus::Family<prometheus::Counter>* retrans_segments_;
+  prometheus::Family<prometheus::Counter>* ca_state_seconds_;
+  prometheus::Family<prometheus::Histogram>* fct_;
+  prometheus::Family<prometheus::Histogram>* throughput_;
+  prometheus::Family<prometheus::Histogram>* srtt_;
+  prometheus::Family<prometheus::Histogram>* min_rtt_;
+  prometheus::Family<prometheus::Gauge>* active_flows_;
+
+  mutable std::mutex mu_;
+  // Interned label values; ids go into the series key.
+  std::vector<std::string> class_names_;
+  std::vector<std::string> cc_names_;
+  // (class, cc, asn label) packed into 64 bits -> the series of that label set.
+  std::unordered_map<uint64_t, std::unique_ptr<Series>, KeyHash> series_;
+  std::unordered_map<uint32_t, AsnEntry> asn_bytes_;
+  std::vector<uint32_t> top_asns_;
+  uint64_t untracked_asn_flows_ = 0;
+  std::map<std::pair<std::string, std::string>, prometheus::Gauge*> active_gauges_;
+
+  Clock::time_point created_;
+  Clock::time_point last_recompute_;
+  uint64_t flows_since_recompute_ = 0;
+};
+
+}  // namespace tcpscope

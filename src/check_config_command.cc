@@ -1,0 +1,37 @@
+#include "check_config_command.h"
+
+#include "config.h"
+
+namespace tcpscope {
+
+namespace {
+
+std::string count_of(size_t n, const char* singular, const char* plural) {
+  return std::to_string(n) + " " + (n == 1 ? singular : plural);
+}
+
+}  // namespace
+
+int check_config_command(const std::string& path, std::ostream& out, std::ostream& err) {
+  return check_config_command(path, kernel_congestion_controls(), out, err);
+}
+
+int check_config_command(const std::string& path, const std::vector<std::string>& available_cc,
+                         std::ostream& out, std::ostream& err) {
+  std::vector<ConfigError> errors;
+  const Config config = load_config_file(path, available_cc, &errors);
+  if (!errors.empty()) {
+    for (const auto& e : errors) err << e.to_string() << "\n";
+    err.flush();
+    return 2;
+  }
+  size_t experiments = 0;
+  for (const auto& rule : config.cc_policy.rules) experiments += rule.experiment ? 1 : 0;
+  out << path << ": ok\n"
+      << count_of(config.peer_classes.size(), "peer class", "peer classes") << ", "
+      << count_of(config.cc_policy.rules.size(), "rule", "rules") << " ("
+      << count_of(experiments, "experiment", "experiments") << ")\n";
+  return 0;
+}
+
+}  // namespace tcpscope

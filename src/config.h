@@ -1,0 +1,127 @@
+// The daemon's configuration (SPEC.md "Config file"), parsed from YAML by
+// config.cc. Plain data: every other module receives the part it needs.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ip_addr.h"
+
+namespace tcpscope {
+
+struct Prefix {
+  IpAddr addr;  // host bits cleared
+  int len = 0;  // 0..32 for IPv4, 0..128 for IPv6
+  std::string to_string() const;
+  // "10.0.0.0/8", "fd00::/8"; a bare address is a host prefix. nullopt if malformed.
+  static std::optional<Prefix> parse(const std::string& text);
+};
+
+// Prefix::parse that also says why the text is not a prefix (bad address,
+// length out of range, host bits set), for error messages. Prefix::parse and
+// this function reject host bits ("10.1.2.3/8") instead of clearing them, and
+// fold IPv4-mapped prefixes (::ffff:10.0.0.0/104 -> 10.0.0.0/8) because flow
+// addresses are reported unmapped.
+std::optional<Prefix> parse_prefix(const std::string& text, std::string* why);
+
+struct AsnConfig {
+  std::string mmdb;         // MaxMind DB file (GeoLite2-ASN, DB-IP ASN, IPinfo ASN); "" = none
+  std::string prefix_file;  // CAIDA pfx2as or iptoasn TSV; "" = none
+  uint32_t top_n = 50;      // ASNs outside the top-N by bytes are labelled "other"
+};
+
+struct PeerClassSpec {
+  std::string name;
+  std::vector<Prefix> prefixes;
+  std::vector<uint32_t> asns;
+  int line = 0;  // where it was defined, for messages
+};
+
+struct CcMatch {
+  std::optional<std::string> peer_class;
+  std::vector<uint32_t> asns;
+  std::vector<Prefix> prefixes;
+  std::vector<uint16_t> lports;
+};
+
+struct ExperimentSpec {
+  std::string name;
+  // arm name (= congestion control algorithm) -> weight in percent; weights sum to 100.
+  std::vector<std::pair<std::string, uint32_t>> arms;
+};
+
+struct CcRule {
+  std::string name;
+  CcMatch match;
+  std::optional<std::string> cc;              // exactly one of cc / experiment
+  std::optional<ExperimentSpec> experiment;
+  int line = 0;
+};
+
+enum class AppOverride { kRespect, kEnforce };
+enum class SysctlGuard { kObserve, kDeny };
+
+struct CcPolicy {
+  AppOverride app_override = AppOverride::kRespect;
+  SysctlGuard sysctl_guard = SysctlGuard::kObserve;
+  std::vector<CcRule> rules;
+};
+
+struct Config {
+  std::string listen = "127.0.0.1:9810";
+  std::string flow_log;  // "" = none, "-" = stdout
+  std::string cgroup;    // cgroup v2 directory for sockops; "" = root of the unified hierarchy
+  AsnConfig asn;
+  std::vector<PeerClassSpec> peer_classes;
+  std::string default_peer_class = "client";
+  std::vector<uint64_t> size_classes_bytes{100000, 1000000, 3000000};
+  uint64_t throughput_min_bytes = 3000000;
+  CcPolicy cc_policy;
+  uint64_t ring_buffer_bytes = 16u << 20;  // power of two, page multiple
+  uint32_t snapshot_interval_s = 10;       // open-flow snapshots (0 = off)
+  std::string source;                      // file it came from, "<embedded>" for the default
+};
+
+struct ConfigError {
+  std::string file;
+  int line = 0;  // 1-based; 0 when the problem has no line
+  std::string message;
+  std::string to_string() const;  // "FILE:LINE: message"
+};
+
+// Available congestion control algorithms as the kernel offers them
+// (loaded, plus modules it can load on demand).
+std::vector<std::string> kernel_congestion_controls();
+
+// Parse YAML text. `available_cc` is the set a CC name must belong to.
+// Every problem found is appended to `errors`; the Config is only meaningful when none are.
+Config parse_config(const std::string& yaml_text, const std::string& file_name,
+                    const std::vector<std::string>& available_cc,
+                    std::vector<ConfigError>* errors);
+Config load_config_file(const std::string& path, const std::vector<std::string>& available_cc,
+                        std::vector<ConfigError>* errors);
+// The embedded default (the same text as packaging/tcpscope.yaml).
+const std::string& default_config_text();
+
+// Names for size classes from boundaries: [100000, 1000000, 3000000] ->
+// lt_100k, 100k_1m, 1m_3m, ge_3m (k = 1000, m = 1000000).
+std::vector<std::string> size_class_names(const std::vector<uint64_t>& boundaries);
+
+// The `listen` value: "127.0.0.1:9810" or "[::1]:9810" (an IP literal, no host
+// names; port 1..65535). For `--listen` overrides, which must obey the same rule.
+struct ListenAddress {
+  IpAddr addr;
+  uint16_t port = 0;
+};
+std::optional<ListenAddress> parse_listen_address(const std::string& text, std::string* why);
+
+// Every congestion control the policy can assign (rule cc and experiment arms),
+// each once, in order of first use. A BPF program cannot make the kernel load a
+// CC module (bpf_setsockopt never calls request_module), so the daemon must
+// load these before attaching the policy.
+std::vector<std::string> referenced_congestion_controls(const Config& config);
+
+}  // namespace tcpscope

@@ -1,0 +1,295 @@
+#include "daemon.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include <prometheus/registry.h>
+
+#include "aggregator.h"
+#include "asn_db.h"
+#include "config.h"
+#include "enricher.h"
+#include "flow_decoder.h"
+#include "flow_json.h"
+#include "flow_log.h"
+#include "http_server.h"
+#include "kernel/flow_probe.h"
+#include "kernel/ring_reader.h"
+#include "peer_classifier.h"
+#include "self_metrics.h"
+
+namespace tcpscope {
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr int kTickMs = 100;                  // periodic drain of the ring buffer
+constexpr size_t kFlowLogQueueBytes = 64u << 20;
+constexpr auto kClockRefresh = std::chrono::seconds(10);
+constexpr auto kTopAsnRecompute = std::chrono::seconds(60);
+constexpr auto kDrainDeadline = std::chrono::seconds(2);  // /healthz fails past this
+
+void log_line(const std::string& msg) { std::fprintf(stderr, "tcpscope: %s\n", msg.c_str()); }
+
+int fail(const std::string& msg, int code = 1) {
+  log_line(msg);
+  return code;
+}
+
+// Reads the config (file or embedded) and applies the command-line overrides.
+bool load_config(const RunOptions& opts, Config* out) {
+  std::vector<ConfigError> errors;
+  auto ccs = kernel_congestion_controls();
+  Config cfg = opts.config_path.empty()
+                   ? parse_config(default_config_text(), "<embedded>", ccs, &errors)
+                   : load_config_file(opts.config_path, ccs, &errors);
+  for (const auto& e : errors) log_line(e.to_string());
+  if (!errors.empty()) return false;
+  if (opts.listen) cfg.listen = *opts.listen;
+  if (opts.flow_log) cfg.flow_log = *opts.flow_log;
+  if (opts.cgroup) cfg.cgroup = *opts.cgroup;
+  *out = std::move(cfg);
+  return true;
+}
+
+bool build_tables(const Config& cfg, EnrichmentTables* out, std::string* error) {
+  EnrichmentTables t;
+  if (!cfg.asn.mmdb.empty() || !cfg.asn.prefix_file.empty()) {
+    t.asn_db = AsnDatabase::load(cfg.asn, error);
+    if (!t.asn_db) return false;
+  }
+  t.classifier = std::make_shared<const PeerClassifier>(cfg.peer_classes, cfg.default_peer_class);
+  *out = std::move(t);
+  return true;
+}
+
+class Daemon {
+ public:
+  explicit Daemon(RunOptions opts) : opts_(std::move(opts)) {}
+  int run();
+
+ private:
+  int start();
+  void on_event(const tcpscope_flow_event& ev);
+  void flush_batch();
+  void on_tick();
+  void reload();
+  std::pair<bool, std::string> health() const;
+
+  RunOptions opts_;
+  Config config_;
+  std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<Aggregator> aggregator_;
+  std::unique_ptr<SelfMetrics> self_;
+  std::unique_ptr<Enricher> enricher_;
+  std::unique_ptr<FlowLog> flow_log_;
+  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<FlowProbe> probe_;
+  std::unique_ptr<RingReader> ring_;
+  MonotonicToRealtime clock_;
+
+  std::string batch_;  // NDJSON lines of the current drain
+  uint64_t batch_records_ = 0;
+  uint64_t lookups_ = 0;
+  std::atomic<int64_t> last_drain_ns_{0};
+  SteadyClock::time_point last_clock_refresh_ = SteadyClock::now();
+  SteadyClock::time_point last_top_asn_ = SteadyClock::now();
+};
+
+int Daemon::start() {
+  if (!load_config(opts_, &config_)) return 2;
+
+  std::string error;
+  EnrichmentTables tables;
+  if (!build_tables(config_, &tables, &error)) return fail("ASN data: " + error);
+  enricher_ = std::make_unique<Enricher>(std::move(tables));
+
+  if (!config_.flow_log.empty()) {
+    flow_log_ = FlowLog::open(config_.flow_log, kFlowLogQueueBytes, &error);
+    if (!flow_log_) return fail(error);
+  }
+
+  aggregator_ = std::make_unique<Aggregator>(registry_, AggregatorOptions::from_config(config_));
+  auto features = probe_kernel_features();
+  self_ = std::make_unique<SelfMetrics>(registry_, TCPSCOPE_VERSION, libbpf_version_string(),
+                                        features.kernel_release);
+
+  http_ = HttpServer::start(config_.listen, &error);
+  if (!http_) return fail(error);
+  http_->serve_metrics(registry_);
+  http_->set_health([this] { return health(); });
+
+  FlowProbeOptions popts;
+  popts.ring_buffer_bytes = config_.ring_buffer_bytes;
+  std::string details;
+  probe_ = FlowProbe::open_and_attach(popts, &error, &details);
+  if (!probe_) {
+    if (!details.empty()) std::fputs(details.c_str(), stderr);
+    return fail(error);
+  }
+  ring_ = RingReader::create(probe_->ring_buffer_fd(), probe_->ring_buffer_bytes(),
+                             [this](const tcpscope_flow_event& ev) { on_event(ev); }, &error);
+  if (!ring_) return fail(error);
+
+  std::string attached;
+  for (const auto& p : probe_->attached()) attached += (attached.empty() ? "" : ",") + p;
+  log_line("running: " + std::to_string(probe_->attached().size()) + " BPF programs attached (" + attached +
+           "), metrics on http://" + config_.listen + "/metrics" +
+           (config_.flow_log.empty() ? "" : ", flow log " + config_.flow_log));
+  return 0;
+}
+
+void Daemon::on_event(const tcpscope_flow_event& ev) {
+  FlowRecord flow = decode_flow_event(ev, clock_);
+  lookups_ += enricher_->enrich(&flow);
+  aggregator_->add(flow);
+  if (flow_log_) {
+    append_flow_json(flow, &batch_);
+    ++batch_records_;
+  }
+}
+
+void Daemon::flush_batch() {
+  if (flow_log_ && batch_records_) {
+    flow_log_->submit(std::move(batch_), batch_records_);
+    batch_.clear();
+    batch_records_ = 0;
+  }
+  last_drain_ns_ = SteadyClock::now().time_since_epoch().count();
+}
+
+void Daemon::on_tick() {
+  auto now = SteadyClock::now();
+  if (now - last_clock_refresh_ >= kClockRefresh) {
+    clock_.refresh();
+    last_clock_refresh_ = now;
+  }
+  if (now - last_top_asn_ >= kTopAsnRecompute) {
+    aggregator_->recompute_top_asns();
+    last_top_asn_ = now;
+  }
+  self_->set_records_lost(probe_->counter(TCPSCOPE_CNT_RECORDS_LOST));
+  self_->set_ring_buffer_fill(ring_->fill_ratio());
+  self_->set_records(ring_->records());
+  self_->set_enrichment_lookups(lookups_);
+  if (flow_log_) self_->set_flow_log_dropped(flow_log_->dropped_records());
+}
+
+void Daemon::reload() {
+  Config fresh;
+  std::string error;
+  EnrichmentTables tables;
+  if (!load_config(opts_, &fresh) || !build_tables(fresh, &tables, &error)) {
+    if (!error.empty()) log_line("reload: ASN data: " + error);
+    log_line("reload failed: keeping the previous config and data");
+    self_->count_reload(false);
+    return;
+  }
+  enricher_->replace(std::move(tables));
+  aggregator_->update_options(AggregatorOptions::from_config(fresh));
+  if (flow_log_ && !flow_log_->reopen(&error)) log_line("reload: " + error);
+  if (fresh.listen != config_.listen || fresh.flow_log != config_.flow_log ||
+      fresh.ring_buffer_bytes != config_.ring_buffer_bytes)
+    log_line("reload: listen, flow_log and ring_buffer_bytes take effect at the next start");
+  config_.peer_classes = fresh.peer_classes;
+  config_.asn = fresh.asn;
+  self_->count_reload(true);
+  log_line("reloaded " + (opts_.config_path.empty() ? std::string("<embedded>") : opts_.config_path));
+}
+
+std::pair<bool, std::string> Daemon::health() const {
+  if (!probe_ || !ring_) return {false, "BPF programs not attached"};
+  int64_t last = last_drain_ns_.load();
+  int64_t now = SteadyClock::now().time_since_epoch().count();
+  if (now - last > std::chrono::duration_cast<std::chrono::nanoseconds>(kDrainDeadline).count())
+    return {false, "ring buffer not drained in time"};
+  return {true, "ok"};
+}
+
+int Daemon::run() {
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGHUP);
+  // Block before any thread starts so that only the signalfd sees them.
+  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  if (int rc = start()) return rc;
+
+  int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+  int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+  itimerspec its{};
+  its.it_interval.tv_nsec = its.it_value.tv_nsec = kTickMs * 1000000L;
+  timerfd_settime(tfd, 0, &its, nullptr);
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  if (sfd < 0 || tfd < 0 || ep < 0) return fail(std::string("event loop: ") + strerror(errno));
+  for (int fd : {sfd, tfd, ring_->epoll_fd()}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) return fail(std::string("epoll_ctl: ") + strerror(errno));
+  }
+  flush_batch();
+
+  bool stop = false;
+  while (!stop) {
+    epoll_event events[4];
+    int n = epoll_wait(ep, events, 4, -1);
+    if (n < 0 && errno != EINTR) return fail(std::string("epoll_wait: ") + strerror(errno));
+    for (int i = 0; i < n; ++i) {
+      int fd = events[i].data.fd;
+      if (fd == tfd) {
+        uint64_t expirations;
+        if (read(tfd, &expirations, sizeof(expirations)) < 0) {
+        }
+        on_tick();
+      } else if (fd == sfd) {
+        signalfd_siginfo si{};
+        if (read(sfd, &si, sizeof(si)) != sizeof(si)) continue;
+        if (si.ssi_signo == SIGHUP)
+          reload();
+        else
+          stop = true;
+      }
+    }
+    ring_->drain();
+    flush_batch();
+  }
+
+  // Detach first so nothing new arrives, then write out what the kernel queued.
+  probe_->detach();
+  ring_->drain();
+  flush_batch();
+  on_tick();
+  ring_.reset();
+  probe_.reset();
+  if (flow_log_) flow_log_->close(5000);
+  http_.reset();
+  close(ep);
+  close(tfd);
+  close(sfd);
+  log_line("stopped");
+  return 0;
+}
+
+}  // namespace
+
+int run_daemon(const RunOptions& options) {
+  Daemon d(options);
+  return d.run();
+}
+
+}  // namespace tcpscope

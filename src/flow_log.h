@@ -1,0 +1,55 @@
+// The NDJSON flow log on disk (or stdout). Writes happen on a thread of their
+// own behind a bounded queue: a slow or stalled disk must never stall the
+// ring-buffer reader, so when the queue is full records are dropped and counted.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace tcpscope {
+
+class FlowLog {
+ public:
+  // path "-" is stdout. The file is created 0640 and appended to.
+  static std::unique_ptr<FlowLog> open(const std::string& path, size_t max_queued_bytes,
+                                       std::string* error);
+  ~FlowLog();
+
+  // Queues `lines` (whole NDJSON lines holding `records` records). Never blocks on I/O.
+  void submit(std::string&& lines, uint64_t records);
+  // Reopens the path (after logrotate moved it). Safe to call from the reader thread.
+  bool reopen(std::string* error);
+  // Writes what is queued, waiting at most `timeout_ms`, and stops the writer.
+  void close(int timeout_ms);
+
+  uint64_t written_records() const { return written_records_.load(); }
+  uint64_t dropped_records() const { return dropped_records_.load(); }
+  const std::string& path() const { return path_; }
+
+ private:
+  FlowLog(std::string path, int fd, size_t max_queued_bytes);
+  void writer_loop();
+  bool write_all(const std::string& data);
+
+  const std::string path_;
+  const size_t max_queued_bytes_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::condition_variable drained_cv_;
+  std::string queue_;
+  uint64_t queued_records_ = 0;
+  bool writing_ = false;
+  bool stop_ = false;
+  int fd_ = -1;
+  int pending_fd_ = -1;  // set by reopen(), swapped in by the writer
+  std::atomic<uint64_t> written_records_{0};
+  std::atomic<uint64_t> dropped_records_{0};
+  std::thread writer_;
+};
+
+}  // namespace tcpscope

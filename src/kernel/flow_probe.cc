@@ -1,0 +1,199 @@
+#include "kernel/flow_probe.h"
+
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+#include <errno.h>
+#include <linux/capability.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <regex>
+
+#include "tcpscope.skel.h"
+
+namespace tcpscope {
+
+namespace {
+
+// Tracepoints each program needs; inet_sock_set_state is the one we cannot do without.
+struct ProgramHook {
+  const char* program;
+  const char* tracepoint;
+  bool required;
+};
+constexpr ProgramHook kHooks[] = {
+    {"on_state_change", "inet_sock_set_state", true},
+    {"on_data_ready", "sk_data_ready", false},
+    {"on_sendmsg", "tcp_sendmsg_locked", false},
+    {"on_recvmsg", "tcp_rcv_space_adjust", false},
+    {"on_cong_state", "tcp_cong_state_set", false},
+    {"on_send_reset", "tcp_send_reset", false},
+    {"on_receive_reset", "tcp_receive_reset", false},
+};
+
+// libbpf's messages (the verifier log among them) are collected while we load,
+// and shown only if something fails.
+std::string* g_libbpf_log = nullptr;
+
+int collect_libbpf_output(enum libbpf_print_level level, const char* fmt, va_list args) {
+  if (level == LIBBPF_DEBUG) return 0;
+  char buf[4096];
+  int n = vsnprintf(buf, sizeof(buf), fmt, args);
+  if (g_libbpf_log) g_libbpf_log->append(buf);
+  return n;
+}
+
+std::string errno_text(int err) {
+  err = err < 0 ? -err : err;
+  return std::string(strerror(err)) + " (errno " + std::to_string(err) + ")";
+}
+
+bool has_capability(int cap) {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  if (syscall(SYS_capget, &hdr, data) != 0) return false;
+  return data[cap / 32].effective & (1u << (cap % 32));
+}
+
+// The program libbpf complained about, from its log ("prog 'x': ...").
+std::string failed_program(const std::string& log) {
+  static const std::regex re("prog '([A-Za-z0-9_]+)': failed to load");
+  std::smatch m;
+  std::string name;
+  for (auto it = log.cbegin(); std::regex_search(it, log.cend(), m, re); it = m.suffix().first)
+    name = m[1];
+  return name;
+}
+
+bool tracepoint_exists(const btf* vmlinux, const char* tracepoint) {
+  std::string type = std::string("btf_trace_") + tracepoint;
+  return vmlinux && btf__find_by_name_kind(vmlinux, type.c_str(), BTF_KIND_TYPEDEF) > 0;
+}
+
+}  // namespace
+
+std::string libbpf_version_string() {
+  return std::to_string(libbpf_major_version()) + "." + std::to_string(libbpf_minor_version());
+}
+
+KernelFeatures probe_kernel_features() {
+  KernelFeatures f;
+  utsname u{};
+  if (uname(&u) == 0) f.kernel_release = u.release;
+  f.btf = access("/sys/kernel/btf/vmlinux", R_OK) == 0;
+  f.ringbuf = libbpf_probe_bpf_map_type(BPF_MAP_TYPE_RINGBUF, nullptr) == 1;
+  f.sk_storage = libbpf_probe_bpf_map_type(BPF_MAP_TYPE_SK_STORAGE, nullptr) == 1;
+  btf* vmlinux = f.btf ? btf__load_vmlinux_btf() : nullptr;
+  for (const auto& hook : kHooks)
+    (tracepoint_exists(vmlinux, hook.tracepoint) ? f.tracepoints : f.missing_tracepoints)
+        .push_back(hook.tracepoint);
+  btf__free(vmlinux);
+  return f;
+}
+
+std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& opts, std::string* error,
+                                                      std::string* details) {
+  constexpr int kCapPerfmon = 38, kCapBpf = 39;
+  if (!has_capability(CAP_SYS_ADMIN) && !(has_capability(kCapBpf) && has_capability(kCapPerfmon))) {
+    *error = "not permitted: loading BPF programs needs root (or CAP_BPF and CAP_PERFMON)";
+    return nullptr;
+  }
+  if (access("/sys/kernel/btf/vmlinux", R_OK) != 0) {
+    *error = "no kernel BTF: /sys/kernel/btf/vmlinux: " + errno_text(errno) +
+             " (a kernel built with CONFIG_DEBUG_INFO_BTF=y is required)";
+    return nullptr;
+  }
+
+  std::string log;
+  g_libbpf_log = &log;
+  libbpf_set_print(collect_libbpf_output);
+  struct LogReset {
+    ~LogReset() { g_libbpf_log = nullptr; }
+  } log_reset;
+
+  std::unique_ptr<FlowProbe> probe(new FlowProbe());
+  probe->skel_ = tcpscope_bpf__open();
+  if (!probe->skel_) {
+    *error = "opening the BPF object failed: " + errno_text(errno);
+    *details = log;
+    return nullptr;
+  }
+  auto* skel = probe->skel_;
+
+  // Sizes and constants are fixed before load.
+  probe->ring_bytes_ = opts.ring_buffer_bytes;
+  if (int err = bpf_map__set_max_entries(skel->maps.events, static_cast<uint32_t>(opts.ring_buffer_bytes))) {
+    *error = "sizing ring buffer 'events' to " + std::to_string(opts.ring_buffer_bytes) +
+             " bytes failed: " + errno_text(err);
+    return nullptr;
+  }
+  skel->rodata->wakeup_bytes = opts.wakeup_bytes;
+
+  // Older kernels lack some tracepoints: those programs stay unloaded and the
+  // records lose only what they fed (stated by `tcpscope version`).
+  btf* vmlinux = btf__load_vmlinux_btf();
+  for (const auto& hook : kHooks) {
+    if (tracepoint_exists(vmlinux, hook.tracepoint)) continue;
+    if (hook.required) {
+      btf__free(vmlinux);
+      *error = std::string("kernel has no tracepoint ") + hook.tracepoint + " (needed by " + hook.program + ")";
+      return nullptr;
+    }
+    bpf_program* prog = bpf_object__find_program_by_name(skel->obj, hook.program);
+    if (prog) bpf_program__set_autoload(prog, false);
+  }
+  btf__free(vmlinux);
+
+  if (int err = tcpscope_bpf__load(skel)) {
+    std::string prog = failed_program(log);
+    *error = "the kernel refused BPF program " + (prog.empty() ? std::string("(unknown)") : "'" + prog + "'") +
+             ": " + errno_text(err);
+    *details = log;
+    return nullptr;
+  }
+
+  bpf_program* prog;
+  bpf_object__for_each_program(prog, skel->obj) {
+    if (!bpf_program__autoload(prog)) continue;
+    bpf_link* link = bpf_program__attach(prog);
+    if (!link) {
+      int err = errno;
+      *error = std::string("attaching BPF program '") + bpf_program__name(prog) + "' failed: " + errno_text(err);
+      *details = log;
+      return nullptr;
+    }
+    // The skeleton's destroy() closes links it knows; keep ours with it.
+    for (size_t i = 0; i < skel->skeleton->prog_cnt; ++i)
+      if (*skel->skeleton->progs[i].prog == prog) *skel->skeleton->progs[i].link = link;
+    probe->attached_.push_back(bpf_program__name(prog));
+  }
+  probe->ncpus_ = libbpf_num_possible_cpus();
+  if (probe->ncpus_ <= 0) probe->ncpus_ = 1;
+  return probe;
+}
+
+void FlowProbe::detach() {
+  if (skel_) tcpscope_bpf__detach(skel_);
+  attached_.clear();
+}
+
+FlowProbe::~FlowProbe() { tcpscope_bpf__destroy(skel_); }
+
+int FlowProbe::ring_buffer_fd() const { return bpf_map__fd(skel_->maps.events); }
+
+uint64_t FlowProbe::counter(tcpscope_counter which) const {
+  std::vector<uint64_t> per_cpu(ncpus_);
+  uint32_t key = which;
+  if (bpf_map__lookup_elem(skel_->maps.counters, &key, sizeof(key), per_cpu.data(),
+                           per_cpu.size() * sizeof(uint64_t), 0) != 0)
+    return 0;
+  uint64_t sum = 0;
+  for (uint64_t v : per_cpu) sum += v;
+  return sum;
+}
+
+}  // namespace tcpscope

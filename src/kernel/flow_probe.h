@@ -1,0 +1,64 @@
+// Loads and attaches the BPF programs (one libbpf skeleton), following
+// open -> size maps / set rodata -> load -> attach, and owns them: destroying
+// the FlowProbe detaches everything (links are fd-based, nothing is pinned,
+// so a crashed daemon leaves nothing attached either).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tcpscope/flow_event.h"
+
+struct tcpscope_bpf;
+struct bpf_map;
+
+namespace tcpscope {
+
+struct FlowProbeOptions {
+  uint64_t ring_buffer_bytes = 16u << 20;
+  uint64_t wakeup_bytes = 256u << 10;
+};
+
+// What the running kernel offers, probed without loading anything.
+struct KernelFeatures {
+  bool btf = false;                 // /sys/kernel/btf/vmlinux
+  bool ringbuf = false;
+  bool sk_storage = false;
+  std::vector<std::string> tracepoints;          // the ones we use that exist
+  std::vector<std::string> missing_tracepoints;  // the ones we would use that do not
+  std::string kernel_release;
+};
+KernelFeatures probe_kernel_features();
+std::string libbpf_version_string();
+
+class FlowProbe {
+ public:
+  // On failure returns nullptr and sets `error` to one line naming what failed
+  // and the errno; the verifier log, if any, goes to `details`.
+  static std::unique_ptr<FlowProbe> open_and_attach(const FlowProbeOptions& opts, std::string* error,
+                                                    std::string* details);
+  ~FlowProbe();
+  FlowProbe(const FlowProbe&) = delete;
+  FlowProbe& operator=(const FlowProbe&) = delete;
+
+  int ring_buffer_fd() const;
+  uint64_t ring_buffer_bytes() const { return ring_bytes_; }
+  // Sum over CPUs of one of the kernel-side counters.
+  uint64_t counter(tcpscope_counter which) const;
+  // Detaches every program but keeps the maps, so what the kernel already
+  // queued can still be drained before exit.
+  void detach();
+  // Names of the programs attached.
+  const std::vector<std::string>& attached() const { return attached_; }
+
+ private:
+  FlowProbe() = default;
+  tcpscope_bpf* skel_ = nullptr;
+  uint64_t ring_bytes_ = 0;
+  int ncpus_ = 1;
+  std::vector<std::string> attached_;
+};
+
+}  // namespace tcpscope

@@ -1,0 +1,65 @@
+#include "kernel/ring_reader.h"
+
+#include <bpf/libbpf.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+
+namespace tcpscope {
+
+std::unique_ptr<RingReader> RingReader::create(int ring_fd, uint64_t ring_bytes, Handler handler,
+                                               std::string* error) {
+  std::unique_ptr<RingReader> r(new RingReader());
+  r->handler_ = std::move(handler);
+  r->ring_bytes_ = ring_bytes;
+  r->rb_ = ring_buffer__new(ring_fd, &RingReader::on_sample, r.get(), nullptr);
+  if (!r->rb_) {
+    *error = std::string("ring buffer reader: ") + strerror(errno);
+    return nullptr;
+  }
+  // The first page holds the consumer position, the second the producer's;
+  // mapping them read-only lets us report fill without libbpf >= 1.3.
+  long page = sysconf(_SC_PAGESIZE);
+  r->positions_len_ = 2 * page;
+  void* p = mmap(nullptr, r->positions_len_, PROT_READ, MAP_SHARED, ring_fd, 0);
+  r->positions_ = p == MAP_FAILED ? nullptr : p;
+  return r;
+}
+
+RingReader::~RingReader() {
+  ring_buffer__free(rb_);
+  if (positions_) munmap(positions_, positions_len_);
+}
+
+int RingReader::epoll_fd() const { return ring_buffer__epoll_fd(rb_); }
+
+int RingReader::drain() { return ring_buffer__consume(rb_); }
+
+int RingReader::on_sample(void* ctx, void* data, size_t size) {
+  auto* self = static_cast<RingReader*>(ctx);
+  if (size < sizeof(tcpscope_flow_event)) {
+    ++self->malformed_;
+    return 0;
+  }
+  tcpscope_flow_event ev;
+  std::memcpy(&ev, data, sizeof(ev));
+  ++self->records_;
+  self->handler_(ev);
+  return 0;
+}
+
+double RingReader::fill_ratio() const {
+  if (!positions_ || ring_bytes_ == 0) return 0;
+  long page = sysconf(_SC_PAGESIZE);
+  auto* cons = reinterpret_cast<const std::atomic<uint64_t>*>(positions_);
+  auto* prod = reinterpret_cast<const std::atomic<uint64_t>*>(static_cast<const char*>(positions_) + page);
+  uint64_t c = cons->load(std::memory_order_acquire);
+  uint64_t p = prod->load(std::memory_order_acquire);
+  return p > c ? static_cast<double>(p - c) / static_cast<double>(ring_bytes_) : 0.0;
+}
+
+}  // namespace tcpscope

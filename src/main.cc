@@ -1,0 +1,94 @@
+// tcpscope: one executable, subcommands as in SPEC.md.
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "check_config_command.h"
+#include "daemon.h"
+#include "kernel/flow_probe.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: tcpscope <command> [options]\n"
+    "\n"
+    "  run [--config FILE] [--listen HOST:PORT] [--flow-log FILE|-] [--cgroup DIR]\n"
+    "                       the daemon (embedded default config without --config)\n"
+    "  check-config FILE    validate a config file; exit 2 with FILE:LINE: message per problem\n"
+    "  version              version, libbpf version, kernel features found\n";
+
+int usage_error(const std::string& msg) {
+  std::fprintf(stderr, "tcpscope: %s\n%s", msg.c_str(), kUsage);
+  return 2;
+}
+
+// Parses "--name VALUE" and "--name=VALUE"; returns false on a missing value.
+bool take_value(const std::vector<std::string>& args, size_t* i, const char* name, std::string* out) {
+  const std::string& a = args[*i];
+  std::string flag = std::string("--") + name;
+  if (a == flag) {
+    if (*i + 1 >= args.size()) return false;
+    *out = args[++*i];
+    return true;
+  }
+  if (a.rfind(flag + "=", 0) == 0) {
+    *out = a.substr(flag.size() + 1);
+    return true;
+  }
+  return false;
+}
+
+int cmd_run(const std::vector<std::string>& args) {
+  tcpscope::RunOptions opts;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string v;
+    if (take_value(args, &i, "config", &v))
+      opts.config_path = v;
+    else if (take_value(args, &i, "listen", &v))
+      opts.listen = v;
+    else if (take_value(args, &i, "flow-log", &v))
+      opts.flow_log = v;
+    else if (take_value(args, &i, "cgroup", &v))
+      opts.cgroup = v;
+    else
+      return usage_error("run: unknown or incomplete option '" + args[i] + "'");
+  }
+  return tcpscope::run_daemon(opts);
+}
+
+int cmd_version() {
+  auto f = tcpscope::probe_kernel_features();
+  std::printf("tcpscope %s\n", TCPSCOPE_VERSION);
+  std::printf("libbpf %s\n", tcpscope::libbpf_version_string().c_str());
+  std::printf("kernel %s\n", f.kernel_release.c_str());
+  std::printf("  btf: %s\n", f.btf ? "yes (/sys/kernel/btf/vmlinux)" : "no");
+  std::printf("  ringbuf: %s\n", f.ringbuf ? "yes" : "no (or not permitted to probe)");
+  std::printf("  sk_storage: %s\n", f.sk_storage ? "yes" : "no (or not permitted to probe)");
+  std::string have, missing;
+  for (const auto& t : f.tracepoints) have += " " + t;
+  for (const auto& t : f.missing_tracepoints) missing += " " + t;
+  std::printf("  tracepoints:%s\n", have.empty() ? " none" : have.c_str());
+  if (!missing.empty()) std::printf("  missing tracepoints:%s\n", missing.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage_error("no command");
+  std::string cmd = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  if (cmd == "run") return cmd_run(args);
+  if (cmd == "check-config") {
+    if (args.size() != 1) return usage_error("check-config takes one FILE");
+    return tcpscope::check_config_command(args[0], std::cout, std::cerr);
+  }
+  if (cmd == "version" || cmd == "--version") return cmd_version();
+  if (cmd == "help" || cmd == "--help" || cmd == "-h") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  return usage_error("unknown command '" + cmd + "'");
+}

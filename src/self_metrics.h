@@ -1,0 +1,64 @@
+// The daemon's own health in the same registry as the flow metrics: records
+// lost by the kernel, ring buffer fill, records and enrichment lookups
+// processed, config reloads, flow-log drops, build information.
+//
+// The daemon samples monotonically growing totals (the kernel's drop counter,
+// the ring reader's record count, ...) on its tick; the set_* setters for
+// those take the total and advance the Prometheus counter by the difference,
+// so a counter never goes backwards even if a source restarts from 0.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace prometheus {
+class Counter;
+class Gauge;
+class Registry;
+}  // namespace prometheus
+
+namespace tcpscope {
+
+class SelfMetrics {
+ public:
+  // tcpscope_build_info{version, libbpf, kernel} is set to 1 here.
+  SelfMetrics(std::shared_ptr<prometheus::Registry> registry, const std::string& version,
+              const std::string& libbpf_version, const std::string& kernel_release);
+  SelfMetrics(const SelfMetrics&) = delete;
+  SelfMetrics& operator=(const SelfMetrics&) = delete;
+
+  // tcpscope_records_lost_total from the kernel's cumulative drop count.
+  void set_records_lost(uint64_t kernel_total);
+  // tcpscope_records_total from the ring reader's cumulative record count.
+  void set_records(uint64_t total);
+  // tcpscope_enrichment_lookups_total from the enricher's cumulative lookups.
+  void set_enrichment_lookups(uint64_t total);
+  // tcpscope_flow_log_dropped_total from the flow log's cumulative drops.
+  void set_flow_log_dropped(uint64_t total);
+  // tcpscope_ring_buffer_fill_ratio, clamped to 0..1.
+  void set_ring_buffer_fill(double ratio);
+  // tcpscope_snapshot_flows: open flows in the last snapshot.
+  void set_snapshot_flows(int64_t flows);
+  // tcpscope_config_reloads_total{result="ok"|"failed"}.
+  void count_reload(bool ok);
+
+ private:
+  // A Prometheus counter fed from a sampled cumulative total.
+  struct TotalCounter {
+    prometheus::Counter* counter = nullptr;
+    uint64_t last_total = 0;
+    void set(uint64_t total);
+  };
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::mutex mu_;  // the setters may be called from different threads
+  TotalCounter records_lost_, records_, lookups_, flow_log_dropped_;
+  prometheus::Gauge* ring_fill_;
+  prometheus::Gauge* snapshot_flows_;
+  prometheus::Counter* reloads_ok_;
+  prometheus::Counter* reloads_failed_;
+};
+
+}  // namespace tcpscope

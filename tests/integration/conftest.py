@@ -1,0 +1,226 @@
+"""Fixtures for tests that load the real BPF programs and run real traffic.
+
+Each test gets its own pair of network namespaces joined by a veth, with
+addresses from 198.18.0.0/15 and fd00::/8 that exist only inside them. The
+daemon sees every TCP socket on the host; tests pick out their own flows by
+the namespace inode the record carries, so other traffic cannot confuse them.
+Everything created is removed even when a test fails.
+"""
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("TCPSCOPE_BUILD", ROOT / "build"))
+TCPSCOPE = BUILD / "tcpscope"
+TRAFFIC = Path(__file__).with_name("traffic.py")
+
+
+def sh(*cmd, check=True, **kw):
+    return subprocess.run(cmd, check=check, capture_output=True, text=True, **kw)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(pred, timeout, interval=0.05, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class Daemon:
+    """A running `tcpscope run` with its flow log and metrics endpoint."""
+
+    def __init__(self, tmp: Path, extra_args=()):
+        self.flow_log = tmp / "flows.ndjson"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.stderr_path = tmp / "daemon.stderr"
+        self.stderr = open(self.stderr_path, "w")
+        self.proc = subprocess.Popen(
+            [str(TCPSCOPE), "run", "--listen", f"127.0.0.1:{self.port}",
+             "--flow-log", str(self.flow_log), *extra_args],
+            stdout=subprocess.DEVNULL, stderr=self.stderr)
+        wait_for(lambda: "running:" in self.stderr_text() or self.proc.poll() is not None,
+                 30, what="daemon start")
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"tcpscope did not start: {self.stderr_text()}")
+        self._offset = 0
+        self._records = []
+
+    def stderr_text(self):
+        return self.stderr_path.read_text() if self.stderr_path.exists() else ""
+
+    def all_records(self):
+        """Every record written so far (read incrementally)."""
+        if self.flow_log.exists():
+            with open(self.flow_log) as f:
+                f.seek(self._offset)
+                data = f.read()
+            complete = data[: data.rfind("\n") + 1]
+            self._offset += len(complete.encode())
+            self._records.extend(json.loads(l) for l in complete.splitlines() if l)
+        return self._records
+
+    def records(self, net, side=None):
+        """Records of the sockets in `net`'s namespaces (both, or side "cli"/"srv").
+        Namespace inode numbers are recycled, so flows that began before the
+        namespaces were made are not theirs."""
+        ids = {net.netns_ids[side]} if side else set(net.netns_ids.values())
+        return [r for r in self.all_records()
+                if r["netns"] in ids and r["start_ns"] >= net.created_ns]
+
+    def wait_records(self, net, count, side=None, timeout=20):
+        wait_for(lambda: len(self.records(net, side)) >= count, timeout,
+                 what=f"{count} records (have {len(self.records(net, side))})")
+        time.sleep(0.3)  # anything beyond the expected count would show up now
+        return self.records(net, side)
+
+    def metrics(self):
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
+            return r.read().decode()
+
+    def metric_value(self, name, labels=None):
+        total = 0.0
+        found = False
+        for line in self.metrics().splitlines():
+            if line.startswith("#") or not line.startswith(name):
+                continue
+            m = re.match(r"^([a-zA-Z_:]+)(\{.*\})?\s+(\S+)$", line)
+            if not m or m.group(1) != name:
+                continue
+            if labels and not all(f'{k}="{v}"' in (m.group(2) or "") for k, v in labels.items()):
+                continue
+            total += float(m.group(3))
+            found = True
+        return total if found else None
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.stderr.close()
+        return self.proc.returncode
+
+
+class NetPair:
+    """Two namespaces, `cli` and `srv`, joined by a veth pair, dual-stack."""
+
+    def __init__(self):
+        n = random.randrange(1, 250)
+        tag = f"{os.getpid() % 10000}-{random.randrange(1 << 20):05x}"
+        self.cli, self.srv = f"tsc-c{tag}", f"tsc-s{tag}"
+        self.veth_cli, self.veth_srv = f"tsvc{tag[-5:]}", f"tsvs{tag[-5:]}"
+        self.cli_v4, self.srv_v4 = f"198.18.{n}.1", f"198.18.{n}.2"
+        self.cli_v6, self.srv_v6 = f"fd00:7c5:{n:x}::1", f"fd00:7c5:{n:x}::2"
+        self.procs = []
+        self.created_ns = time.time_ns()
+        try:
+            self._build()
+        except Exception:
+            self.close()
+            raise
+
+    def _build(self):
+        sh("ip", "netns", "add", self.cli)
+        sh("ip", "netns", "add", self.srv)
+        sh("ip", "link", "add", self.veth_cli, "netns", self.cli, "type", "veth",
+           "peer", "name", self.veth_srv, "netns", self.srv)
+        for ns, dev, v4, v6 in ((self.cli, self.veth_cli, self.cli_v4, self.cli_v6),
+                                (self.srv, self.veth_srv, self.srv_v4, self.srv_v6)):
+            self.ns(ns, "ip", "link", "set", "lo", "up")
+            self.ns(ns, "ip", "addr", "add", f"{v4}/24", "dev", dev)
+            self.ns(ns, "ip", "-6", "addr", "add", f"{v6}/64", "dev", dev, "nodad")
+            self.ns(ns, "ip", "link", "set", dev, "up")
+        self.netns_ids = {"cli": os.stat(f"/run/netns/{self.cli}").st_ino,
+                          "srv": os.stat(f"/run/netns/{self.srv}").st_ino}
+
+    def ns(self, name, *cmd, check=True):
+        return sh("ip", "netns", "exec", name, *cmd, check=check)
+
+    def spawn(self, name, *cmd):
+        p = subprocess.Popen(["ip", "netns", "exec", name, *cmd],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(p)
+        return p
+
+    def serve(self, tmp, addr, count, port=8080, reset=False):
+        out = tmp / f"server-{port}.jsonl"
+        ready = tmp / f"server-{port}.ready"
+        args = [sys.executable, str(TRAFFIC), "serve", "--bind", addr, "--port", str(port),
+                "--count", str(count), "--out", str(out), "--ready", str(ready)]
+        if reset:
+            args.append("--reset")
+        p = self.spawn(self.srv, *args)
+        wait_for(lambda: ready.exists() or p.poll() is not None, 10, what="server start")
+        assert p.poll() is None, p.stderr.read()
+        return p, out
+
+    def client(self, tmp, addr, count=1, req=100, resp=1000, parallel=1, port=8080, timeout=120):
+        out = tmp / f"client-{port}-{random.randrange(1 << 30)}.jsonl"
+        r = self.ns(self.cli, sys.executable, str(TRAFFIC), "client", "--addr", addr,
+                    "--port", str(port), "--count", str(count), "--req", str(req),
+                    "--resp", str(resp), "--parallel", str(parallel), "--out", str(out),
+                    "--timeout", str(timeout))
+        assert r.returncode == 0, r.stderr
+        return [json.loads(l) for l in out.read_text().splitlines() if l]
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        for ns in (self.cli, self.srv):
+            sh("ip", "netns", "pids", ns, check=False)
+            for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            sh("ip", "netns", "del", ns, check=False)
+
+
+def read_jsonl(path):
+    return [json.loads(l) for l in Path(path).read_text().splitlines() if l]
+
+
+@pytest.fixture(scope="session")
+def daemon(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to load BPF programs")
+    assert TCPSCOPE.exists(), f"build first: {TCPSCOPE} missing"
+    d = Daemon(tmp_path_factory.mktemp("daemon"))
+    yield d
+    rc = d.stop()
+    assert rc == 0, f"daemon exited {rc}: {d.stderr_text()}"
+
+
+@pytest.fixture
+def net():
+    if os.geteuid() != 0:
+        pytest.skip("needs root for network namespaces")
+    pair = NetPair()
+    yield pair
+    pair.close()

@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Request/response traffic with known sizes, and the ground truth tests compare
+tcpscope's records against: bytes each side really moved, the kernel's own
+tcp_info at the end of each connection, and a client wall clock started before
+connect() and stopped at the last byte read.
+
+Runs inside a test network namespace (ip netns exec NS python3 traffic.py ...).
+Protocol: the client sends an 8-byte header (request size, response size),
+then the request; the server reads it all, sends the response, waits for the
+client's FIN, and closes. Every connection prints one JSON line.
+"""
+import argparse
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+
+TCP_INFO = 11
+CHUNK = 65536
+
+
+def tcp_info(sock):
+    """The fields of struct tcp_info the tests compare against (linux/tcp.h offsets)."""
+    raw = sock.getsockopt(socket.IPPROTO_TCP, TCP_INFO, 256)
+    total_retrans = struct.unpack_from("I", raw, 100)[0]
+    bytes_acked, bytes_received = struct.unpack_from("QQ", raw, 120)
+    min_rtt = struct.unpack_from("I", raw, 148)[0] if len(raw) >= 152 else 0
+    return {"total_retrans": total_retrans, "bytes_acked": bytes_acked,
+            "bytes_received": bytes_received, "min_rtt_us": min_rtt,
+            "rtt_us": struct.unpack_from("I", raw, 68)[0]}
+
+
+def recv_exact(sock, n):
+    got = 0
+    parts = []
+    while got < n:
+        b = sock.recv(min(CHUNK, n - got))
+        if not b:
+            raise ConnectionError(f"peer closed after {got} of {n} bytes")
+        parts.append(b)
+        got += len(b)
+    return b"".join(parts) if len(parts) < 64 else None
+
+
+def endpoint(sock, peer=True):
+    a = sock.getpeername() if peer else sock.getsockname()
+    return a[0], a[1]
+
+
+def serve(args):
+    family = socket.AF_INET6 if ":" in args.bind else socket.AF_INET
+    ls = socket.socket(family, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((args.bind, args.port))
+    ls.listen(4096)
+    out = open(args.out, "a", buffering=1)
+    lock = threading.Lock()
+    ready = args.ready
+    if ready:
+        open(ready, "w").close()
+    deadline = time.monotonic() + args.timeout
+
+    def handle(conn):
+        try:
+            conn.settimeout(30)
+            req_size, resp_size = struct.unpack("!II", recv_exact(conn, 8))
+            recv_exact(conn, req_size)
+            if args.reset:
+                # Abortive close: SO_LINGER {on, 0} makes close() send a RST.
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                info = tcp_info(conn)
+                laddr, lport = endpoint(conn, peer=False)
+                raddr, rport = endpoint(conn)
+                conn.close()
+                rec = {"side": "server", "laddr": laddr, "lport": lport, "raddr": raddr,
+                       "rport": rport, "received": req_size, "sent": 0, "reset": True, **info}
+            else:
+                payload = b"s" * min(resp_size, CHUNK)
+                left = resp_size
+                while left > 0:
+                    n = conn.send(payload[:min(left, len(payload))])
+                    left -= n
+                # Wait for the client's FIN so every byte is acknowledged and
+                # tcp_info is final before we read it.
+                while conn.recv(CHUNK):
+                    pass
+                info = tcp_info(conn)
+                laddr, lport = endpoint(conn, peer=False)
+                raddr, rport = endpoint(conn)
+                conn.close()
+                rec = {"side": "server", "laddr": laddr, "lport": lport, "raddr": raddr,
+                       "rport": rport, "received": req_size, "sent": resp_size, **info}
+            with lock:
+                out.write(json.dumps(rec) + "\n")
+        except Exception as e:  # a test asserts on the records, not on this
+            with lock:
+                out.write(json.dumps({"side": "server", "error": repr(e)}) + "\n")
+
+    served = 0
+    ls.settimeout(0.5)
+    threads = []
+    while served < args.count and time.monotonic() < deadline:
+        try:
+            conn, _ = ls.accept()
+        except socket.timeout:
+            continue
+        t = threading.Thread(target=handle, args=(conn,), daemon=True)
+        t.start()
+        threads.append(t)
+        served += 1
+        threads = [x for x in threads if x.is_alive()]
+    for t in threads:
+        t.join(timeout=30)
+    ls.close()
+
+
+def one_client(args, family, idx):
+    req, resp = args.req, args.resp
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.settimeout(60)
+    t0 = time.monotonic_ns()             # before connect(): what tcpscope measures
+    try:
+        s.connect((args.addr, args.port))
+    except OSError as e:
+        s.close()
+        return {"side": "client", "connect_error": e.errno, "error": os.strerror(e.errno or 0)}
+    s.sendall(struct.pack("!II", req, resp) + b"c" * req)
+    t_sent = time.monotonic_ns()         # after the request: the proxy-log trap
+    try:
+        recv_exact(s, resp)
+    except (ConnectionError, OSError) as e:
+        laddr, lport = endpoint(s, peer=False)
+        s.close()
+        return {"side": "client", "lport": lport, "laddr": laddr, "reset": True, "error": repr(e)}
+    t1 = time.monotonic_ns()             # last byte read
+    info = tcp_info(s)
+    laddr, lport = endpoint(s, peer=False)
+    raddr, rport = endpoint(s)
+    s.close()
+    return {"side": "client", "laddr": laddr, "lport": lport, "raddr": raddr, "rport": rport,
+            "sent": req, "received": resp, "clock_us": (t1 - t0) // 1000,
+            "clock_after_send_us": (t1 - t_sent) // 1000, **info}
+
+
+def client(args):
+    family = socket.AF_INET6 if ":" in args.addr else socket.AF_INET
+    out = open(args.out, "a", buffering=1)
+    lock = threading.Lock()
+    counter = {"next": 0}
+    deadline = time.monotonic() + args.timeout
+
+    def worker():
+        while time.monotonic() < deadline:
+            with lock:
+                if counter["next"] >= args.count:
+                    return
+                idx = counter["next"]
+                counter["next"] += 1
+            rec = one_client(args, family, idx)
+            with lock:
+                out.write(json.dumps(rec) + "\n")
+
+    threads = [threading.Thread(target=worker) for _ in range(args.parallel)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="mode", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("--bind", required=True)
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--count", type=int, required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--ready")
+    s.add_argument("--reset", action="store_true")
+    s.add_argument("--timeout", type=float, default=120)
+    c = sub.add_parser("client")
+    c.add_argument("--addr", required=True)
+    c.add_argument("--port", type=int, required=True)
+    c.add_argument("--count", type=int, default=1)
+    c.add_argument("--req", type=int, default=100)
+    c.add_argument("--resp", type=int, default=1000)
+    c.add_argument("--parallel", type=int, default=1)
+    c.add_argument("--out", required=True)
+    c.add_argument("--timeout", type=float, default=120)
+    args = p.parse_args()
+    (serve if args.mode == "serve" else client)(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
