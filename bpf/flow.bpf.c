@@ -11,6 +11,7 @@
  *   tcp_rcv_space_adjust owner of accepted sockets that only read
  *   tcp_cong_state_set   time in Open/Disorder/CWR/Recovery/Loss, cwnd before reductions
  *   tcp_send_reset, tcp_receive_reset   RST-ended flows
+ * and a TCP socket iterator that snapshots the open flows on demand.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -178,19 +179,15 @@ static __always_inline __u8 outcome_of(struct flow_state *st, int sk_err)
 	return TCPSCOPE_OUTCOME_OK;
 }
 
-static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
-				 struct flow_state *st, __u64 now)
+/* Fills a record from the socket as it is now. `final` is the close: the
+ * per-state time is settled in `st`; a snapshot leaves `st` untouched. */
+static __always_inline void fill_event(struct tcpscope_flow_event *e, const struct sock *sk,
+				       struct tcp_sock *tp, struct flow_state *st, __u64 now, bool final)
 {
-	struct tcpscope_flow_event *e;
-	__u64 acked, received, avail;
+	__u64 acked, received, since;
 	int sk_err = sk->sk_err;
 	__u32 min_rtt;
-
-	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e) {
-		count(TCPSCOPE_CNT_RECORDS_LOST);
-		return;
-	}
+	__u8 cs;
 
 	/* tcp_info counts the active side's SYN and each side's FIN in
 	 * bytes_acked/bytes_received; the record carries payload only. */
@@ -218,8 +215,13 @@ static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
 	e->bytes_retrans = tp->bytes_retrans;
 	e->pacing_rate = sk->sk_pacing_rate;
 	e->cgroup_id = st->cgroup_id;
-	close_ca_interval(st, now);
+	if (final)
+		close_ca_interval(st, now);
 	__builtin_memcpy(e->ca_state_ns, st->ca_ns, sizeof(e->ca_state_ns));
+	cs = st->ca_state;
+	since = st->ca_since_ns;
+	if (!final && since && since < now && cs < TCPSCOPE_CA_STATES)
+		e->ca_state_ns[cs] += now - since;
 
 	e->family = sk->__sk_common.skc_family == AF_INET6 ? 6 : 4;
 	if (e->family == 4) {
@@ -231,8 +233,8 @@ static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
 		BPF_CORE_READ_INTO(&e->saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
 		BPF_CORE_READ_INTO(&e->daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
 	}
-	/* skc_num is already zeroed here (the port was released just before
-	 * the state store); inet_sport survives. */
+	/* skc_num is already zeroed at close (the port was released just
+	 * before the state store); inet_sport survives. */
 	e->sport = bpf_ntohs(tp->inet_conn.icsk_inet.inet_sport);
 	e->dport = bpf_ntohs(sk->__sk_common.skc_dport);
 	e->netns = sk->__sk_common.skc_net.net->ns.inum;
@@ -244,8 +246,7 @@ static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
 	e->min_rtt_us = min_rtt == ~0U ? 0 : min_rtt;
 	e->rttvar_us = tp->mdev_us >> 2;
 	e->snd_cwnd = tp->snd_cwnd;
-	sample_cwnd(st, tp->snd_cwnd);
-	e->max_cwnd = st->max_cwnd;
+	e->max_cwnd = st->max_cwnd > tp->snd_cwnd ? st->max_cwnd : tp->snd_cwnd;
 	e->snd_ssthresh = tp->snd_ssthresh;
 	e->mss = tp->mss_cache;
 	e->segs_out = tp->segs_out;
@@ -261,6 +262,20 @@ static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
 	e->dir = st->dir;
 	e->outcome = outcome_of(st, sk_err);
 	bpf_probe_read_kernel_str(e->cc, sizeof(e->cc), tp->inet_conn.icsk_ca_ops->name);
+}
+
+static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
+				 struct flow_state *st, __u64 now)
+{
+	struct tcpscope_flow_event *e;
+	__u64 avail;
+
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(TCPSCOPE_CNT_RECORDS_LOST);
+		return;
+	}
+	fill_event(e, sk, tp, st, now, true);
 
 	/* Batch wake-ups: the reader drains on its own timer, so only a
 	 * filling ring needs to interrupt it. */
@@ -448,5 +463,50 @@ int BPF_PROG(on_receive_reset, struct sock *sk)
 
 	if (st)
 		st->flags |= TCPSCOPE_F_RST_RECEIVED;
+	return 0;
+}
+
+/* Snapshot of open flows for the active-flow gauges and `tcpscope flows`:
+ * one record per established TCP socket of the reader's network namespace,
+ * in the same layout as the close records. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tcpscope_flow_event);
+} snapshot_scratch SEC(".maps");
+
+SEC("iter/tcp")
+int snapshot_open_flows(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+	struct tcpscope_flow_event *e;
+	struct flow_state *st, copy = {};
+	struct tcp_sock *tp;
+	__u32 zero = 0;
+	__u8 state;
+
+	if (!skc)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(skc);
+	if (!tp)
+		return 0; /* request and time-wait minisockets */
+	state = tp->inet_conn.icsk_inet.sk.__sk_common.skc_state;
+	if (state == TCP_LISTEN || state == TCP_CLOSE)
+		return 0;
+	e = bpf_map_lookup_elem(&snapshot_scratch, &zero);
+	if (!e)
+		return 0;
+	st = bpf_sk_storage_get(&flows, (struct sock *)tp, 0, 0);
+	if (st) {
+		__builtin_memcpy(&copy, st, sizeof(copy));
+	} else {
+		/* Opened before we attached: no start, flagged partial. */
+		copy.flags = TCPSCOPE_F_PARTIAL | TCPSCOPE_F_ESTABLISHED;
+		copy.dir = tp->inet_conn.icsk_inet.sk.__sk_common.skc_num >= 32768 ? TCPSCOPE_DIR_ACTIVE
+										    : TCPSCOPE_DIR_PASSIVE;
+	}
+	fill_event(e, (struct sock *)tp, tp, &copy, bpf_ktime_get_ns(), false);
+	bpf_seq_write(ctx->meta->seq, e, sizeof(*e));
 	return 0;
 }

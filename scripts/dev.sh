@@ -14,7 +14,7 @@ PACKAGES=(
   prometheus-cpp-dev libcivetweb-dev libyaml-cpp-dev libmaxminddb-dev nlohmann-json3-dev
   libgtest-dev libbenchmark-dev
   iproute2 nftables procps curl python3 python3-pytest
-  libmaxmind-db-writer-perl
+  libmaxmind-db-writer-perl prometheus
 )
 
 die() { echo "dev.sh: $*" >&2; exit 1; }

@@ -206,15 +206,20 @@ void Aggregator::add(const FlowRecord& f) {
     auto it = asn_bytes_.find(f.asn);
     if (it == asn_bytes_.end()) {
       if (asn_bytes_.size() < options_.max_tracked_asns) {
-        asn_bytes_.emplace(f.asn, AsnEntry{static_cast<double>(bytes), false});
+        it = asn_bytes_.emplace(f.asn, AsnEntry{static_cast<double>(bytes), false}).first;
       } else {
         ++untracked_asn_flows_;
       }
-      other = true;
     } else {
       it->second.bytes += static_cast<double>(bytes);
-      other = !it->second.top;
     }
+    // While the top-N has room (a young daemon, or few ASNs) an ASN joins
+    // it at once rather than waiting as "other" for the next ranking.
+    if (it != asn_bytes_.end() && !it->second.top && top_asns_.size() < options_.top_n) {
+      it->second.top = true;
+      top_asns_.push_back(f.asn);
+    }
+    other = it == asn_bytes_.end() || !it->second.top;
   }
 
   Series* s = series_for(intern(&class_names_, f.peer_class), intern(&cc_names_, f.cc), other ? 0 : f.asn, other);

@@ -204,7 +204,8 @@ class AsnDatabaseBuilder {
     return index;
   }
 
-  bool mmdb_record(MMDB_entry_s entry, const std::string& where, uint32_t* record, std::string* error);
+  bool mmdb_record(MMDB_entry_s entry, const std::string& path, const IpAddr& addr, int len, uint32_t* record,
+                   std::string* error);
   bool parse_line(std::string_view line, std::string* why);
 
   std::unique_ptr<AsnDatabase> db_;
@@ -214,14 +215,16 @@ class AsnDatabaseBuilder {
   static constexpr uint32_t kNone = UINT32_MAX;
 };
 
-// Decodes one MMDB data record into *record (kNone when it carries no AS number).
-bool AsnDatabaseBuilder::mmdb_record(MMDB_entry_s entry, const std::string& where, uint32_t* record,
-                                     std::string* error) {
+// Decodes the data record of network addr/len into *record (kNone when it
+// carries no AS number).
+bool AsnDatabaseBuilder::mmdb_record(MMDB_entry_s entry, const std::string& path, const IpAddr& addr, int len,
+                                     uint32_t* record, std::string* error) {
   auto cached = by_offset_.find(entry.offset);
   if (cached != by_offset_.end()) {
     *record = cached->second;
     return true;
   }
+  const std::string where = path + ": network " + addr.to_string() + "/" + std::to_string(len);
   // A missing key is "no such field", not corruption; anything else is.
   auto get = [&](const char* key, MMDB_entry_data_s* data) {
     const int rc = MMDB_get_value(&entry, data, key, nullptr);
@@ -244,10 +247,13 @@ bool AsnDatabaseBuilder::mmdb_record(MMDB_entry_s entry, const std::string& wher
       case MMDB_DATA_TYPE_UINT32: asn = data.uint32; has_asn = true; break;
       case MMDB_DATA_TYPE_UINT64: has_asn = data.uint64 <= UINT32_MAX; asn = uint32_t(data.uint64); break;
       case MMDB_DATA_TYPE_INT32: has_asn = data.int32 >= 0; asn = uint32_t(data.int32); break;
+      case MMDB_DATA_TYPE_UTF8_STRING:
+        has_asn = parse_as_string(std::string_view(data.utf8_string, data.data_size), &asn);
+        break;
       default: break;
     }
     if (!has_asn) {
-      *error = where + ": autonomous_system_number is not an unsigned 32-bit number";
+      *error = where + ": autonomous_system_number is not an AS number";
       return false;
     }
   } else {
@@ -392,9 +398,9 @@ bool AsnDatabaseBuilder::load_mmdb(const std::string& path, std::string* error) 
         addr = child.v6();
         len = child.depth;
       }
-      const std::string where = path + ": network " + addr.to_string() + "/" + std::to_string(len);
       uint32_t rec;
-      if (!mmdb_record(side ? sn.right_record_entry : sn.left_record_entry, where, &rec, error)) return false;
+      if (!mmdb_record(side ? sn.right_record_entry : sn.left_record_entry, path, addr, len, &rec, error))
+        return false;
       if (rec == kNone) {
         ++networks_without_asn;
         continue;
@@ -514,7 +520,6 @@ bool AsnDatabaseBuilder::load_prefix_file(const std::string& path, std::string* 
   gzbuffer(file, 1 << 17);
   db_->has_prefix_file_ = true;
 
-  const std::string name = base_name(path);
   std::string line;
   char buf[4096];
   int line_no = 0;
@@ -528,7 +533,7 @@ bool AsnDatabaseBuilder::load_prefix_file(const std::string& path, std::string* 
     while (!raw.empty() && (raw.back() == '\n' || raw.back() == '\r')) raw.remove_suffix(1);
     std::string why;
     if (parse_line(raw, &why)) return true;
-    *error = name + ":" + std::to_string(line_no) + ": " + why;
+    *error = path + ":" + std::to_string(line_no) + ": " + why;
     return false;
   };
   while (ok && gzgets(file, buf, sizeof buf) != nullptr) {

@@ -55,7 +55,8 @@ class AsnDatabase {
  public:
   // Loads the sources named in cfg (either may be ""; neither gives an empty
   // database). On failure returns nullptr and sets *error to one line naming
-  // the file and the problem, e.g. "pfx2as.tsv:17: bad prefix length '40x'".
+  // the file (as configured) and the problem, e.g.
+  // "/etc/tcpscope/pfx2as.tsv:17: bad prefix length '40x'".
   static std::shared_ptr<const AsnDatabase> load(const AsnConfig& cfg, std::string* error);
 
   // The AS of the longest prefix containing addr; {0, ""} when none does.

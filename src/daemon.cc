@@ -24,6 +24,7 @@
 #include "flow_log.h"
 #include "http_server.h"
 #include "kernel/flow_probe.h"
+#include "kernel/flow_snapshot.h"
 #include "kernel/ring_reader.h"
 #include "peer_classifier.h"
 #include "self_metrics.h"
@@ -85,6 +86,8 @@ class Daemon {
   void flush_batch();
   void on_tick();
   void reload();
+  void take_snapshot();
+  std::string open_flows_json() const;
   std::pair<bool, std::string> health() const;
 
   RunOptions opts_;
@@ -105,6 +108,9 @@ class Daemon {
   std::atomic<int64_t> last_drain_ns_{0};
   SteadyClock::time_point last_clock_refresh_ = SteadyClock::now();
   SteadyClock::time_point last_top_asn_ = SteadyClock::now();
+  SteadyClock::time_point last_snapshot_{};
+  // The latest snapshot of open flows, read by HTTP threads.
+  std::shared_ptr<const std::vector<FlowRecord>> open_flows_ = std::make_shared<std::vector<FlowRecord>>();
 };
 
 int Daemon::start() {
@@ -129,6 +135,7 @@ int Daemon::start() {
   if (!http_) return fail(error);
   http_->serve_metrics(registry_);
   http_->set_health([this] { return health(); });
+  http_->handle_json("/api/v1/flows", [this](const std::string&) { return open_flows_json(); });
 
   FlowProbeOptions popts;
   popts.ring_buffer_bytes = config_.ring_buffer_bytes;
@@ -179,6 +186,11 @@ void Daemon::on_tick() {
     aggregator_->recompute_top_asns();
     last_top_asn_ = now;
   }
+  if (config_.snapshot_interval_s &&
+      now - last_snapshot_ >= std::chrono::seconds(config_.snapshot_interval_s)) {
+    take_snapshot();
+    last_snapshot_ = now;
+  }
   self_->set_records_lost(probe_->counter(TCPSCOPE_CNT_RECORDS_LOST));
   self_->set_ring_buffer_fill(ring_->fill_ratio());
   self_->set_records(ring_->records());
@@ -206,6 +218,39 @@ void Daemon::reload() {
   config_.asn = fresh.asn;
   self_->count_reload(true);
   log_line("reloaded " + (opts_.config_path.empty() ? std::string("<embedded>") : opts_.config_path));
+}
+
+// Long-lived flows must not be invisible until they close: every
+// snapshot_interval_s the open flows are read through the socket iterator,
+// enriched like finished ones, and counted into tcpscope_active_flows.
+void Daemon::take_snapshot() {
+  int link = probe_->snapshot_link_fd();
+  if (link < 0) return;
+  FlowSnapshot snap = snapshot_all_namespaces(link);
+  auto flows = std::make_shared<std::vector<FlowRecord>>();
+  flows->reserve(snap.flows.size());
+  Aggregator::ActiveFlows active;
+  for (const auto& ev : snap.flows) {
+    FlowRecord f = decode_flow_event(ev, clock_);
+    lookups_ += enricher_->enrich(&f);
+    ++active[{f.peer_class, f.cc}];
+    flows->push_back(std::move(f));
+  }
+  aggregator_->set_active_flows(active);
+  self_->set_snapshot_flows(static_cast<int64_t>(flows->size()));
+  std::atomic_store(&open_flows_, std::shared_ptr<const std::vector<FlowRecord>>(std::move(flows)));
+}
+
+std::string Daemon::open_flows_json() const {
+  auto flows = std::atomic_load(&open_flows_);
+  std::string out = "[";
+  for (const auto& f : *flows) {
+    if (out.size() > 1) out += ",";
+    append_flow_json(f, &out);
+    out.pop_back();  // the record's newline
+  }
+  out += "]\n";
+  return out;
 }
 
 std::pair<bool, std::string> Daemon::health() const {
@@ -243,6 +288,8 @@ int Daemon::run() {
     if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) return fail(std::string("epoll_ctl: ") + strerror(errno));
   }
   flush_batch();
+  take_snapshot();
+  last_snapshot_ = SteadyClock::now();
 
   bool stop = false;
   while (!stop) {

@@ -22,54 +22,10 @@ int open_path(const std::string& path, std::string* error) {
   return fd;
 }
 
-}  // namespace
-
-std::unique_ptr<FlowLog> FlowLog::open(const std::string& path, size_t max_queued_bytes,
-                                       std::string* error) {
-  int fd = open_path(path, error);
-  if (fd < 0) return nullptr;
-  return std::unique_ptr<FlowLog>(new FlowLog(path, fd, max_queued_bytes));
-}
-
-FlowLog::FlowLog(std::string path, int fd, size_t max_queued_bytes)
-    : path_(std::move(path)), max_queued_bytes_(max_queued_bytes), fd_(fd) {
-  writer_ = std::thread([this] { writer_loop(); });
-}
-
-FlowLog::~FlowLog() { close(2000); }
-
-void FlowLog::submit(std::string&& lines, uint64_t records) {
-  if (records == 0) return;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stop_ || queue_.size() + lines.size() > max_queued_bytes_) {
-      dropped_records_ += records;
-      return;
-    }
-    if (queue_.empty())
-      queue_.swap(lines);
-    else
-      queue_.append(lines);
-    queued_records_ += records;
-  }
-  cv_.notify_one();
-}
-
-bool FlowLog::reopen(std::string* error) {
-  if (path_ == "-") return true;
-  int fd = open_path(path_, error);
-  if (fd < 0) return false;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (pending_fd_ >= 0) ::close(pending_fd_);
-  pending_fd_ = fd;
-  cv_.notify_one();
-  return true;
-}
-
-bool FlowLog::write_all(const std::string& data) {
+bool write_all(int fd, const std::string& data) {
   size_t off = 0;
   while (off < data.size()) {
-    ssize_t n = ::write(fd_, data.data() + off, data.size() - off);
+    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
     if (n < 0) {
       if (errno == EINTR) continue;
       return false;
@@ -79,61 +35,106 @@ bool FlowLog::write_all(const std::string& data) {
   return true;
 }
 
-void FlowLog::writer_loop() {
+}  // namespace
+
+FlowLog::State::~State() {
+  if (fd >= 0) ::close(fd);
+  if (pending_fd >= 0) ::close(pending_fd);
+}
+
+std::unique_ptr<FlowLog> FlowLog::open(const std::string& path, size_t max_queued_bytes,
+                                       std::string* error) {
+  int fd = open_path(path, error);
+  if (fd < 0) return nullptr;
+  return std::unique_ptr<FlowLog>(new FlowLog(path, fd, max_queued_bytes));
+}
+
+FlowLog::FlowLog(std::string path, int fd, size_t max_queued_bytes)
+    : path_(std::move(path)), max_queued_bytes_(max_queued_bytes) {
+  st_->fd = fd;
+  writer_ = std::thread(&FlowLog::writer_loop, st_);
+}
+
+FlowLog::~FlowLog() { close(2000); }
+
+void FlowLog::submit(std::string&& lines, uint64_t records) {
+  if (records == 0) return;
+  {
+    std::lock_guard<std::mutex> lock(st_->mu);
+    if (st_->stop || st_->queue.size() + lines.size() > max_queued_bytes_) {
+      st_->dropped_records += records;
+      return;
+    }
+    if (st_->queue.empty())
+      st_->queue.swap(lines);
+    else
+      st_->queue.append(lines);
+    st_->queued_records += records;
+  }
+  st_->cv.notify_one();
+}
+
+bool FlowLog::reopen(std::string* error) {
+  if (path_ == "-") return true;
+  int fd = open_path(path_, error);
+  if (fd < 0) return false;
+  std::lock_guard<std::mutex> lock(st_->mu);
+  if (st_->pending_fd >= 0) ::close(st_->pending_fd);
+  st_->pending_fd = fd;
+  st_->cv.notify_one();
+  return true;
+}
+
+void FlowLog::writer_loop(std::shared_ptr<State> st) {
   std::string batch;
   for (;;) {
     uint64_t records = 0;
+    int fd;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      writing_ = false;
-      drained_cv_.notify_all();
-      cv_.wait(lock, [this] { return stop_ || !queue_.empty() || pending_fd_ >= 0; });
-      if (pending_fd_ >= 0) {
-        ::close(fd_);
-        fd_ = pending_fd_;
-        pending_fd_ = -1;
+      std::unique_lock<std::mutex> lock(st->mu);
+      st->writing = false;
+      st->drained_cv.notify_all();
+      st->cv.wait(lock, [&] { return st->stop || !st->queue.empty() || st->pending_fd >= 0; });
+      if (st->pending_fd >= 0) {
+        ::close(st->fd);
+        st->fd = st->pending_fd;
+        st->pending_fd = -1;
       }
-      if (queue_.empty() && stop_) break;
+      if (st->queue.empty() && st->stop) break;
       batch.clear();
-      batch.swap(queue_);
-      records = queued_records_;
-      queued_records_ = 0;
-      writing_ = true;
+      batch.swap(st->queue);
+      records = st->queued_records;
+      st->queued_records = 0;
+      st->writing = true;
+      fd = st->fd;
     }
-    if (write_all(batch))
-      written_records_ += records;
+    if (write_all(fd, batch))
+      st->written_records += records;
     else
-      dropped_records_ += records;
+      st->dropped_records += records;
   }
 }
 
 void FlowLog::close(int timeout_ms) {
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!writer_.joinable()) return;
-    drained_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                         [this] { return queue_.empty() && !writing_; });
-    stop_ = true;
-    if (!queue_.empty()) {  // the disk did not keep up within the deadline
-      dropped_records_ += queued_records_;
-      queue_.clear();
-      queued_records_ = 0;
-    }
-  }
-  cv_.notify_one();
+  if (!writer_.joinable()) return;
   bool stuck;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    stuck = writing_;
+    std::unique_lock<std::mutex> lock(st_->mu);
+    st_->drained_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                             [this] { return st_->queue.empty() && !st_->writing; });
+    st_->stop = true;
+    if (!st_->queue.empty()) {  // the disk did not keep up within the deadline
+      st_->dropped_records += st_->queued_records;
+      st_->queue.clear();
+      st_->queued_records = 0;
+    }
+    stuck = st_->writing;
   }
-  if (stuck) {
-    // Blocked in write() on a dead disk: leave it rather than hang the exit.
-    writer_.detach();
-    return;
-  }
-  writer_.join();
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
+  st_->cv.notify_one();
+  if (stuck)
+    writer_.detach();  // blocked in write() on a dead disk: it keeps the state alive
+  else
+    writer_.join();
 }
 
 }  // namespace tcpscope

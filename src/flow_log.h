@@ -27,28 +27,34 @@ class FlowLog {
   // Writes what is queued, waiting at most `timeout_ms`, and stops the writer.
   void close(int timeout_ms);
 
-  uint64_t written_records() const { return written_records_.load(); }
-  uint64_t dropped_records() const { return dropped_records_.load(); }
+  uint64_t written_records() const { return st_->written_records.load(); }
+  uint64_t dropped_records() const { return st_->dropped_records.load(); }
   const std::string& path() const { return path_; }
 
  private:
+  // Everything the writer thread touches. Shared, so that a writer stuck in
+  // write() on a dead disk can be abandoned at exit without dangling.
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::condition_variable drained_cv;
+    std::string queue;
+    uint64_t queued_records = 0;
+    bool writing = false;
+    bool stop = false;
+    int fd = -1;
+    int pending_fd = -1;  // set by reopen(), swapped in by the writer
+    std::atomic<uint64_t> written_records{0};
+    std::atomic<uint64_t> dropped_records{0};
+    ~State();
+  };
+
   FlowLog(std::string path, int fd, size_t max_queued_bytes);
-  void writer_loop();
-  bool write_all(const std::string& data);
+  static void writer_loop(std::shared_ptr<State> st);
 
   const std::string path_;
   const size_t max_queued_bytes_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::condition_variable drained_cv_;
-  std::string queue_;
-  uint64_t queued_records_ = 0;
-  bool writing_ = false;
-  bool stop_ = false;
-  int fd_ = -1;
-  int pending_fd_ = -1;  // set by reopen(), swapped in by the writer
-  std::atomic<uint64_t> written_records_{0};
-  std::atomic<uint64_t> dropped_records_{0};
+  std::shared_ptr<State> st_ = std::make_shared<State>();
   std::thread writer_;
 };
 

@@ -148,7 +148,9 @@ std::unique_ptr<HttpServer> HttpServer::start(const std::string& listen, std::st
       "num_threads", "4",
       "request_timeout_ms", "10000",
       "enable_keep_alive", "yes",
-      "keep_alive_timeout_ms", "5000",
+      // An idle keep-alive connection occupies one of the 4 workers; keep the
+      // wait short so that a few idle clients cannot starve /healthz.
+      "keep_alive_timeout_ms", "1000",
       // Request line + headers; a scraper sends a few hundred bytes.
       "max_request_size", "8192",
       "tcp_nodelay", "1",

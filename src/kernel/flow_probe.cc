@@ -185,6 +185,10 @@ FlowProbe::~FlowProbe() { tcpscope_bpf__destroy(skel_); }
 
 int FlowProbe::ring_buffer_fd() const { return bpf_map__fd(skel_->maps.events); }
 
+int FlowProbe::snapshot_link_fd() const {
+  return skel_->links.snapshot_open_flows ? bpf_link__fd(skel_->links.snapshot_open_flows) : -1;
+}
+
 uint64_t FlowProbe::counter(tcpscope_counter which) const {
   std::vector<uint64_t> per_cpu(ncpus_);
   uint32_t key = which;

@@ -44,6 +44,8 @@ class FlowProbe {
   FlowProbe& operator=(const FlowProbe&) = delete;
 
   int ring_buffer_fd() const;
+  // The TCP socket iterator's link (snapshots of open flows); -1 if unavailable.
+  int snapshot_link_fd() const;
   uint64_t ring_buffer_bytes() const { return ring_bytes_; }
   // Sum over CPUs of one of the kernel-side counters.
   uint64_t counter(tcpscope_counter which) const;

@@ -49,7 +49,7 @@ def wait_for(pred, timeout, interval=0.05, what="condition"):
 class Daemon:
     """A running `tcpscope run` with its flow log and metrics endpoint."""
 
-    def __init__(self, tmp: Path, extra_args=()):
+    def __init__(self, tmp: Path, extra_args=(), env=None):
         self.flow_log = tmp / "flows.ndjson"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -58,7 +58,7 @@ class Daemon:
         self.proc = subprocess.Popen(
             [str(TCPSCOPE), "run", "--listen", f"127.0.0.1:{self.port}",
              "--flow-log", str(self.flow_log), *extra_args],
-            stdout=subprocess.DEVNULL, stderr=self.stderr)
+            stdout=subprocess.DEVNULL, stderr=self.stderr, env=env)
         wait_for(lambda: "running:" in self.stderr_text() or self.proc.poll() is not None,
                  30, what="daemon start")
         if self.proc.poll() is not None:
@@ -169,6 +169,7 @@ class NetPair:
     def serve(self, tmp, addr, count, port=8080, reset=False):
         out = tmp / f"server-{port}.jsonl"
         ready = tmp / f"server-{port}.ready"
+        ready.unlink(missing_ok=True)
         args = [sys.executable, str(TRAFFIC), "serve", "--bind", addr, "--port", str(port),
                 "--count", str(count), "--out", str(out), "--ready", str(ready)]
         if reset:
@@ -178,12 +179,14 @@ class NetPair:
         assert p.poll() is None, p.stderr.read()
         return p, out
 
-    def client(self, tmp, addr, count=1, req=100, resp=1000, parallel=1, port=8080, timeout=120):
+    def client(self, tmp, addr, count=1, req=100, resp=1000, parallel=1, port=8080, timeout=120,
+               source=None):
         out = tmp / f"client-{port}-{random.randrange(1 << 30)}.jsonl"
+        extra = ["--source", source] if source else []
         r = self.ns(self.cli, sys.executable, str(TRAFFIC), "client", "--addr", addr,
                     "--port", str(port), "--count", str(count), "--req", str(req),
                     "--resp", str(resp), "--parallel", str(parallel), "--out", str(out),
-                    "--timeout", str(timeout))
+                    "--timeout", str(timeout), *extra)
         assert r.returncode == 0, r.stderr
         return [json.loads(l) for l in out.read_text().splitlines() if l]
 

@@ -121,6 +121,8 @@ def one_client(args, family, idx):
     req, resp = args.req, args.resp
     s = socket.socket(family, socket.SOCK_STREAM)
     s.settimeout(60)
+    if args.source:
+        s.bind((args.source, 0))
     t0 = time.monotonic_ns()             # before connect(): what tcpscope measures
     try:
         s.connect((args.addr, args.port))
@@ -188,6 +190,7 @@ def main():
     c.add_argument("--req", type=int, default=100)
     c.add_argument("--resp", type=int, default=1000)
     c.add_argument("--parallel", type=int, default=1)
+    c.add_argument("--source", help="local address to connect from")
     c.add_argument("--out", required=True)
     c.add_argument("--timeout", type=float, default=120)
     args = p.parse_args()

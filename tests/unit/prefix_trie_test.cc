@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <random>
 #include <string>
@@ -25,10 +26,10 @@ int find_value(const PrefixTrie<int>& t, const char* text, int* len = nullptr) {
 }
 
 bool bits_match(const IpAddr& a, const IpAddr& prefix, int len) {
-  for (int i = 0; i < len; ++i) {
-    if (a.bit(i) != prefix.bit(i)) return false;
-  }
-  return true;
+  if (std::memcmp(a.bytes.data(), prefix.bytes.data(), size_t(len / 8)) != 0) return false;
+  if (len % 8 == 0) return true;
+  const uint8_t mask = uint8_t(0xff << (8 - len % 8));
+  return (a.bytes[len / 8] & mask) == (prefix.bytes[len / 8] & mask);
 }
 
 IpAddr clear_host_bits(IpAddr a, int len) {
@@ -241,6 +242,32 @@ std::vector<IpAddr> probe_addresses(std::mt19937& rng, const std::vector<Entry>&
   return out;
 }
 
+std::vector<const Entry*> brute_force_all(const std::vector<Entry>& entries, const std::vector<IpAddr>& probes) {
+  std::vector<const Entry*> out;
+  for (const IpAddr& a : probes) out.push_back(brute_force(entries, a));
+  return out;
+}
+
+void expect_same_as_brute_force(const PrefixTrie<int>& t, const std::vector<const Entry*>& expected,
+                                const std::vector<IpAddr>& probes, const char* stage) {
+  size_t matched = 0;
+  for (size_t i = 0; i < probes.size(); ++i) {
+    const IpAddr& a = probes[i];
+    const Entry* want = expected[i];
+    int len = -1;
+    const int* got = t.lookup_with_len(a, &len);
+    if (want == nullptr) {
+      ASSERT_EQ(got, nullptr) << stage << " " << a.to_string();
+      continue;
+    }
+    ++matched;
+    ASSERT_NE(got, nullptr) << stage << " " << a.to_string();
+    ASSERT_EQ(*got, want->value) << stage << " " << a.to_string();
+    ASSERT_EQ(len, want->len) << stage << " " << a.to_string();
+  }
+  EXPECT_GT(matched, probes.size() / 2) << stage;  // the probes really exercised matches
+}
+
 void check_against_brute_force(int family, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<Entry> entries = random_entries(rng, family, 10000);
@@ -251,21 +278,27 @@ void check_against_brute_force(int family, uint32_t seed) {
   for (const Entry& e : entries) distinct[{e.addr.bytes, e.len}] = e.value;
   EXPECT_EQ(t.size(), distinct.size());
 
-  size_t matched = 0;
-  for (const IpAddr& a : probe_addresses(rng, entries, family, 4000)) {
-    const Entry* want = brute_force(entries, a);
-    int len = -1;
-    const int* got = t.lookup_with_len(a, &len);
-    if (want == nullptr) {
-      EXPECT_EQ(got, nullptr) << a.to_string();
-      continue;
-    }
-    ++matched;
-    ASSERT_NE(got, nullptr) << a.to_string();
-    EXPECT_EQ(*got, want->value) << a.to_string();
-    EXPECT_EQ(len, want->len) << a.to_string();
+  const std::vector<IpAddr> probes = probe_addresses(rng, entries, family, 4000);
+  std::vector<const Entry*> expected = brute_force_all(entries, probes);
+  expect_same_as_brute_force(t, expected, probes, "as inserted");
+  const size_t plain_bytes = t.memory_bytes();
+  t.optimize();  // builds the jump tables
+  EXPECT_NE(t.memory_bytes(), plain_bytes);
+  expect_same_as_brute_force(t, expected, probes, "optimized");
+
+  // Inserting after optimize() must not use stale jump tables.
+  std::vector<Entry> more = random_entries(rng, family, 1000);
+  entries.reserve(entries.size() + more.size());
+  for (Entry& e : more) {
+    e.value += 100000;
+    t.insert(e.addr, e.len, e.value);
+    entries.push_back(e);
+    distinct[{e.addr.bytes, e.len}] = e.value;
   }
-  EXPECT_GT(matched, 2000u);  // the probes really exercised matches
+  expected = brute_force_all(entries, probes);
+  expect_same_as_brute_force(t, expected, probes, "inserted after optimize");
+  t.optimize();
+  expect_same_as_brute_force(t, expected, probes, "optimized again");
 
   // Every stored prefix is enumerated once, with its final value.
   size_t enumerated = 0;
