@@ -20,6 +20,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "tcpscope/flow_event.h"
+#include "sock_policy_map.h"
 
 #define AF_INET 2
 #define AF_INET6 10
@@ -61,6 +62,9 @@ struct {
 	__type(key, int);
 	__type(value, struct flow_state);
 } flows SEC(".maps");
+
+/* Owned by policy.bpf.c: which rule and arm chose this socket's CC. */
+extern TCPSCOPE_SOCK_POLICY_MAP sock_policy SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -184,6 +188,7 @@ static __always_inline __u8 outcome_of(struct flow_state *st, int sk_err)
 static __always_inline void fill_event(struct tcpscope_flow_event *e, const struct sock *sk,
 				       struct tcp_sock *tp, struct flow_state *st, __u64 now, bool final)
 {
+	struct tcpscope_sock_policy *sp;
 	__u64 acked, received, since;
 	int sk_err = sk->sk_err;
 	__u32 min_rtt;
@@ -259,6 +264,13 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 	e->sk_err = sk_err;
 	e->cc_rule = 0;
 	e->arm = 0;
+	sp = bpf_sk_storage_get(&sock_policy, (struct sock *)sk, 0, 0);
+	if (sp) {
+		e->cc_rule = sp->rule;
+		e->arm = sp->arm;
+		if (sp->app_set_cc)
+			e->flags |= TCPSCOPE_F_APP_SET_CC;
+	}
 	e->dir = st->dir;
 	e->outcome = outcome_of(st, sk_err);
 	bpf_probe_read_kernel_str(e->cc, sizeof(e->cc), tp->inet_conn.icsk_ca_ops->name);

@@ -25,6 +25,8 @@
 #include "http_server.h"
 #include "kernel/flow_probe.h"
 #include "kernel/flow_snapshot.h"
+#include "kernel/policy_controller.h"
+#include "cgroup_path.h"
 #include "kernel/ring_reader.h"
 #include "peer_classifier.h"
 #include "self_metrics.h"
@@ -100,6 +102,7 @@ class Daemon {
   std::unique_ptr<HttpServer> http_;
   std::unique_ptr<FlowProbe> probe_;
   std::unique_ptr<RingReader> ring_;
+  std::unique_ptr<PolicyController> policy_;
   MonotonicToRealtime clock_;
 
   std::string batch_;  // NDJSON lines of the current drain
@@ -139,12 +142,22 @@ int Daemon::start() {
 
   FlowProbeOptions popts;
   popts.ring_buffer_bytes = config_.ring_buffer_bytes;
+  // The policy programs go on the cgroup v2 root unless told otherwise; a
+  // host without cgroup v2 can still observe, only not steer.
+  popts.cgroup_path = config_.cgroup.empty() ? cgroup2_mount_point() : config_.cgroup;
+  if (popts.cgroup_path.empty()) {
+    if (!config_.cc_policy.rules.empty()) return fail("cc_policy has rules but no cgroup v2 hierarchy is mounted");
+    log_line("no cgroup v2 hierarchy mounted: congestion-control policy, setsockopt and sysctl hooks disabled");
+  }
   std::string details;
   probe_ = FlowProbe::open_and_attach(popts, &error, &details);
   if (!probe_) {
     if (!details.empty()) std::fputs(details.c_str(), stderr);
     return fail(error);
   }
+  policy_ = std::make_unique<PolicyController>(*probe_, registry_);
+  if (!policy_->load(config_, enricher_->tables()->asn_db.get(), &error)) return fail("cc_policy: " + error);
+  http_->handle_json("/api/v1/policy", [this](const std::string&) { return policy_->to_json(); });
   ring_ = RingReader::create(probe_->ring_buffer_fd(), probe_->ring_buffer_bytes(),
                              [this](const tcpscope_flow_event& ev) { on_event(ev); }, &error);
   if (!ring_) return fail(error);
@@ -160,6 +173,7 @@ int Daemon::start() {
 void Daemon::on_event(const tcpscope_flow_event& ev) {
   FlowRecord flow = decode_flow_event(ev, clock_);
   lookups_ += enricher_->enrich(&flow);
+  policy_->name_flow(ev, &flow);
   aggregator_->add(flow);
   if (flow_log_) {
     append_flow_json(flow, &batch_);
@@ -191,6 +205,7 @@ void Daemon::on_tick() {
     take_snapshot();
     last_snapshot_ = now;
   }
+  policy_->update_metrics();
   self_->set_records_lost(probe_->counter(TCPSCOPE_CNT_RECORDS_LOST));
   self_->set_ring_buffer_fill(ring_->fill_ratio());
   self_->set_records(ring_->records());
@@ -208,6 +223,11 @@ void Daemon::reload() {
     self_->count_reload(false);
     return;
   }
+  if (!policy_->load(fresh, tables.asn_db.get(), &error)) {
+    log_line("reload failed: cc_policy: " + error + "; keeping the previous config and data");
+    self_->count_reload(false);
+    return;
+  }
   enricher_->replace(std::move(tables));
   aggregator_->update_options(AggregatorOptions::from_config(fresh));
   if (flow_log_ && !flow_log_->reopen(&error)) log_line("reload: " + error);
@@ -216,6 +236,7 @@ void Daemon::reload() {
     log_line("reload: listen, flow_log and ring_buffer_bytes take effect at the next start");
   config_.peer_classes = fresh.peer_classes;
   config_.asn = fresh.asn;
+  config_.cc_policy = fresh.cc_policy;
   self_->count_reload(true);
   log_line("reloaded " + (opts_.config_path.empty() ? std::string("<embedded>") : opts_.config_path));
 }
@@ -233,6 +254,7 @@ void Daemon::take_snapshot() {
   for (const auto& ev : snap.flows) {
     FlowRecord f = decode_flow_event(ev, clock_);
     lookups_ += enricher_->enrich(&f);
+    policy_->name_flow(ev, &f);
     ++active[{f.peer_class, f.cc}];
     flows->push_back(std::move(f));
   }
@@ -317,6 +339,7 @@ int Daemon::run() {
   }
 
   // Detach first so nothing new arrives, then write out what the kernel queued.
+  policy_->unload();
   probe_->detach();
   ring_->drain();
   flush_batch();

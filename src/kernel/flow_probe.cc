@@ -3,6 +3,7 @@
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/capability.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -132,6 +133,11 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
     return nullptr;
   }
   skel->rodata->wakeup_bytes = opts.wakeup_bytes;
+  for (bpf_map* trie : {skel->maps.remote_gen0, skel->maps.remote_gen1})
+    if (int err = bpf_map__set_max_entries(trie, opts.remote_trie_entries)) {
+      *error = std::string("sizing map '") + bpf_map__name(trie) + "' failed: " + errno_text(err);
+      return nullptr;
+    }
 
   // Older kernels lack some tracepoints: those programs stay unloaded and the
   // records lose only what they fed (stated by `tcpscope version`).
@@ -156,18 +162,41 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
     return nullptr;
   }
 
+  // Tracing programs attach on their own; the policy programs attach to a
+  // cgroup (all through fd-based links: nothing outlives the process).
+  int cgroup_fd = -1;
+  if (!opts.cgroup_path.empty()) {
+    cgroup_fd = open(opts.cgroup_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (cgroup_fd < 0) {
+      *error = "opening cgroup " + opts.cgroup_path + ": " + errno_text(errno);
+      return nullptr;
+    }
+    probe->cgroup_path_ = opts.cgroup_path;
+  }
+  struct FdCloser {
+    int fd;
+    ~FdCloser() {
+      if (fd >= 0) close(fd);
+    }
+  } cgroup_closer{cgroup_fd};
+
   bpf_program* prog;
   bpf_object__for_each_program(prog, skel->obj) {
     if (!bpf_program__autoload(prog)) continue;
-    bpf_link* link = bpf_program__attach(prog);
+    bpf_prog_type type = bpf_program__type(prog);
+    bool for_cgroup = type == BPF_PROG_TYPE_SOCK_OPS || type == BPF_PROG_TYPE_CGROUP_SOCKOPT ||
+                      type == BPF_PROG_TYPE_CGROUP_SYSCTL;
+    if (for_cgroup && cgroup_fd < 0) continue;
+    bpf_link* link = for_cgroup ? bpf_program__attach_cgroup(prog, cgroup_fd) : bpf_program__attach(prog);
     if (!link) {
       int err = errno;
-      *error = std::string("attaching BPF program '") + bpf_program__name(prog) + "' failed: " + errno_text(err);
+      *error = std::string("attaching BPF program '") + bpf_program__name(prog) + "'" +
+               (for_cgroup ? " to cgroup " + opts.cgroup_path : std::string()) + " failed: " + errno_text(err);
       *details = log;
       return nullptr;
     }
     // The skeleton's destroy() closes links it knows; keep ours with it.
-    for (size_t i = 0; i < skel->skeleton->prog_cnt; ++i)
+    for (int i = 0; i < skel->skeleton->prog_cnt; ++i)
       if (*skel->skeleton->progs[i].prog == prog) *skel->skeleton->progs[i].link = link;
     probe->attached_.push_back(bpf_program__name(prog));
   }

@@ -19,6 +19,10 @@ namespace tcpscope {
 struct FlowProbeOptions {
   uint64_t ring_buffer_bytes = 16u << 20;
   uint64_t wakeup_bytes = 256u << 10;
+  // cgroup v2 directory the policy programs (sockops, setsockopt, sysctl)
+  // attach to; "" leaves them loaded but unattached.
+  std::string cgroup_path;
+  uint32_t remote_trie_entries = 1u << 20;  // per generation of the policy trie
 };
 
 // What the running kernel offers, probed without loading anything.
@@ -52,6 +56,9 @@ class FlowProbe {
   // Detaches every program but keeps the maps, so what the kernel already
   // queued can still be drained before exit.
   void detach();
+  // The loaded skeleton, for the policy map writer.
+  tcpscope_bpf* skeleton() const { return skel_; }
+  const std::string& cgroup_path() const { return cgroup_path_; }
   // Names of the programs attached.
   const std::vector<std::string>& attached() const { return attached_; }
 
@@ -59,6 +66,7 @@ class FlowProbe {
   FlowProbe() = default;
   tcpscope_bpf* skel_ = nullptr;
   uint64_t ring_bytes_ = 0;
+  std::string cgroup_path_;
   int ncpus_ = 1;
   std::vector<std::string> attached_;
 };

@@ -157,11 +157,21 @@ class NetPair:
         self.netns_ids = {"cli": os.stat(f"/run/netns/{self.cli}").st_ino,
                           "srv": os.stat(f"/run/netns/{self.srv}").st_ino}
 
+    # When set, every process the pair starts runs in this cgroup (where a
+    # test attaches the policy programs).
+    cgroup = None
+
+    def _wrap(self, name, cmd):
+        argv = ["ip", "netns", "exec", name, *cmd]
+        if self.cgroup:
+            argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(self.cgroup), *argv]
+        return argv
+
     def ns(self, name, *cmd, check=True):
-        return sh("ip", "netns", "exec", name, *cmd, check=check)
+        return sh(*self._wrap(name, cmd), check=check)
 
     def spawn(self, name, *cmd):
-        p = subprocess.Popen(["ip", "netns", "exec", name, *cmd],
+        p = subprocess.Popen(self._wrap(name, cmd),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.procs.append(p)
         return p
@@ -218,6 +228,37 @@ def daemon(tmp_path_factory):
     yield d
     rc = d.stop()
     assert rc == 0, f"daemon exited {rc}: {d.stderr_text()}"
+
+
+def cgroup2_root():
+    for line in open("/proc/self/mountinfo"):
+        left, _, right = line.partition(" - ")
+        if right.split()[0] == "cgroup2" and left.split()[3] == "/":
+            return Path(left.split()[4])
+    return None
+
+
+@pytest.fixture
+def test_cgroup():
+    """A cgroup v2 of the test's own; removed afterwards (processes moved out)."""
+    root = cgroup2_root()
+    if root is None:
+        pytest.skip("no cgroup v2 hierarchy mounted")
+    cg = root / f"tcpscope-test-{os.getpid()}-{random.randrange(1 << 20):05x}"
+    cg.mkdir()
+    yield cg
+    for _ in range(50):
+        pids = (cg / "cgroup.procs").read_text().split()
+        for pid in pids:
+            try:
+                (root / "cgroup.procs").write_text(pid)
+            except OSError:
+                pass
+        try:
+            cg.rmdir()
+            break
+        except OSError:
+            time.sleep(0.1)
 
 
 @pytest.fixture

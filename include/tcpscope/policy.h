@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Congestion-control policy maps shared by bpf/policy.bpf.c and the daemon
+ * (src/kernel/policy_maps.cc). The daemon compiles the config's rules, peer
+ * classes and ASN prefixes into these; the sockops program only looks up.
+ *
+ * Reloads are double-buffered: rules and remote tries exist twice
+ * (generation 0 and 1); the daemon fills the inactive one, then flips
+ * `active_gen`, so a socket never sees half a policy.
+ */
+#ifndef TCPSCOPE_POLICY_H
+#define TCPSCOPE_POLICY_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+#define TCPSCOPE_MAX_RULES 64
+#define TCPSCOPE_MAX_ARMS 8
+#define TCPSCOPE_MAX_LPORTS 16
+#define TCPSCOPE_POLICY_GENERATIONS 2
+
+/* Remote addresses, IPv4 as IPv4-mapped IPv6 (::ffff:a.b.c.d/96+len), so one
+ * LPM trie serves both families. */
+struct tcpscope_remote_key {
+	__u32 prefixlen;
+	__u8 addr[16];
+};
+
+/* What the daemon knows about every address under a trie entry. */
+struct tcpscope_remote_info {
+	__u32 class_id;    /* peer class (index into the daemon's class list) */
+	__u32 asn;         /* 0 when the ASN is not one any rule or class names */
+	__u64 prefix_rules; /* bit i: rule i's `prefixes` contain the address */
+	__u64 asn_rules;    /* bit i: rule i's `asns` contain the address's ASN */
+};
+
+#define TCPSCOPE_MATCH_CLASS  (1u << 0)
+#define TCPSCOPE_MATCH_ASN    (1u << 1)
+#define TCPSCOPE_MATCH_PREFIX (1u << 2)
+#define TCPSCOPE_MATCH_LPORT  (1u << 3)
+
+struct tcpscope_rule {
+	__u32 match;      /* TCPSCOPE_MATCH_*: every one set must hold */
+	__u32 class_id;
+	__u16 lports[TCPSCOPE_MAX_LPORTS];
+	__u32 n_lports;
+	__u32 n_arms;     /* 1 for a plain `cc:` rule */
+	__u32 cum_weight[TCPSCOPE_MAX_ARMS]; /* cumulative percent; the last is 100 */
+	char cc[TCPSCOPE_MAX_ARMS][16];
+};
+
+#define TCPSCOPE_APP_RESPECT 0
+#define TCPSCOPE_APP_ENFORCE 1
+#define TCPSCOPE_SYSCTL_OBSERVE 0
+#define TCPSCOPE_SYSCTL_DENY 1
+
+struct tcpscope_policy_state {
+	__u32 active_gen;
+	__u32 n_rules[TCPSCOPE_POLICY_GENERATIONS];
+	__u32 app_override; /* TCPSCOPE_APP_* */
+	__u32 sysctl_guard; /* TCPSCOPE_SYSCTL_* */
+	__u32 loaded;       /* set while the daemon runs */
+	__u32 pad;
+};
+
+/* Per socket: what the policy and the application did to its CC. Cloned to
+ * accepted children, so an application's choice on a listener carries over. */
+struct tcpscope_sock_policy {
+	__u32 rule;   /* (generation << 16) | (rule index + 1); 0 = no rule chose */
+	__u8 arm;     /* arm index + 1 for experiments, else 0 */
+	__u8 app_set_cc;
+	__u8 overridden; /* enforce: the policy replaced the application's choice */
+	__u8 pad;
+};
+
+/* Indexes of cc_assignments: (gen * MAX_RULES + rule) * MAX_ARMS + arm. */
+#define TCPSCOPE_ASSIGN_SLOTS (TCPSCOPE_POLICY_GENERATIONS * TCPSCOPE_MAX_RULES * TCPSCOPE_MAX_ARMS)
+
+#define TCPSCOPE_APP_CC_OBSERVED 0
+#define TCPSCOPE_APP_CC_OVERRIDDEN 1
+struct tcpscope_app_cc_key {
+	char cc[16];
+	__u32 action; /* TCPSCOPE_APP_CC_* */
+};
+
+/* sysctl_writes: name index (0 tcp_congestion_control, 1
+ * tcp_allowed_congestion_control) * 2 + (1 if denied). */
+#define TCPSCOPE_SYSCTL_SLOTS 4
+
+#ifdef __cplusplus
+static_assert(sizeof(struct tcpscope_remote_info) == 24, "tcpscope_remote_info layout");
+static_assert(sizeof(struct tcpscope_rule) == 208, "tcpscope_rule layout");
+static_assert(sizeof(struct tcpscope_sock_policy) == 8, "tcpscope_sock_policy layout");
+#else
+_Static_assert(sizeof(struct tcpscope_remote_info) == 24, "tcpscope_remote_info layout");
+_Static_assert(sizeof(struct tcpscope_rule) == 208, "tcpscope_rule layout");
+_Static_assert(sizeof(struct tcpscope_sock_policy) == 8, "tcpscope_sock_policy layout");
+#endif
+
+#endif /* TCPSCOPE_POLICY_H */

@@ -1,0 +1,49 @@
+// The congestion-control policy in force: compiles the config into the
+// kernel's maps on start and SIGHUP, names each record's rule/experiment/arm,
+// feeds the policy counters to Prometheus, and describes itself for
+// `tcpscope policy show`. Only the config file (root-owned) and SIGHUP change
+// it: no network endpoint does.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+
+#include "cc_policy.h"
+#include "flow_record.h"
+#include "kernel/policy_maps.h"
+#include "policy_metrics.h"
+#include "tcpscope/flow_event.h"
+
+namespace tcpscope {
+
+class AsnDatabase;
+class FlowProbe;
+
+class PolicyController {
+ public:
+  PolicyController(FlowProbe& probe, std::shared_ptr<prometheus::Registry> registry);
+
+  // Compiles and installs; on failure the previous policy stays in force.
+  bool load(const Config& config, const AsnDatabase* asn_db, std::string* error);
+  // Fills cc_rule / experiment / arm from the kernel's (generation, rule, arm).
+  void name_flow(const tcpscope_flow_event& ev, FlowRecord* flow) const;
+  void update_metrics();
+  // Stop refusing sysctl writes (the daemon is going away).
+  void unload() { maps_.set_loaded(false); }
+  std::string to_json() const;
+
+ private:
+  FlowProbe& probe_;
+  PolicyMaps maps_;
+  PolicyMetrics metrics_;
+  std::array<std::shared_ptr<const CompiledPolicy>, TCPSCOPE_POLICY_GENERATIONS> by_gen_;
+  int active_gen_ = -1;
+  Config config_;  // as last loaded, for policy show
+};
+
+// Makes sure the kernel has each algorithm loaded: a BPF program cannot make
+// it load a module, but a setsockopt() from a privileged process can.
+bool ensure_congestion_controls(const std::vector<std::string>& names, std::string* error);
+
+}  // namespace tcpscope

@@ -1,0 +1,59 @@
+#include "policy_metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/registry.h>
+
+namespace tcpscope {
+
+PolicyMetrics::PolicyMetrics(std::shared_ptr<prometheus::Registry> registry)
+    : registry_(std::move(registry)),
+      assignments_(&prometheus::BuildCounter()
+                        .Name("tcpscope_cc_assignments_total")
+                        .Help("Flows whose congestion control a cc_policy rule set, by rule, experiment and arm.")
+                        .Register(*registry_)),
+      app_cc_(&prometheus::BuildCounter()
+                   .Name("tcpscope_app_cc_setsockopt_total")
+                   .Help("Applications setting TCP_CONGESTION themselves: observed (every call seen), "
+                         "overridden (the policy kept its own choice).")
+                   .Register(*registry_)),
+      sysctl_(&prometheus::BuildCounter()
+                   .Name("tcpscope_sysctl_writes_total")
+                   .Help("Writes to the congestion-control sysctls: observed, or denied by sysctl_guard: deny.")
+                   .Register(*registry_)) {}
+
+void PolicyMetrics::advance(Tracked* t, uint64_t total) {
+  // A total below the last one means the kernel counter was reset.
+  uint64_t delta = total >= t->last ? total - t->last : total;
+  if (delta) t->counter->Increment(static_cast<double>(delta));
+  t->last = total;
+}
+
+void PolicyMetrics::set_assignments(const std::string& slot, const std::string& rule,
+                                    const std::string& experiment, const std::string& arm,
+                                    const std::string& cc, uint64_t total) {
+  Tracked& t = tracked_["assign/" + slot];
+  if (!t.counter)
+    t.counter = &assignments_->Add({{"rule", rule}, {"experiment", experiment}, {"arm", arm}, {"cc", cc}});
+  advance(&t, total);
+}
+
+void PolicyMetrics::forget_slots(const std::string& prefix) {
+  const std::string key = "assign/" + prefix;
+  for (auto it = tracked_.lower_bound(key); it != tracked_.end() && it->first.compare(0, key.size(), key) == 0;)
+    it = tracked_.erase(it);
+}
+
+void PolicyMetrics::set_app_cc(const std::string& cc, const std::string& action, uint64_t total) {
+  Tracked& t = tracked_["app/" + cc + "/" + action];
+  if (!t.counter) t.counter = &app_cc_->Add({{"cc", cc}, {"action", action}});
+  advance(&t, total);
+}
+
+void PolicyMetrics::set_sysctl_writes(const std::string& name, const std::string& action, uint64_t total) {
+  Tracked& t = tracked_["sysctl/" + name + "/" + action];
+  if (!t.counter) t.counter = &sysctl_->Add({{"name", name}, {"action", action}});
+  advance(&t, total);
+}
+
+}  // namespace tcpscope
