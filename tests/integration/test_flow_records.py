@@ -170,3 +170,19 @@ def test_burst_loses_no_records(daemon, net, tmp_path):
     lost = daemon.metric_value("tcpscope_records_lost_total")
     assert lost is not None and lost - lost_before == 0
     print(f"\n{n} connections in {elapsed:.1f}s ({n / elapsed:.0f}/s, {2 * n} records), 0 lost")
+
+
+def test_start_without_privilege_is_one_clear_line(tmp_path):
+    """Not root: exit non-zero with one line that says what is missing."""
+    import shutil
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) not installed")
+    from conftest import TCPSCOPE, free_port
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        "--inh-caps=-all", "--bounding-set=-all",
+                        str(TCPSCOPE), "run", "--listen", f"127.0.0.1:{free_port()}"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, r.stderr
+    assert "not permitted" in lines[0] and "CAP_BPF" in lines[0], lines[0]

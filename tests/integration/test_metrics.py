@@ -8,6 +8,7 @@ import json
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, TCPSCOPE, Daemon, free_port, sh, wait_for
+from conftest import ROOT, TCPSCOPE, TRAFFIC, Daemon, free_port, sh, wait_for
 
 MAKE_MMDB = ROOT / "tests" / "data" / "asn" / "make_test_mmdb.pl"
 OUR_ASNS = {64500, 64512, 64513, 64514, 65001}
@@ -245,3 +246,30 @@ def test_sighup_with_broken_asn_data_keeps_the_old_data(lab, lab_daemon, net, tm
     lab_daemon.wait_records(net, 4 * plan_conn)
     after = lab_daemon.metric_value("tcpscope_flows_total", {"asn": "64513"})
     assert after == 2 * before
+
+
+def test_long_lived_flow_is_visible_while_it_runs(lab, lab_daemon, net, tmp_path):
+    """A download still in progress shows in /api/v1/flows and the active-flow
+    gauge (snapshots every second in this config), enriched like finished ones."""
+    net.ns(net.srv, "tc", "qdisc", "add", "dev", net.veth_srv, "root", "tbf",
+           "rate", "4mbit", "burst", "16kb", "latency", "500ms")
+    src = next(a for a, (asn, _, cls) in lab.sources.items() if asn == 64514)  # pop-to-pop
+    server, _ = net.serve(tmp_path, net.srv_v4, 1)
+    client = net.spawn(net.cli, sys.executable, str(TRAFFIC), "client", "--addr", net.srv_v4,
+                       "--port", "8080", "--req", "10", "--resp", "3000000", "--source", src,
+                       "--out", str(tmp_path / "slow.jsonl"))
+
+    def open_flow():
+        with urllib.request.urlopen(lab_daemon.url + "/api/v1/flows", timeout=5) as r:
+            flows = json.load(r)
+        mine = [f for f in flows if f["raddr"] == src and f["dir"] == "passive"]
+        return mine[0] if mine and mine[0]["bytes_acked"] > 100_000 else None
+
+    f = wait_for(open_flow, 15, interval=0.2, what="the running download in /api/v1/flows")
+    assert f["peer_class"] == "pop-to-pop" and f["asn"] == 64514
+    assert f["outcome"] == "ok" and f["srtt_us"] > 0 and f["cwnd"] > 0
+    assert client.poll() is None, "the transfer should still be running"
+    gauge = lab_daemon.metric_value("tcpscope_active_flows", {"peer_class": "pop-to-pop"})
+    assert gauge is not None and gauge >= 1
+    client.wait(timeout=60)
+    server.wait(timeout=60)
