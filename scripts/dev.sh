@@ -15,6 +15,8 @@ PACKAGES=(
   libgtest-dev libbenchmark-dev
   iproute2 nftables procps curl python3 python3-pytest
   libmaxmind-db-writer-perl prometheus
+  dpkg-dev lintian man-db systemd strace adduser logrotate
+  nginx-light iperf3
 )
 
 die() { echo "dev.sh: $*" >&2; exit 1; }
@@ -60,7 +62,7 @@ case "$cmd" in
     echo "== unit tests"
     (cd "$BUILD_DIR" && ctest --output-on-failure)
     echo "== integration tests (real BPF programs, real traffic in network namespaces)"
-    TCPSCOPE_BUILD="$(pwd)/$BUILD_DIR" "$(python_with_pytest)" -m pytest tests/integration -v -p no:cacheprovider "$@"
+    TCPSCOPE_BUILD="$(pwd)/$BUILD_DIR" "$(python_with_pytest)" -m pytest tests/integration tests/package tests/lab -v -p no:cacheprovider "$@"
     ;;
   *)
     die "usage: $0 run|test|build"

@@ -121,7 +121,27 @@ std::vector<std::string_view> split_tabs(std::string_view line) {
   }
 }
 
-std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+// Text from the file, fit for a one-line log message: control characters
+// (a newline in an MMDB string, an escape sequence) are shown as \xNN and
+// long values cut. Found by tests/fuzz/mmdb_fuzz.
+std::string printable(std::string_view s) {
+  constexpr size_t kMaxEchoed = 64;
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < kMaxEchoed; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (s.size() > kMaxEchoed) out += "...";
+  return out;
+}
+
+std::string quoted(std::string_view s) { return "'" + printable(s) + "'"; }
 
 // --- libmaxminddb --------------------------------------------------------------
 
@@ -423,7 +443,7 @@ bool AsnDatabaseBuilder::load_mmdb(const std::string& path, std::string* error) 
   }
 
   if (networks == 0 && networks_without_asn > 0) {
-    *error = path + ": database type '" + (meta.database_type ? meta.database_type : "") +
+    *error = path + ": database type '" + printable(meta.database_type ? meta.database_type : "") +
              "' has no autonomous_system_number or asn field in any of its " +
              std::to_string(networks_without_asn) + " networks";
     return false;
@@ -536,8 +556,18 @@ bool AsnDatabaseBuilder::load_prefix_file(const std::string& path, std::string* 
     *error = path + ":" + std::to_string(line_no) + ": " + why;
     return false;
   };
-  while (ok && gzgets(file, buf, sizeof buf) != nullptr) {
-    line.append(buf);
+  // gzgets() ends what it read with a NUL, so a NUL byte in the file would cut
+  // the line short without a word (and a line cut to nothing is skipped as
+  // blank). With the buffer pre-filled, a second NUL after the first one
+  // gives it away: that input is not a text file.
+  while (ok && (std::memset(buf, 0xff, sizeof buf), gzgets(file, buf, sizeof buf)) != nullptr) {
+    const size_t n = std::strlen(buf);
+    if (std::memchr(buf + n + 1, 0, sizeof buf - n - 1) != nullptr) {
+      *error = path + ":" + std::to_string(line_no + 1) + ": NUL byte in the line (not a text file?)";
+      ok = false;
+      break;
+    }
+    line.append(buf, n);
     if (!line.empty() && line.back() == '\n') {
       ok = handle();
       line.clear();

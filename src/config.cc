@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -87,6 +88,61 @@ struct Entry {
   int line = 0;
 };
 
+// Where each document of a YAML stream starts (its first node), for at most
+// two documents.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> document_marks;  // OnDocumentStart
+  std::vector<YAML::Mark> node_marks;      // first node of each document
+  void OnDocumentStart(const YAML::Mark& mark) override { document_marks.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { node(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { node(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+    node(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    node(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    node(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void node(const YAML::Mark& mark) {
+    if (node_marks.size() < document_marks.size()) node_marks.push_back(mark);
+  }
+};
+
+// The first document of `text`, and the line (1-based, 0 if none) where a
+// second one starts. yaml-cpp 0.7's YAML::LoadAll never returns for some
+// broken input (a lone ","): the parser reports an empty document without
+// consuming the offending token, again and again, allocating each time
+// (jbeder/yaml-cpp#1040, fixed in 0.8.0). So documents are counted here, two
+// at most, and one that starts where the previous one did is a syntax error.
+// Throws YAML::Exception for syntax errors, like YAML::LoadAll.
+YAML::Node load_first_document(const std::string& text, int* second_document_line) {
+  *second_document_line = 0;
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts starts;
+  while (starts.document_marks.size() < 2 && parser.HandleNextDocument(starts)) {
+    const auto& marks = starts.document_marks;
+    if (marks.size() == 2 && marks[1].pos == marks[0].pos) {
+      throw YAML::ParserException(marks[1], "unexpected character here (e.g. a stray ',')");
+    }
+  }
+  if (starts.document_marks.size() == 2) {
+    const YAML::Mark& m =
+        starts.node_marks.size() == 2 ? starts.node_marks[1] : starts.document_marks[1];
+    *second_document_line = m.line >= 0 ? m.line + 1 : 0;
+  }
+  return YAML::Load(text);
+}
+
 class ConfigParser {
  public:
   ConfigParser(std::string file, const std::vector<std::string>& available_cc,
@@ -124,6 +180,7 @@ class ConfigParser {
   void parse_peer_classes(const Entry& e, std::vector<PeerClassSpec>* classes);
   void parse_size_classes(const Entry& e, std::vector<uint64_t>* bounds);
   void parse_cc_policy(const Entry& e, CcPolicy* policy);
+  void parse_http(const Entry& e, HttpConfig* http);
   // *name_line: where the name is, for duplicate-name messages.
   std::optional<CcRule> parse_rule(const YAML::Node& n, int line, const std::string& where,
                                    int* name_line);
@@ -275,9 +332,10 @@ bool ConfigParser::check_cc(const std::string& name, int line, const std::string
 Config ConfigParser::parse(const std::string& text) {
   Config c;
   c.source = file_;
-  std::vector<YAML::Node> docs;
+  YAML::Node doc;
+  int second_document_line = 0;
   try {
-    docs = YAML::LoadAll(text);
+    doc = load_first_document(text, &second_document_line);
   } catch (const YAML::Exception& e) {
     std::string msg = "YAML syntax error: " + e.msg;
     // An unquoted IPv6 listen address is read as a flow list: say so.
@@ -292,16 +350,15 @@ Config ConfigParser::parse(const std::string& text) {
     error(e.mark.line >= 0 ? e.mark.line + 1 : 0, msg);
     return c;
   }
-  if (docs.empty() || docs[0].IsNull()) return c;  // empty file: all defaults
-  if (docs.size() > 1) {
-    error(line_of(docs[1], 0), "a config file holds one YAML document; found a second one");
+  if (!doc.IsDefined() || doc.IsNull()) return c;  // empty file: all defaults
+  if (second_document_line) {
+    error(second_document_line, "a config file holds one YAML document; found a second one");
   }
-  if (!docs[0].IsMap()) {
-    error(line_of(docs[0], 1), "the top level must be a mapping (key: value), got " +
-                                   type_name(docs[0]));
+  if (!doc.IsMap()) {
+    error(line_of(doc, 1), "the top level must be a mapping (key: value), got " + type_name(doc));
     return c;
   }
-  parse_top(docs[0], &c);
+  parse_top(doc, &c);
   check_peer_class_overlaps(c);
   check_peer_class_references(c);
   return c;
@@ -312,7 +369,7 @@ void ConfigParser::parse_top(const YAML::Node& root, Config* c) {
       "listen",         "flow_log",    "cgroup",           "asn",
       "peer_classes",   "default_peer_class",              "size_classes_bytes",
       "throughput_min_bytes",          "cc_policy",        "ring_buffer_bytes",
-      "snapshot_interval_s"};
+      "snapshot_interval_s",           "http"};
   for (const Entry& e : entries(root, 1, "the top level", &kKeys)) {
     if (e.value.IsNull()) continue;  // not given: keep the default
     const int vline = line_of(e.value, e.line);
@@ -368,6 +425,8 @@ void ConfigParser::parse_top(const YAML::Node& root, Config* c) {
           c->ring_buffer_bytes = *v;
         }
       }
+    } else if (e.key == "http") {
+      parse_http(e, &c->http);
     } else if (e.key == "snapshot_interval_s") {
       if (auto v = integer_value(e.value, e.line, "snapshot_interval_s", 0,
                                  kMaxSnapshotInterval)) {
@@ -390,6 +449,59 @@ void ConfigParser::parse_asn(const Entry& e, AsnConfig* asn) {
         asn->top_n = static_cast<uint32_t>(*v);
       }
     }
+  }
+}
+
+void ConfigParser::parse_http(const Entry& e, HttpConfig* http) {
+  // basic_auth_password is known only to say why it is refused.
+  static const std::vector<std::string> kKeys = {"tls_certificate", "basic_auth_user",
+                                                 "basic_auth_password_sha256", "basic_auth_password"};
+  int user_line = 0, digest_line = 0;
+  for (const Entry& f : entries(e.value, e.line, "http", &kKeys)) {
+    if (f.value.IsNull()) continue;
+    const int vline = line_of(f.value, f.line);
+    if (f.key == "tls_certificate") {
+      if (auto s = string_value(f, "http.tls_certificate")) {
+        if (s->empty() || (*s)[0] != '/') {
+          error(vline, "http.tls_certificate must be an absolute path to a PEM file with the "
+                       "private key and the certificate, got " + quoted(*s));
+        } else {
+          http->tls_certificate = *s;
+        }
+      }
+    } else if (f.key == "basic_auth_user") {
+      user_line = f.line;
+      if (auto s = string_value(f, "http.basic_auth_user")) {
+        if (s->empty()) {
+          error(vline, "http.basic_auth_user must not be empty");
+        } else if (s->find(':') != std::string::npos) {
+          error(vline, "http.basic_auth_user must not contain ':' (RFC 7617)");
+        } else {
+          http->basic_auth_user = *s;
+        }
+      }
+    } else if (f.key == "basic_auth_password_sha256") {
+      digest_line = f.line;
+      if (auto s = string_value(f, "http.basic_auth_password_sha256")) {
+        const bool hex = s->size() == 64 && s->find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
+        if (!hex) {
+          error(vline, "http.basic_auth_password_sha256 must be 64 hex digits, the SHA-256 of the "
+                       "password (printf %s 'PASSWORD' | sha256sum), got " + std::to_string(s->size()) +
+                       " characters");
+        } else {
+          http->basic_auth_password_sha256 = *s;
+        }
+      }
+    } else if (f.key == "basic_auth_password") {
+      error(f.line, "http.basic_auth_password: a password is never written in the config; give "
+                    "basic_auth_password_sha256, its SHA-256 in hex (printf %s 'PASSWORD' | sha256sum)");
+    }
+  }
+  // Each needs the other; reported once, where the one given is.
+  if (user_line && !digest_line) {
+    error(user_line, "http.basic_auth_user needs http.basic_auth_password_sha256");
+  } else if (digest_line && !user_line) {
+    error(digest_line, "http.basic_auth_password_sha256 needs http.basic_auth_user");
   }
 }
 

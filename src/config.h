@@ -70,6 +70,20 @@ struct CcPolicy {
   std::vector<CcRule> rules;
 };
 
+// `http:` the endpoint's TLS and basic authentication (README "Security").
+// Both are off by default: the default listen address is loopback.
+struct HttpConfig {
+  // One PEM file with the private key and the certificate (chain after it):
+  // civetweb reads both from one file. "" = plain HTTP.
+  std::string tls_certificate;
+  // Basic authentication for /metrics and /api/*; /healthz stays open.
+  // "" = none. The password is given only as its SHA-256 (64 hex digits).
+  std::string basic_auth_user;
+  std::string basic_auth_password_sha256;
+  bool tls() const { return !tls_certificate.empty(); }
+  bool basic_auth() const { return !basic_auth_user.empty(); }
+};
+
 struct Config {
   std::string listen = "127.0.0.1:9810";
   std::string flow_log;  // "" = none, "-" = stdout
@@ -80,6 +94,7 @@ struct Config {
   std::vector<uint64_t> size_classes_bytes{100000, 1000000, 3000000};
   uint64_t throughput_min_bytes = 3000000;
   CcPolicy cc_policy;
+  HttpConfig http;
   uint64_t ring_buffer_bytes = 16u << 20;  // power of two, page multiple
   uint32_t snapshot_interval_s = 10;       // open-flow snapshots (0 = off)
   std::string source;                      // file it came from, "<embedded>" for the default

@@ -20,9 +20,11 @@
 #include "config.h"
 #include "enricher.h"
 #include "flow_decoder.h"
+#include "flow_distributions.h"
 #include "flow_json.h"
 #include "flow_log.h"
 #include "http_server.h"
+#include "kernel/capabilities.h"
 #include "kernel/flow_probe.h"
 #include "kernel/flow_snapshot.h"
 #include "kernel/policy_controller.h"
@@ -96,6 +98,7 @@ class Daemon {
   Config config_;
   std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
   std::unique_ptr<Aggregator> aggregator_;
+  std::unique_ptr<FlowDistributions> distributions_;  // for `compare --server`
   std::unique_ptr<SelfMetrics> self_;
   std::unique_ptr<Enricher> enricher_;
   std::unique_ptr<FlowLog> flow_log_;
@@ -130,15 +133,18 @@ int Daemon::start() {
   }
 
   aggregator_ = std::make_unique<Aggregator>(registry_, AggregatorOptions::from_config(config_));
+  distributions_ = std::make_unique<FlowDistributions>(FlowDistributionsOptions::from_config(config_));
   auto features = probe_kernel_features();
   self_ = std::make_unique<SelfMetrics>(registry_, TCPSCOPE_VERSION, libbpf_version_string(),
                                         features.kernel_release);
 
-  http_ = HttpServer::start(config_.listen, &error);
+  http_ = HttpServer::start(config_.listen, config_.http, &error);
   if (!http_) return fail(error);
   http_->serve_metrics(registry_);
   http_->set_health([this] { return health(); });
   http_->handle_json("/api/v1/flows", [this](const std::string&) { return open_flows_json(); });
+  http_->handle_json("/api/v1/distributions",
+                     [this](const std::string& q) { return distributions_->handle_query(q); });
 
   FlowProbeOptions popts;
   popts.ring_buffer_bytes = config_.ring_buffer_bytes;
@@ -161,6 +167,7 @@ int Daemon::start() {
   ring_ = RingReader::create(probe_->ring_buffer_fd(), probe_->ring_buffer_bytes(),
                              [this](const tcpscope_flow_event& ev) { on_event(ev); }, &error);
   if (!ring_) return fail(error);
+  if (!drop_capabilities_after_start(*probe_, config_.snapshot_interval_s > 0, &error)) return fail(error);
 
   std::string attached;
   for (const auto& p : probe_->attached()) attached += (attached.empty() ? "" : ",") + p;
@@ -175,6 +182,8 @@ void Daemon::on_event(const tcpscope_flow_event& ev) {
   lookups_ += enricher_->enrich(&flow);
   policy_->name_flow(ev, &flow);
   aggregator_->add(flow);
+  // The same ASN label as the metrics, so --server groups match Prometheus.
+  distributions_->add(flow, aggregator_->asn_label(flow.asn));
   if (flow_log_) {
     append_flow_json(flow, &batch_);
     ++batch_records_;
@@ -230,6 +239,8 @@ void Daemon::reload() {
   }
   enricher_->replace(std::move(tables));
   aggregator_->update_options(AggregatorOptions::from_config(fresh));
+  if (distributions_->update_options(FlowDistributionsOptions::from_config(fresh)))
+    log_line("reload: new size classes: the compare --server distributions start empty");
   if (flow_log_ && !flow_log_->reopen(&error)) log_line("reload: " + error);
   if (fresh.listen != config_.listen || fresh.flow_log != config_.flow_log ||
       fresh.ring_buffer_bytes != config_.ring_buffer_bytes)

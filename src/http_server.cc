@@ -11,10 +11,12 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <fstream>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -30,7 +32,10 @@ constexpr size_t kMaxHealthReason = 200;
 constexpr int kMaxLogLinesPerMinute = 20;  // a misbehaving client must not flood the journal
 
 // civetweb's feature bit for IPv6 listening sockets (mg_check_feature).
-constexpr unsigned kCivetFeatureIpv6 = 8;
+constexpr unsigned kCivetFeatureIpv6 = MG_FEATURES_IPV6;
+constexpr size_t kMaxPemBytes = 1 << 20;
+// civetweb's ssl_protocol_version 4: TLS 1.2 and newer only.
+constexpr const char* kTlsMinimumProtocol = "4";
 
 void init_civetweb_once() {
   static std::once_flag once;
@@ -99,6 +104,7 @@ const char* status_text(int status) {
   switch (status) {
     case 200: return "OK";
     case 400: return "Bad Request";
+    case 401: return "Unauthorized";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 500: return "Internal Server Error";
@@ -107,28 +113,62 @@ const char* status_text(int status) {
   }
 }
 
-int send(mg_connection* conn, int status, const char* content_type, const std::string& body,
-         bool close_connection = false) {
+int send(mg_connection* conn, int status, const char* content_type, const std::string& body) {
   mg_response_header_start(conn, status);
   mg_response_header_add(conn, "Content-Type", content_type, -1);
   mg_response_header_add(conn, "Content-Length", std::to_string(body.size()).c_str(), -1);
   mg_response_header_add(conn, "Cache-Control", "no-store", -1);
   mg_response_header_add(conn, "X-Content-Type-Options", "nosniff", -1);
   if (status == 405) mg_response_header_add(conn, "Allow", "GET", -1);
-  // After a non-GET request the body (if any) is unread; do not reuse the connection.
-  if (close_connection) mg_response_header_add(conn, "Connection", "close", -1);
+  if (status == 401) mg_response_header_add(conn, "WWW-Authenticate", "Basic realm=\"tcpscope\", charset=\"UTF-8\"", -1);
   mg_response_header_send(conn);
   if (!body.empty()) mg_write(conn, body.data(), body.size());
   return status;
 }
 
-int send_error(mg_connection* conn, int status, bool close_connection = false) {
-  return send(conn, status, kTextContentType, std::string(status_text(status)) + "\n", close_connection);
+int send_error(mg_connection* conn, int status) {
+  return send(conn, status, kTextContentType, std::string(status_text(status)) + "\n");
+}
+
+// Nothing here takes a request body. civetweb would read (and discard) a
+// body the handler left unread before it answers the next request, holding a
+// worker for as long as a client trickles it: an error sent through
+// mg_send_http_error marks the connection to be closed instead.
+bool has_body(mg_connection* conn, const mg_request_info* ri) {
+  return ri->content_length > 0 || mg_get_header(conn, "Transfer-Encoding") != nullptr;
+}
+
+// civetweb reads the private key and the certificate from one PEM file; a
+// missing part gets a clearer line here than from OpenSSL.
+bool check_pem(const std::string& path, std::string* why) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *why = "cannot read " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  std::string text(kMaxPemBytes, '\0');
+  in.read(&text[0], static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.find("PRIVATE KEY-----") == std::string::npos) {
+    *why = path + " has no private key (PEM \"BEGIN ... PRIVATE KEY\"): civetweb reads the key and the "
+                  "certificate from this one file";
+    return false;
+  }
+  if (text.find("BEGIN CERTIFICATE-----") == std::string::npos) {
+    *why = path + " has no certificate (PEM \"BEGIN CERTIFICATE\")";
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
 
 std::unique_ptr<HttpServer> HttpServer::start(const std::string& listen, std::string* error) {
+  return start(listen, HttpConfig{}, error);
+}
+
+std::unique_ptr<HttpServer> HttpServer::start(const std::string& listen, const HttpConfig& security,
+                                              std::string* error) {
   bool ipv6 = false;
   std::string why;
   if (!valid_listen(listen, &ipv6, &why)) {
@@ -141,28 +181,65 @@ std::unique_ptr<HttpServer> HttpServer::start(const std::string& listen, std::st
     return nullptr;
   }
 
+  if (security.tls()) {
+    // mg_check_feature() only says TLS was compiled in; whether civetweb can
+    // load OpenSSL is known once it tries.
+    if (!(mg_init_library(MG_FEATURES_TLS) & MG_FEATURES_TLS)) {
+      *error = "listen " + listen + ": TLS (http.tls_certificate) is not available: this civetweb library "
+               "cannot load OpenSSL at run time (Debian 12's civetweb 1.15 cannot use OpenSSL 3); serve "
+               "plain HTTP on a loopback address behind a TLS proxy instead";
+      return nullptr;
+    }
+    std::string why;
+    if (!check_pem(security.tls_certificate, &why)) {
+      *error = "listen " + listen + ": http.tls_certificate: " + why;
+      return nullptr;
+    }
+  }
+  if (security.basic_auth()) {
+    auto digest = parse_sha256_hex(security.basic_auth_password_sha256);
+    if (!digest) {
+      *error = "listen " + listen + ": http.basic_auth_password_sha256 is not 64 hex digits";
+      return nullptr;
+    }
+  }
+
   std::unique_ptr<HttpServer> server(new HttpServer());
   server->listen_ = listen;
-  const char* options[] = {
-      "listening_ports", listen.c_str(),
-      "num_threads", "4",
-      "request_timeout_ms", "10000",
+  if (security.basic_auth())
+    server->auth_ = std::make_unique<BasicAuth>(security.basic_auth_user,
+                                                *parse_sha256_hex(security.basic_auth_password_sha256));
+  // civetweb marks a TLS port with a trailing "s".
+  const std::string listening_ports = security.tls() ? listen + "s" : listen;
+  const std::string threads = std::to_string(kWorkerThreads);
+  const std::string request_timeout = std::to_string(kRequestTimeoutMs);
+  std::vector<const char*> options = {
+      "listening_ports", listening_ports.c_str(),
+      "num_threads", threads.c_str(),
+      // Time for a whole request to arrive, and for each write of the
+      // response to make progress: what a stuck client can hold a worker for.
+      "request_timeout_ms", request_timeout.c_str(),
       "enable_keep_alive", "yes",
-      // An idle keep-alive connection occupies one of the 4 workers; keep the
-      // wait short so that a few idle clients cannot starve /healthz.
+      // An idle keep-alive connection occupies a worker; keep the wait short.
       "keep_alive_timeout_ms", "1000",
       // Request line + headers; a scraper sends a few hundred bytes.
       "max_request_size", "8192",
       "tcp_nodelay", "1",
       "enable_directory_listing", "no",
-      nullptr};
+  };
+  if (security.tls()) {
+    for (const char* o : {"ssl_certificate", security.tls_certificate.c_str(), "ssl_protocol_version",
+                          kTlsMinimumProtocol})
+      options.push_back(o);
+  }
+  options.push_back(nullptr);
   mg_callbacks callbacks{};
   callbacks.begin_request = &HttpServer::on_request;
   callbacks.log_message = &HttpServer::on_log;
   mg_init_data init{};
   init.callbacks = &callbacks;
   init.user_data = server.get();
-  init.configuration_options = options;
+  init.configuration_options = options.data();
   char text[256] = "";
   unsigned code = 0;
   mg_error_data err{&code, text, sizeof(text)};
@@ -281,10 +358,31 @@ void HttpServer::log(const char* message) {
     std::fprintf(stderr, "tcpscope: http: %s\n", message);
 }
 
+bool HttpServer::authorized(mg_connection* conn, const std::string& path) {
+  if (!auth_ || path == "/healthz") return true;
+  const char* credentials = mg_get_header(conn, "Authorization");
+  if (auth_->accepts(credentials)) return true;
+  // A client without credentials is the normal first step of Basic auth;
+  // wrong ones are worth a (rate-limited) line.
+  if (credentials) {
+    const mg_request_info* ri = mg_get_request_info(conn);
+    log((std::string("authentication failed for a request from ") + (ri->remote_addr[0] ? ri->remote_addr : "?"))
+            .c_str());
+  }
+  return false;
+}
+
 int HttpServer::handle(mg_connection* conn) {
   const mg_request_info* ri = mg_get_request_info(conn);
   const std::string path = ri->local_uri ? ri->local_uri : "";
-  if (std::strcmp(ri->request_method, "GET") != 0) return send_error(conn, 405, true);
+  const bool get = std::strcmp(ri->request_method, "GET") == 0;
+  if (has_body(conn, ri)) {
+    const int status = get ? 413 : 405;
+    mg_send_http_error(conn, status, "%s", get ? "request bodies are not accepted" : "only GET is served");
+    return status;
+  }
+  if (!get) return send_error(conn, 405);
+  if (!authorized(conn, path)) return send_error(conn, 401);
 
   std::shared_ptr<prometheus::Registry> registry;
   HealthCheck health;

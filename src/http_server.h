@@ -1,8 +1,21 @@
 // The daemon's HTTP endpoint (civetweb): GET /metrics (Prometheus text format
 // 0.0.4), GET /healthz, and JSON API paths other modules register. Only GET:
-// other methods get 405, unknown paths 404. There is no file serving.
+// other methods get 405, a request with a body 413 (and the connection is
+// closed without reading the body), unknown paths 404. There is no file
+// serving.
 //
-// Handlers run on civetweb's worker threads (4); everything they read is set
+// Optional TLS and basic authentication (config `http:`, README "Security"):
+// with basic auth every path but /healthz answers 401 without valid
+// credentials; /healthz says only "ok" or a short generic reason.
+//
+// Slow and stuck clients: civetweb gives each connection a worker thread for
+// as long as it takes to read the request and write the response. There are
+// kWorkerThreads of them, and a request must arrive (and each part of a
+// response be taken) within kRequestTimeoutMs, so a handful of clients that
+// send half a request and hang cannot keep /metrics from answering, and many
+// can delay it by kRequestTimeoutMs at most.
+//
+// Handlers run on civetweb's worker threads; everything they read is set
 // through the methods below, which are safe to call while serving.
 #pragma once
 
@@ -13,6 +26,9 @@
 #include <shared_mutex>
 #include <string>
 #include <utility>
+
+#include "config.h"
+#include "http_auth.h"
 
 struct mg_context;
 struct mg_connection;
@@ -39,6 +55,14 @@ class HttpServer {
   // line naming the address and the reason, e.g.
   // "listen 127.0.0.1:9810: Address already in use".
   static std::unique_ptr<HttpServer> start(const std::string& listen, std::string* error);
+  // The same with TLS and/or basic auth as `security` asks. TLS needs a
+  // civetweb that can load OpenSSL at run time: when it cannot, start fails
+  // with one line saying so (Debian 12's civetweb 1.15 cannot use OpenSSL 3).
+  static std::unique_ptr<HttpServer> start(const std::string& listen, const HttpConfig& security,
+                                           std::string* error);
+
+  static constexpr int kWorkerThreads = 32;
+  static constexpr int kRequestTimeoutMs = 3000;
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -62,12 +86,14 @@ class HttpServer {
   static int on_request(mg_connection* conn);
   static int on_log(const mg_connection* conn, const char* message);
   int handle(mg_connection* conn);
+  bool authorized(mg_connection* conn, const std::string& path);
   void log(const char* message);
   void poke_listener() const;
 
   std::string listen_;
   mg_context* ctx_ = nullptr;
   int port_ = 0;
+  std::unique_ptr<BasicAuth> auth_;  // null: no authentication
 
   mutable std::shared_mutex mu_;  // guards the handlers below
   std::shared_ptr<prometheus::Registry> registry_;

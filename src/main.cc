@@ -6,8 +6,11 @@
 #include <vector>
 
 #include "check_config_command.h"
+#include "compare_command.h"
 #include "daemon.h"
+#include "flows_command.h"
 #include "kernel/flow_probe.h"
+#include "policy_command.h"
 
 namespace {
 
@@ -17,6 +20,13 @@ constexpr const char* kUsage =
     "  run [--config FILE] [--listen HOST:PORT] [--flow-log FILE|-] [--cgroup DIR]\n"
     "                       the daemon (embedded default config without --config)\n"
     "  check-config FILE    validate a config file; exit 2 with FILE:LINE: message per problem\n"
+    "  flows [--server URL] [--json] [--sort FIELD]\n"
+    "                       open flows of a running daemon, enriched (class, ASN, CC, srtt, cwnd, ...)\n"
+    "  compare (--flows FILE | --server URL) --a SEL --b SEL [--by FIELD] [--metric fct|throughput|rtt|retrans]\n"
+    "          [--json] [--plot FILE.svg]\n"
+    "                       A/B comparison per group (e.g. --a cc=cubic --b cc=bbr --by asn)\n"
+    "  policy show [--server URL] [--json]\n"
+    "                       the congestion-control policy in force: rules, experiments, counts\n"
     "  version              version, libbpf version, kernel features found\n";
 
 int usage_error(const std::string& msg) {
@@ -85,6 +95,9 @@ int main(int argc, char** argv) {
     if (args.size() != 1) return usage_error("check-config takes one FILE");
     return tcpscope::check_config_command(args[0], std::cout, std::cerr);
   }
+  if (cmd == "flows") return tcpscope::flows_command(args, std::cout, std::cerr);
+  if (cmd == "compare") return tcpscope::compare_command(args, std::cout, std::cerr);
+  if (cmd == "policy") return tcpscope::policy_command(args, std::cout, std::cerr);
   if (cmd == "version" || cmd == "--version") return cmd_version();
   if (cmd == "help" || cmd == "--help" || cmd == "-h") {
     std::fputs(kUsage, stdout);

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import TRAFFIC, Daemon, read_jsonl, sh, wait_for
+from conftest import TCPSCOPE, TRAFFIC, Daemon, read_jsonl, sh, wait_for
 
 
 def start_daemon(tmp, cgroup, config_text):
@@ -116,6 +116,13 @@ cc_policy:
         total = sum(d.metric_value("tcpscope_cc_assignments_total",
                                    {"experiment": "bbr-vs-cubic", "arm": a}) or 0 for a in arms)
         assert total == 2 * n  # both ends of every connection are in the cgroup
+
+        # The policy in force, as an operator reads it.
+        show = sh(str(TCPSCOPE), "policy", "show", "--server", d.url).stdout
+        assert "ab" in show and "bbr-vs-cubic" in show and "50%" in show, show
+        pj = json.loads(sh(str(TCPSCOPE), "policy", "show", "--server", d.url, "--json").stdout)
+        assert pj["rules"][0]["assigned"] == 2 * n
+        assert sum(a["assigned"] for a in pj["rules"][0]["experiment"]["arms"]) == 2 * n
     finally:
         assert d.stop() == 0, d.stderr_text()
 

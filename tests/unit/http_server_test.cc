@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <vector>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -282,6 +284,171 @@ TEST(HttpServerTest, StopClosesTheListener) {
   EXPECT_THROW(connect_to(port), std::runtime_error);
   server->stop();  // idempotent
   server.reset();
+}
+
+// --- Security: basic auth, request bodies, stuck clients, TLS availability.
+
+Response request_with(int port, const std::string& target, const std::string& extra_headers) {
+  int fd = connect_to(port);
+  std::string pending;
+  try {
+    send_all(fd, "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + extra_headers + "\r\n");
+    Response r = read_response(fd, &pending);
+    close(fd);
+    return r;
+  } catch (...) {
+    close(fd);
+    throw;
+  }
+}
+
+double seconds_since(const std::chrono::steady_clock::time_point& t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Reads until the server closes the connection (or the 5 s receive timeout).
+std::string read_until_close(int fd) {
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+TEST(HttpServerSecurityTest, BasicAuthGuardsEverythingButHealthz) {
+  HttpConfig security;
+  security.basic_auth_user = "prometheus";
+  security.basic_auth_password_sha256 = to_hex(sha256("s3cret"));
+  std::string error;
+  auto server = HttpServer::start("127.0.0.1:0", security, &error);
+  ASSERT_TRUE(server) << error;
+  server->serve_metrics(std::make_shared<prometheus::Registry>());
+  server->set_health([] { return std::make_pair(true, std::string()); });
+  server->handle_json("/api/v1/flows", [](const std::string&) { return std::string("[]"); });
+  const int port = server->port();
+
+  for (const char* path : {"/metrics", "/api/v1/flows", "/nope"}) {
+    Response r = request(port, "GET", path);
+    EXPECT_EQ(r.status, 401) << path;
+    EXPECT_EQ(r.headers["www-authenticate"], "Basic realm=\"tcpscope\", charset=\"UTF-8\"") << path;
+    EXPECT_EQ(r.body, "Unauthorized\n") << path;
+    // prometheus:wrong
+    EXPECT_EQ(request_with(port, path, "Authorization: Basic cHJvbWV0aGV1czp3cm9uZw==\r\n").status, 401) << path;
+  }
+  // prometheus:s3cret
+  const std::string good = "Authorization: Basic cHJvbWV0aGV1czpzM2NyZXQ=\r\n";
+  EXPECT_EQ(request_with(port, "/metrics", good).status, 200);
+  EXPECT_EQ(request_with(port, "/api/v1/flows", good).body, "[]\n");
+  EXPECT_EQ(request_with(port, "/nope", good).status, 404);
+  // /healthz needs no credentials and says nothing but ok.
+  Response h = request(port, "GET", "/healthz");
+  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(h.body, "ok\n");
+}
+
+TEST(HttpServerSecurityTest, BadDigestIsRefusedAtStart) {
+  HttpConfig security;
+  security.basic_auth_user = "prometheus";
+  security.basic_auth_password_sha256 = "not-hex";
+  std::string error;
+  EXPECT_FALSE(HttpServer::start("127.0.0.1:0", security, &error));
+  EXPECT_EQ(error, "listen 127.0.0.1:0: http.basic_auth_password_sha256 is not 64 hex digits");
+}
+
+// A client announcing a body it never sends must not hold a worker: the
+// answer comes at once and the connection is closed without reading on.
+TEST(HttpServerSecurityTest, RequestBodiesAreRefusedAndTheConnectionClosed) {
+  auto server = start_ephemeral();
+  ASSERT_TRUE(server);
+  server->serve_metrics(std::make_shared<prometheus::Registry>());
+  struct Case {
+    const char* request;
+    const char* status;
+  };
+  for (const Case& c : {Case{"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\nabc", " 413 "},
+                        Case{"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\nabc", " 405 "},
+                        Case{"PUT /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab", " 405 "}}) {
+    int fd = connect_to(server->port());
+    const auto t0 = std::chrono::steady_clock::now();
+    send_all(fd, c.request);
+    const std::string reply = read_until_close(fd);
+    const double took = seconds_since(t0);
+    close(fd);
+    EXPECT_NE(reply.find(c.status), std::string::npos) << c.request << " -> " << reply;
+    EXPECT_LT(took, 1.0) << c.request;
+  }
+  EXPECT_EQ(request(server->port(), "GET", "/metrics").status, 200);
+}
+
+TEST(HttpServerSecurityTest, OversizedAndMalformedRequestsAre4xxAndServingGoesOn) {
+  auto server = start_ephemeral();
+  ASSERT_TRUE(server);
+  server->set_health([] { return std::make_pair(true, std::string()); });
+  const std::string huge_header = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n";
+  const std::string huge_target = "GET /" + std::string(20000, 'b') + " HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (const std::string& bad : {huge_header, huge_target, std::string("GARBAGE\r\n\r\n"),
+                                 std::string("\x00\x01\x02\r\n\r\n", 7), std::string("GET /healthz HTTP/9.9\r\n\r\n"),
+                                 std::string("GET healthz HTTP/1.1\r\n\r\n")}) {
+    int fd = connect_to(server->port());
+    try {
+      send_all(fd, bad);
+    } catch (const std::runtime_error&) {
+      // The server may close before taking all of an oversized request.
+    }
+    const std::string reply = read_until_close(fd);
+    close(fd);
+    ASSERT_GE(reply.size(), 12u) << bad.substr(0, 40);
+    const int status = std::stoi(reply.substr(9, 3));
+    EXPECT_GE(status, 400) << reply;
+    EXPECT_LT(status, 600) << reply;
+    EXPECT_NE(status, 500) << reply;
+  }
+  EXPECT_EQ(request(server->port(), "GET", "/healthz").status, 200);
+}
+
+// Clients that send half a request and hang: with fewer of them than worker
+// threads /metrics answers at once; with more, within the request timeout.
+TEST(HttpServerSecurityTest, StuckClientsDoNotStarveMetrics) {
+  auto server = start_ephemeral();
+  ASSERT_TRUE(server);
+  server->serve_metrics(std::make_shared<prometheus::Registry>());
+  auto hang = [&](int n) {
+    std::vector<int> fds;
+    for (int i = 0; i < n; ++i) {
+      fds.push_back(connect_to(server->port()));
+      send_all(fds.back(), "GET /metrics HTTP/1.1\r\nHost: x\r\n");
+    }
+    return fds;
+  };
+  std::vector<int> stuck = hang(8);
+  usleep(200 * 1000);
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(request(server->port(), "GET", "/metrics").status, 200);
+  EXPECT_LT(seconds_since(t0), 0.5);
+  for (int fd : stuck) close(fd);
+
+  stuck = hang(HttpServer::kWorkerThreads + 8);
+  usleep(200 * 1000);
+  t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(request(server->port(), "GET", "/metrics").status, 200);
+  EXPECT_LT(seconds_since(t0), HttpServer::kRequestTimeoutMs / 1000.0 + 1.5);
+  for (int fd : stuck) close(fd);
+}
+
+// Whether this civetweb can do TLS is only known at run time; either way the
+// answer is one line that says what is wrong.
+TEST(HttpServerSecurityTest, TlsWithAMissingCertificateIsOneLine) {
+  HttpConfig security;
+  security.tls_certificate = "/nonexistent/tcpscope.pem";
+  std::string error;
+  EXPECT_FALSE(HttpServer::start("127.0.0.1:0", security, &error));
+  EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+  const bool unavailable = error.find("TLS (http.tls_certificate) is not available") != std::string::npos;
+  const bool unreadable = error.find("cannot read /nonexistent/tcpscope.pem: No such file or directory") != std::string::npos;
+  EXPECT_TRUE(unavailable || unreadable) << error;
 }
 
 }  // namespace

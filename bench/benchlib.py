@@ -1,0 +1,438 @@
+"""Shared pieces of the system benchmarks (churn.py, bulk.py, scale.py, bpf_cost.py).
+
+Everything here creates its own network namespaces (198.18.0.0/15 only), cgroup
+and temporary files, and removes them again, even when a run fails.
+"""
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = Path(os.environ.get("TCPSCOPE_BUILD", ROOT / "build"))
+RESULTS = Path(os.environ.get("TCPSCOPE_BENCH_RESULTS", ROOT / "bench" / "results"))
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def log(*a):
+    print("bench:", *a, file=sys.stderr, flush=True)
+
+
+def sh(*cmd, check=True, **kw):
+    return subprocess.run(cmd, check=check, capture_output=True, text=True, **kw)
+
+
+def loadavg():
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+def machine_info():
+    cc = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    return {"kernel": os.uname().release, "cpus": os.cpu_count(), "default_cc": cc,
+            "loadavg_at_start": loadavg(),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def tcpscope_binary():
+    p = BUILD / "tcpscope"
+    if not p.exists():
+        raise SystemExit(f"bench: {p} missing: build first (cmake --build {BUILD}) or set TCPSCOPE_BUILD")
+    return p
+
+
+def loadgen_binary():
+    """bench/loadgen.cc, compiled into the build dir when missing or older than its source."""
+    src = ROOT / "bench" / "loadgen.cc"
+    out = BUILD / "bench-loadgen"
+    if not out.exists() or out.stat().st_mtime < src.stat().st_mtime:
+        cxx = os.environ.get("CXX", "c++")
+        r = sh(cxx, "-O2", "-std=c++17", "-pthread", "-o", str(out), str(src), check=False)
+        if r.returncode != 0:
+            raise SystemExit(f"bench: compiling {src} failed:\n{r.stderr}")
+    return out
+
+
+# ---------------------------------------------------------------- processes
+
+
+def proc_cpu_seconds(pid):
+    """utime + stime of the process and of its waited-for children, seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    # fields[0] is state (field 3); utime/stime/cutime/cstime are fields 14-17.
+    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / TICK
+
+
+def proc_mem_kib(pid):
+    """(VmRSS, VmHWM) in KiB."""
+    rss = hwm = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1])
+        elif line.startswith("VmHWM:"):
+            hwm = int(line.split()[1])
+    return rss, hwm
+
+
+def stop_process(p, sig=signal.SIGTERM, timeout=20):
+    if p.poll() is None:
+        p.send_signal(sig)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return p.returncode
+
+
+def wait_for(pred, timeout, what, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(interval)
+    raise RuntimeError(f"timed out after {timeout}s waiting for {what}")
+
+
+# ---------------------------------------------------------------- network
+
+
+class Cgroup:
+    """A cgroup v2 directory of the benchmark's own (where the policy programs attach)."""
+
+    def __init__(self):
+        self.root = None
+        for line in open("/proc/self/mountinfo"):
+            left, _, right = line.partition(" - ")
+            if right.split()[0] == "cgroup2" and left.split()[3] == "/":
+                self.root = Path(left.split()[4])
+                break
+        if self.root is None:
+            raise SystemExit("bench: no cgroup v2 hierarchy mounted")
+        self.path = self.root / f"tcpscope-bench-{os.getpid()}"
+        self.path.mkdir(exist_ok=True)
+
+    def close(self):
+        for _ in range(50):
+            for pid in (self.path / "cgroup.procs").read_text().split():
+                try:
+                    (self.root / "cgroup.procs").write_text(pid)
+                except OSError:
+                    pass
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
+class NetPair:
+    """Namespaces `cli` and `srv` joined by a veth pair, 198.18.N.1 <-> 198.18.N.2.
+    Processes started through it run in `cgroup` when one is given."""
+
+    def __init__(self, cgroup=None, sysctls=True):
+        n = random.randrange(1, 250)
+        tag = f"{os.getpid() % 100000}"
+        self.cli, self.srv = f"tsb-c{tag}", f"tsb-s{tag}"
+        self.veth_cli, self.veth_srv = f"tsbc{tag}", f"tsbs{tag}"
+        self.cli_v4, self.srv_v4 = f"198.18.{n}.1", f"198.18.{n}.2"
+        self.cgroup = cgroup
+        self.procs = []
+        self.created_ns = time.time_ns()
+        try:
+            self._build(sysctls)
+        except Exception:
+            self.close()
+            raise
+
+    def _build(self, sysctls):
+        for ns in (self.cli, self.srv):
+            sh("ip", "netns", "del", ns, check=False)  # a leftover of a killed run
+            sh("ip", "netns", "add", ns)
+        sh("ip", "link", "add", self.veth_cli, "netns", self.cli, "type", "veth",
+           "peer", "name", self.veth_srv, "netns", self.srv)
+        for ns, dev, v4 in ((self.cli, self.veth_cli, self.cli_v4), (self.srv, self.veth_srv, self.srv_v4)):
+            self.run(ns, "ip", "link", "set", "lo", "up")
+            self.run(ns, "ip", "addr", "add", f"{v4}/24", "dev", dev)
+            self.run(ns, "ip", "link", "set", dev, "up")
+            if sysctls:
+                # Room for many connections: these are per network namespace.
+                self.run(ns, "sysctl", "-q", "-w", "net.core.somaxconn=65535",
+                         "net.ipv4.tcp_max_syn_backlog=65535", "net.ipv4.ip_local_port_range=1024 65535")
+        self.netns_ids = {"cli": os.stat(f"/run/netns/{self.cli}").st_ino,
+                          "srv": os.stat(f"/run/netns/{self.srv}").st_ino}
+
+    def wrap(self, ns, cmd):
+        argv = ["ip", "netns", "exec", ns, *map(str, cmd)]
+        if self.cgroup:
+            argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(self.cgroup.path), *argv]
+        return argv
+
+    def run(self, ns, *cmd, check=True, timeout=None):
+        return sh(*self.wrap(ns, cmd), check=check, timeout=timeout)
+
+    def spawn(self, ns, *cmd, **kw):
+        kw.setdefault("stdout", subprocess.DEVNULL)
+        kw.setdefault("stderr", subprocess.PIPE)
+        p = subprocess.Popen(self.wrap(ns, cmd), text=True, **kw)
+        self.procs.append(p)
+        return p
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        for ns in (self.cli, self.srv):
+            for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            sh("ip", "netns", "del", ns, check=False)
+
+
+class ChurnServer:
+    """bench-loadgen serve in the server namespace."""
+
+    def __init__(self, net, tmp, port=8080, threads=2, req=100, resp=1000):
+        ready = Path(tmp) / f"serve-{port}.ready"
+        ready.unlink(missing_ok=True)
+        self.p = net.spawn(net.srv, loadgen_binary(), "serve", "--bind", net.srv_v4, "--port", port,
+                           "--threads", threads, "--req", req, "--resp", resp, "--ready", ready)
+        wait_for(lambda: ready.exists() or self.p.poll() is not None, 10, "churn server start")
+        if self.p.poll() is not None:
+            raise RuntimeError(f"churn server exited: {self.p.stderr.read()}")
+        self.port, self.req, self.resp = port, req, resp
+
+
+def churn(net, server, seconds, threads):
+    """One churn run from the client namespace; loadgen's JSON result."""
+    r = net.run(net.cli, loadgen_binary(), "churn", "--addr", net.srv_v4, "--port", server.port,
+                "--threads", threads, "--seconds", seconds, "--req", server.req, "--resp", server.resp,
+                timeout=seconds + 60)
+    return json.loads(r.stdout)
+
+
+# ---------------------------------------------------------------- tcpscope
+
+
+def write_pfx2as(path, n_prefixes, seed=1):
+    """A CAIDA-format prefix-to-AS file with n_prefixes distinct IPv4 prefixes
+    shaped like a BGP table (mostly /24, some /16-/23, few /8-/15) over 60k
+    ASNs, plus the benchmark's own 198.18.0.0/15 (AS 64496)."""
+    rng = random.Random(seed)
+    seen = set()
+    lines = ["198.18.0.0\t15\t64496\n"]
+    seen.add((0xC6120000, 15))
+    while len(lines) < n_prefixes:
+        r = rng.random()
+        length = 24 if r < 0.6 else rng.randint(16, 23) if r < 0.9 else rng.randint(8, 15)
+        addr = rng.getrandbits(32) & (0xFFFFFFFF << (32 - length)) & 0xFFFFFFFF
+        if (addr >> 24) in (0, 10, 127, 198, 224, 240, 255) or (addr, length) in seen:
+            continue
+        seen.add((addr, length))
+        a = f"{addr >> 24}.{(addr >> 16) & 255}.{(addr >> 8) & 255}.{addr & 255}"
+        lines.append(f"{a}\t{length}\t{rng.randint(1000, 61000)}\n")
+    Path(path).write_text("".join(lines))
+    return path
+
+
+def policy_rules_yaml(n_rules=50, match_port=None):
+    """n_rules cc_policy rules; the bench traffic (198.18.0.0/15) only matches
+    the last one, so every flow is checked against all of them. That rule sets
+    the machine's default CC, so the traffic behaves as in the baseline and
+    only the policy's cost differs."""
+    default_cc = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    other_cc = "cubic" if default_cc != "cubic" else "reno"
+    rules = []
+    for i in range(n_rules - 1):
+        cc = other_cc if i % 2 else default_cc
+        if i < 30:
+            m = f"{{ prefixes: [10.{i}.0.0/16, \"fd00:{i:x}::/32\"] }}"
+        elif i < 40:
+            m = f"{{ peer_class: pop-to-pop, asns: [{64600 + i}] }}"
+        elif i < 45:
+            m = f"{{ lports: [{20000 + i}] }}"
+        else:
+            m = f"{{ peer_class: intra-pop, lports: [{21000 + i}, {22000 + i}] }}"
+        rules.append(f"    - name: rule-{i}\n      match: {m}\n      cc: {cc}\n")
+    rules.append(f"    - name: bench-traffic\n      match: {{ prefixes: [198.18.0.0/15] }}\n      cc: {default_cc}\n")
+    return "".join(rules)
+
+
+def write_config(path, *, port, flow_log=None, prefix_file=None, cgroup=None, rules=50,
+                 snapshot_interval_s=10):
+    text = [f"listen: 127.0.0.1:{port}\n"]
+    if flow_log:
+        text.append(f"flow_log: {flow_log}\n")
+    text.append("asn:\n  top_n: 50\n")
+    if prefix_file:
+        text.append(f"  prefix_file: {prefix_file}\n")
+    text.append("peer_classes:\n"
+                "  - name: intra-pop\n    prefixes: [10.20.0.0/16]\n"
+                "  - name: pop-to-pop\n    prefixes: [10.0.0.0/8, \"fd00::/8\"]\n"
+                "  - name: origin\n    asns: [64500]\n"
+                "default_peer_class: client\n")
+    text.append("cc_policy:\n  app_override: respect\n  sysctl_guard: observe\n")
+    text.append("  rules:\n" + policy_rules_yaml(rules) if rules else "  rules: []\n")
+    if cgroup:
+        text.append(f"cgroup: {cgroup}\n")
+    text.append(f"snapshot_interval_s: {snapshot_interval_s}\n")
+    Path(path).write_text("".join(text))
+    return path
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Tcpscope:
+    """`tcpscope run --config FILE`; start-up (ASN load) is outside any measured window."""
+
+    def __init__(self, tmp, config, port):
+        tmp = Path(tmp)
+        self.url = f"http://127.0.0.1:{port}"
+        self.stderr_path = tmp / f"tcpscope-{port}.stderr"
+        self.stderr = open(self.stderr_path, "w")
+        t0 = time.monotonic()
+        self.p = subprocess.Popen([str(tcpscope_binary()), "run", "--config", str(config)],
+                                  stdout=subprocess.DEVNULL, stderr=self.stderr)
+        self.pid = self.p.pid
+        try:
+            wait_for(lambda: "running:" in self.stderr_path.read_text() or self.p.poll() is not None,
+                     300, "tcpscope start")
+        except RuntimeError:
+            stop_process(self.p)
+            raise
+        if self.p.poll() is not None:
+            raise RuntimeError(f"tcpscope did not start: {self.stderr_path.read_text()}")
+        self.start_seconds = time.monotonic() - t0
+
+    def metrics(self):
+        with urllib.request.urlopen(self.url + "/metrics", timeout=30) as r:
+            return r.read().decode()
+
+    def metric(self, name):
+        total, found = 0.0, False
+        for line in self.metrics().splitlines():
+            m = re.match(r"^([a-zA-Z_:]+)(\{.*\})?\s+(\S+)$", line)
+            if m and m.group(1) == name:
+                total += float(m.group(3))
+                found = True
+        return total if found else None
+
+    def stop(self):
+        rc = stop_process(self.p, timeout=60)
+        self.stderr.close()
+        return rc
+
+
+def count_flow_log(path, netns_ids, since_ns):
+    """Records of the benchmark's namespaces in an NDJSON flow log."""
+    n = 0
+    ids = {str(i) for i in netns_ids}
+    if not Path(path).exists():
+        return 0
+    with open(path) as f:
+        for line in f:
+            # Cheap pre-filter; the JSON parse only for candidate lines.
+            m = re.search(r'"netns":(\d+)', line)
+            if m and m.group(1) in ids:
+                r = json.loads(line)
+                if r["start_ns"] >= since_ns:
+                    n += 1
+    return n
+
+
+# ---------------------------------------------------------------- bpf
+
+
+def _fdinfo_ids(pid, key):
+    """Ids named by `key` (prog_id / map_id) in the fdinfo of a process's
+    file descriptors: its programs, the programs behind its links, its maps.
+    (This bpftool does not attribute programs to processes itself.)"""
+    ids = set()
+    fdinfo = Path(f"/proc/{pid}/fdinfo")
+    for f in fdinfo.iterdir():
+        try:
+            for line in f.read_text().splitlines():
+                if line.startswith(key + ":"):
+                    ids.add(int(line.split()[1]))
+        except (OSError, ValueError):
+            pass
+    return ids
+
+
+def bpf_programs_of(pid):
+    """bpftool's view of the BPF programs a process holds: {id: prog json}."""
+    ids = _fdinfo_ids(pid, "prog_id")
+    r = sh("bpftool", "-j", "prog", "show", check=False)
+    if r.returncode != 0:
+        return {}
+    return {p["id"]: p for p in json.loads(r.stdout or "[]") if p["id"] in ids}
+
+
+def bpf_maps_of(pid):
+    r = sh("bpftool", "-j", "map", "show", check=False)
+    if r.returncode != 0:
+        return []
+    ids = _fdinfo_ids(pid, "map_id")
+    return [m for m in json.loads(r.stdout or "[]") if m["id"] in ids]
+
+
+class BpfStats:
+    """kernel.bpf_stats_enabled=1 for the lifetime of the object (restored after)."""
+
+    def __enter__(self):
+        self.old = Path("/proc/sys/kernel/bpf_stats_enabled").read_text().strip()
+        Path("/proc/sys/kernel/bpf_stats_enabled").write_text("1")
+        return self
+
+    def __exit__(self, *exc):
+        Path("/proc/sys/kernel/bpf_stats_enabled").write_text(self.old)
+
+
+# ---------------------------------------------------------------- output
+
+
+def fmt_table(headers, rows):
+    cols = [[str(h)] + [str(r[i]) for r in rows] for i, h in enumerate(headers)]
+    widths = [max(len(c) for c in col) for col in cols]
+    lines = ["  ".join(str(h).ljust(w) for h, w in zip(headers, widths))]
+    lines.append("  ".join("-" * w for w in widths))
+    for r in rows:
+        lines.append("  ".join(str(v).rjust(w) if isinstance(v, (int, float)) else str(v).ljust(w)
+                               for v, w in zip(r, widths)))
+    return "\n".join(lines)
+
+
+def write_result(name, data, out=None):
+    out = Path(out) if out else RESULTS / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    data.setdefault("machine", machine_info())
+    data["machine"]["loadavg_at_end"] = loadavg()
+    out.write_text(json.dumps(data, indent=2) + "\n")
+    log(f"wrote {out}")
+    return out
+
+
+def tmpdir(name):
+    d = Path(os.environ.get("TMPDIR", "/tmp")) / f"tcpscope-{name}-{os.getpid()}"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    return d

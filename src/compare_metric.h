@@ -1,0 +1,81 @@
+// What `tcpscope compare` measures per flow, in one place so that the flow-log
+// mode, the daemon's sketches (--server mode) and the Prometheus histograms
+// pick the same flows for the same metric.
+//
+//   fct         fct_us (microseconds) of completed flows (outcome ok, not
+//               partial, fct_us > 0) that moved 0 < bytes < throughput_min_bytes
+//               payload bytes (bytes = bytes_acked + bytes_received); compared
+//               per size class, because a 10 kB and a 2 MB object finish in
+//               different numbers of round trips.
+//   throughput  8 * bytes / (fct_us / 1e6), bits/s, of completed flows with
+//               bytes >= throughput_min_bytes: short flows end in slow start
+//               and say little about what the path and the CC can carry.
+//   rtt         srtt_us (microseconds), the kernel's smoothed RTT at close, of
+//               completed flows that moved data and have an RTT sample. Not
+//               min_rtt_us: the minimum is the path's propagation delay, which
+//               the congestion control cannot change; srtt includes the
+//               queueing delay the CC causes, which is what BBR and CUBIC
+//               differ in (and what tcpscope_srtt_seconds shows).
+//   retrans     retrans_segs / segs_out, per flow, of completed flows that
+//               moved data and sent segments. Its median is often 0; the
+//               rank test still compares the distributions.
+//
+// Lower is better for fct, rtt and retrans; higher for throughput.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tcpscope {
+
+struct FlowRecord;
+
+enum class CompareMetric { kFct, kThroughput, kRtt, kRetrans };
+constexpr int kCompareMetricCount = 4;
+
+const char* to_string(CompareMetric m);
+std::optional<CompareMetric> parse_compare_metric(const std::string& name);
+// "us", "bit/s", "ratio".
+const char* metric_unit(CompareMetric m);
+// One line for report headers, e.g. "flow completion time (fct_us) of completed flows below 3000000 bytes".
+std::string metric_description(CompareMetric m, uint64_t throughput_min_bytes);
+bool lower_is_better(CompareMetric m);
+// Human-readable value for tables: 850us, 12.3ms, 1.24s; 85.2Mbit/s; 0.12%.
+std::string format_metric_value(CompareMetric m, double v);
+// Shortest form for axis ticks (round values): 1ms, 200ms, 5s; 100Mbit/s; 1%.
+std::string format_metric_tick(CompareMetric m, double v);
+
+// Where size classes and the throughput threshold come from: the config
+// (size_classes_bytes, throughput_min_bytes), the same for all modes.
+struct MetricOptions {
+  std::vector<uint64_t> size_classes_bytes{100000, 1000000, 3000000};
+  uint64_t throughput_min_bytes = 3000000;
+};
+
+// The fields of a flow record the metrics read, from either a FlowRecord (the
+// daemon) or a flow-log line (compare --flows).
+struct MetricInputs {
+  bool ok = false;       // outcome == "ok"
+  bool partial = false;  // opened before the daemon attached
+  uint64_t bytes = 0;    // bytes_acked + bytes_received
+  int64_t fct_us = 0;
+  uint64_t srtt_us = 0;
+  uint64_t retrans_segs = 0;
+  uint64_t segs_out = 0;
+};
+
+MetricInputs metric_inputs(const FlowRecord& flow);
+
+// The flow's value for the metric, or nullopt when the flow does not count
+// for it (see the table above).
+std::optional<double> metric_value(CompareMetric m, const MetricInputs& in, const MetricOptions& opts);
+
+// Index into size_class_names(boundaries) for a flow of `bytes` payload bytes.
+uint32_t size_class_index(uint64_t bytes, const std::vector<uint64_t>& boundaries);
+
+// Whether comparisons of this metric are split by size class (only fct).
+bool split_by_size_class(CompareMetric m);
+
+}  // namespace tcpscope

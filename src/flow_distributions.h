@@ -1,0 +1,139 @@
+// What the daemon keeps so that `tcpscope compare --server URL` can answer
+// without a flow log: one FlowSketch (1 % relative error) per metric and per
+// key (peer_class, asn label, cc, arm, size_class) of finished flows, over a
+// sliding window. A compare query merges the sketches of the keys that match
+// its A and B selections into one pair per group and returns them; the
+// client runs the statistics (compare_stats.h) on those, so the daemon's
+// HTTP threads only merge.
+//
+// What --server can and cannot answer. Selections and --by may use only the
+// key fields: peer_class, asn, cc, arm, size_class (anything else needs the
+// flow log). asn is the label the Prometheus series use (a top-N number,
+// "other", "0"), passed in by the caller, so ASN groups match the
+// dashboards. Quantiles are within the sketch's relative accuracy; the rank
+// test sees values within 1 % of each other as ties (see compare_stats.h).
+//
+// Bounded memory. Interned names are capped at 255 values per field (the
+// rest become "other"); at most max_keys keys per generation: a flow whose
+// key does not exist when the table is full goes to its key with asn
+// "other", and if that is missing too it is dropped and counted. The
+// default 4096 keys is twice what the Prometheus FCT series can reach at the
+// defaults (5 classes x 52 asn labels x 2 CCs x 4 size classes = 2080).
+// Each sketch holds at most max_buckets 4-byte counters and a key at most
+// three sketches (fct or throughput, rtt, retrans), so the hard ceiling is
+// 2 generations x 4096 keys x 3 x (512 x 4 B + ~100 B) = 52 MiB; real keys
+// use a few hundred buckets in all (~2 KiB per key, ~16 MiB for a full
+// table; bench/compare_bench.cc). stats() reports the real figure.
+//
+// Window. Sketches live in two generations of window_s each: queries merge
+// both, so they cover between window_s and 2 window_s of the most recent
+// flows (the response says how much), and keys that stop receiving flows
+// (an ASN that left the top-N) disappear after at most 2 window_s.
+//
+// Threading: add() (the ring reader) and the queries (HTTP threads) take
+// one mutex. add() costs a few hundred ns (bench/compare_bench.cc).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "compare_metric.h"
+#include "compare_selection.h"
+#include "flow_sketch.h"
+
+namespace tcpscope {
+
+struct Config;
+struct FlowRecord;
+
+struct FlowDistributionsOptions {
+  std::vector<uint64_t> size_classes_bytes{100000, 1000000, 3000000};
+  uint64_t throughput_min_bytes = 3000000;
+  double relative_accuracy = FlowSketch::kDefaultRelativeAccuracy;
+  uint32_t max_buckets = FlowSketch::kDefaultMaxBuckets;
+  size_t max_keys = 4096;  // per generation
+  double window_s = 3600;
+
+  static FlowDistributionsOptions from_config(const Config& config);
+};
+
+// The fields --server selections and --by may name.
+const std::vector<std::string>& distribution_key_fields();
+
+class FlowDistributions {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit FlowDistributions(FlowDistributionsOptions options);
+  ~FlowDistributions();
+  FlowDistributions(const FlowDistributions&) = delete;
+  FlowDistributions& operator=(const FlowDistributions&) = delete;
+
+  // Counts one finished flow. `asn_label` is the flow's asn label in the
+  // Prometheus series ("other", "0" or the number; Aggregator::asn_label).
+  void add(const FlowRecord& flow, const std::string& asn_label);
+  // For tests: the same with an explicit time.
+  void add_at(const FlowRecord& flow, const std::string& asn_label, Clock::time_point now);
+
+  // Config reload. New size classes or threshold: the sketches no longer
+  // mean the same thing, so they are dropped (returns true).
+  bool update_options(FlowDistributionsOptions options);
+
+  struct Group {
+    std::string group;
+    std::optional<std::string> size_class;
+    uint32_t size_class_order = 0;
+    FlowSketch a, b;
+  };
+  struct QueryResult {
+    std::vector<Group> groups;
+    double covers_s = 0;  // age of the oldest generation merged
+  };
+  // Merges the sketches of `metric` per group of `by` for the keys matching
+  // a and b. Throws std::invalid_argument when `by` or a selection names a
+  // field the distributions do not keep.
+  QueryResult query(CompareMetric metric, const std::string& by, const Selection& a, const Selection& b);
+  QueryResult query_at(CompareMetric metric, const std::string& by, const Selection& a, const Selection& b,
+                       Clock::time_point now);
+
+  // GET /api/v1/distributions?metric=fct&by=asn&a=cc%3Dcubic&b=cc%3Dbbr
+  // (a and b URL-encoded selections; metric defaults to fct, by to
+  // peer_class): the query above as JSON, see query_response_json.
+  // std::invalid_argument for a bad query (the HTTP server answers 400).
+  std::string handle_query(const std::string& query_string);
+
+  struct Stats {
+    size_t keys = 0;            // both generations
+    size_t sketches = 0;
+    size_t memory_bytes = 0;    // sketch counters plus per-key overhead
+    uint64_t flows = 0;         // counted into the current generations
+    uint64_t dropped_flows = 0; // key table full (since start)
+  };
+  Stats stats() const;
+
+ private:
+  struct Entry;
+  struct Generation;
+
+  uint8_t intern(std::vector<std::string>* names, const std::string& name);
+  void rotate_if_due(Clock::time_point now);
+  Entry* entry_for(uint64_t key, uint64_t folded_key);
+  std::string key_field(uint64_t key, const std::string& field) const;
+
+  FlowDistributionsOptions options_;
+  MetricOptions metric_options_;  // the part of options_ metric_value() reads
+  std::vector<std::string> size_class_names_;
+
+  mutable std::mutex mu_;
+  std::vector<std::string> class_names_, cc_names_, arm_names_;
+  std::unique_ptr<Generation> current_, previous_;
+  uint64_t dropped_flows_ = 0;
+};
+
+}  // namespace tcpscope

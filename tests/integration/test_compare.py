@@ -1,0 +1,372 @@
+"""`tcpscope compare` and `tcpscope flows` against a running daemon and its
+flow log, on real traffic with two congestion controls.
+
+The server namespace listens on two ports, one whose sockets use CUBIC and
+one BBR (TCP_CONGESTION on the listener, inherited by accepted sockets; the
+clients set the same CC on theirs). Two client source addresses map to two
+ASNs. `compare --flows LOG` (exact values) and `compare --server URL` (the
+daemon's sketches) must then report the same flow counts exactly and the same
+quantiles within the sketch's stated relative error.
+
+Run as a script (inside a namespace) this file is also the traffic generator:
+  test_compare.py serve --bind ADDR --count N   (ports 8080 cubic, 8081 bbr)
+  test_compare.py client --addr ADDR --source SRC --plan JSON
+  test_compare.py hold --addr ADDR --port P --cc CC --seconds S
+"""
+import argparse
+import json
+import select
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+PORTS = {"cubic": 8080, "bbr": 8081}
+CHUNK = 65536
+RELATIVE_ACCURACY = 0.01  # the daemon's sketches (FlowSketch::kDefaultRelativeAccuracy)
+
+
+# --------------------------------------------------------------------------
+# Traffic (runs inside the test namespaces)
+
+def recv_exact(sock, n):
+    got = 0
+    while got < n:
+        b = sock.recv(min(CHUNK, n - got))
+        if not b:
+            raise ConnectionError(f"peer closed after {got} of {n} bytes")
+        got += len(b)
+
+
+def serve(args):
+    listeners = []
+    for cc, port in PORTS.items():
+        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Accepted sockets inherit the listener's congestion control.
+        ls.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+        ls.bind((args.bind, port))
+        ls.listen(1024)
+        ls.setblocking(False)
+        listeners.append(ls)
+    Path(args.ready).touch()
+
+    def handle(conn):
+        try:
+            conn.settimeout(30)
+            hdr = b""
+            while len(hdr) < 8:
+                b = conn.recv(8 - len(hdr))
+                if not b:
+                    return
+                hdr += b
+            req, resp = struct.unpack("!II", hdr)
+            recv_exact(conn, req)
+            payload = b"s" * CHUNK
+            left = resp
+            while left > 0:
+                left -= conn.send(payload[:min(left, CHUNK)])
+            while conn.recv(CHUNK):  # the client's FIN: everything is acknowledged
+                pass
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    served, threads = 0, []
+    deadline = time.monotonic() + args.timeout
+    while served < args.count and time.monotonic() < deadline:
+        readable, _, _ = select.select(listeners, [], [], 0.5)
+        for ls in readable:
+            try:
+                conn, _ = ls.accept()
+            except (socket.timeout, BlockingIOError):
+                continue
+            t = threading.Thread(target=handle, args=(conn,), daemon=True)
+            t.start()
+            threads.append(t)
+            served += 1
+    for t in threads:
+        t.join(timeout=30)
+
+
+def one_flow(addr, source, cc, req, resp):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.settimeout(30)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+        s.bind((source, 0))
+        s.connect((addr, PORTS[cc]))
+        s.sendall(struct.pack("!II", req, resp) + b"c" * req)
+        recv_exact(s, resp)
+        return None
+    except OSError as e:
+        return repr(e)
+    finally:
+        s.close()
+
+
+def client(args):
+    """Runs the plan [[cc, response bytes, count], ...] from one source address
+    with 4 connections in parallel; prints the number of failures."""
+    jobs = [(cc, size) for cc, size, count in json.loads(args.plan) for _ in range(count)]
+    lock = threading.Lock()
+    errors = []
+
+    def worker():
+        while True:
+            with lock:
+                if not jobs:
+                    return
+                cc, size = jobs.pop()
+            err = one_flow(args.addr, args.source, cc, 200, size)
+            if err:
+                with lock:
+                    errors.append(err)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(json.dumps({"errors": errors}))
+    return 1 if errors else 0
+
+
+def hold(args):
+    """One idle connection kept open for a while (for `tcpscope flows`)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, args.cc.encode())
+    s.connect((args.addr, args.port))
+    print("connected", flush=True)
+    time.sleep(args.seconds)
+    s.close()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="mode", required=True)
+    s = sub.add_parser("serve")
+    s.add_argument("--bind", required=True)
+    s.add_argument("--count", type=int, required=True)
+    s.add_argument("--ready", required=True)
+    s.add_argument("--timeout", type=float, default=120)
+    c = sub.add_parser("client")
+    c.add_argument("--addr", required=True)
+    c.add_argument("--source", required=True)
+    c.add_argument("--plan", required=True)
+    h = sub.add_parser("hold")
+    h.add_argument("--addr", required=True)
+    h.add_argument("--port", type=int, required=True)
+    h.add_argument("--cc", required=True)
+    h.add_argument("--seconds", type=float, required=True)
+    args = p.parse_args()
+    return {"serve": serve, "client": client, "hold": hold}[args.mode](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+# --------------------------------------------------------------------------
+# Tests
+
+import pytest  # noqa: E402  (not needed when this file runs as the traffic generator)
+
+from conftest import TCPSCOPE, Daemon, wait_for  # noqa: E402
+
+THIS = Path(__file__).resolve()
+# Per (source address, cc): flows of each response size. Sizes put flows in
+# every fct size class (lt_100k, 100k_1m, 1m_3m) and above throughput_min_bytes.
+PLAN = [(30_000, 30), (300_000, 24), (1_500_000, 22), (4_000_000, 22)]
+ASN_OF_SOURCE = {1: 64501, 3: 64502}  # last octet -> ASN
+SERVER_ASN = 64500
+
+
+def tcpscope(*args, timeout=120):
+    return subprocess.run([str(TCPSCOPE), *args], capture_output=True, text=True, timeout=timeout)
+
+
+def has_bbr():
+    with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
+        if "bbr" in f.read().split():
+            return True
+    return subprocess.run(["modprobe", "tcp_bbr"], capture_output=True).returncode == 0
+
+
+@pytest.fixture
+def lab(net, tmp_path):
+    if not has_bbr():
+        pytest.skip("the kernel offers no bbr")
+    n = net.cli_v4.split(".")[2]
+    prefix = f"198.18.{n}"
+    net.ns(net.cli, "ip", "addr", "add", f"{prefix}.3/24", "dev", net.veth_cli)
+    pfx2as = tmp_path / "pfx2as.tsv"
+    pfx2as.write_text(f"{prefix}.1\t32\t{ASN_OF_SOURCE[1]}\n{prefix}.3\t32\t{ASN_OF_SOURCE[3]}\n"
+                      f"{prefix}.2\t32\t{SERVER_ASN}\n")
+    config = tmp_path / "tcpscope.yaml"
+    config.write_text(f"""
+asn:
+  prefix_file: {pfx2as}
+peer_classes:
+  - name: lab
+    prefixes: ["{prefix}.0/24"]
+snapshot_interval_s: 1
+""")
+    home = tmp_path / "daemon"
+    home.mkdir()
+    d = Daemon(home, extra_args=("--config", str(config)))
+    yield d, [f"{prefix}.1", f"{prefix}.3"]
+    assert d.stop() == 0, d.stderr_text()
+
+
+def run_traffic(net, tmp_path, sources):
+    per_source = sum(count for _, count in PLAN) * len(PORTS)
+    ready = tmp_path / "server.ready"
+    server = net.spawn(net.srv, sys.executable, str(THIS), "serve", "--bind", net.srv_v4,
+                       "--count", str(per_source * len(sources)), "--ready", str(ready))
+    wait_for(lambda: ready.exists() or server.poll() is not None, 10, what="server start")
+    assert server.poll() is None, server.stderr.read()
+    plan = json.dumps([[cc, size, count] for cc in PORTS for size, count in PLAN])
+    for src in sources:
+        r = net.ns(net.cli, sys.executable, str(THIS), "client", "--addr", net.srv_v4, "--source", src,
+                   "--plan", plan, check=False)
+        assert r.returncode == 0, r.stdout + r.stderr
+    server.wait(timeout=60)
+    return per_source * len(sources)
+
+
+def distributions_served(url):
+    try:
+        with urllib.request.urlopen(url + "/api/v1/distributions?a=cc%3Dcubic&b=cc%3Dbbr", timeout=10):
+            return True
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return False
+        raise
+
+
+def compare_json(*args):
+    r = tcpscope("compare", *args, "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_server_mode_agrees_with_the_flow_log(lab, net, tmp_path):
+    daemon, sources = lab
+    if not distributions_served(daemon.url):
+        pytest.skip("this daemon does not serve /api/v1/distributions (FlowDistributions is not wired into "
+                    "src/daemon.cc yet), so compare --server has nothing to read")
+    n_conn = run_traffic(net, tmp_path, sources)
+    # Both ends of every connection are in the lab class; wait until the log
+    # has them all: the sketches got each record before the log did.
+    lab_records = lambda: [r for r in daemon.all_records() if r["peer_class"] == "lab"
+                           and r["start_ns"] >= net.created_ns]
+    wait_for(lambda: len(lab_records()) >= 2 * n_conn, 30, what=f"{2 * n_conn} lab records")
+    time.sleep(0.5)
+    recs = lab_records()
+    assert len(recs) == 2 * n_conn
+    assert {r["cc"] for r in recs} == {"cubic", "bbr"}
+
+    sel = ["--a", "cc=cubic,peer_class=lab", "--b", "cc=bbr,peer_class=lab"]
+    for metric, by in (("fct", "asn"), ("throughput", "asn"), ("rtt", "peer_class"), ("retrans", "asn")):
+        exact = compare_json("--flows", str(daemon.flow_log), "--metric", metric, "--by", by, *sel)
+        sketched = compare_json("--server", daemon.url, "--metric", metric, "--by", by, *sel)
+        assert exact["relative_accuracy"] == 0
+        assert sketched["relative_accuracy"] == RELATIVE_ACCURACY
+        key = lambda g: (g["group"], g["size_class"])
+        e_groups = {key(g): g for g in exact["groups"]}
+        s_groups = {key(g): g for g in sketched["groups"]}
+        assert e_groups.keys() == s_groups.keys(), metric
+        for k, e in e_groups.items():
+            s = s_groups[k]
+            where = f"{metric} by {by} {k}"
+            assert (e["n_a"], e["n_b"]) == (s["n_a"], s["n_b"]), where
+            for arm in ("a", "b"):
+                for q in ("p50", "p90", "p99"):
+                    x, y = e[arm][q], s[arm][q]
+                    if x is None:
+                        assert y is None, where
+                    elif x == 0:
+                        assert y == 0, where
+                    else:
+                        assert abs(y - x) / x <= RELATIVE_ACCURACY + 1e-9, f"{where} {arm} {q}: {x} vs {y}"
+            if e["diff"] is not None:
+                # 1 + diff is a ratio of two medians, each within 1 %.
+                assert abs(e["diff"] - s["diff"]) <= 0.0203 * (1 + abs(e["diff"])), where
+
+        if metric == "fct":
+            # Every completed lab flow below 3 MB is in exactly one group.
+            want = sum(1 for r in recs if r["outcome"] == "ok" and not r.get("partial")
+                       and 0 < r["bytes_acked"] + r["bytes_received"] < 3_000_000 and r["fct_us"] > 0)
+            assert sum(g["n_a"] + g["n_b"] for g in exact["groups"]) == want
+            groups = {g["group"] for g in exact["groups"]}
+            assert groups == {str(a) for a in ASN_OF_SOURCE.values()} | {str(SERVER_ASN)}, groups
+            sizes = {g["size_class"] for g in exact["groups"]}
+            assert sizes == {"lt_100k", "100k_1m", "1m_3m"}, sizes
+            for g in exact["groups"]:
+                assert g["n_a"] >= 20 and g["n_b"] >= 20, g
+                assert g["verdict"] != "insufficient data", g
+
+
+def test_flow_log_mode_table_json_and_plot(lab, net, tmp_path):
+    daemon, sources = lab
+    n_conn = run_traffic(net, tmp_path, sources)
+    wait_for(lambda: sum(1 for r in daemon.all_records() if r["peer_class"] == "lab") >= 2 * n_conn, 30,
+             what="lab records")
+    sel = ["--a", "cc=cubic,peer_class=lab", "--b", "cc=bbr,peer_class=lab", "--by", "asn"]
+
+    # gzip-compressed logs read the same.
+    gz = tmp_path / "flows.ndjson.gz"
+    subprocess.run(f"gzip -c {daemon.flow_log} > {gz}", shell=True, check=True)
+    plain = compare_json("--flows", str(daemon.flow_log), *sel)
+    packed = compare_json("--flows", str(gz), *sel)
+    assert [(g["group"], g["n_a"], g["n_b"], g["a"]["p50"]) for g in plain["groups"]] == \
+           [(g["group"], g["n_a"], g["n_b"], g["a"]["p50"]) for g in packed["groups"]]
+    for g in plain["groups"]:
+        assert g["verdict"] in ("b better", "a better", "no significant difference")
+        assert g["p_value"] <= g["q_value"] <= 1
+        lo, hi = g["ci"]
+        assert lo <= g["diff"] <= hi
+
+    plot = tmp_path / "fct.svg"
+    table = tcpscope("compare", "--flows", str(daemon.flow_log), *sel, "--plot", str(plot))
+    assert table.returncode == 0, table.stderr
+    for text in ("size_class", "verdict", "Benjamini-Hochberg", "bootstrap", "fewer than 20 flows"):
+        assert text in table.stdout, text
+    root = ET.parse(plot).getroot()  # raises on malformed XML
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    paths = root.iter("{http://www.w3.org/2000/svg}path")
+    classes = [p.get("class") for p in paths]
+    assert classes.count("cdf-a") == len(plain["groups"]) == classes.count("cdf-b")
+
+
+def test_flows_shows_open_connections_enriched(lab, net, tmp_path):
+    daemon, sources = lab
+    ready = tmp_path / "server.ready"
+    server = net.spawn(net.srv, sys.executable, str(THIS), "serve", "--bind", net.srv_v4, "--count", "1",
+                       "--ready", str(ready), "--timeout", "30")
+    wait_for(lambda: ready.exists() or server.poll() is not None, 10, what="server start")
+    holder = net.spawn(net.cli, sys.executable, str(THIS), "hold", "--addr", net.srv_v4,
+                       "--port", str(PORTS["bbr"]), "--cc", "bbr", "--seconds", "20")
+    assert holder.stdout.readline().strip() == "connected"
+
+    def ours():
+        r = tcpscope("flows", "--server", daemon.url, "--json", "--filter", "peer_class=lab,cc=bbr")
+        assert r.returncode == 0, r.stderr
+        return [f for f in json.loads(r.stdout) if f["rport"] == PORTS["bbr"] or f["lport"] == PORTS["bbr"]]
+
+    flows = wait_for(lambda: len(ours()) >= 2 and ours(), 10, what="both ends of the open connection")
+    by_dir = {f["dir"]: f for f in flows}
+    assert by_dir["active"]["asn"] == SERVER_ASN
+    assert by_dir["passive"]["asn"] == ASN_OF_SOURCE[1]
+    table = tcpscope("flows", "--server", daemon.url, "--filter", "peer_class=lab", "--sort", "age")
+    assert table.returncode == 0, table.stderr
+    assert "CLASS" in table.stdout and "lab" in table.stdout and str(ASN_OF_SOURCE[1]) in table.stdout
+    holder.kill()

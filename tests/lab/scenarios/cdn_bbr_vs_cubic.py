@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""CUBIC vs BBR on the CDN testbed, as tcpscope sees it.
+
+Builds the lab of the CDN BBR study (client paths: 50 ms RTT, 50 Mbit/s, 0.1%
+and 1% loss; pop-to-pop: 15 ms RTT, 0.01% loss; intra-pop: unshaped), starts
+the real tcpscope daemon with a config whose peer_classes map each client
+namespace's prefix to its class (and a private ASN per path), then runs the
+traffic mix (nginx + curl, Poisson arrivals, small / ~3 MB / large objects)
+once with the server on CUBIC and once on BBR. It prints, per peer class and
+congestion control, the distributions tcpscope exported:
+
+  * flow completion time of small objects (< 100 kB), from the daemon's
+    /metrics histogram (tcpscope_flow_completion_seconds, size_class lt_100k)
+    and exactly from its flow log;
+  * throughput of flows >= 3 MB (tcpscope_flow_throughput_bits_per_second);
+  * beside them, the proxy-log view nginx gives of the same small objects
+    ($request_time), which starts only once the request has arrived.
+
+    sudo TCPSCOPE_BUILD=build tests/lab/scenarios/cdn_bbr_vs_cubic.py               # ~1.5 min
+    sudo TCPSCOPE_BUILD=build tests/lab/scenarios/cdn_bbr_vs_cubic.py --duration 300 --large-mb 20
+
+--json FILE writes everything printed, and the per-flow ground truth, as JSON.
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path as FsPath
+
+HERE = FsPath(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+import lab as labmod  # noqa: E402
+import traffic_mix  # noqa: E402
+
+TCPSCOPE = labmod.BUILD / "tcpscope"
+
+# The testbed. Flow arrival rates (per second) load each client path to about
+# a third of its 50 Mbit/s with the default mix (mean object ~1.2 MB).
+PATHS = [
+    ("client", "c1", 64601, 2.0),
+    ("client-lossy", "c2", 64602, 2.0),
+    ("pop-to-pop", "p1", 64611, 3.0),
+    ("intra-pop", "i1", 64621, 3.0),
+]
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+class Daemon:
+    """The real tcpscope daemon (`tcpscope run`), flow log and /metrics."""
+
+    def __init__(self, config, workdir: FsPath):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.flow_log = workdir / "flows.ndjson"
+        self.stderr_path = workdir / "tcpscope.stderr"
+        self.stderr = open(self.stderr_path, "w")
+        self.proc = subprocess.Popen(
+            [str(TCPSCOPE), "run", "--config", str(config), "--listen",
+             f"127.0.0.1:{self.port}", "--flow-log", str(self.flow_log)],
+            stdout=subprocess.DEVNULL, stderr=self.stderr)
+        deadline = time.monotonic() + 30
+        while "running:" not in self.stderr_path.read_text():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"tcpscope did not start: {self.stderr_path.read_text()}")
+            time.sleep(0.05)
+
+    def metrics(self):
+        import urllib.request
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
+            return r.read().decode()
+
+    def records(self):
+        if not self.flow_log.exists():
+            return []
+        return [json.loads(l) for l in self.flow_log.read_text().splitlines() if l.strip()]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.stderr.close()
+        return self.proc.returncode
+
+
+def parse_histograms(text, name):
+    """{frozenset(labels minus le): [(le, cumulative count), ...]} for one histogram."""
+    out = {}
+    for m in re.finditer(rf"^{name}_bucket\{{([^}}]*)\}} (\S+)$", text, re.M):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        le = labels.pop("le")
+        out.setdefault(frozenset(labels.items()), []).append(
+            (float("inf") if le == "+Inf" else float(le), float(m.group(2))))
+    return out
+
+
+def merge(hists, **want):
+    """Cumulative buckets summed over every series whose labels match `want`."""
+    total = {}
+    for labels, buckets in hists.items():
+        d = dict(labels)
+        if all(d.get(k) == v for k, v in want.items()):
+            for le, c in buckets:
+                total[le] = total.get(le, 0) + c
+    return sorted(total.items())
+
+
+def histogram_quantile(q, buckets):
+    """Prometheus' histogram_quantile: linear interpolation inside the bucket."""
+    if not buckets or buckets[-1][1] == 0:
+        return None
+    n = buckets[-1][1]
+    rank = q * n
+    prev_le, prev_c = 0.0, 0.0
+    for le, c in buckets:
+        if c >= rank:
+            if le == float("inf"):
+                return prev_le
+            return prev_le + (le - prev_le) * ((rank - prev_c) / (c - prev_c) if c > prev_c else 0)
+        prev_le, prev_c = le, c
+    return prev_le
+
+
+def quantile(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else None
+
+
+def fmt(v, scale, unit):
+    return "-" if v is None else f"{v * scale:.1f}{unit}"
+
+
+def run(args):
+    workdir = FsPath(args.workdir or f"/tmp/tcpscope-cdn-{os.getpid()}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    paths = [labmod.Path.preset(preset, name=name, asn=asn) for preset, name, asn, _ in PATHS]
+    rates = {name: rate * args.rate_scale for _, name, _, rate in PATHS}
+    objects = dict(traffic_mix.DEFAULT_OBJECTS, large=[int(args.large_mb * 1e6)])
+    report = {"duration_s": args.duration, "objects": objects, "runs": {}, "classes": {}}
+    with labmod.Lab(paths, tag=args.tag, workdir=workdir / "lab", seed=args.seed) as lab:
+        cfg = lab.tcpscope_config(workdir / "tcpscope.yaml", extra="snapshot_interval_s: 0\n")
+        daemon = Daemon(cfg, workdir)
+        try:
+            for cc in ("cubic", "bbr"):
+                # Accepted sockets inherit the listener's congestion control,
+                # so nginx starts after the namespace's default is set.
+                lab.set_cc(cc)
+                nginx = traffic_mix.Nginx(lab, workdir / f"nginx-{cc}", objects=objects).start()
+                print(f"== {cc}: {args.duration:.0f} s of Poisson arrivals "
+                      f"({', '.join(f'{n} {r:g}/s' for n, r in rates.items())})", flush=True)
+                t0 = time.monotonic()
+                try:
+                    flows = traffic_mix.run_mix(lab, nginx, rates, args.duration,
+                                                seed=args.seed, out_dir=workdir, label=cc)
+                finally:
+                    nginx.stop()
+                report["runs"][cc] = {"flows": flows, "nginx": nginx.access_log(),
+                                      "seconds": time.monotonic() - t0}
+            time.sleep(1.5)  # the daemon drains its ring buffer every 100 ms
+            metrics = daemon.metrics()
+            records = [r for r in daemon.records()
+                       if r["netns"] == lab.netns_ids[lab.server_ns]
+                       and r["start_ns"] >= lab.created_ns]
+        finally:
+            rc = daemon.stop()
+            if rc != 0:
+                print(f"tcpscope exited {rc}: {daemon.stderr_path.read_text()}", file=sys.stderr)
+        report["paths"] = {ep.path.name: {"peer_class": ep.path.peer_class, "asn": ep.path.asn,
+                                          "client_v4": ep.client_v4, "rtt_ms": ep.path.rtt_ms}
+                           for ep in lab.endpoints.values()}
+    # After teardown the delay lines have written their final counters.
+    for name, ep_info in report["paths"].items():
+        f = workdir / "lab" / f"{name}.stats.json"
+        if f.exists():
+            ep_info["stats"] = json.loads(f.read_text())
+
+    fct = parse_histograms(metrics, "tcpscope_flow_completion_seconds")
+    thr = parse_histograms(metrics, "tcpscope_flow_throughput_bits_per_second")
+    flows_total = {}
+    for m in re.finditer(r"^tcpscope_flows_total\{([^}]*)\} (\S+)$", metrics, re.M):
+        d = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        if d.get("dir") == "passive":
+            k = (d["peer_class"], d["cc"], d["outcome"])
+            flows_total[k] = flows_total.get(k, 0) + float(m.group(2))
+
+    classes = list(dict.fromkeys(p.peer_class for p in paths))
+    print()
+    print("Per peer class, server side (passive flows), as exported by tcpscope.")
+    print("FCT of objects < 100 kB: /metrics histogram quantiles | exact, from the flow log | "
+          "nginx $request_time (proxy-log view)")
+    print("Throughput of flows >= 3 MB: /metrics histogram quantiles | exact, from the flow log")
+    for pc in classes:
+        names = [n for _, n, _, _ in PATHS if lab.ep(n).path.peer_class == pc]
+        addrs = {a for n in names for a in lab.ep(n).client_v4 + lab.ep(n).client_v6}
+        for cc in ("cubic", "bbr"):
+            recs = [r for r in records if r["raddr"] in addrs and r["cc"] == cc and
+                    r["outcome"] == "ok"]
+            small = [r["fct_us"] / 1e6 for r in recs
+                     if r["bytes_acked"] + r["bytes_received"] < 100_000]
+            big = [8 * (r["bytes_acked"] + r["bytes_received"]) / (r["fct_us"] / 1e6)
+                   for r in recs if r["bytes_acked"] + r["bytes_received"] >= 3_000_000
+                   and r["fct_us"] > 0]
+            ng = [e["request_time"] for e in report["runs"][cc]["nginx"]
+                  if e["remote_addr"] in addrs and e["bytes_sent"] < 100_000]
+            fb = merge(fct, peer_class=pc, cc=cc, size_class="lt_100k")
+            tb = merge(thr, peer_class=pc, cc=cc)
+            row = {
+                "flows_exported": sum(v for (c, k, o), v in flows_total.items()
+                                      if c == pc and k == cc),
+                "flows_ok_in_log": len(recs),
+                "curl_ok": sum(1 for n in names for f in report["runs"][cc]["flows"][n]
+                               if f["exit"] == 0 and f["curl"].get("http_code") == 200),
+                "curl_started": sum(len(report["runs"][cc]["flows"][n]) for n in names),
+                "fct_small_n": int(fb[-1][1]) if fb else 0,
+                "fct_small_metrics_s": {str(q): histogram_quantile(q, fb) for q in QUANTILES},
+                "fct_small_log_s": {str(q): quantile(small, q) for q in QUANTILES},
+                "nginx_request_time_small_s": {str(q): quantile(ng, q) for q in QUANTILES},
+                "throughput_n": int(tb[-1][1]) if tb else 0,
+                "throughput_metrics_bps": {str(q): histogram_quantile(q, tb) for q in QUANTILES},
+                "throughput_log_bps": {str(q): quantile(big, q) for q in QUANTILES},
+            }
+            report["classes"].setdefault(pc, {})[cc] = row
+            print(f"\n[{pc} / {cc}] flows: {row['flows_exported']:.0f} exported, "
+                  f"{row['curl_ok']} of {row['curl_started']} curl downloads ok")
+            print("  FCT small   n=%-4d %s | %s | nginx %s" % (
+                row["fct_small_n"],
+                " ".join(f"p{int(q * 100)} {fmt(row['fct_small_metrics_s'][str(q)], 1e3, 'ms')}"
+                         for q in QUANTILES),
+                " ".join(fmt(row["fct_small_log_s"][str(q)], 1e3, "ms") for q in QUANTILES),
+                " ".join(fmt(row["nginx_request_time_small_s"][str(q)], 1e3, "ms")
+                         for q in QUANTILES)))
+            print("  throughput  n=%-4d %s | %s" % (
+                row["throughput_n"],
+                " ".join(f"p{int(q * 100)} {fmt(row['throughput_metrics_bps'][str(q)], 1e-6, 'M')}"
+                         for q in QUANTILES),
+                " ".join(fmt(row["throughput_log_bps"][str(q)], 1e-6, "M") for q in QUANTILES)))
+    if args.json:
+        FsPath(args.json).write_text(json.dumps(report, indent=1, default=str))
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--duration", type=float, default=20, help="seconds of arrivals per CC")
+    ap.add_argument("--large-mb", type=float, default=10,
+                    help="size of the large objects (CUBIC moves ~4 Mbit/s on the 1%% loss path, "
+                         "so the last large download sets how long a run takes)")
+    ap.add_argument("--rate-scale", type=float, default=1.0, help="multiply every arrival rate")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--workdir", help="where configs, logs and results go")
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--tag", help="the lab's tag (4 characters), for `lab.py down --tag`")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        ap.error("run as root: the lab needs network namespaces and the daemon loads BPF")
+    for tool in ("nginx", "curl"):
+        if subprocess.run(["which", tool], capture_output=True).returncode != 0:
+            ap.error(f"{tool} is not installed (scripts/dev.sh installs it)")
+    if not TCPSCOPE.exists() or not labmod.DELAYLINE.exists():
+        ap.error(f"build first: {TCPSCOPE} and {labmod.DELAYLINE} are needed "
+                 "(set TCPSCOPE_BUILD to the build directory)")
+    # SIGTERM unwinds like Ctrl-C: the lab, nginx and the daemon are torn down.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""CDN-like traffic through the lab: a real HTTP server (nginx) in the server
+namespace, real clients (curl) in every client namespace, Poisson flow
+arrivals and a mix of object sizes.
+
+Library (used by scenarios/):
+    nginx = Nginx(lab, workdir, objects=DEFAULT_OBJECTS); nginx.start() ... nginx.stop()
+    results = run_mix(lab, nginx, {"c1": 2.0, "p1": 3.0}, duration_s=30, seed=1)
+
+CLI, the client side (what run_mix starts in each client namespace):
+    ip netns exec NS traffic_mix.py client --url http://ADDR:PORT --rate 2 --duration 30 \
+        --mix small:0.8,medium:0.17,large:0.03 --out FILE
+
+Each flow is one HTTP/1.1 request on its own TCP connection (curl, no
+keep-alive), so each object is one flow in tcpscope. For every flow curl's own
+timings are kept (time_connect, time_total; curl starts its clock before
+connect()), and nginx logs $request_time, the "proxy log" view that starts
+only once the request has arrived.
+"""
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path as FsPath
+
+HERE = FsPath(__file__).resolve().parent
+
+# Object sizes of the mix (bytes). Small objects stay under 100 kB (web
+# objects, API responses); medium ones are ~3 MB (video segments), at least
+# tcpscope's throughput_min_bytes so they feed the throughput histogram; a few
+# large downloads of 20 MB.
+DEFAULT_OBJECTS = {
+    "small": [10_000, 25_000, 50_000, 90_000],
+    "medium": [3_200_000],
+    "large": [20_000_000],
+}
+DEFAULT_MIX = {"small": 0.80, "medium": 0.17, "large": 0.03}
+
+
+def object_name(size):
+    return f"obj-{size}.bin"
+
+
+class Nginx:
+    """Our own nginx instance: config, objects and logs in `workdir`, listening
+    only on the server namespace's addresses of the lab's paths."""
+
+    def __init__(self, lab, workdir: FsPath, objects=None, port=8080):
+        self.lab, self.dir, self.port = lab, FsPath(workdir), port
+        self.objects = objects or DEFAULT_OBJECTS
+        self.proc = None
+
+    def _write_files(self):
+        www = self.dir / "www"
+        www.mkdir(parents=True, exist_ok=True)
+        for sizes in self.objects.values():
+            for size in sizes:
+                f = www / object_name(size)
+                if not f.exists() or f.stat().st_size != size:
+                    with open(f, "wb") as out:
+                        block = os.urandom(1 << 16)
+                        left = size
+                        while left > 0:
+                            out.write(block[:min(left, len(block))])
+                            left -= len(block)
+        for d in ("tmp", "logs"):
+            (self.dir / d).mkdir(exist_ok=True)
+        listens = []
+        for ep in self.lab.endpoints.values():
+            listens.append(f"    listen {ep.server_v4}:{self.port};")
+            if self.lab.ipv6:
+                listens.append(f"    listen [{ep.server_v6}]:{self.port};")
+        d = self.dir
+        # One connection per object (no keep-alive); $request_time starts when
+        # nginx reads the request's first bytes: the proxy-log clock.
+        (d / "nginx.conf").write_text(f"""
+user root;
+worker_processes 2;
+pid {d}/nginx.pid;
+lock_file {d}/nginx.lock;
+error_log {d}/logs/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  log_format flows escape=json '{{"remote_addr":"$remote_addr","remote_port":$remote_port,'
+      '"request_time":$request_time,"bytes_sent":$bytes_sent,"status":$status,"uri":"$uri"}}';
+  client_body_temp_path {d}/tmp/body;
+  proxy_temp_path {d}/tmp/proxy;
+  fastcgi_temp_path {d}/tmp/fastcgi;
+  uwsgi_temp_path {d}/tmp/uwsgi;
+  scgi_temp_path {d}/tmp/scgi;
+  sendfile on;
+  tcp_nopush on;
+  keepalive_timeout 0;
+  types {{ }}
+  default_type application/octet-stream;
+  server {{
+{chr(10).join(listens)}
+    root {d}/www;
+    access_log {d}/logs/access.jsonl flows;
+  }}
+}}
+""")
+
+    def start(self):
+        self._write_files()
+        self.proc = self.lab.popen(self.lab.server_ns, "nginx", "-p", self.dir, "-c",
+                                   self.dir / "nginx.conf", "-g", "daemon off;",
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        ep = next(iter(self.lab.endpoints.values()))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nginx did not start: {self.proc.stderr.read()} "
+                                   f"{(self.dir / 'logs' / 'error.log').read_text()}")
+            r = self.lab.ns(self.lab.server_ns, "curl", "-s", "-o", "/dev/null", "-w",
+                            "%{http_code}", f"http://{ep.server_v4}:{self.port}/"
+                            f"{object_name(min(min(v) for v in self.objects.values()))}",
+                            check=False)
+            if r.stdout == "200":
+                return self
+            time.sleep(0.1)
+        raise RuntimeError("nginx did not answer within 10 s")
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGQUIT)   # graceful: finish open requests
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def access_log(self):
+        f = self.dir / "logs" / "access.jsonl"
+        return [json.loads(l) for l in f.read_text().splitlines() if l] if f.exists() else []
+
+    def url(self, name, family=4):
+        ep = self.lab.ep(name)
+        host = ep.server_v4 if family == 4 else f"[{ep.server_v6}]"
+        return f"http://{host}:{self.port}"
+
+
+def parse_mix(text):
+    mix = {}
+    for item in text.split(","):
+        k, _, v = item.partition(":")
+        mix[k] = float(v)
+    return mix
+
+
+def client(args):
+    """Poisson arrivals of curl downloads, run inside one client namespace."""
+    rng = random.Random(args.seed)
+    mix = parse_mix(args.mix)
+    objects = json.loads(args.objects)
+    kinds = [k for k in mix if mix[k] > 0]
+    weights = [mix[k] for k in kinds]
+    out = open(args.out, "w", buffering=1)
+    running = []   # (proc, record)
+    t0 = time.monotonic()
+    next_at = t0 + rng.expovariate(args.rate)
+    end = t0 + args.duration
+    started = skipped = 0
+
+    def reap(block=False):
+        for proc, rec in list(running):
+            if block:
+                try:
+                    proc.wait(timeout=max(0.0, args.grace - (time.monotonic() - end)))
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            if proc.poll() is None:
+                continue
+            running.remove((proc, rec))
+            stdout = proc.stdout.read()
+            rec["exit"] = proc.returncode
+            try:
+                rec["curl"] = json.loads(stdout) if stdout else {}
+            except ValueError:
+                rec["curl"] = {"unparsed": stdout[:200]}
+            out.write(json.dumps(rec) + "\n")
+
+    while time.monotonic() < end:
+        now = time.monotonic()
+        if now < next_at:
+            time.sleep(min(next_at - now, 0.01))
+            reap()
+            continue
+        next_at += rng.expovariate(args.rate)
+        kind = rng.choices(kinds, weights)[0]
+        size = rng.choice(objects[kind])
+        if len(running) >= args.max_inflight:
+            skipped += 1  # an overloaded client would queue; we count instead
+            continue
+        rec = {"kind": kind, "size": size, "t_start": now - t0, "ns": args.label}
+        proc = subprocess.Popen(
+            ["curl", "-s", "-o", "/dev/null", "--max-time", str(args.max_time),
+             "-H", "Connection: close", "-w", "%{json}",
+             f"{args.url}/{object_name(size)}"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        running.append((proc, rec))
+        started += 1
+    reap(block=True)
+    print(json.dumps({"started": started, "skipped": skipped}))
+
+
+def run_mix(lab, nginx, rates, duration_s, seed=1, mix=None, objects=None, out_dir=None,
+            family=4, label=""):
+    """Runs the mix from every client namespace named in `rates` (path name ->
+    flows per second) at once; returns {path name: [flow result, ...]}."""
+    out_dir = FsPath(out_dir or nginx.dir)
+    mix = mix or DEFAULT_MIX
+    objects = objects or nginx.objects
+    procs = {}
+    for i, (name, rate) in enumerate(rates.items()):
+        out = out_dir / f"mix-{label}-{name}.jsonl"
+        procs[name] = (lab.popen(
+            lab.ep(name).client_ns, sys.executable, HERE / "traffic_mix.py", "client",
+            "--url", nginx.url(name, family), "--rate", rate, "--duration", duration_s,
+            "--mix", ",".join(f"{k}:{v}" for k, v in mix.items()),
+            "--objects", json.dumps(objects), "--seed", seed * 1000 + i, "--out", out,
+            "--label", name), out)
+    results = {}
+    for name, (p, out) in procs.items():
+        stdout, stderr = p.communicate(timeout=duration_s + 180)
+        if p.returncode != 0:
+            raise RuntimeError(f"traffic_mix client in {name} failed: {stderr}")
+        results[name] = [json.loads(l) for l in out.read_text().splitlines() if l]
+    return results
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="mode", required=True)
+    c = sub.add_parser("client", help="Poisson curl downloads (run inside a client namespace)")
+    c.add_argument("--url", required=True, help="http://SERVER:PORT")
+    c.add_argument("--rate", type=float, required=True, help="flow arrivals per second")
+    c.add_argument("--duration", type=float, required=True, help="seconds of arrivals")
+    c.add_argument("--mix", default=",".join(f"{k}:{v}" for k, v in DEFAULT_MIX.items()))
+    c.add_argument("--objects", default=json.dumps(DEFAULT_OBJECTS),
+                   help="JSON {kind: [sizes]}; the server must have obj-SIZE.bin for each")
+    c.add_argument("--seed", type=int, default=1)
+    c.add_argument("--out", required=True)
+    c.add_argument("--label", default="")
+    c.add_argument("--max-inflight", type=int, default=64)
+    c.add_argument("--max-time", type=float, default=120, help="curl --max-time per flow")
+    c.add_argument("--grace", type=float, default=120,
+                   help="seconds after the last arrival to let flows finish")
+    args = p.parse_args()
+    client(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,471 @@
+"""The Debian package, end to end: build it from the build tree, lint it,
+install it with apt-get, run the installed daemon the way its unit does,
+scrape it, upgrade over an edited conffile, remove, purge, and check that
+nothing is left.
+
+Every test that installs the package purges it again, even when it fails.
+Where systemd is PID 1 the daemon runs as the service; elsewhere (containers,
+CI sandboxes) unit_sandbox.py runs the unit's ExecStart with the unit's user,
+capabilities and file-system confinement.
+"""
+import gzip
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from unit_sandbox import Unit, proc_status, sandbox_command
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("TCPSCOPE_BUILD", ROOT / "build"))
+UNIT_FILE = ROOT / "packaging/systemd/tcpscope.service"
+CONFFILE = Path("/etc/tcpscope/tcpscope.yaml")
+SYSTEMD = Path("/run/systemd/system").is_dir()  # what the maintainer scripts look at
+APT_ENV = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+# Paths the package owns, may create at run time, or must remove on purge.
+LEFTOVER_ROOTS = ("/etc", "/lib/systemd", "/usr/bin", "/usr/share", "/usr/lib", "/var/lib",
+                  "/var/log", "/run")
+LEFTOVER_IGNORE = ("/var/lib/apt/", "/var/cache/", "/var/log/apt/", "/run/netns/")
+
+
+def sh(*cmd, check=True, **kw):
+    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, cmd))} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def apt_get(*args):
+    # stdin closed: a conffile prompt would fail the command instead of hanging.
+    return sh("apt-get", "-y", "-q", *args, env=APT_ENV, stdin=subprocess.DEVNULL)
+
+
+def apt_get_reaping(daemon, *args):
+    """apt-get while reaping `daemon` if it is our child: the prerm waits for
+    the stopped daemon to disappear, and an unreaped child never does."""
+    p = subprocess.Popen(["apt-get", "-y", "-q", *args], env=APT_ENV, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while p.poll() is None and time.monotonic() < deadline:
+        if daemon.proc:
+            daemon.proc.poll()
+        time.sleep(0.05)
+    if p.poll() is None:
+        p.kill()
+    out = p.communicate()[0]
+    assert p.returncode == 0, f"apt-get {' '.join(args)} exited {p.returncode}:\n{out}"
+    return out
+
+
+def project_version():
+    m = re.search(r"project\(tcpscope VERSION ([0-9.]+)", (ROOT / "CMakeLists.txt").read_text())
+    assert m, "no project(tcpscope VERSION ...) in CMakeLists.txt"
+    return m.group(1)
+
+
+def package_status():
+    r = sh("dpkg-query", "-W", "-f=${Status}", "tcpscope", check=False)
+    return r.stdout.strip() if r.returncode == 0 else "not-installed"
+
+
+def purge_package():
+    if package_status() not in ("not-installed", "unknown ok not-installed"):
+        apt_get("purge", "tcpscope")
+
+
+def leftovers():
+    """Every path under LEFTOVER_ROOTS whose name mentions tcpscope."""
+    found = set()
+    for root in LEFTOVER_ROOTS:
+        for dirpath, dirnames, filenames in os.walk(root):
+            if dirpath.startswith(("/proc", "/sys")):
+                dirnames[:] = []
+                continue
+            for name in dirnames + filenames:
+                p = os.path.join(dirpath, name)
+                if "tcpscope" in name and not p.startswith(LEFTOVER_IGNORE):
+                    found.add(p)
+    return found
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url, timeout=5):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.read().decode()
+
+
+def wait_for(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
+
+
+def bpf_ids_held_by(pid):
+    """BPF program and link ids behind the process's file descriptors."""
+    progs, links = set(), set()
+    for fdinfo in Path(f"/proc/{pid}/fdinfo").iterdir():
+        try:
+            text = fdinfo.read_text()
+        except OSError:
+            continue
+        for key, bucket in (("prog_id", progs), ("link_id", links)):
+            m = re.search(rf"^{key}:\s*(\d+)", text, re.M)
+            if m:
+                bucket.add(int(m.group(1)))
+    return progs, links
+
+
+def bpf_ids_in_kernel():
+    progs = json.loads(sh("bpftool", "--json", "prog", "show").stdout or "[]")
+    links = json.loads(sh("bpftool", "--json", "link", "show").stdout or "[]")
+    return {p["id"] for p in progs}, {l["id"] for l in links}
+
+
+def edit_conffile(port, flow_log="/var/log/tcpscope/flows.ndjson"):
+    """What an operator does: another listen port, the flow log switched on."""
+    text = CONFFILE.read_text()
+    edited, n1 = re.subn(r"(?m)^listen: .*$", f"listen: 127.0.0.1:{port}", text)
+    edited, n2 = re.subn(r"(?m)^# flow_log: .*$", f"flow_log: {flow_log}", edited)
+    assert n1 == 1 and n2 == 1, "shipped config lost its 'listen:' or '# flow_log:' line"
+    CONFFILE.write_text(edited)
+    return edited
+
+
+class InstalledDaemon:
+    """The installed daemon, started as the service (systemd) or as the
+    unit's ExecStart in unit_sandbox (no systemd)."""
+
+    def __init__(self, port):
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = None
+        self.stderr = None
+        if SYSTEMD:
+            sh("systemctl", "restart", "tcpscope.service")
+            self.pid = int(sh("systemctl", "show", "-P", "MainPID", "tcpscope.service").stdout)
+        else:
+            self.stderr = tempfile.NamedTemporaryFile("w+", prefix="daemon-stderr-", suffix=".txt")
+            self.proc = subprocess.Popen(sandbox_command(Unit("/lib/systemd/system/tcpscope.service")),
+                                         stdout=subprocess.DEVNULL, stderr=self.stderr)
+            self.pid = self.proc.pid
+        wait_for(self.healthy, 30, lambda: f"{self.url}/healthz to answer 200 ({self.log()})")
+
+    def healthy(self):
+        if self.proc and self.proc.poll() is not None:
+            raise AssertionError(f"daemon exited {self.proc.returncode}: {self.log()}")
+        try:
+            return http_get(self.url + "/healthz")[0] == 200
+        except (urllib.error.URLError, ConnectionError):
+            return False
+
+    def log(self):
+        if self.stderr:
+            self.stderr.seek(0)
+            return self.stderr.read().strip()
+        return sh("journalctl", "-u", "tcpscope.service", "-n", "20", "--no-pager", check=False).stdout
+
+    def running(self):
+        return Path(f"/proc/{self.pid}").exists() and (not self.proc or self.proc.poll() is None)
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self.stderr:
+            self.stderr.close()
+            self.stderr = None
+
+
+@pytest.fixture(scope="session")
+def deb():
+    if os.geteuid() != 0:
+        pytest.skip("installs a package: needs root")
+    for tool in ("apt-get", "dpkg-deb", "lintian", "cmake", "bpftool", "setpriv", "unshare", "strace",
+                 "logrotate", "systemd-analyze"):
+        assert shutil.which(tool), f"{tool} missing (scripts/dev.sh installs it)"
+    assert (BUILD / "CMakeCache.txt").exists(), f"configure {BUILD} first"
+    sh("cmake", "--build", str(BUILD), "--target", "deb")
+    arch = sh("dpkg", "--print-architecture").stdout.strip()
+    path = BUILD / f"tcpscope_{project_version()}_{arch}.deb"
+    assert path.exists(), f"the deb target did not write {path}"
+    return path
+
+
+@pytest.fixture
+def installed(deb):
+    """The package freshly installed with apt-get; purged afterwards, whatever happens."""
+    purge_package()
+    before = leftovers()
+    daemons = []
+    try:
+        apt_get("install", str(deb))
+        assert package_status() == "install ok installed"
+        yield {"before": before, "daemons": daemons}
+    finally:
+        for d in daemons:
+            d.kill()
+        purge_package()
+
+
+def test_lintian_has_no_errors_or_warnings(deb):
+    r = sh("lintian", "--display-info", "--pedantic", str(deb), check=False)
+    tags = [l for l in r.stdout.splitlines() if re.match(r"^[EWIPX]: ", l)]
+    print("\n".join(tags) or "lintian: no tags")
+    bad = [t for t in tags if t.startswith(("E:", "W:"))]
+    assert not bad, "lintian errors/warnings (fix them, or override with a reason in " \
+                    "packaging/cpack/lintian-overrides):\n" + "\n".join(bad)
+    assert r.returncode == 0, f"lintian exited {r.returncode}: {r.stderr}"
+
+
+def test_dependencies_come_from_dpkg_shlibdeps(deb, tmp_path):
+    """Depends is adduser (the postinst's) plus exactly what dpkg-shlibdeps
+    computes for the shipped binary."""
+    sh("dpkg-deb", "-x", str(deb), str(tmp_path / "root"))
+    (tmp_path / "debian").mkdir()
+    (tmp_path / "debian/control").write_text("Source: tcpscope\n\nPackage: tcpscope\nArchitecture: any\n")
+    out = sh("dpkg-shlibdeps", "-O", "root/usr/bin/tcpscope", cwd=tmp_path).stdout
+    m = re.search(r"^shlibs:Depends=(.*)$", out, re.M)
+    assert m, f"dpkg-shlibdeps printed no shlibs:Depends: {out}"
+    expected = {d.strip() for d in m.group(1).split(",")} | {"adduser"}
+    depends = sh("dpkg-deb", "-f", str(deb), "Depends").stdout.strip()
+    assert {d.strip() for d in depends.split(",")} == expected
+    assert any(d.startswith("libbpf1") for d in expected)
+
+
+def test_package_contents(deb, tmp_path):
+    sh("dpkg-deb", "-x", str(deb), str(tmp_path / "root"))
+    sh("dpkg-deb", "-e", str(deb), str(tmp_path / "DEBIAN"))
+    root = tmp_path / "root"
+    assert (tmp_path / "DEBIAN/conffiles").read_text().split() == [str(CONFFILE), "/etc/logrotate.d/tcpscope"]
+    # The shipped config is the embedded default, byte for byte.
+    assert (root / "etc/tcpscope/tcpscope.yaml").read_bytes() == (ROOT / "src/default_config.yaml").read_bytes()
+    assert (root / "lib/systemd/system/tcpscope.service").read_bytes() == UNIT_FILE.read_bytes()
+    # The BPF objects are inside the binary (skeleton), not beside it.
+    assert not list(root.rglob("*.bpf.o")) and not list(root.rglob("*.o"))
+    binary = (root / "usr/bin/tcpscope").read_bytes()
+    assert binary.count(b"\x7fELF") >= 2, "no embedded BPF ELF object in usr/bin/tcpscope"
+    # Dashboards and rules: whatever the repository has, all of it.
+    for pattern, dest in (("grafana/*.json", "grafana"), ("prometheus/*.yml", "prometheus")):
+        for src in (ROOT / "packaging").glob(pattern):
+            shipped = root / "usr/share/tcpscope" / dest / src.name
+            assert shipped.exists() and shipped.read_bytes() == src.read_bytes(), f"{src} not shipped"
+    # The man page covers every command of SPEC.md, and man has nothing to say about it.
+    man = gzip.decompress((root / "usr/share/man/man8/tcpscope.8.gz").read_bytes()).decode()
+    for cmd in ("run", r"check\-config", "flows", "compare", "policy show", "version"):
+        assert re.search(rf"^\.SS \"?{re.escape(cmd)}\b", man, re.M), f"tcpscope.8 has no section for {cmd}"
+    for flag in ("config", "listen", r"flow\-log", "cgroup", "json", "server", "flows", "by", "metric"):
+        assert f"\\-\\-{flag}" in man, f"tcpscope.8 does not mention --{flag}"
+    warn = sh("man", "--warnings", "-l", str(root / "usr/share/man/man8/tcpscope.8.gz"),
+              check=False, env={**os.environ, "MANWIDTH": "80", "MAN_KEEP_FORMATTING": "0"})
+    assert not warn.stderr.strip(), f"man warnings: {warn.stderr}"
+    changelog = gzip.decompress((root / "usr/share/doc/tcpscope/changelog.gz").read_bytes()).decode()
+    assert changelog.startswith(f"tcpscope ({project_version()})")
+    assert (root / "usr/share/doc/tcpscope/copyright").exists()
+
+
+def test_install_creates_user_dirs_and_enables_service(installed):
+    pw = sh("getent", "passwd", "tcpscope").stdout.strip().split(":")
+    assert int(pw[2]) < 1000 and pw[5] == "/nonexistent" and pw[6].endswith("nologin"), pw
+    for d in ("/var/lib/tcpscope", "/var/log/tcpscope"):
+        st = os.stat(d)
+        assert (st.st_uid, st.st_mode & 0o7777) == (int(pw[2]), 0o750), d
+    # Enabled on install, as the README says (deb-systemd-helper does this with or without systemd).
+    wants = Path("/etc/systemd/system/multi-user.target.wants/tcpscope.service")
+    assert wants.is_symlink() and os.readlink(wants) == "/lib/systemd/system/tcpscope.service"
+    if SYSTEMD:
+        assert sh("systemctl", "is-active", "tcpscope.service", check=False).stdout.strip() == "active"
+    # systemd accepts the installed unit (ExecStart, man page, every setting) ...
+    sh("systemd-analyze", "verify", "/lib/systemd/system/tcpscope.service")
+    # ... and rates its exposure 1.6 ("OK"; 9.6 without the hardening): keep it so.
+    r = sh("systemd-analyze", "security", "--offline=true", "--threshold=16",
+           "/lib/systemd/system/tcpscope.service", check=False)
+    assert r.returncode == 0, "the unit's exposure rose above 1.6:\n" + r.stdout[-2000:]
+    # The CLI from the installed path.
+    v = sh("/usr/bin/tcpscope", "version").stdout
+    assert v.startswith(f"tcpscope {project_version()}\n") and "libbpf" in v
+    r = sh("/usr/bin/tcpscope", "check-config", str(CONFFILE), check=False)
+    assert r.returncode == 0, f"shipped config rejected: {r.stdout}{r.stderr}"
+
+
+def test_lifecycle_confined_daemon_scrape_remove_purge(installed, tmp_path):
+    unit = Unit(UNIT_FILE)
+    port = free_port()
+    edit_conffile(port)
+    assert sh("/usr/bin/tcpscope", "check-config", str(CONFFILE), check=False).returncode == 0
+    d = InstalledDaemon(port)
+    installed["daemons"].append(d)
+
+    # It runs as the unit says: its own user, no capability beyond the unit's
+    # (it started with them all, or it could not have loaded its programs;
+    # once attached, the daemon drops what it no longer needs).
+    st = proc_status(d.pid)
+    uid = int(sh("id", "-u", "tcpscope").stdout)
+    assert [int(x) for x in st["Uid"].split()] == [uid] * 4, st["Uid"]
+    caps = unit.cap_mask("AmbientCapabilities")
+    bounding = unit.cap_mask("CapabilityBoundingSet")
+    for key, limit in (("CapEff", caps), ("CapPrm", caps), ("CapAmb", caps), ("CapInh", caps),
+                       ("CapBnd", bounding)):
+        assert int(st[key], 16) & ~limit == 0, f"{key} {st[key]} exceeds the unit's {limit:016x}"
+    assert st["NoNewPrivs"] == "1"
+    # MemoryDenyWriteExecute=yes would kill a daemon that maps memory W+X.
+    maps = Path(f"/proc/{d.pid}/maps").read_text().splitlines()
+    wx = [m for m in maps if "w" in m.split()[1] and "x" in m.split()[1]]
+    assert not wx, f"writable and executable mappings: {wx}"
+
+    # Scrape; the scrapes are TCP flows themselves, so records must follow.
+    status, text = http_get(d.url + "/metrics")
+    assert status == 200 and f'tcpscope_build_info{{' in text and f'version="{project_version()}"' in text
+    flow_log = Path("/var/log/tcpscope/flows.ndjson")
+
+    def logged_flow():
+        http_get(d.url + "/healthz")
+        return flow_log.exists() and any(
+            json.loads(l).get("lport") == port or json.loads(l).get("rport") == port
+            for l in flow_log.read_text().splitlines() if l)
+    wait_for(logged_flow, 20, lambda: f"a record of a scrape in {flow_log} ({d.log()})")
+    st = flow_log.stat()
+    assert (st.st_uid, st.st_mode & 0o777) == (uid, 0o640), "flow log not written as the unit's user/UMask"
+    _, text = http_get(d.url + "/metrics")
+    assert re.search(r"^tcpscope_flows_total\{.*\} [1-9]", text, re.M), "no flow counted"
+
+    # The package's logrotate rule: rotate, then SIGHUP (its postrotate sends
+    # it through systemd; without systemd the test sends it), and the daemon
+    # goes on in a fresh file.
+    sh("logrotate", "-f", "-s", str(tmp_path / "logrotate.state"), "/etc/logrotate.d/tcpscope")
+    assert Path(f"{flow_log}.1").exists() and flow_log.stat().st_size == 0
+    if not SYSTEMD:
+        os.kill(d.pid, signal.SIGHUP)
+    wait_for(logged_flow, 20, lambda: f"records in the reopened {flow_log} ({d.log()})")
+
+    progs, links = bpf_ids_held_by(d.pid)
+    assert progs and links, "the daemon holds no BPF programs or links"
+
+    # Remove: the prerm stops the daemon, which detaches everything.
+    t0 = time.monotonic()
+    apt_get_reaping(d, "remove", "tcpscope")
+    assert not d.running(), "the daemon survived package removal"
+    assert time.monotonic() - t0 < 25, "stopping the daemon took the prerm's TERM timeout: was it killed?"
+    if d.proc:
+        assert d.proc.returncode == 0, f"daemon exited {d.proc.returncode}: {d.log()}"
+        assert "stopped" in d.log()
+    kernel_progs, kernel_links = bpf_ids_in_kernel()
+    assert not progs & kernel_progs, f"BPF programs left loaded: {progs & kernel_progs}"
+    assert not links & kernel_links, f"BPF links left attached: {links & kernel_links}"
+    assert not Path("/usr/bin/tcpscope").exists()
+    assert CONFFILE.exists(), "remove (not purge) must keep the configuration"
+
+    # Purge: configuration, logs, state and the user go; nothing is left.
+    apt_get("purge", "tcpscope")
+    assert package_status() in ("not-installed", "unknown ok not-installed")
+    for p in ("/etc/tcpscope", "/var/log/tcpscope", "/var/lib/tcpscope"):
+        assert not Path(p).exists(), f"{p} survived purge"
+    assert sh("getent", "passwd", "tcpscope", check=False).returncode != 0, "user survived purge"
+    assert sh("getent", "group", "tcpscope", check=False).returncode != 0, "group survived purge"
+    left = leftovers() - installed["before"]
+    assert not left, f"left behind after purge: {sorted(left)}"
+
+
+def _repacked_with_version(deb, version, workdir):
+    """The same package under a later version: an upgrade whose conffile
+    is unchanged, as most upgrades are."""
+    tree = workdir / "tree"
+    sh("dpkg-deb", "-R", str(deb), str(tree))
+    control = tree / "DEBIAN/control"
+    control.write_text(re.sub(r"(?m)^Version: .*$", f"Version: {version}", control.read_text()))
+    out = workdir / f"tcpscope_{version}.deb"
+    sh("dpkg-deb", "--root-owner-group", "-b", str(tree), str(out))
+    return out
+
+
+def test_reinstall_and_upgrade_keep_the_edited_conffile(installed, deb, tmp_path):
+    edited = edit_conffile(free_port())
+    apt_get("install", "--reinstall", str(deb))
+    assert CONFFILE.read_text() == edited, "reinstall overwrote the edited conffile"
+
+    port = int(re.search(r"(?m)^listen: 127\.0\.0\.1:(\d+)$", edited).group(1))
+    d = InstalledDaemon(port)
+    installed["daemons"].append(d)
+    newer = _repacked_with_version(deb, project_version() + "+test1", tmp_path)
+    apt_get("install", str(newer))
+    assert CONFFILE.read_text() == edited, "upgrade overwrote the edited conffile"
+    assert sh("dpkg-query", "-W", "-f=${Version}", "tcpscope").stdout == project_version() + "+test1"
+    if SYSTEMD:
+        # The postinst restarts the service on upgrade.
+        new_pid = int(sh("systemctl", "show", "-P", "MainPID", "tcpscope.service").stdout)
+        assert new_pid and new_pid != d.pid, "upgrade did not restart the service"
+    else:
+        # Nothing supervises the daemon here, so nothing restarts it; it keeps serving.
+        assert d.healthy()
+    assert sh("/usr/bin/tcpscope", "check-config", str(CONFFILE), check=False).returncode == 0
+
+
+def test_system_call_filter_allows_what_the_daemon_calls(installed, tmp_path):
+    """SystemCallFilter= cannot be emulated without systemd, so check it the
+    other way round: every system call the installed daemon makes while it
+    starts, serves, snapshots, reloads and stops is one the unit allows."""
+    unit = Unit(UNIT_FILE)
+    allowed = unit.syscall_filter()
+    assert "bpf" in allowed and "chown" not in allowed and "setuid" not in allowed
+    port = free_port()
+    edit_conffile(port)
+    trace = tmp_path / "strace.txt"
+    stderr = open(tmp_path / "stderr", "w+")
+    proc = subprocess.Popen(["strace", "-f", "-qq", "-o", str(trace), *sandbox_command(unit)],
+                            stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def up():
+            assert proc.poll() is None, f"strace/daemon exited: {Path(stderr.name).read_text()}"
+            try:
+                return http_get(url + "/healthz")[0] == 200
+            except (urllib.error.URLError, ConnectionError):
+                return False
+        wait_for(up, 60, "the daemon under strace")
+        for path in ("/metrics", "/healthz", "/api/v1/flows", "/nonexistent"):
+            try:
+                http_get(url + path)
+            except urllib.error.HTTPError:
+                pass
+        daemon_pid = int(sh("pgrep", "-u", "tcpscope", "-P", str(proc.pid), "-x", "tcpscope").stdout.split()[0])
+        os.kill(daemon_pid, signal.SIGHUP)
+        wait_for(lambda: "reloaded" in Path(stderr.name).read_text(), 10, "the reload")
+        wait_for(lambda: Path("/var/log/tcpscope/flows.ndjson").exists(), 10, "the flow log")
+        os.kill(daemon_pid, signal.SIGTERM)
+        assert proc.wait(30) == 0, Path(stderr.name).read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        stderr.close()
+    used = set()
+    exec_seen = False
+    for line in trace.read_text().splitlines():
+        if 'execve("/usr/bin/tcpscope"' in line:
+            exec_seen = True
+            continue
+        m = re.match(r"^\d+\s+(?:<\.\.\. )?([a-z_0-9]+)[( ]", line)
+        if exec_seen and m and m.group(1) not in ("exited", "killed"):
+            used.add(m.group(1))
+    assert exec_seen and len(used) > 10, "strace saw no daemon"
+    print(f"system calls used: {sorted(used)}")
+    assert used <= allowed, f"the unit's SystemCallFilter= would deny: {sorted(used - allowed)}"
