@@ -217,12 +217,70 @@ class ChurnServer:
         self.port, self.req, self.resp = port, req, resp
 
 
+    def run_client(self, net, seconds, threads):
+        r = net.run(net.cli, loadgen_binary(), "churn", "--addr", net.srv_v4, "--port", self.port,
+                    "--threads", threads, "--seconds", seconds, "--req", self.req, "--resp", self.resp,
+                    timeout=seconds + 60)
+        return json.loads(r.stdout)
+
+
+class NginxServer:
+    """Debian's nginx in the server namespace, configured in a temporary
+    directory: `return 200` with a 1000-byte body, no access log, no
+    keep-alive (it closes first, as loadgen's server does); the client is wrk
+    with "Connection: close", one connection per request."""
+
+    def __init__(self, net, tmp, port=8081, workers=2, resp=1000):
+        tmp = Path(tmp)
+        d = tmp / "nginx"
+        d.mkdir(exist_ok=True)
+        body = "x" * resp
+        (d / "nginx.conf").write_text(f"""
+worker_processes {workers};
+daemon off;
+pid {d}/nginx.pid;
+error_log {d}/error.log;
+worker_rlimit_nofile 16384;
+events {{ worker_connections 8192; }}
+http {{
+  access_log off;
+  keepalive_timeout 0;
+  client_body_temp_path {d}/body;
+  proxy_temp_path {d}/proxy;
+  fastcgi_temp_path {d}/fastcgi;
+  uwsgi_temp_path {d}/uwsgi;
+  scgi_temp_path {d}/scgi;
+  server {{
+    listen {net.srv_v4}:{port} backlog=65535 reuseport;
+    location / {{ return 200 "{body}"; }}
+  }}
+}}
+""")
+        self.p = net.spawn(net.srv, "nginx", "-c", d / "nginx.conf", "-p", d)
+        wait_for(lambda: (d / "nginx.pid").exists() or self.p.poll() is not None, 10, "nginx start")
+        if self.p.poll() is not None:
+            raise RuntimeError(f"nginx exited: {self.p.stderr.read()} {(d / 'error.log').read_text()}")
+        time.sleep(0.3)
+        self.port = port
+
+    def run_client(self, net, seconds, threads):
+        r = net.run(net.cli, "wrk", "-t", min(threads, 2), "-c", threads * 2, "-d", f"{seconds:g}s",
+                    "-H", "Connection: close", f"http://{net.srv_v4}:{self.port}/", timeout=seconds + 60)
+        m = re.search(r"(\d+) requests in ([\d.]+)(m?s)", r.stdout)
+        if not m:
+            raise RuntimeError(f"wrk output not understood: {r.stdout} {r.stderr}")
+        n = int(m.group(1))
+        secs = float(m.group(2)) / (1000 if m.group(3) == "ms" else 1)
+        errs = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", r.stdout)
+        non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", r.stdout)
+        failed = (sum(int(x) for x in errs.groups()) if errs else 0) + (int(non2xx.group(1)) if non2xx else 0)
+        return {"connections": n, "failed": failed, "first_errno": 0, "seconds": secs, "threads": threads,
+                "rate": n / secs}
+
+
 def churn(net, server, seconds, threads):
-    """One churn run from the client namespace; loadgen's JSON result."""
-    r = net.run(net.cli, loadgen_binary(), "churn", "--addr", net.srv_v4, "--port", server.port,
-                "--threads", threads, "--seconds", seconds, "--req", server.req, "--resp", server.resp,
-                timeout=seconds + 60)
-    return json.loads(r.stdout)
+    """One churn run from the client namespace: {connections, failed, seconds, rate}."""
+    return server.run_client(net, seconds, threads)
 
 
 # ---------------------------------------------------------------- tcpscope

@@ -371,7 +371,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--threads", type=int, default=4, help="parallel clients")
-    ap.add_argument("--server-threads", type=int, default=2)
+    ap.add_argument("--server-threads", type=int, default=2, help="server threads (loadgen) or nginx workers")
+    ap.add_argument("--load", choices=("loadgen", "nginx"), default="loadgen",
+                    help="loadgen: bench/loadgen.cc TCP request/response (default); "
+                         "nginx: nginx + wrk -H 'Connection: close' (HTTP)")
     ap.add_argument("--variants", default=",".join(ALL_VARIANTS))
     ap.add_argument("--prefixes", type=int, default=1000000, help="lines of the generated pfx2as file")
     ap.add_argument("--rules", type=int, default=50, help="cc_policy rules")
@@ -426,10 +429,10 @@ def main():
                      round(v["peak_rss_kib"] / 1024, 1),
                      f"{v['flows_missed']}/{v['flows_expected']}",
                      v.get("records_lost_total", v.get("lost_reported", ""))])
-    print(f"connection churn: {args.threads} clients, {args.seconds:g} s per run, "
+    print(f"connection churn ({args.load}): {args.threads} clients, {args.seconds:g} s per run, "
           f"baseline {noise['mean']:.0f} conn/s (stdev {noise['stdev_pct']}% over {noise['baseline_runs']} runs)")
     print(B.fmt_table(["variant", "conn/s", "ratio", "CPU s", "peak MiB", "missed/expected", "lost"], rows))
-    result = {"benchmark": "churn", "seconds_per_run": args.seconds, "client_threads": args.threads,
+    result = {"benchmark": "churn", "load": args.load, "seconds_per_run": args.seconds, "client_threads": args.threads,
               "server_threads": args.server_threads, "request_bytes": 100, "response_bytes": 1000,
               "asn_prefixes": args.prefixes, "policy_rules": args.rules,
               "baseline_noise": noise, "variants": variants, "runs": runs}
@@ -437,6 +440,8 @@ def main():
 
 
 def ChurnServerWrap(ctx):
+    if ctx.args.load == "nginx":
+        return B.NginxServer(ctx.net, ctx.tmp, workers=ctx.args.server_threads)
     return B.ChurnServer(ctx.net, ctx.tmp, threads=ctx.args.server_threads)
 
 

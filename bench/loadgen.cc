@@ -101,9 +101,15 @@ socklen_t make_addr(const std::string& host, int port, sockaddr_storage* ss) {
   die("bad address '" + host + "'");
 }
 
+// Raises the soft fd limit towards `want`, up to the hard limit (raising the
+// hard limit needs CAP_SYS_RESOURCE, which containers often lack: the
+// scripts then spread connections over several processes).
 void raise_fd_limit(rlim_t want) {
-  rlimit rl{want, want};
-  if (setrlimit(RLIMIT_NOFILE, &rl) != 0) die("setrlimit(RLIMIT_NOFILE, " + std::to_string(want) + ")");
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) die("getrlimit(RLIMIT_NOFILE)");
+  if (rl.rlim_cur >= want) return;
+  rl.rlim_cur = want < rl.rlim_max ? want : rl.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &rl) != 0) die("setrlimit(RLIMIT_NOFILE, " + std::to_string(rl.rlim_cur) + ")");
 }
 
 int listen_on(const std::string& host, int port, bool reuseport) {

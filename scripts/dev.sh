@@ -16,7 +16,7 @@ PACKAGES=(
   iproute2 nftables procps curl python3 python3-pytest
   libmaxmind-db-writer-perl prometheus
   dpkg-dev lintian man-db systemd strace adduser logrotate
-  nginx-light iperf3
+  nginx-light iperf3 libbpf-tools
 )
 
 die() { echo "dev.sh: $*" >&2; exit 1; }

@@ -73,20 +73,32 @@ bool bpf_needs_capability(const FlowProbe& probe, std::string* why) {
 }  // namespace
 
 RunTimeCapabilities run_time_capabilities(const FlowProbe& probe, bool snapshots) {
+  // What this process holds now: under the systemd unit that is only what
+  // start-up needs (a capability not held cannot be kept).
+  const auto now = thread_capabilities();
+  const uint64_t held = now ? now->permitted : 0;
   RunTimeCapabilities r;
-  r.keep = cap_bit(kCapNetAdmin);
-  r.why = "cap_net_admin: a reload may load a congestion control module";
+  // `needed_for` says what the capabilities do, `without` what happens if not held.
+  auto want = [&](uint64_t caps, const std::string& needed_for, const std::string& without) {
+    const uint64_t have = caps & held;
+    r.keep |= have;
+    if (!r.why.empty()) r.why += "; ";
+    if (have)
+      r.why += capability_names(have) + ": " + needed_for;
+    if (have != caps)
+      r.why += std::string(have ? ", but " : "") + capability_names(caps & ~held) + " not held: " + without;
+  };
+  want(cap_bit(kCapNetAdmin), "a reload may load a congestion control module",
+       "a reload cannot load a congestion control module that is not loaded yet");
   std::string bpf_why;
-  if (bpf_needs_capability(probe, &bpf_why)) {
-    r.keep |= cap_bit(kCapBpf);
-    r.why += "; cap_bpf: " + bpf_why;
-  } else {
+  if (bpf_needs_capability(probe, &bpf_why))
+    want(cap_bit(kCapBpf), bpf_why, "bpf() after start-up will fail");
+  else
     r.why += "; " + bpf_why;
-  }
   if (snapshots) {
-    r.keep |= cap_bit(kCapSysAdmin) | cap_bit(kCapSysPtrace);
-    r.why += "; cap_sys_admin,cap_sys_ptrace: open-flow snapshots enter other network namespaces "
-             "(snapshot_interval_s: 0 drops them)";
+    want(cap_bit(kCapSysAdmin) | cap_bit(kCapSysPtrace),
+         "open-flow snapshots enter other network namespaces (snapshot_interval_s: 0 drops them)",
+         "open-flow snapshots cover this network namespace only");
   }
   return r;
 }

@@ -20,6 +20,9 @@
 //                   CAP_SYS_ADMIN) found through /proc/<pid>/ns/net (other
 //                   users' processes need CAP_SYS_PTRACE). With
 //                   snapshot_interval_s: 0 both are dropped.
+// Only capabilities the process holds can be kept: under the systemd unit
+// (CAP_BPF CAP_PERFMON CAP_NET_ADMIN) that leaves CAP_NET_ADMIN, and
+// snapshots see the daemon's own namespace only.
 // Everything else goes, from every thread, from the effective, permitted,
 // inheritable, ambient and bounding sets; no_new_privs is set.
 #pragma once

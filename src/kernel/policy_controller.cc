@@ -47,6 +47,7 @@ bool PolicyController::load(const Config& config, const AsnDatabase* asn_db, std
   int gen = maps_.install(*policy, error);
   if (gen < 0) return false;
   metrics_.forget_slots(std::to_string(gen) + "/");
+  std::lock_guard<std::mutex> lock(mu_);
   by_gen_[gen] = std::move(policy);
   active_gen_ = gen;
   config_ = config;
@@ -90,6 +91,7 @@ void PolicyController::update_metrics() {
 }
 
 std::string PolicyController::to_json() const {
+  std::lock_guard<std::mutex> lock(mu_);
   nlohmann::json j;
   j["cgroup"] = probe_.cgroup_path();
   j["app_override"] = config_.cc_policy.app_override == AppOverride::kEnforce ? "enforce" : "respect";

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "cc_policy.h"
@@ -37,6 +38,9 @@ class PolicyController {
   FlowProbe& probe_;
   PolicyMaps maps_;
   PolicyMetrics metrics_;
+  // Written by load() on the daemon's thread, read there by name_flow() and
+  // by to_json() on HTTP threads: mu_ orders the writes against to_json().
+  mutable std::mutex mu_;
   std::array<std::shared_ptr<const CompiledPolicy>, TCPSCOPE_POLICY_GENERATIONS> by_gen_;
   int active_gen_ = -1;
   Config config_;  // as last loaded, for policy show

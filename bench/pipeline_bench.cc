@@ -1,0 +1,341 @@
+// The daemon's per-record path, stage by stage and end to end, on one core:
+// decode_flow_event (kernel event -> FlowRecord), Enricher::enrich (ASN trie +
+// peer class), Aggregator::add (Prometheus series), append_flow_json (the
+// NDJSON line). This is what the ring reader does for every finished flow
+// (src/daemon.cc, Daemon::on_event).
+//
+//   tcpscope_bench --benchmark_filter=Pipeline
+//
+// "items_per_second" is records per second on one core. The ASN database is
+// a generated CAIDA pfx2as file of 100k prefixes shaped like a BGP table;
+// remote addresses are half inside its prefixes, half random, cycled over
+// 64Ki records so lookups miss the caches as real traffic does. Records have
+// the label variety of edge traffic (3 peer classes + default, ~60 ASNs
+// with a skewed share, 2 CCs).
+//
+// BM_PipelineSeriesMemory fills every label combination of the default
+// series cap and reports the heap held per series (mallinfo2 delta).
+#include <benchmark/benchmark.h>
+#include <malloc.h>
+#include <prometheus/registry.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "aggregator.h"
+#include "asn_db.h"
+#include "enricher.h"
+#include "flow_decoder.h"
+#include "flow_json.h"
+#include "peer_classifier.h"
+
+namespace tcpscope {
+namespace {
+
+constexpr size_t kRecords = 1 << 16;
+constexpr size_t kAsnPrefixes = 100000;
+
+struct Fixture {
+  std::vector<tcpscope_flow_event> events;
+  std::shared_ptr<const AsnDatabase> asn_db;
+  std::shared_ptr<const PeerClassifier> classifier;
+  MonotonicToRealtime clock{1700000000000000000LL};
+};
+
+uint32_t v4(uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
+  return uint32_t{a} << 24 | uint32_t{b} << 16 | uint32_t{c} << 8 | d;
+}
+
+void put_v4(__u8 out[16], uint32_t addr) {
+  std::memset(out, 0, 16);
+  out[0] = uint8_t(addr >> 24);
+  out[1] = uint8_t(addr >> 16);
+  out[2] = uint8_t(addr >> 8);
+  out[3] = uint8_t(addr);
+}
+
+const Fixture& fixture() {
+  static const Fixture* f = [] {
+    auto* fx = new Fixture();
+    std::mt19937_64 rng(7);
+    // pfx2as: mostly /24s, some /16-/23, few /8-/15, ~60k origin ASNs; the
+    // first 60 ASNs own the prefixes most traffic goes to (Zipf-like).
+    char path[] = "/tmp/tcpscope-pipeline-bench-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) std::abort();
+    close(fd);
+    std::vector<std::pair<uint32_t, int>> prefixes;
+    {
+      std::ofstream out(path);
+      for (size_t i = 0; i < kAsnPrefixes; ++i) {
+        const int r = int(rng() % 100);
+        const int len = r < 60 ? 24 : r < 90 ? 16 + int(rng() % 8) : 8 + int(rng() % 8);
+        const uint32_t addr = uint32_t(rng()) & (len ? ~0u << (32 - len) : 0);
+        const uint32_t asn = i < 6000 ? 64500 + uint32_t(i % 60) : 1000 + uint32_t(rng() % 60000);
+        prefixes.emplace_back(addr, len);
+        out << (addr >> 24) << '.' << ((addr >> 16) & 255) << '.' << ((addr >> 8) & 255) << '.' << (addr & 255)
+            << '\t' << len << '\t' << asn << '\n';
+      }
+    }
+    AsnConfig cfg;
+    cfg.prefix_file = path;
+    std::string error;
+    fx->asn_db = AsnDatabase::load(cfg, &error);
+    std::remove(path);
+    if (!fx->asn_db) {
+      std::fprintf(stderr, "pipeline_bench: loading the generated pfx2as failed: %s\n", error.c_str());
+      std::abort();
+    }
+    std::vector<PeerClassSpec> classes(3);
+    classes[0].name = "intra-pop";
+    classes[0].prefixes = {*Prefix::parse("10.20.0.0/16")};
+    classes[1].name = "pop-to-pop";
+    classes[1].prefixes = {*Prefix::parse("10.0.0.0/8"), *Prefix::parse("fd00::/8")};
+    classes[2].name = "origin";
+    classes[2].asns = {64500};
+    fx->classifier = std::make_shared<const PeerClassifier>(classes, "client");
+
+    std::uniform_int_distribution<int> pct(0, 99);
+    std::lognormal_distribution<double> size(10.0, 2.0);
+    fx->events.resize(kRecords);
+    uint64_t t = 1000000000000ULL;
+    for (auto& ev : fx->events) {
+      std::memset(&ev, 0, sizeof(ev));
+      const int p = pct(rng);
+      uint32_t raddr;
+      if (p < 10) {
+        raddr = v4(10, uint8_t(rng() % 40), uint8_t(rng()), uint8_t(rng()));  // pop / intra-pop
+      } else if (p < 60) {
+        // Inside a stored prefix, weighted to the first (popular) ones.
+        const auto& [base, len] = prefixes[pct(rng) < 70 ? rng() % 6000 : rng() % prefixes.size()];
+        raddr = base | (len < 32 ? uint32_t(rng()) & (~0u >> len) : 0);
+      } else {
+        raddr = uint32_t(rng());
+      }
+      ev.family = 4;
+      put_v4(ev.saddr, v4(198, 18, 0, 1));
+      put_v4(ev.daddr, raddr);
+      ev.sport = 443;
+      ev.dport = uint16_t(1024 + rng() % 60000);
+      ev.dir = TCPSCOPE_DIR_PASSIVE;
+      ev.outcome = p < 97 ? TCPSCOPE_OUTCOME_OK : TCPSCOPE_OUTCOME_RESET;
+      ev.flags = TCPSCOPE_F_ESTABLISHED | TCPSCOPE_F_FIN_SENT | TCPSCOPE_F_TX_DONE;
+      ev.start_ns = t;
+      ev.established_ns = t + 20000000;
+      ev.bytes_acked = uint64_t(size(rng));
+      ev.bytes_received = 300 + uint64_t(pct(rng)) * 10;
+      ev.data_end_ns = ev.established_ns + ev.bytes_acked * 100;
+      ev.end_ns = ev.data_end_ns + 1000000;
+      ev.srtt_us = 1000 + uint32_t(pct(rng)) * 800;
+      ev.min_rtt_us = ev.srtt_us * 3 / 4;
+      ev.rttvar_us = ev.srtt_us / 4;
+      ev.snd_cwnd = 10 + uint32_t(pct(rng));
+      ev.max_cwnd = ev.snd_cwnd + 5;
+      ev.snd_ssthresh = 0x7fffffff;
+      ev.mss = 1448;
+      ev.segs_out = uint32_t(ev.bytes_acked / 1448 + 3);
+      ev.segs_in = ev.segs_out / 2 + 2;
+      ev.total_retrans = pct(rng) < 10 ? 1 : 0;
+      ev.rate_delivered = 10;
+      ev.rate_interval_us = ev.srtt_us;
+      ev.pacing_rate = 1250000;
+      ev.ca_state_ns[0] = ev.end_ns - ev.established_ns;
+      ev.pid = 1234;
+      ev.cgroup_id = 5678;
+      ev.netns = 4026531840u;
+      std::strcpy(ev.cc, pct(rng) < 50 ? "bbr" : "cubic");
+      std::strcpy(ev.comm, "nginx");
+      t += 50000;
+    }
+    return fx;
+  }();
+  return *f;
+}
+
+std::vector<FlowRecord> decoded() {
+  const auto& fx = fixture();
+  std::vector<FlowRecord> out;
+  out.reserve(fx.events.size());
+  for (const auto& ev : fx.events) out.push_back(decode_flow_event(ev, fx.clock));
+  return out;
+}
+
+std::vector<FlowRecord> enriched() {
+  const auto& fx = fixture();
+  Enricher enricher({fx.classifier, fx.asn_db});
+  auto flows = decoded();
+  for (auto& f : flows) enricher.enrich(&f);
+  return flows;
+}
+
+void BM_PipelineDecode(benchmark::State& state) {
+  const auto& fx = fixture();
+  size_t i = 0;
+  for (auto _ : state) {
+    FlowRecord r = decode_flow_event(fx.events[i], fx.clock);
+    benchmark::DoNotOptimize(r);
+    i = (i + 1) & (kRecords - 1);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_PipelineDecode);
+
+void BM_PipelineEnrich(benchmark::State& state) {
+  const auto& fx = fixture();
+  Enricher enricher({fx.classifier, fx.asn_db});
+  auto flows = decoded();
+  size_t i = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(enricher.enrich(&flows[i]));
+    i = (i + 1) & (kRecords - 1);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_PipelineEnrich);
+
+void BM_PipelineAggregate(benchmark::State& state) {
+  const auto flows = enriched();
+  auto registry = std::make_shared<prometheus::Registry>();
+  Aggregator agg(registry, AggregatorOptions{});
+  for (const auto& f : flows) agg.add(f);  // series exist, as in a running daemon
+  agg.recompute_top_asns();
+  size_t i = 0;
+  for (auto _ : state) {
+    agg.add(flows[i]);
+    i = (i + 1) & (kRecords - 1);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_PipelineAggregate);
+
+void BM_PipelineFlowJson(benchmark::State& state) {
+  const auto flows = enriched();
+  std::string batch;
+  batch.reserve(1 << 20);
+  size_t i = 0;
+  for (auto _ : state) {
+    append_flow_json(flows[i], &batch);
+    i = (i + 1) & (kRecords - 1);
+    if ((i & 1023) == 0) batch.clear();  // the daemon hands a batch to the writer each drain
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_PipelineFlowJson);
+
+// The goal: enrichment + aggregation >= 2M records/s per core.
+void BM_PipelineEnrichAggregate(benchmark::State& state) {
+  const auto& fx = fixture();
+  Enricher enricher({fx.classifier, fx.asn_db});
+  auto flows = decoded();
+  auto registry = std::make_shared<prometheus::Registry>();
+  Aggregator agg(registry, AggregatorOptions{});
+  for (auto f : flows) {
+    enricher.enrich(&f);
+    agg.add(f);
+  }
+  agg.recompute_top_asns();
+  size_t i = 0;
+  for (auto _ : state) {
+    enricher.enrich(&flows[i]);
+    agg.add(flows[i]);
+    i = (i + 1) & (kRecords - 1);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_PipelineEnrichAggregate);
+
+// Everything the ring reader does per record; Arg(1) adds the flow-log line.
+void BM_PipelineEndToEnd(benchmark::State& state) {
+  const bool flow_log = state.range(0) != 0;
+  const auto& fx = fixture();
+  Enricher enricher({fx.classifier, fx.asn_db});
+  auto registry = std::make_shared<prometheus::Registry>();
+  Aggregator agg(registry, AggregatorOptions{});
+  for (const auto& ev : fx.events) {
+    FlowRecord f = decode_flow_event(ev, fx.clock);
+    enricher.enrich(&f);
+    agg.add(f);
+  }
+  agg.recompute_top_asns();
+  std::string batch;
+  batch.reserve(1 << 20);
+  size_t i = 0;
+  for (auto _ : state) {
+    FlowRecord f = decode_flow_event(fx.events[i], fx.clock);
+    enricher.enrich(&f);
+    agg.add(f);
+    if (flow_log) {
+      append_flow_json(f, &batch);
+      if ((i & 1023) == 0) batch.clear();
+    }
+    i = (i + 1) & (kRecords - 1);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetLabel(flow_log ? "decode+enrich+aggregate+json" : "decode+enrich+aggregate");
+}
+BENCHMARK(BM_PipelineEndToEnd)->Arg(0)->Arg(1);
+
+// Heap per series at the default cap (5 classes x 52 asn values x 2 CCs x
+// 4 size classes, every dir/outcome/state): what the daemon holds per series
+// on top of its fixed start-up memory.
+void BM_PipelineSeriesMemory(benchmark::State& state) {
+  static const char* kClasses[] = {"client", "intra-pop", "pop-to-pop", "origin", "transit"};
+  static const char* kCcs[] = {"cubic", "bbr"};
+  for (auto _ : state) {
+    const size_t heap0 = mallinfo2().uordblks;
+    auto registry = std::make_shared<prometheus::Registry>();
+    auto agg = std::make_unique<Aggregator>(registry, AggregatorOptions{});
+    FlowRecord f;
+    f.srtt_us = 20000;
+    f.min_rtt_us = 15000;
+    f.fct_us = 500000;
+    f.segs_out = 10;
+    f.retrans_segs = 1;
+    f.ca_state_us = {500000, 1000, 2000, 3000, 4000};
+    f.peer_class = kClasses[0];
+    f.cc = kCcs[0];
+    for (uint32_t a = 0; a < 50; ++a) {
+      f.asn = 64500 + a;
+      f.bytes_acked = 1000000000ULL - a;
+      agg->add(f);
+    }
+    agg->recompute_top_asns();
+    std::vector<uint32_t> asns{0, 99999};
+    for (uint32_t a = 0; a < 50; ++a) asns.push_back(64500 + a);
+    const uint64_t sizes[] = {50000, 500000, 2000000, 5000000};
+    for (const char* c : kClasses)
+      for (const char* cc : kCcs)
+        for (uint32_t a : asns)
+          for (uint64_t sz : sizes)
+            for (int k = 0; k < 10; ++k) {
+              f.peer_class = c;
+              f.cc = cc;
+              f.asn = a;
+              f.bytes_acked = sz;
+              f.dir = k < 5 ? Direction::kActive : Direction::kPassive;
+              f.outcome = static_cast<Outcome>(k % 5);
+              agg->add(f);
+            }
+    size_t series = 0, samples = 0;
+    for (const auto& fam : registry->Collect()) {
+      series += fam.metric.size();
+      for (const auto& m : fam.metric) samples += m.histogram.bucket.empty() ? 1 : m.histogram.bucket.size() + 2;
+    }
+    const size_t heap = mallinfo2().uordblks - heap0;
+    state.counters["series"] = static_cast<double>(series);
+    state.counters["samples"] = static_cast<double>(samples);
+    state.counters["heap_MiB"] = static_cast<double>(heap) / 1048576.0;
+    state.counters["bytes_per_series"] = static_cast<double>(heap) / static_cast<double>(series);
+    state.counters["bytes_per_sample"] = static_cast<double>(heap) / static_cast<double>(samples);
+  }
+}
+BENCHMARK(BM_PipelineSeriesMemory)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace tcpscope

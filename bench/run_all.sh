@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Runs every benchmark of bench/README.md and writes bench/results/*.json.
+#
+#   sudo bench/run_all.sh            full runs (about 25 minutes on 2 cores)
+#   sudo bench/run_all.sh --smoke    seconds-long runs: does everything still work?
+#
+# Uses the build in $TCPSCOPE_BUILD (default build/). Other load on the machine
+# skews every ratio: run it on an idle machine and read the load average it
+# prints (and records in each JSON).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD=$(realpath "${TCPSCOPE_BUILD:-build}")
+OUT=${TCPSCOPE_BENCH_RESULTS:-bench/results}
+export TCPSCOPE_BUILD=$BUILD
+smoke=0
+[[ ${1:-} == --smoke ]] && smoke=1
+
+[[ $EUID -eq 0 ]] || { echo "run_all.sh: run as root (network namespaces, BPF)" >&2; exit 1; }
+[[ -x $BUILD/tcpscope && -x $BUILD/tcpscope_bench ]] || {
+  echo "run_all.sh: $BUILD/tcpscope or tcpscope_bench missing: build first (scripts/dev.sh build)" >&2; exit 1; }
+mkdir -p "$OUT"
+echo "== load average before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs, kernel $(uname -r)"
+
+if ((smoke)); then
+  micro_args=(--benchmark_min_time=0.01)
+  churn_args=(--seconds 3 --prefixes 20000)
+  bulk_args=(--seconds 2 --reps 1 --prefixes 20000)
+  cost_args=(--seconds 2 --prefixes 20000)
+  scale_args=(--connections 4000 --prefixes 20000)
+else
+  micro_args=()
+  churn_args=(--seconds 60)
+  bulk_args=(--seconds 10 --reps 3)
+  cost_args=(--seconds 20)
+  scale_args=(--connections 100000)
+fi
+
+echo "== daemon pipeline micro-benchmarks (one core)"
+"$BUILD/tcpscope_bench" --benchmark_filter='Pipeline|RenderFullCap|AsnLookup$' "${micro_args[@]}" \
+  --benchmark_out="$OUT/micro.json" --benchmark_out_format=json
+echo "== connection churn"
+python3 bench/churn.py "${churn_args[@]}" --out "$OUT/churn.json"
+echo "== bulk throughput"
+python3 bench/bulk.py "${bulk_args[@]}" --out "$OUT/bulk.json"
+echo "== BPF program cost (bpf_stats)"
+python3 bench/bpf_cost.py "${cost_args[@]}" --out "$OUT/bpf_cost.json"
+echo "== memory at scale"
+python3 bench/scale.py "${scale_args[@]}" --out "$OUT/scale.json"
+echo "== load average after: $(cut -d' ' -f1-3 /proc/loadavg); results in $OUT"

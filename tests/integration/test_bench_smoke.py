@@ -1,0 +1,96 @@
+"""Smoke runs of the benchmarks in bench/: each script runs for a few seconds
+and must produce well-formed JSON with every variant. Breakage checks only:
+benchmarks are never pass/fail on time or ratio (bench/README.md)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD, ROOT, TCPSCOPE
+
+BENCH = ROOT / "bench"
+
+
+def run_script(name, tmp_path, *args, timeout=600):
+    out = tmp_path / f"{name}.json"
+    env = {**os.environ, "TCPSCOPE_BUILD": str(BUILD)}
+    r = subprocess.run([sys.executable, str(BENCH / f"{name}.py"), *args, "--out", str(out)],
+                       capture_output=True, text=True, timeout=timeout, env=env)
+    assert r.returncode == 0, f"{name}.py failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    assert r.stdout.strip(), f"{name}.py printed no table"
+    data = json.loads(out.read_text())
+    assert data["machine"]["cpus"] >= 1 and len(data["machine"]["loadavg_at_start"]) == 3
+    return data
+
+
+@pytest.fixture(autouse=True)
+def needs_root_and_build():
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces, BPF)")
+    assert TCPSCOPE.exists(), f"build first: {TCPSCOPE} missing"
+
+
+def number(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def test_churn_reports_every_variant(tmp_path):
+    d = run_script("churn", tmp_path, "--seconds", "2", "--prefixes", "20000")
+    by_name = {v["variant"]: v for v in d["variants"]}
+    assert set(by_name) == {"tcpscope", "tcpscope-nolog", "tcplife", "tcplife-bpfcc", "ss"}
+    for name, v in by_name.items():
+        if "skipped" in v:
+            # Only the tools a machine may lack; scripts/dev.sh installs libbpf-tools.
+            assert name == "tcplife-bpfcc" or not Path("/usr/sbin/tcplife").exists(), v
+            continue
+        for k in ("rate", "ratio", "observer_cpu_s", "peak_rss_kib", "flows_expected", "flows_recorded",
+                  "flows_missed"):
+            assert number(v[k]), (name, k, v.get(k))
+        assert v["connections"] > 0 and v["failed"] == 0, v
+    assert number(by_name["tcpscope"]["records_lost_total"])
+    assert number(by_name["tcpscope"]["cpu_pct_core_per_10k_flows_s"])
+    assert d["baseline_noise"]["baseline_runs"] >= 2
+
+
+def test_bulk_reports_both_stream_counts(tmp_path):
+    d = run_script("bulk", tmp_path, "--seconds", "1", "--reps", "1", "--prefixes", "20000")
+    assert sorted(s["streams"] for s in d["summary"]) == [1, 8]
+    for s in d["summary"]:
+        assert s["baseline_median_gbit_s"] > 0 and number(s["median_ratio"]), s
+
+
+def test_bpf_cost_lists_tcpscope_programs(tmp_path):
+    d = run_script("bpf_cost", tmp_path, "--seconds", "1", "--prefixes", "20000")
+    for phase in ("churn", "bulk_P1", "bulk_P8"):
+        names = {p["program"] for p in d[phase]["programs"]}
+        assert {"on_state_change", "on_data_ready", "on_sendmsg"} <= names, (phase, names)
+        assert number(d[phase]["total"]["cpu_pct_core"])
+    state_change = next(p for p in d["churn"]["programs"] if p["program"] == "on_state_change")
+    assert state_change["runs"] > 0, "bpf_stats counted no run of on_state_change under churn"
+
+
+def test_scale_states_memory_per_flow(tmp_path):
+    d = run_script("scale", tmp_path, "--connections", "2000", "--prefixes", "20000")
+    for k in ("kernel_bytes_per_socket", "daemon_bytes_per_open_flow", "kernel_maps_memlock_bytes",
+              "daemon_rss_kib_asn_loaded"):
+        assert number(d[k]), (k, d.get(k))
+    assert d["with"]["sockets_srv_ns"] >= 2000
+    assert "extrapolation" in d["extrapolated_1m_flows"]["note"]
+
+
+def test_pipeline_microbenchmarks_run(tmp_path):
+    bench = BUILD / "tcpscope_bench"
+    if not bench.exists():
+        pytest.skip("tcpscope_bench not built (TCPSCOPE_BENCH=OFF)")
+    out = tmp_path / "micro.json"
+    r = subprocess.run([str(bench), "--benchmark_filter=Pipeline", "--benchmark_min_time=0.01",
+                        f"--benchmark_out={out}", "--benchmark_out_format=json"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    names = {b["name"] for b in json.loads(out.read_text())["benchmarks"]}
+    for n in ("BM_PipelineDecode", "BM_PipelineEnrich", "BM_PipelineAggregate", "BM_PipelineFlowJson",
+              "BM_PipelineEnrichAggregate", "BM_PipelineEndToEnd/0", "BM_PipelineEndToEnd/1"):
+        assert n in names, (n, names)
