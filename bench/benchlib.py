@@ -266,11 +266,11 @@ http {{
     def run_client(self, net, seconds, threads):
         r = net.run(net.cli, "wrk", "-t", min(threads, 2), "-c", threads * 2, "-d", f"{seconds:g}s",
                     "-H", "Connection: close", f"http://{net.srv_v4}:{self.port}/", timeout=seconds + 60)
-        m = re.search(r"(\d+) requests in ([\d.]+)(m?s)", r.stdout)
+        m = re.search(r"(\d+) requests in ([\d.]+)(us|ms|s|m|h)\b", r.stdout)
         if not m:
             raise RuntimeError(f"wrk output not understood: {r.stdout} {r.stderr}")
         n = int(m.group(1))
-        secs = float(m.group(2)) / (1000 if m.group(3) == "ms" else 1)
+        secs = float(m.group(2)) * {"us": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}[m.group(3)]
         errs = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", r.stdout)
         non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", r.stdout)
         failed = (sum(int(x) for x in errs.groups()) if errs else 0) + (int(non2xx.group(1)) if non2xx else 0)
@@ -286,13 +286,20 @@ def churn(net, server, seconds, threads):
 # ---------------------------------------------------------------- tcpscope
 
 
-def write_pfx2as(path, n_prefixes, seed=1):
+BENCH_ASN = 64497  # the benchmark's own /24: its flows are told apart by this label
+
+
+def write_pfx2as(path, n_prefixes, seed=1, own=None):
     """A CAIDA-format prefix-to-AS file with n_prefixes distinct IPv4 prefixes
     shaped like a BGP table (mostly /24, some /16-/23, few /8-/15) over 60k
-    ASNs, plus the benchmark's own 198.18.0.0/15 (AS 64496)."""
+    ASNs, plus 198.18.0.0/15 (AS 64496) and, when `own` names a NetPair, its
+    /24 as AS 64497, so that tcpscope_flows_total{asn="64497"} counts the
+    benchmark's flows and nobody else's."""
     rng = random.Random(seed)
     seen = set()
     lines = ["198.18.0.0\t15\t64496\n"]
+    if own is not None:
+        lines.append(own.cli_v4.rsplit(".", 1)[0] + f".0\t24\t{BENCH_ASN}\n")
     seen.add((0xC6120000, 15))
     while len(lines) < n_prefixes:
         r = rng.random()
@@ -385,11 +392,12 @@ class Tcpscope:
         with urllib.request.urlopen(self.url + "/metrics", timeout=30) as r:
             return r.read().decode()
 
-    def metric(self, name):
+    def metric(self, name, label=None):
+        """Sum of the samples of `name` (those whose labels contain `label`, e.g. 'asn="64497"')."""
         total, found = 0.0, False
         for line in self.metrics().splitlines():
             m = re.match(r"^([a-zA-Z_:]+)(\{.*\})?\s+(\S+)$", line)
-            if m and m.group(1) == name:
+            if m and m.group(1) == name and (label is None or label in (m.group(2) or "")):
                 total += float(m.group(3))
                 found = True
         return total if found else None
@@ -400,20 +408,28 @@ class Tcpscope:
         return rc
 
 
-def count_flow_log(path, netns_ids, since_ns):
-    """Records of the benchmark's namespaces in an NDJSON flow log."""
+def count_flow_log(path, netns_ids, since_ns=0, detail=None):
+    """Records of the benchmark's namespaces in an NDJSON flow log. With a
+    dict as `detail`, also counts them per namespace, outcome and partial flag
+    (to tell which end of a connection a missing record belongs to)."""
     n = 0
     ids = {str(i) for i in netns_ids}
     if not Path(path).exists():
         return 0
     with open(path) as f:
         for line in f:
-            # Cheap pre-filter; the JSON parse only for candidate lines.
+            # Cheap pre-filter; the JSON parse only when needed.
             m = re.search(r'"netns":(\d+)', line)
-            if m and m.group(1) in ids:
+            if not m or m.group(1) not in ids:
+                continue
+            if since_ns or detail is not None:
                 r = json.loads(line)
-                if r["start_ns"] >= since_ns:
-                    n += 1
+                if r["start_ns"] < since_ns:
+                    continue
+                if detail is not None:
+                    for k in (f"netns_{r['netns']}", f"outcome_{r['outcome']}", f"partial_{r['partial']}"):
+                        detail[k] = detail.get(k, 0) + 1
+            n += 1
     return n
 
 

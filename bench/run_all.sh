@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark of bench/README.md and writes bench/results/*.json.
 #
-#   sudo bench/run_all.sh            full runs (about 25 minutes on 2 cores)
+#   sudo bench/run_all.sh            full runs (about 35 minutes on 2 cores)
 #   sudo bench/run_all.sh --smoke    seconds-long runs: does everything still work?
 #
 # Uses the build in $TCPSCOPE_BUILD (default build/). Other load on the machine
@@ -41,6 +41,8 @@ echo "== daemon pipeline micro-benchmarks (one core)"
   --benchmark_out="$OUT/micro.json" --benchmark_out_format=json
 echo "== connection churn"
 python3 bench/churn.py "${churn_args[@]}" --out "$OUT/churn.json"
+echo "== connection churn, HTTP: nginx + wrk"
+python3 bench/churn.py --load nginx "${churn_args[@]}" --out "$OUT/churn_nginx.json"
 echo "== bulk throughput"
 python3 bench/bulk.py "${bulk_args[@]}" --out "$OUT/bulk.json"
 echo "== BPF program cost (bpf_stats)"
@@ -48,3 +50,5 @@ python3 bench/bpf_cost.py "${cost_args[@]}" --out "$OUT/bpf_cost.json"
 echo "== memory at scale"
 python3 bench/scale.py "${scale_args[@]}" --out "$OUT/scale.json"
 echo "== load average after: $(cut -d' ' -f1-3 /proc/loadavg); results in $OUT"
+python3 bench/report.py "$OUT" > "$OUT/report.md"
+echo "== Markdown tables for bench/README.md: $OUT/report.md"

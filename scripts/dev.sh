@@ -13,6 +13,7 @@ PACKAGES=(
   clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev
   prometheus-cpp-dev libcivetweb-dev libyaml-cpp-dev libmaxminddb-dev nlohmann-json3-dev
   libgtest-dev libbenchmark-dev
+  libclang-rt-14-dev  # clang's sanitizer and libFuzzer runtimes (tests/sanitize.sh, tests/fuzz/run.sh)
   iproute2 nftables procps curl python3 python3-pytest
   libmaxmind-db-writer-perl prometheus
   dpkg-dev lintian man-db systemd strace adduser logrotate
@@ -61,6 +62,10 @@ case "$cmd" in
     build
     echo "== unit tests"
     (cd "$BUILD_DIR" && ctest --output-on-failure)
+    echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"
+    tests/sanitize.sh
+    echo "== fuzz targets, a short bounded run each (build-fuzz/)"
+    tests/fuzz/run.sh
     echo "== integration tests (real BPF programs, real traffic in network namespaces)"
     TCPSCOPE_BUILD="$(pwd)/$BUILD_DIR" "$(python_with_pytest)" -m pytest tests/integration tests/package tests/lab -v -p no:cacheprovider "$@"
     ;;

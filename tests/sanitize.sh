@@ -9,7 +9,9 @@ cd "$(dirname "$0")/.."
 BUILD=${TCPSCOPE_ASAN_BUILD:-build-asan}
 FLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+CC_BIN=$(command -v clang-14 || command -v clang || command -v cc)
+CXX_BIN=$(command -v clang++-14 || command -v clang++ || command -v c++)
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER="$CC_BIN" -DCMAKE_CXX_COMPILER="$CXX_BIN" \
   -DCMAKE_C_FLAGS="$FLAGS" -DCMAKE_CXX_FLAGS="$FLAGS" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DTCPSCOPE_TESTS=ON -DTCPSCOPE_BENCH=OFF >/dev/null

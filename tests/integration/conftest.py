@@ -190,10 +190,13 @@ class NetPair:
         return p, out
 
     def client(self, tmp, addr, count=1, req=100, resp=1000, parallel=1, port=8080, timeout=120,
-               source=None):
+               source=None, realtime=False):
+        """realtime: run the client SCHED_FIFO, so its wall clock stops when the
+        last byte arrives rather than when a busy machine next schedules it."""
         out = tmp / f"client-{port}-{random.randrange(1 << 30)}.jsonl"
         extra = ["--source", source] if source else []
-        r = self.ns(self.cli, sys.executable, str(TRAFFIC), "client", "--addr", addr,
+        rt = ["chrt", "-f", "20"] if realtime else []
+        r = self.ns(self.cli, *rt, sys.executable, str(TRAFFIC), "client", "--addr", addr,
                     "--port", str(port), "--count", str(count), "--req", str(req),
                     "--resp", str(resp), "--parallel", str(parallel), "--out", str(out),
                     "--timeout", str(timeout), *extra)

@@ -108,7 +108,7 @@ def test_fct_matches_client_clock_from_before_connect(daemon, net, tmp_path, res
     server, _ = net.serve(tmp_path, net.srv_v4, n)
     clients = []
     for _ in range(n):
-        clients += net.client(tmp_path, net.srv_v4, req=200, resp=resp)
+        clients += net.client(tmp_path, net.srv_v4, req=200, resp=resp, realtime=True)
     server.wait(timeout=60)
     recs = by_tuple(daemon.wait_records(net, 2 * n))
     for c in clients:
