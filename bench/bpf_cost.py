@@ -25,7 +25,7 @@ def prog_stats(pid):
     out = {}
     for p in B.bpf_programs_of(pid).values():
         out[p["id"]] = {"name": p["name"], "type": p["type"], "run_cnt": p.get("run_cnt", 0),
-                        "run_time_ns": p.get("run_time_ns", 0)}
+                        "run_time_ns": p.get("run_time_ns", 0), "recursion_misses": p.get("recursion_misses", 0)}
     return out
 
 
@@ -38,6 +38,7 @@ def delta(before, after, seconds, units, unit_name):
         rows.append({"program": a["name"], "type": a["type"], "runs": cnt,
                      "runs_per_s": round(cnt / seconds), f"runs_per_{unit_name}": round(cnt / units, 3) if units else None,
                      "ns_per_run": round(ns / cnt, 1) if cnt else None,
+                     "recursion_misses": a["recursion_misses"] - b.get("recursion_misses", 0),
                      "cpu_pct_core": round(100 * ns / 1e9 / seconds, 3),
                      f"ns_per_{unit_name}": round(ns / units, 1) if units else None})
     rows.sort(key=lambda r: -r["cpu_pct_core"])

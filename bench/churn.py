@@ -142,6 +142,11 @@ class TcpscopeObserver(Observer):
         self.ours1 = self.d.metric("tcpscope_flows_total", f'asn="{B.BENCH_ASN}"') or 0
         self.lost1 = self.d.metric("tcpscope_records_lost_total") or 0
         self.dropped = self.d.metric("tcpscope_flow_log_dropped_total") or 0
+        # A tracing program that fires while the same program is already
+        # running on that CPU (process context interrupted by a softirq) is
+        # skipped by the kernel and counted here.
+        self.recursion_misses = {p["name"]: p.get("recursion_misses", 0)
+                                 for p in B.bpf_programs_of(self.pid).values() if p.get("recursion_misses")}
 
     def stop(self):
         self.rc = self.d.stop() if hasattr(self, "d") else None
@@ -150,7 +155,8 @@ class TcpscopeObserver(Observer):
         expected = 2 * connections
         r = {"records_lost_total": self.lost1 - self.lost0, "start_seconds": round(self.start_seconds, 2),
              "bpf_programs": self.programs, "records_total_delta": self.records1 - self.records0,
-             "flow_log_dropped": self.dropped, "exit_code": self.rc}
+             "flow_log_dropped": self.dropped, "bpf_recursion_misses": self.recursion_misses,
+             "exit_code": self.rc}
         if self.flow_log:
             detail = {}
             recorded = B.count_flow_log(self.flow_log, self.ctx.net.netns_ids.values(), detail=detail)

@@ -11,9 +11,9 @@
 // Slow and stuck clients: civetweb gives each connection a worker thread for
 // as long as it takes to read the request and write the response. There are
 // kWorkerThreads of them, and a request must arrive (and each part of a
-// response be taken) within kRequestTimeoutMs, so a handful of clients that
-// send half a request and hang cannot keep /metrics from answering, and many
-// can delay it by kRequestTimeoutMs at most.
+// response be taken) within kRequestTimeoutMs, so fewer stuck clients than
+// workers (ones that send half a request and hang) do not delay /metrics at
+// all, and each further kWorkerThreads of them by kRequestTimeoutMs.
 //
 // Handlers run on civetweb's worker threads; everything they read is set
 // through the methods below, which are safe to call while serving.

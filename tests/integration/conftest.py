@@ -26,6 +26,12 @@ TCPSCOPE = BUILD / "tcpscope"
 TRAFFIC = Path(__file__).with_name("traffic.py")
 
 
+# Network namespaces (inode numbers) made by the tests' NetPairs: the only
+# ones whose flow records the Daemon helper keeps.
+WATCHED_NETNS = set()
+NETNS_FIELD = re.compile(rb'"netns":(\d+)')
+
+
 def sh(*cmd, check=True, **kw):
     return subprocess.run(cmd, check=check, capture_output=True, text=True, **kw)
 
@@ -70,14 +76,20 @@ class Daemon:
         return self.stderr_path.read_text() if self.stderr_path.exists() else ""
 
     def all_records(self):
-        """Every record written so far (read incrementally)."""
+        """Every record of a test's namespaces written so far (read incrementally).
+        The daemon sees every flow on the host: records of other namespaces
+        (the host's own traffic, other work on the machine) are skipped
+        unparsed, so a busy host cannot blow up the test's memory."""
         if self.flow_log.exists():
-            with open(self.flow_log) as f:
+            with open(self.flow_log, "rb") as f:
                 f.seek(self._offset)
-                data = f.read()
-            complete = data[: data.rfind("\n") + 1]
-            self._offset += len(complete.encode())
-            self._records.extend(json.loads(l) for l in complete.splitlines() if l)
+                for line in f:
+                    if not line.endswith(b"\n"):
+                        break  # half-written: read it next time
+                    self._offset += len(line)
+                    m = NETNS_FIELD.search(line)
+                    if m and int(m.group(1)) in WATCHED_NETNS:
+                        self._records.append(json.loads(line))
         return self._records
 
     def records(self, net, side=None):
@@ -156,6 +168,7 @@ class NetPair:
             self.ns(ns, "ip", "link", "set", dev, "up")
         self.netns_ids = {"cli": os.stat(f"/run/netns/{self.cli}").st_ino,
                           "srv": os.stat(f"/run/netns/{self.srv}").st_ino}
+        WATCHED_NETNS.update(self.netns_ids.values())
 
     # When set, every process the pair starts runs in this cgroup (where a
     # test attaches the policy programs).
