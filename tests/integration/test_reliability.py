@@ -663,8 +663,11 @@ def test_capabilities_are_dropped_and_reload_still_works(net, tmp_path, test_cgr
         churn(net, tmp_path, 5, port=8081)
         wait_for(lambda: flows_of(d) == 20, 20, what="20 flows after the reload")
         # The new rule is applied by the kernel to the new connections.
-        after = [r for r in d.all_records() if r["start_ns"] >= reloaded_ns and r["raddr"] in
-                 (net.cli_v4, net.srv_v4)]
+        # (the metrics count a flow before the flow-log writer thread has written it)
+        after_reload = lambda: [r for r in d.all_records() if r["start_ns"] >= reloaded_ns and
+                                r["raddr"] in (net.cli_v4, net.srv_v4)]
+        wait_for(lambda: len(after_reload()) >= 10, 20, what="the 10 records after the reload")
+        after = after_reload()
         assert len(after) == 10 and all(r["cc"] == cc and r["cc_rule"] == "r1" for r in after), after[:2]
         if snapshots:
             assert d.metric_value("tcpscope_snapshot_flows") is not None
