@@ -41,6 +41,7 @@ using SteadyClock = std::chrono::steady_clock;
 
 constexpr int kTickMs = 100;                  // periodic drain of the ring buffer
 constexpr size_t kFlowLogQueueBytes = 64u << 20;
+constexpr size_t kMaxBatchBytes = 4u << 20;       // NDJSON handed to the writer at a time
 constexpr auto kClockRefresh = std::chrono::seconds(10);
 constexpr auto kTopAsnRecompute = std::chrono::seconds(60);
 constexpr auto kDrainDeadline = std::chrono::seconds(2);  // /healthz fails past this
@@ -187,6 +188,9 @@ void Daemon::on_event(const tcpscope_flow_event& ev) {
   if (flow_log_) {
     append_flow_json(flow, &batch_);
     ++batch_records_;
+    // Under sustained overload one drain can last long: hand the writer
+    // bounded batches instead of letting this one grow without limit.
+    if (batch_.size() >= kMaxBatchBytes) flush_batch();
   }
 }
 
