@@ -312,30 +312,29 @@ static __always_inline struct flow_state *start_tracking(const struct sock *sk, 
 	return st;
 }
 
-SEC("tp_btf/inet_sock_set_state")
-int BPF_PROG(on_state_change, const struct sock *sk, int oldstate, int newstate)
+static __always_inline void handle_state_change(const struct sock *sk, int oldstate, int newstate)
 {
 	struct flow_state *st;
 	struct tcp_sock *tp;
 	__u64 now;
 
 	if (!is_tcp(sk))
-		return 0;
+		return;
 	if (newstate == TCP_LISTEN || (oldstate == TCP_LISTEN && newstate == TCP_CLOSE))
-		return 0;
+		return;
 	tp = bpf_skc_to_tcp_sock((void *)sk);
 	if (!tp)
-		return 0;
+		return;
 	now = bpf_ktime_get_ns();
 
 	if (newstate == TCP_SYN_SENT) {
 		/* connect(): process context, before the SYN leaves. */
 		st = start_tracking(sk, TCPSCOPE_DIR_ACTIVE, now);
 		if (!st)
-			return 0;
+			return;
 		st->start_ns = now;
 		take_owner(st);
-		return 0;
+		return;
 	}
 	if (newstate == TCP_SYN_RECV && oldstate == TCP_LISTEN) {
 		/* The accepted child is cloned from the listener in softirq:
@@ -343,19 +342,19 @@ int BPF_PROG(on_state_change, const struct sock *sk, int oldstate, int newstate)
 		st = start_tracking(sk, TCPSCOPE_DIR_PASSIVE, now);
 		if (st)
 			st->clone_ns = st->start_ns = now;
-		return 0;
+		return;
 	}
 
 	st = state_of(sk);
 	if (!st) {
 		if (oldstate == TCP_CLOSE || oldstate == TCP_SYN_SENT || oldstate == TCP_SYN_RECV)
-			return 0;
+			return;
 		/* Opened before we attached: report it, flagged partial. Its
 		 * direction is a guess: an ephemeral local port means we connected. */
 		st = start_tracking(sk, sk->__sk_common.skc_num >= 32768 ? TCPSCOPE_DIR_ACTIVE
 									  : TCPSCOPE_DIR_PASSIVE, now);
 		if (!st)
-			return 0;
+			return;
 		st->flags = TCPSCOPE_F_PARTIAL | TCPSCOPE_F_ESTABLISHED;
 		st->start_ns = st->established_ns = now;
 		count(TCPSCOPE_CNT_UNTRACKED_CLOSE);
@@ -393,6 +392,52 @@ int BPF_PROG(on_state_change, const struct sock *sk, int oldstate, int newstate)
 		check_tx_done(st, tp);
 		break;
 	}
+}
+
+/*
+ * The kernel never runs a tracing program on a CPU where that same program is
+ * already running: it only bumps the program's recursion_misses. connect()
+ * and close() run on_state_change in process context, so a softirq that
+ * changes another socket's state on that CPU meanwhile (a SYN arriving, a
+ * FIN acknowledged) would lose that transition, and with it possibly a
+ * record. A second copy on the same tracepoint covers exactly those: the
+ * first marks its CPU busy while it runs; the second returns at once unless
+ * the mark is set, i.e. unless the kernel has just skipped the first for this
+ * event. Softirqs do not nest and hard interrupts change no socket state, so
+ * the second is never skipped itself. Tracepoint programs run with
+ * preemption disabled, so the per-CPU mark belongs to one invocation.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} state_change_busy SEC(".maps");
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(on_state_change, const struct sock *sk, int oldstate, int newstate)
+{
+	__u32 zero = 0;
+	__u32 *busy = bpf_map_lookup_elem(&state_change_busy, &zero);
+
+	if (busy)
+		*busy = 1;
+	handle_state_change(sk, oldstate, newstate);
+	if (busy)
+		*busy = 0;
+	return 0;
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(on_state_change_nested, const struct sock *sk, int oldstate, int newstate)
+{
+	__u32 zero = 0;
+	__u32 *busy = bpf_map_lookup_elem(&state_change_busy, &zero);
+
+	if (!busy || !*busy)
+		return 0;
+	count(TCPSCOPE_CNT_NESTED_TRANSITIONS);
+	handle_state_change(sk, oldstate, newstate);
 	return 0;
 }
 

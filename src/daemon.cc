@@ -60,8 +60,15 @@ bool load_config(const RunOptions& opts, Config* out) {
   Config cfg = opts.config_path.empty()
                    ? parse_config(default_config_text(), "<embedded>", ccs, &errors)
                    : load_config_file(opts.config_path, ccs, &errors);
-  for (const auto& e : errors) log_line(e.to_string());
-  if (!errors.empty()) return false;
+  if (!errors.empty()) {
+    // One line: the first problem, and where to see the others.
+    std::string line = errors.front().to_string();
+    if (errors.size() > 1)
+      line += " (and " + std::to_string(errors.size() - 1) + " more: tcpscope check-config " +
+              opts.config_path + ")";
+    log_line(line);
+    return false;
+  }
   if (opts.listen) cfg.listen = *opts.listen;
   if (opts.flow_log) cfg.flow_log = *opts.flow_log;
   if (opts.cgroup) cfg.cgroup = *opts.cgroup;
@@ -90,6 +97,7 @@ class Daemon {
   void on_event(const tcpscope_flow_event& ev);
   void flush_batch();
   void on_tick();
+  uint64_t lost_transitions();
   void reload();
   void take_snapshot();
   std::string open_flows_json() const;
@@ -219,11 +227,26 @@ void Daemon::on_tick() {
     last_snapshot_ = now;
   }
   policy_->update_metrics();
-  self_->set_records_lost(probe_->counter(TCPSCOPE_CNT_RECORDS_LOST));
+  self_->set_records_lost(probe_->counter(TCPSCOPE_CNT_RECORDS_LOST) + lost_transitions());
   self_->set_ring_buffer_fill(ring_->fill_ratio());
   self_->set_records(ring_->records());
   self_->set_enrichment_lookups(lookups_);
   if (flow_log_) self_->set_flow_log_dropped(flow_log_->dropped_records());
+}
+
+// State changes neither state-change program saw: the nested copy's own
+// misses, plus misses of the first copy the nested one did not pick up (none
+// while both are attached). Each may have cost a record, so they count as lost.
+// Also publishes every program's recursion misses.
+uint64_t Daemon::lost_transitions() {
+  uint64_t main_misses = 0, nested_misses = 0;
+  for (const auto& [program, misses] : probe_->recursion_misses()) {
+    self_->set_recursion_misses(program, misses);
+    if (program == "on_state_change") main_misses = misses;
+    if (program == "on_state_change_nested") nested_misses = misses;
+  }
+  const uint64_t caught = probe_->counter(TCPSCOPE_CNT_NESTED_TRANSITIONS);
+  return nested_misses + (main_misses > caught ? main_misses - caught : 0);
 }
 
 void Daemon::reload() {
@@ -329,9 +352,12 @@ int Daemon::run() {
   last_snapshot_ = SteadyClock::now();
 
   bool stop = false;
+  bool more_queued = false;
   while (!stop) {
     epoll_event events[4];
-    int n = epoll_wait(ep, events, 4, -1);
+    // A drain that used its whole budget left records queued: look at the
+    // timer and signals without blocking, then drain again.
+    int n = epoll_wait(ep, events, 4, more_queued ? 0 : -1);
     if (n < 0 && errno != EINTR) return fail(std::string("epoll_wait: ") + strerror(errno));
     for (int i = 0; i < n; ++i) {
       int fd = events[i].data.fd;
@@ -349,14 +375,15 @@ int Daemon::run() {
           stop = true;
       }
     }
-    ring_->drain();
+    more_queued = ring_->drain() == RingReader::kDefaultDrainBudget;
     flush_batch();
   }
 
   // Detach first so nothing new arrives, then write out what the kernel queued.
   policy_->unload();
   probe_->detach();
-  ring_->drain();
+  // Nothing new can arrive now: the queue is finite, drain it to the end.
+  while (ring_->drain() == RingReader::kDefaultDrainBudget) flush_batch();
   flush_batch();
   on_tick();
   ring_.reset();

@@ -36,7 +36,13 @@ SelfMetrics::SelfMetrics(std::shared_ptr<prometheus::Registry> registry, const s
   auto& r = *registry_;
   records_lost_.counter = plain_counter(
       r, "tcpscope_records_lost_total",
-      "Flow records the kernel could not hand over because the ring buffer was full; must stay 0.");
+      "Flow records the kernel could not hand over (ring buffer full, or a state change the kernel "
+      "skipped in both state-change programs); must stay 0.");
+  recursion_misses_family_ = &prometheus::BuildCounter()
+                                  .Name("tcpscope_bpf_recursion_misses_total")
+                                  .Help("Runs of a tcpscope BPF program the kernel skipped because the program "
+                                        "was already running on that CPU.")
+                                  .Register(r);
   records_.counter = plain_counter(r, "tcpscope_records_total", "Flow records read from the ring buffer.");
   lookups_.counter = plain_counter(r, "tcpscope_enrichment_lookups_total",
                                    "Peer class and ASN lookups done to enrich flow records.");
@@ -62,6 +68,16 @@ SelfMetrics::SelfMetrics(std::shared_ptr<prometheus::Registry> registry, const s
 void SelfMetrics::set_records_lost(uint64_t kernel_total) {
   std::lock_guard<std::mutex> lock(mu_);
   records_lost_.set(kernel_total);
+}
+
+void SelfMetrics::set_recursion_misses(const std::string& program, uint64_t total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = recursion_misses_.find(program);
+  if (it == recursion_misses_.end()) {
+    it = recursion_misses_.emplace(program, TotalCounter{}).first;
+    it->second.counter = &recursion_misses_family_->Add({{"program", program}});
+  }
+  it->second.set(total);
 }
 
 void SelfMetrics::set_records(uint64_t total) {

@@ -11,10 +11,13 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <map>
 #include <string>
 
 namespace prometheus {
 class Counter;
+template <typename T>
+class Family;
 class Gauge;
 class Registry;
 }  // namespace prometheus
@@ -31,6 +34,9 @@ class SelfMetrics {
 
   // tcpscope_records_lost_total from the kernel's cumulative drop count.
   void set_records_lost(uint64_t kernel_total);
+  // tcpscope_bpf_recursion_misses_total{program}: how often the kernel skipped
+  // a program because it was already running on that CPU (cumulative).
+  void set_recursion_misses(const std::string& program, uint64_t total);
   // tcpscope_records_total from the ring reader's cumulative record count.
   void set_records(uint64_t total);
   // tcpscope_enrichment_lookups_total from the enricher's cumulative lookups.
@@ -55,6 +61,8 @@ class SelfMetrics {
   std::shared_ptr<prometheus::Registry> registry_;
   std::mutex mu_;  // the setters may be called from different threads
   TotalCounter records_lost_, records_, lookups_, flow_log_dropped_;
+  prometheus::Family<prometheus::Counter>* recursion_misses_family_;
+  std::map<std::string, TotalCounter> recursion_misses_;
   prometheus::Gauge* ring_fill_;
   prometheus::Gauge* snapshot_flows_;
   prometheus::Counter* reloads_ok_;

@@ -95,6 +95,8 @@ enum tcpscope_counter {
 	TCPSCOPE_CNT_RECORDS_SENT,     /* records submitted to the ring */
 	TCPSCOPE_CNT_STORAGE_FAILED,   /* sk_storage could not be created (memory) */
 	TCPSCOPE_CNT_UNTRACKED_CLOSE,  /* closed sockets opened before we attached */
+	TCPSCOPE_CNT_NESTED_TRANSITIONS, /* state changes the kernel skipped in on_state_change
+	                                    (it was running on that CPU), caught by its nested copy */
 	TCPSCOPE_CNT_MAX,
 };
 

@@ -1,5 +1,6 @@
 #include "kernel/flow_probe.h"
 
+#include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
@@ -28,6 +29,7 @@ struct ProgramHook {
 };
 constexpr ProgramHook kHooks[] = {
     {"on_state_change", "inet_sock_set_state", true},
+    {"on_state_change_nested", "inet_sock_set_state", true},
     {"on_data_ready", "sk_data_ready", false},
     {"on_sendmsg", "tcp_sendmsg_locked", false},
     {"on_recvmsg", "tcp_rcv_space_adjust", false},
@@ -216,6 +218,21 @@ int FlowProbe::ring_buffer_fd() const { return bpf_map__fd(skel_->maps.events); 
 
 int FlowProbe::snapshot_link_fd() const {
   return skel_->links.snapshot_open_flows ? bpf_link__fd(skel_->links.snapshot_open_flows) : -1;
+}
+
+std::vector<std::pair<std::string, uint64_t>> FlowProbe::recursion_misses() const {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  bpf_program* prog;
+  bpf_object__for_each_program(prog, skel_->obj) {
+    if (!bpf_program__autoload(prog) || bpf_program__type(prog) != BPF_PROG_TYPE_TRACING) continue;
+    int fd = bpf_program__fd(prog);
+    if (fd < 0) continue;
+    bpf_prog_info info{};
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0) continue;
+    out.emplace_back(bpf_program__name(prog), info.recursion_misses);
+  }
+  return out;
 }
 
 uint64_t FlowProbe::counter(tcpscope_counter which) const {

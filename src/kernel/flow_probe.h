@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tcpscope/flow_event.h"
@@ -53,6 +54,9 @@ class FlowProbe {
   uint64_t ring_buffer_bytes() const { return ring_bytes_; }
   // Sum over CPUs of one of the kernel-side counters.
   uint64_t counter(tcpscope_counter which) const;
+  // Per tracing program, how often the kernel skipped it because it was
+  // already running on that CPU (bpf_prog_info.recursion_misses).
+  std::vector<std::pair<std::string, uint64_t>> recursion_misses() const;
   // Detaches every program but keeps the maps, so what the kernel already
   // queued can still be drained before exit.
   void detach();

@@ -37,7 +37,20 @@ RingReader::~RingReader() {
 
 int RingReader::epoll_fd() const { return ring_buffer__epoll_fd(rb_); }
 
-int RingReader::drain() { return ring_buffer__consume(rb_); }
+namespace {
+// Returned by on_sample to make libbpf stop; the sample it was returned for
+// has been handled and libbpf has already moved the consumer past it.
+constexpr int kBudgetSpent = -EAGAIN;
+}  // namespace
+
+int RingReader::drain(int budget) {
+  if (budget <= 0) return 0;
+  budget_left_ = budget;
+  drained_ = 0;
+  int rc = ring_buffer__consume(rb_);
+  (void)rc;  // < 0 only when we stopped it (kBudgetSpent): what was read is in drained_
+  return drained_;
+}
 
 int RingReader::on_sample(void* ctx, void* data, size_t size) {
   auto* self = static_cast<RingReader*>(ctx);
@@ -48,8 +61,9 @@ int RingReader::on_sample(void* ctx, void* data, size_t size) {
   tcpscope_flow_event ev;
   std::memcpy(&ev, data, sizeof(ev));
   ++self->records_;
+  ++self->drained_;
   self->handler_(ev);
-  return 0;
+  return --self->budget_left_ > 0 ? 0 : kBudgetSpent;
 }
 
 double RingReader::fill_ratio() const {

@@ -22,8 +22,12 @@ class RingReader {
 
   // The fd to put in the daemon's epoll set: readable when the kernel woke us.
   int epoll_fd() const;
-  // Hands every queued record to the handler; returns how many.
-  int drain();
+  // Hands queued records to the handler, at most `budget` of them (the kernel
+  // may keep producing while we read, so an unbounded drain could run for as
+  // long as the overload lasts and starve the daemon's timer and signals);
+  // returns how many. A return equal to the budget means more may be queued.
+  int drain(int budget = kDefaultDrainBudget);
+  static constexpr int kDefaultDrainBudget = 16384;
   // How full the ring is right now, 0..1 (producer - consumer over size).
   double fill_ratio() const;
   uint64_t records() const { return records_; }
@@ -40,6 +44,8 @@ class RingReader {
   size_t positions_len_ = 0;
   uint64_t records_ = 0;
   uint64_t malformed_ = 0;
+  int budget_left_ = 0;
+  int drained_ = 0;
 };
 
 }  // namespace tcpscope

@@ -138,9 +138,17 @@ def one_client(args, family, idx):
         s.close()
         return {"side": "client", "lport": lport, "laddr": laddr, "reset": True, "error": repr(e)}
     t1 = time.monotonic_ns()             # last byte read
-    info = tcp_info(s)
     laddr, lport = endpoint(s, peer=False)
     raddr, rport = endpoint(s)
+    # Half-close and wait for the server's FIN before reading tcp_info: that FIN
+    # acknowledges ours, so no retransmit of our FIN can follow the snapshot.
+    try:
+        s.shutdown(socket.SHUT_WR)
+        while s.recv(CHUNK):
+            pass
+    except OSError:
+        pass
+    info = tcp_info(s)
     s.close()
     return {"side": "client", "laddr": laddr, "lport": lport, "raddr": raddr, "rport": rport,
             "sent": req, "received": resp, "clock_us": (t1 - t0) // 1000,

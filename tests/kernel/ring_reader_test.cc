@@ -1,0 +1,150 @@
+// Drives the real BPF programs: loads and attaches them (needs root and a BTF
+// kernel; skipped otherwise), makes loopback connections in a network
+// namespace of the test's own, and reads the records through RingReader.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernel/flow_probe.h"
+#include "kernel/ring_reader.h"
+
+namespace tcpscope {
+namespace {
+
+// In a child in a fresh network namespace: bring up lo, make `n` connections
+// to a listener on 127.0.0.1 and close both ends of each. Writes the
+// namespace's inode number to `out_fd` first; exits 0 on success.
+[[noreturn]] void connect_in_private_netns(int n, int out_fd) {
+  if (unshare(CLONE_NEWNET) != 0) _exit(10);
+  struct stat st {};
+  if (stat("/proc/self/ns/net", &st) != 0) _exit(11);
+  uint32_t inum = static_cast<uint32_t>(st.st_ino);
+  if (write(out_fd, &inum, sizeof(inum)) != sizeof(inum)) _exit(12);
+  int ctl = socket(AF_INET, SOCK_DGRAM, 0);
+  ifreq ifr{};
+  std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+  if (ioctl(ctl, SIOCGIFFLAGS, &ifr) != 0) _exit(13);
+  ifr.ifr_flags |= IFF_UP;
+  if (ioctl(ctl, SIOCSIFFLAGS, &ifr) != 0) _exit(14);
+  close(ctl);
+
+  int ls = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(ls, 128) != 0) _exit(15);
+  socklen_t len = sizeof(a);
+  getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
+  for (int i = 0; i < n; ++i) {
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) _exit(16);
+    int s = accept(ls, nullptr, nullptr);
+    if (s < 0) _exit(17);
+    if (write(c, "x", 1) != 1) _exit(18);
+    char b;
+    if (read(s, &b, 1) != 1) _exit(19);
+    close(c);  // active close: the client ends in TIME_WAIT, its record is emitted then
+    close(s);
+  }
+  close(ls);
+  _exit(0);
+}
+
+class RealProbe : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "loading BPF programs needs root";
+    if (access("/sys/kernel/btf/vmlinux", R_OK) != 0) GTEST_SKIP() << "no kernel BTF";
+    FlowProbeOptions opts;
+    opts.ring_buffer_bytes = 4u << 20;
+    opts.remote_trie_entries = 1024;
+    std::string error, details;
+    probe_ = FlowProbe::open_and_attach(opts, &error, &details);
+    ASSERT_TRUE(probe_) << error << "\n" << details;
+  }
+
+  // Runs the connecting child; returns its network namespace's inode.
+  uint32_t make_connections(int n) {
+    int p[2];
+    EXPECT_EQ(pipe(p), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(p[0]);
+      connect_in_private_netns(n, p[1]);
+    }
+    close(p[1]);
+    uint32_t inum = 0;
+    EXPECT_EQ(read(p[0], &inum, sizeof(inum)), static_cast<ssize_t>(sizeof(inum)));
+    close(p[0]);
+    int status = 0;
+    EXPECT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+    return inum;
+  }
+
+  std::unique_ptr<FlowProbe> probe_;
+};
+
+TEST_F(RealProbe, BothStateChangeProgramsAreAttachedAndReportRecursionMisses) {
+  const auto& attached = probe_->attached();
+  for (const char* name : {"on_state_change", "on_state_change_nested"})
+    EXPECT_NE(std::find(attached.begin(), attached.end(), name), attached.end()) << name;
+  std::vector<std::string> reported;
+  for (const auto& [program, misses] : probe_->recursion_misses()) reported.push_back(program);
+  for (const char* name : {"on_state_change", "on_state_change_nested", "on_data_ready"})
+    EXPECT_NE(std::find(reported.begin(), reported.end(), name), reported.end()) << name;
+}
+
+TEST_F(RealProbe, DrainStopsAtItsBudgetAndTheNextDrainContinues) {
+  constexpr int kConnections = 150;  // 300 records: one per end
+  uint32_t netns = 0;
+  int ours = 0, others = 0;
+  auto reader_or = [&](std::string* error) {
+    return RingReader::create(probe_->ring_buffer_fd(), probe_->ring_buffer_bytes(),
+                              [&](const tcpscope_flow_event& ev) { (ev.netns == netns ? ours : others)++; },
+                              error);
+  };
+  std::string error;
+  auto reader = reader_or(&error);
+  ASSERT_TRUE(reader) << error;
+  reader->drain(1 << 30);  // whatever the host queued before the test
+  others = 0;
+
+  netns = make_connections(kConnections);
+  // The passive ends close on the final ACK, which may trail the child's exit.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  std::vector<int> drained;
+  while (ours < 2 * kConnections && std::chrono::steady_clock::now() < deadline) {
+    if (drained.empty()) {
+      // First drain with a budget smaller than what is queued.
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      drained.push_back(reader->drain(100));
+      ASSERT_EQ(drained.back(), 100) << "a drain must stop at its budget";
+      ASSERT_LE(ours, 100);
+      continue;
+    }
+    drained.push_back(reader->drain(100));
+    if (drained.back() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(ours, 2 * kConnections) << "others " << others;
+  EXPECT_EQ(probe_->counter(TCPSCOPE_CNT_RECORDS_LOST), 0u);
+  EXPECT_EQ(reader->records(), static_cast<uint64_t>(ours + others));
+}
+
+}  // namespace
+}  // namespace tcpscope
