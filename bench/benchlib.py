@@ -41,6 +41,10 @@ def machine_info():
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
+# Taken when a benchmark script starts (it imports this module first).
+START_INFO = None
+
+
 def tcpscope_binary():
     p = BUILD / "tcpscope"
     if not p.exists():
@@ -128,6 +132,61 @@ class Cgroup:
                 except OSError:
                     pass
             try:
+                self.path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
+class MemoryCgroup:
+    """A memory cgroup of its own (v2, or v1's memory controller) whose kernel
+    memory counter isolates what one process's BPF maps hold from the rest
+    of the machine's slab churn. None when neither is available."""
+
+    @staticmethod
+    def create():
+        cands = []
+        for line in open("/proc/self/mountinfo"):
+            left, _, right = line.partition(" - ")
+            fstype, opts = right.split()[0], right.split()[-1]
+            mnt = Path(left.split()[4])
+            if fstype == "cgroup2":
+                try:
+                    if "memory" in (mnt / "cgroup.controllers").read_text().split():
+                        cands.append((mnt, 2))
+                except OSError:
+                    pass
+            elif fstype == "cgroup" and "memory" in opts.split(","):
+                cands.append((mnt, 1))
+        for mnt, version in cands:
+            path = mnt / f"tcpscope-bench-mem-{os.getpid()}"
+            try:
+                path.mkdir(exist_ok=True)
+            except OSError:
+                continue
+            m = MemoryCgroup()
+            m.path, m.version, m.root = path, version, mnt
+            if m.kernel_bytes() is not None:
+                return m
+            m.close()
+        return None
+
+    def kernel_bytes(self):
+        try:
+            if self.version == 1:
+                return int((self.path / "memory.kmem.usage_in_bytes").read_text())
+            for line in (self.path / "memory.stat").read_text().splitlines():
+                if line.startswith("kernel "):
+                    return int(line.split()[1])
+        except (OSError, ValueError):
+            return None
+        return None
+
+    def close(self):
+        for _ in range(50):
+            try:
+                for pid in (self.path / "cgroup.procs").read_text().split():
+                    (self.root / "cgroup.procs").write_text(pid)
                 self.path.rmdir()
                 return
             except OSError:
@@ -369,14 +428,18 @@ def free_port():
 class Tcpscope:
     """`tcpscope run --config FILE`; start-up (ASN load) is outside any measured window."""
 
-    def __init__(self, tmp, config, port):
+    def __init__(self, tmp, config, port, memcg=None):
+        """memcg: a MemoryCgroup to start the daemon in (its BPF maps are
+        charged to the cgroup of the process that creates them)."""
         tmp = Path(tmp)
         self.url = f"http://127.0.0.1:{port}"
         self.stderr_path = tmp / f"tcpscope-{port}.stderr"
         self.stderr = open(self.stderr_path, "w")
         t0 = time.monotonic()
-        self.p = subprocess.Popen([str(tcpscope_binary()), "run", "--config", str(config)],
-                                  stdout=subprocess.DEVNULL, stderr=self.stderr)
+        argv = [str(tcpscope_binary()), "run", "--config", str(config)]
+        if memcg:
+            argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(memcg.path), *argv]
+        self.p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self.stderr)
         self.pid = self.p.pid
         try:
             wait_for(lambda: "running:" in self.stderr_path.read_text() or self.p.poll() is not None,
@@ -498,7 +561,7 @@ def fmt_table(headers, rows):
 def write_result(name, data, out=None):
     out = Path(out) if out else RESULTS / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    data.setdefault("machine", machine_info())
+    data.setdefault("machine", dict(START_INFO))
     data["machine"]["loadavg_at_end"] = loadavg()
     out.write_text(json.dumps(data, indent=2) + "\n")
     log(f"wrote {out}")
@@ -510,3 +573,6 @@ def tmpdir(name):
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
     return d
+
+
+START_INFO = machine_info()

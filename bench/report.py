@@ -23,8 +23,10 @@ def table(headers, rows):
 
 def machine(d):
     m = d["machine"]
-    return (f"{m['time']}, kernel {m['kernel']}, {m['cpus']} CPUs, default CC {m['default_cc']}, "
+    loads = [r[k] for r in d.get("runs", []) for k in ("loadavg_1m_before", "loadavg_1m") if k in r]
+    load = (f"1-minute load average {min(loads):.1f}–{max(loads):.1f} before its runs" if loads else
             f"load average {m['loadavg_at_start'][0]:.2f} at start / {m['loadavg_at_end'][0]:.2f} at end")
+    return f"{m['time']}, kernel {m['kernel']}, {m['cpus']} CPUs, default CC {m['default_cc']}, {load}"
 
 
 def churn(d, title):
@@ -50,6 +52,32 @@ def churn(d, title):
             print(f"\n`{v['variant']}`: {v['flows_per_s']:.0f} flows/s, daemon user+system CPU "
                   f"{v['cpu_pct_core_per_10k_flows_s']:.2f}% of a core per 10k flows/s.", end="")
     print("\n")
+
+
+def churn_runs(files):
+    """Ratios of every churn run kept in the results directory, side by side."""
+    runs = [(f.stem, json.loads(f.read_text())) for f in files]
+    names = []
+    for _, d in runs:
+        for v in d["variants"]:
+            if v["variant"] not in names:
+                names.append(v["variant"])
+    print("### Connection churn (loadgen), every run\n")
+    def head(stem, d):
+        loads = [r["loadavg_1m_before"] for r in d["runs"]]
+        return (f"{stem} (ended {d['machine']['time'][11:16]}Z, load {min(loads):.1f}–{max(loads):.1f}, "
+                f"baseline stdev {d['baseline_noise']['stdev_pct']}%)")
+    headers = ["variant"] + [head(stem, d) for stem, d in runs]
+    rows = []
+    for n in names:
+        row = [f"`{n}`"]
+        for _, d in runs:
+            v = next((x for x in d["variants"] if x["variant"] == n), None)
+            row.append("—" if not v or "skipped" in v else
+                       f"{v['ratio']:.3f} (missed {v['flows_missed']})")
+        rows.append(row)
+    print(table(headers, rows))
+    print()
 
 
 def bulk(d):
@@ -84,7 +112,10 @@ def scale(d):
     print(table(["what", "measured"], [
         ["slab growth, connections open, no tcpscope", f"{d['without']['slab_growth_kib'] / 1024:.1f} MiB"],
         ["slab growth, connections open, tcpscope running", f"{d['with']['slab_growth_kib'] / 1024:.1f} MiB"],
-        ["**tcpscope kernel memory per socket** (sk_storage)", f"**{d['kernel_bytes_per_socket']} B**"],
+        [f"**tcpscope kernel memory per socket** (sk_storage; {d.get('kernel_bytes_per_socket_method', 'slab')})",
+         f"**{d['kernel_bytes_per_socket']} B**"],
+        ["cross-check: slab difference per socket (noisy on a shared machine)",
+         f"{d.get('kernel_bytes_per_socket_slab_crosscheck', d['kernel_bytes_per_socket'])} B"],
         ["BPF maps, fixed (memlock; ring buffer included)", f"{d['kernel_maps_memlock_bytes'] / 1048576:.1f} MiB"],
         ["daemon RSS, no ASN data", f"{d['daemon_rss_kib_no_asn'] / 1024:.1f} MiB"],
         [f"daemon RSS, {d['asn_prefixes']} ASN prefixes loaded", f"{d['daemon_rss_kib_asn_loaded'] / 1024:.1f} MiB"],
@@ -99,7 +130,7 @@ def scale(d):
 
 def micro(d):
     print(f"### Daemon pipeline micro-benchmarks\n\n{d['context']['date']}, load average "
-          f"{d['context'].get('load_avg', ['?'])[0]}.\n")
+          f"{d['context'].get('load_avg', [0])[0]:.2f}.\n")
     rows = []
     for b in d["benchmarks"]:
         rate = b.get("items_per_second")
@@ -116,6 +147,9 @@ def main():
         micro(d)
     if (d := load("churn")):
         churn(d, f"Connection churn ({d.get('load', 'loadgen')})")
+    runs = sorted(RESULTS.glob("churn_run*.json")) + ([RESULTS / "churn.json"] if (RESULTS / "churn.json").exists() else [])
+    if len(runs) > 1:
+        churn_runs(runs)
     if (d := load("churn_nginx")):
         churn(d, "Connection churn (nginx + wrk)")
     if (d := load("bulk")):

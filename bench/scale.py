@@ -4,9 +4,12 @@ so 2N sockets) held between two network namespaces, with and without tcpscope,
 and the daemon with a 1M-prefix ASN file loaded.
 
 Kernel side: tcpscope keeps per-socket state in BPF_MAP_TYPE_SK_STORAGE
-(allocated from slab and freed with the socket), so its cost is the growth of
-/proc/meminfo Slab while the connections are open, with the daemon running,
-minus the same growth without it, per socket. Fixed kernel memory: the maps'
+(allocated from slab, charged to the memory cgroup of the process that
+created the map, freed with the socket). The daemon runs in a memory cgroup
+of its own, so its kernel-memory counter's growth while the connections are
+open, per socket, is tcpscope's cost, unaffected by whatever else allocates
+on the machine. Cross-check (noisy on a shared machine): /proc/meminfo Slab
+growth with the daemon minus without it. Fixed kernel memory: the maps'
 memlock (bpftool map show; the ring buffer dominates).
 
 Daemon side: RSS with no ASN data, with the 1M-prefix file, and with N open
@@ -85,12 +88,13 @@ def sockets_in(net, ns):
     return int(m.group(1)) if m else None
 
 
-def measure_phase(tmp, n, cg, daemon=None):
+def measure_phase(tmp, n, cg, daemon=None, memcg=None):
     """Slab growth (KiB) while n connections are open; the network pair is torn down after."""
     net = B.NetPair(cgroup=cg)
     try:
         settle(1)
         s0 = slab_kib()
+        k0 = memcg.kernel_bytes() if memcg else None
         procs, open_s = hold_connections(net, tmp, n)
         settle(2)
         out = {"connections": n, "open_seconds": round(open_s, 2), "process_pairs": procs,
@@ -109,6 +113,8 @@ def measure_phase(tmp, n, cg, daemon=None):
             out["daemon_rss_kib"], out["daemon_hwm_kib"] = rss, hwm
         s1 = slab_kib()
         out["slab_growth_kib"] = s1 - s0
+        if memcg:
+            out["daemon_memcg_kernel_growth_bytes"] = memcg.kernel_bytes() - k0
         return out
     finally:
         net.close()
@@ -144,7 +150,11 @@ def main():
         port = B.free_port()
         cfg = B.write_config(tmp / "tcpscope.yaml", port=port, prefix_file=pfx, cgroup=cg.path, rules=args.rules,
                              snapshot_interval_s=5)
-        d = B.Tcpscope(tmp, cfg, port)
+        # In a memory cgroup of its own: the BPF maps it creates, sk_storage
+        # elements included, are charged there, apart from everything else
+        # that allocates slab on this machine.
+        memcg = B.MemoryCgroup.create()
+        d = B.Tcpscope(tmp, cfg, port, memcg=memcg)
         try:
             time.sleep(6)  # one snapshot with nothing of ours open
             rss0, hwm0 = B.proc_mem_kib(d.pid)
@@ -154,21 +164,30 @@ def main():
             maps = B.bpf_maps_of(d.pid)
             result["bpf_maps"] = [{"name": m.get("name"), "type": m.get("type"), "bytes_memlock": m.get("bytes_memlock")}
                                   for m in maps]
-            with_ = measure_phase(tmp, n, cg, daemon=d)
+            with_ = measure_phase(tmp, n, cg, daemon=d, memcg=memcg)
             result["records_lost_total"] = d.metric("tcpscope_records_lost_total")
         finally:
             d.stop()
+            if memcg:
+                memcg.close()
         B.log(f"with tcpscope: slab +{with_['slab_growth_kib']} KiB for {n} connections")
     finally:
         cg.close()
 
     extra_kib = with_["slab_growth_kib"] - without["slab_growth_kib"]
-    per_socket = extra_kib * 1024 / (2 * n)
+    slab_per_socket = extra_kib * 1024 / (2 * n)
+    memcg_growth = with_.get("daemon_memcg_kernel_growth_bytes")
+    # The memory cgroup's counter is exact and isolated; the slab difference
+    # is the fallback (and a cross-check) where no memory cgroup is available.
+    per_socket = memcg_growth / (2 * n) if memcg_growth is not None else slab_per_socket
     daemon_per_flow = (with_["daemon_rss_kib"] - result["daemon_rss_kib_asn_loaded"]) * 1024 / (2 * n)
     memlock = sum(m["bytes_memlock"] or 0 for m in result["bpf_maps"])
     result.update({
         "without": without, "with": with_,
         "kernel_bytes_per_socket": round(per_socket),
+        "kernel_bytes_per_socket_method": "daemon memory cgroup kernel memory growth" if memcg_growth is not None
+        else "slab growth with - without tcpscope",
+        "kernel_bytes_per_socket_slab_crosscheck": round(slab_per_socket),
         "kernel_maps_memlock_bytes": memlock,
         "daemon_bytes_per_open_flow": round(daemon_per_flow),
         "asn_data_daemon_kib": result["daemon_rss_kib_asn_loaded"] - result["daemon_rss_kib_no_asn"],
@@ -183,7 +202,8 @@ def main():
     print(B.fmt_table(["what", "value"], [
         ["slab growth without tcpscope (KiB)", without["slab_growth_kib"]],
         ["slab growth with tcpscope (KiB)", with_["slab_growth_kib"]],
-        ["tcpscope kernel bytes per socket", round(per_socket)],
+        ["tcpscope kernel bytes per socket (" + result["kernel_bytes_per_socket_method"] + ")", round(per_socket)],
+        ["  cross-check: slab difference per socket (noisy)", round(slab_per_socket)],
         ["BPF maps memlock (fixed, bytes)", memlock],
         ["daemon RSS, no ASN data (MiB)", round(result["daemon_rss_kib_no_asn"] / 1024, 1)],
         [f"daemon RSS, {args.prefixes} prefixes loaded (MiB)", round(result["daemon_rss_kib_asn_loaded"] / 1024, 1)],
