@@ -227,7 +227,9 @@ void Daemon::on_tick() {
     last_snapshot_ = now;
   }
   policy_->update_metrics();
-  self_->set_records_lost(probe_->counter(TCPSCOPE_CNT_RECORDS_LOST) + lost_transitions());
+  // A socket whose storage could not be created is never tracked: its record is lost too.
+  self_->set_records_lost(probe_->counter(TCPSCOPE_CNT_RECORDS_LOST) +
+                          probe_->counter(TCPSCOPE_CNT_STORAGE_FAILED) + lost_transitions());
   self_->set_ring_buffer_fill(ring_->fill_ratio());
   self_->set_records(ring_->records());
   self_->set_enrichment_lookups(lookups_);
