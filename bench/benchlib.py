@@ -36,8 +36,15 @@ def loadavg():
 
 def machine_info():
     cc = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    # Run-time statistics add two clock reads to every BPF program run: a
+    # leftover "1" (an interrupted bpf_cost.py) taxes every BPF variant.
+    stats = Path("/proc/sys/kernel/bpf_stats_enabled")
+    bpf_stats = stats.read_text().strip() if stats.exists() else None
+    if bpf_stats == "1":
+        print("bench: warning: kernel.bpf_stats_enabled=1 (left on?): BPF variants pay for it",
+              file=sys.stderr)
     return {"kernel": os.uname().release, "cpus": os.cpu_count(), "default_cc": cc,
-            "loadavg_at_start": loadavg(),
+            "bpf_stats_enabled": bpf_stats, "loadavg_at_start": loadavg(),
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 

@@ -65,7 +65,7 @@ def churn_runs(files):
     print("### Connection churn (loadgen), every run\n")
     def head(stem, d):
         loads = [r["loadavg_1m_before"] for r in d["runs"]]
-        return (f"{stem} (ended {d['machine']['time'][11:16]}Z, load {min(loads):.1f}–{max(loads):.1f}, "
+        return (f"{stem} (started {d['machine']['time'][11:16]}Z, load {min(loads):.1f}–{max(loads):.1f}, "
                 f"baseline stdev {d['baseline_noise']['stdev_pct']}%)")
     headers = ["variant"] + [head(stem, d) for stem, d in runs]
     rows = []

@@ -31,6 +31,7 @@ constexpr ProgramHook kHooks[] = {
     {"on_state_change", "inet_sock_set_state", true},
     {"on_state_change_nested", "inet_sock_set_state", true},
     {"on_data_ready", "sk_data_ready", false},
+    {"on_data_ready_twin", "sk_data_ready", false},
     {"on_sendmsg", "tcp_sendmsg_locked", false},
     {"on_recvmsg", "tcp_rcv_space_adjust", false},
     {"on_cong_state", "tcp_cong_state_set", false},

@@ -102,7 +102,7 @@ class RealProbe : public ::testing::Test {
 
 TEST_F(RealProbe, BothStateChangeProgramsAreAttachedAndReportRecursionMisses) {
   const auto& attached = probe_->attached();
-  for (const char* name : {"on_state_change", "on_state_change_nested"})
+  for (const char* name : {"on_state_change", "on_state_change_nested", "on_data_ready", "on_data_ready_twin"})
     EXPECT_NE(std::find(attached.begin(), attached.end(), name), attached.end()) << name;
   std::vector<std::string> reported;
   for (const auto& [program, misses] : probe_->recursion_misses()) reported.push_back(program);
