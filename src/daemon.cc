@@ -229,7 +229,8 @@ void Daemon::on_tick() {
   policy_->update_metrics();
   // A socket whose storage could not be created is never tracked: its record is lost too.
   self_->set_records_lost(probe_->counter(TCPSCOPE_CNT_RECORDS_LOST) +
-                          probe_->counter(TCPSCOPE_CNT_STORAGE_FAILED) + lost_transitions());
+                          probe_->counter(TCPSCOPE_CNT_STORAGE_FAILED));
+  self_->set_state_changes_missed(lost_transitions());
   self_->set_ring_buffer_fill(ring_->fill_ratio());
   self_->set_records(ring_->records());
   self_->set_enrichment_lookups(lookups_);
@@ -237,12 +238,13 @@ void Daemon::on_tick() {
 }
 
 // State changes neither state-change program saw: skips of the first copy
-// the nested one did not pick up (an interrupt in the few instructions
-// before the first copy marks its CPU busy or after it clears the mark).
-// Each may have cost a record, so they count as lost. Skips of the nested
-// copy itself cost nothing: it is only ever skipped while it runs its
-// two-instruction check for an event the first copy has already handled.
-// Also publishes every program's recursion misses.
+// the nested one did not pick up (an interrupt in the kernel's bookkeeping
+// just before the first copy marks its CPU busy or just after it clears the
+// mark). Most are intermediate states that cost nothing; a missed first or
+// last transition costs the record, so they are exported on their own
+// rather than guessed into the records lost. Skips of the nested copy itself
+// cost nothing: it is only skipped while it checks an event the first copy
+// has handled. Also publishes every program's recursion misses.
 uint64_t Daemon::lost_transitions() {
   uint64_t first_copy_misses = 0;
   for (const auto& [program, misses] : probe_->recursion_misses()) {

@@ -36,8 +36,12 @@ SelfMetrics::SelfMetrics(std::shared_ptr<prometheus::Registry> registry, const s
   auto& r = *registry_;
   records_lost_.counter = plain_counter(
       r, "tcpscope_records_lost_total",
-      "Flow records the kernel could not hand over (ring buffer full, or a state change the kernel "
-      "skipped in both state-change programs); must stay 0.");
+      "Flow records the kernel could not hand over (ring buffer full, or no socket storage to "
+      "track the flow); must stay 0.");
+  state_changes_missed_.counter = plain_counter(
+      r, "tcpscope_state_changes_missed_total",
+      "TCP state changes the kernel ran neither state-change program for (recursion on a CPU); "
+      "one that was a flow's first or last costs its record.");
   recursion_misses_family_ = &prometheus::BuildCounter()
                                   .Name("tcpscope_bpf_recursion_misses_total")
                                   .Help("Runs of a tcpscope BPF program the kernel skipped because the program "
@@ -78,6 +82,11 @@ void SelfMetrics::set_recursion_misses(const std::string& program, uint64_t tota
     it->second.counter = &recursion_misses_family_->Add({{"program", program}});
   }
   it->second.set(total);
+}
+
+void SelfMetrics::set_state_changes_missed(uint64_t total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  state_changes_missed_.set(total);
 }
 
 void SelfMetrics::set_records(uint64_t total) {

@@ -37,6 +37,8 @@ class SelfMetrics {
   // tcpscope_bpf_recursion_misses_total{program}: how often the kernel skipped
   // a program because it was already running on that CPU (cumulative).
   void set_recursion_misses(const std::string& program, uint64_t total);
+  // tcpscope_state_changes_missed_total: TCP state changes no program saw.
+  void set_state_changes_missed(uint64_t total);
   // tcpscope_records_total from the ring reader's cumulative record count.
   void set_records(uint64_t total);
   // tcpscope_enrichment_lookups_total from the enricher's cumulative lookups.
@@ -60,7 +62,7 @@ class SelfMetrics {
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::mutex mu_;  // the setters may be called from different threads
-  TotalCounter records_lost_, records_, lookups_, flow_log_dropped_;
+  TotalCounter records_lost_, state_changes_missed_, records_, lookups_, flow_log_dropped_;
   prometheus::Family<prometheus::Counter>* recursion_misses_family_;
   std::map<std::string, TotalCounter> recursion_misses_;
   prometheus::Gauge* ring_fill_;
