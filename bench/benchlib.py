@@ -48,10 +48,6 @@ def machine_info():
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-# Taken when a benchmark script starts (it imports this module first).
-START_INFO = None
-
-
 def tcpscope_binary():
     p = BUILD / "tcpscope"
     if not p.exists():
@@ -582,4 +578,6 @@ def tmpdir(name):
     return d
 
 
+# Taken when a benchmark script starts (it imports this module first), so a
+# result states the load average before the run, not after it.
 START_INFO = machine_info()

@@ -400,31 +400,34 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
  * and close() run on_state_change in process context, so a softirq that
  * changes another socket's state on that CPU meanwhile (a SYN arriving, a
  * FIN acknowledged) would lose that transition, and with it possibly a
- * record. A second copy on the same tracepoint covers exactly those: the
- * first marks its CPU busy while it runs; the second returns at once unless
- * the mark is set, i.e. unless the kernel has just skipped the first for this
- * event. Softirqs do not nest and hard interrupts change no socket state, so
- * the second is never skipped itself. Tracepoint programs run with
- * preemption disabled, so the per-CPU mark belongs to one invocation.
+ * record. A second copy on the same tracepoint covers those: the first marks
+ * its CPU busy while it runs; the second returns at once unless the mark is
+ * set, i.e. unless the kernel has just skipped the first for this event.
+ * Tracepoint programs run with preemption disabled, so the per-CPU mark
+ * belongs to one invocation. The second copy is skipped only while it runs
+ * its check for an event the first has handled, which costs nothing; what
+ * it cannot catch is a skip in the kernel's bookkeeping just before the mark
+ * is set or after it is cleared (the daemon counts those from the two
+ * copies' misses and TCPSCOPE_CNT_NESTED_TRANSITIONS).
  */
-enum { BUSY_STATE_CHANGE, BUSY_SLOTS };
-
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, BUSY_SLOTS);
+	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, __u32);
-} prog_busy SEC(".maps");
+} state_change_busy SEC(".maps");
 
-static __always_inline __u32 *busy_slot(__u32 slot)
+static __always_inline __u32 *state_change_busy_mark(void)
 {
-	return bpf_map_lookup_elem(&prog_busy, &slot);
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&state_change_busy, &zero);
 }
 
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(on_state_change, const struct sock *sk, int oldstate, int newstate)
 {
-	__u32 *busy = busy_slot(BUSY_STATE_CHANGE);
+	__u32 *busy = state_change_busy_mark();
 
 	if (busy)
 		*busy = 1;
@@ -437,7 +440,7 @@ int BPF_PROG(on_state_change, const struct sock *sk, int oldstate, int newstate)
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(on_state_change_nested, const struct sock *sk, int oldstate, int newstate)
 {
-	__u32 *busy = busy_slot(BUSY_STATE_CHANGE);
+	__u32 *busy = state_change_busy_mark();
 
 	if (!busy || !*busy)
 		return 0;

@@ -97,7 +97,7 @@ class Daemon {
   void on_event(const tcpscope_flow_event& ev);
   void flush_batch();
   void on_tick();
-  uint64_t lost_transitions();
+  void update_recursion_metrics();
   void reload();
   void take_snapshot();
   std::string open_flows_json() const;
@@ -230,22 +230,22 @@ void Daemon::on_tick() {
   // A socket whose storage could not be created is never tracked: its record is lost too.
   self_->set_records_lost(probe_->counter(TCPSCOPE_CNT_RECORDS_LOST) +
                           probe_->counter(TCPSCOPE_CNT_STORAGE_FAILED));
-  self_->set_state_changes_missed(lost_transitions());
+  update_recursion_metrics();
   self_->set_ring_buffer_fill(ring_->fill_ratio());
   self_->set_records(ring_->records());
   self_->set_enrichment_lookups(lookups_);
   if (flow_log_) self_->set_flow_log_dropped(flow_log_->dropped_records());
 }
 
-// State changes neither state-change program saw: skips of the first copy
-// the nested one did not pick up (an interrupt in the kernel's bookkeeping
-// just before the first copy marks its CPU busy or just after it clears the
-// mark). Most are intermediate states that cost nothing; a missed first or
-// last transition costs the record, so they are exported on their own
-// rather than guessed into the records lost. Skips of the nested copy itself
-// cost nothing: it is only skipped while it checks an event the first copy
-// has handled. Also publishes every program's recursion misses.
-uint64_t Daemon::lost_transitions() {
+// Every program's recursion misses, and the state changes neither
+// state-change program saw: skips of the first copy the nested one did not
+// pick up (an interrupt in the kernel's bookkeeping just before the first
+// copy marks its CPU busy or just after it clears the mark). Most are
+// intermediate states that cost nothing; a missed first or last transition
+// costs the record, so they are exported on their own rather than guessed
+// into the records lost. Skips of the nested copy itself cost nothing: it is
+// only skipped while it checks an event the first copy has handled.
+void Daemon::update_recursion_metrics() {
   uint64_t first_copy_misses = 0;
   for (const auto& [program, misses] : probe_->recursion_misses()) {
     self_->set_recursion_misses(program, misses);
@@ -253,7 +253,7 @@ uint64_t Daemon::lost_transitions() {
   }
   // Read after the misses: a skip counted there is already caught here.
   const uint64_t caught = probe_->counter(TCPSCOPE_CNT_NESTED_TRANSITIONS);
-  return first_copy_misses > caught ? first_copy_misses - caught : 0;
+  self_->set_state_changes_missed(first_copy_misses > caught ? first_copy_misses - caught : 0);
 }
 
 void Daemon::reload() {

@@ -9,9 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
-#include <map>
 #include <string>
 
 namespace prometheus {

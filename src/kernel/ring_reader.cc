@@ -45,10 +45,10 @@ constexpr int kBudgetSpent = -EAGAIN;
 
 int RingReader::drain(int budget) {
   if (budget <= 0) return 0;
-  budget_left_ = budget;
+  budget_ = budget;
   drained_ = 0;
-  int rc = ring_buffer__consume(rb_);
-  (void)rc;  // < 0 only when we stopped it (kBudgetSpent): what was read is in drained_
+  // Negative only when on_sample stopped it (kBudgetSpent); drained_ counts what was read.
+  ring_buffer__consume(rb_);
   return drained_;
 }
 
@@ -61,9 +61,8 @@ int RingReader::on_sample(void* ctx, void* data, size_t size) {
   tcpscope_flow_event ev;
   std::memcpy(&ev, data, sizeof(ev));
   ++self->records_;
-  ++self->drained_;
   self->handler_(ev);
-  return --self->budget_left_ > 0 ? 0 : kBudgetSpent;
+  return ++self->drained_ < self->budget_ ? 0 : kBudgetSpent;
 }
 
 double RingReader::fill_ratio() const {

@@ -44,8 +44,8 @@ class RingReader {
   size_t positions_len_ = 0;
   uint64_t records_ = 0;
   uint64_t malformed_ = 0;
-  int budget_left_ = 0;
-  int drained_ = 0;
+  int budget_ = 0;   // of the drain() in progress
+  int drained_ = 0;  // by it so far
 };
 
 }  // namespace tcpscope

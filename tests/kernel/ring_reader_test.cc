@@ -114,13 +114,13 @@ TEST_F(RealProbe, DrainStopsAtItsBudgetAndTheNextDrainContinues) {
   constexpr int kConnections = 150;  // 300 records: one per end
   uint32_t netns = 0;
   int ours = 0, others = 0;
-  auto reader_or = [&](std::string* error) {
+  auto make_reader = [&](std::string* error) {
     return RingReader::create(probe_->ring_buffer_fd(), probe_->ring_buffer_bytes(),
                               [&](const tcpscope_flow_event& ev) { (ev.netns == netns ? ours : others)++; },
                               error);
   };
   std::string error;
-  auto reader = reader_or(&error);
+  auto reader = make_reader(&error);
   ASSERT_TRUE(reader) << error;
   reader->drain(1 << 30);  // whatever the host queued before the test
   others = 0;

@@ -56,13 +56,13 @@ def start_daemon(lab, tmp: Path, extra_config=""):
     home = tmp / "daemon"
     home.mkdir(exist_ok=True)
     cfg = lab.tcpscope_config(home / "tcpscope.yaml", extra=extra_config)
+    integration.WATCHED_NETNS.update(lab.netns_ids.values())  # the Daemon helper keeps only these
     return Daemon(home, extra_args=("--config", str(cfg)))
 
 
 def records_in(daemon, lab, ns):
     """Flow records of the sockets in namespace `ns` of this lab."""
     ino = lab.netns_ids[ns]
-    integration.WATCHED_NETNS.update(lab.netns_ids.values())  # the Daemon helper keeps only these
     return [r for r in daemon.all_records()
             if r["netns"] == ino and r["start_ns"] >= lab.created_ns]
 
