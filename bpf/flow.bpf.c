@@ -36,6 +36,10 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 /* Set by the loader before load: wake the reader once this much is queued;
  * smaller batches are picked up by its periodic drain. */
 const volatile __u64 wakeup_bytes = 256 * 1024;
+/* Set by the loader on kernels without the sk_data_ready tracepoint (before
+ * 6.3): the receive side's end is then taken when the application reads the
+ * last payload (tcp_rcv_space_adjust), which is at or after its arrival. */
+const volatile bool rx_end_from_read = false;
 
 struct flow_state {
 	__u64 start_ns;
@@ -50,9 +54,11 @@ struct flow_state {
 	__u32 max_cwnd;
 	__u32 fin_seq;       /* write_seq when our FIN was queued: one past the last data byte */
 	__u32 flags;
+	__u32 rx_mark;       /* low 32 bits of bytes_received at the last arrival recorded */
 	__u8 dir;
 	__u8 ca_state;
-	__u8 pad[6];
+	__u8 emitted;        /* the close record went out; the storage stays until the socket is freed */
+	__u8 pad;
 	char comm[TCPSCOPE_COMM_LEN];
 };
 
@@ -149,10 +155,15 @@ static __always_inline __u64 passive_start(struct flow_state *st, struct tcp_soc
 	__u64 start = st->clone_ns;
 	__u32 srtt_us = tp->srtt_us >> 3;
 
-	if (tp->total_rto && tp->retrans_stamp) {
+	/* total_rto (6.7) and tcp_usec_ts (6.7) are absent on older kernels:
+	 * there the SYN-ACK retransmission case falls back to srtt. */
+	if (bpf_core_field_exists(tp->total_rto) && tp->total_rto && tp->retrans_stamp) {
 		__u64 stamp = tp->retrans_stamp;
+		bool usec = false;
 
-		stamp *= BPF_CORE_READ_BITFIELD(tp, tcp_usec_ts) ? 1000ULL : 1000000ULL;
+		if (bpf_core_field_exists(tp->tcp_usec_ts))
+			usec = BPF_CORE_READ_BITFIELD(tp, tcp_usec_ts);
+		stamp *= usec ? 1000ULL : 1000000ULL;
 		if (stamp && stamp < start)
 			start = stamp;
 	} else if (srtt_us && (__u64)srtt_us * NSEC_PER_USEC < now) {
@@ -346,6 +357,8 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 	}
 
 	st = state_of(sk);
+	if (st && st->emitted)
+		return; /* closed and reported; only a new connect() starts over */
 	if (!st) {
 		if (oldstate == TCP_CLOSE || oldstate == TCP_SYN_SENT || oldstate == TCP_SYN_RECV)
 			return;
@@ -386,7 +399,10 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 			st->flags |= TCPSCOPE_F_RST_SENT;
 		check_tx_done(st, tp);
 		emit(sk, tp, st, now);
-		bpf_sk_storage_delete(&flows, (struct sock *)sk);
+		/* No bpf_sk_storage_delete(): the kernel frees the storage with
+		 * the socket anyway, and deleting it here as well cost a second
+		 * unlink and RCU free per flow (measured: bench/README.md). */
+		st->emitted = 1;
 		break;
 	default:
 		check_tx_done(st, tp);
@@ -449,6 +465,29 @@ int BPF_PROG(on_state_change_nested, const struct sock *sk, int oldstate, int ne
 	return 0;
 }
 
+/* The receive side's FCT ends at the last payload byte's arrival. The kernel
+ * also signals data-ready for a bare FIN (which counts one in
+ * bytes_received and sets SOCK_DONE first), and for wake-ups that bring
+ * nothing new: neither may move the end, or a peer that idles before
+ * closing would stretch the flow by its idle time. */
+static __always_inline void note_rx_payload(const struct sock *sk, struct flow_state *st)
+{
+	struct tcp_sock *tp;
+	__u32 rcvd, grew;
+
+	tp = bpf_skc_to_tcp_sock((void *)sk);
+	if (!tp)
+		return;
+	rcvd = (__u32)tp->bytes_received;
+	grew = rcvd - st->rx_mark;
+	if (!grew)
+		return;
+	st->rx_mark = rcvd;
+	if (grew == 1 && (sk->__sk_common.skc_flags & (1UL << SOCK_DONE)))
+		return;
+	st->last_rx_ns = bpf_ktime_get_ns();
+}
+
 static __always_inline void handle_data_ready(const struct sock *sk)
 {
 	struct flow_state *st;
@@ -457,7 +496,7 @@ static __always_inline void handle_data_ready(const struct sock *sk)
 		return;
 	st = state_of(sk);
 	if (st)
-		st->last_rx_ns = bpf_ktime_get_ns();
+		note_rx_payload(sk, st);
 }
 
 /* Data arrives in softirq and, for a socket its owner held locked, from its
@@ -465,9 +504,10 @@ static __always_inline void handle_data_ready(const struct sock *sk)
  * skipped run would end the receive side's FCT one arrival early. Measured
  * beside a bulk transfer: 1,252 skips in 25 s of churn, of which a busy mark
  * as for state changes caught only 376 (the kernel's window around a run is
- * wider than the few instructions a short program can mark). Recording an
- * arrival twice is harmless, so both copies simply always run: an event that
- * interrupts one copy on its CPU is taken by the other. */
+ * wider than the few instructions a short program can mark). So both copies
+ * always run: the second finds the arrival already recorded (bytes_received
+ * has not grown since) and stops, and an event that interrupts one copy on
+ * its CPU is taken by the other. */
 SEC("tp_btf/sk_data_ready")
 int BPF_PROG(on_data_ready, const struct sock *sk)
 {
@@ -503,8 +543,12 @@ int BPF_PROG(on_recvmsg, struct sock *sk)
 {
 	struct flow_state *st = state_of(sk);
 
-	if (st && !st->pid)
+	if (!st)
+		return 0;
+	if (!st->pid)
 		take_owner(st);
+	if (rx_end_from_read)
+		note_rx_payload(sk, st);
 	return 0;
 }
 

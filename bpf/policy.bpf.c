@@ -5,7 +5,9 @@
  *                      active opens before the SYN, passive at establishment
  *   cgroup/setsockopt  sees applications that set TCP_CONGESTION themselves
  *   cgroup/sysctl      watches (or refuses) writes to the host's CC sysctls
- * The rules are compiled by the daemon; here is only lookup and counting.
+ * The rules are compiled by the daemon, down to a mask per remote prefix of
+ * the rules that can match there: here are one trie lookup, a visit of the
+ * mask's set bits (local ports) and counting.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -17,6 +19,7 @@
 #define AF_INET6 10
 #define SOL_TCP 6
 #define TCP_CONGESTION 13
+#define E2BIG 7
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -52,19 +55,41 @@ struct {
 	__type(value, __u64);
 } cc_assignments SEC(".maps");
 
+/* Assignments an application replaced afterwards (app_override: respect). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TCPSCOPE_ASSIGN_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} cc_revoked SEC(".maps");
+
+/* The CCs the kernel offers (name -> index + 1), kept by the daemon. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 256);
-	__type(key, struct tcpscope_app_cc_key);
+	__uint(max_entries, TCPSCOPE_MAX_CC_NAMES);
+	__type(key, struct tcpscope_cc_name);
+	__type(value, __u32);
+} cc_names SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, TCPSCOPE_APP_CC_SLOTS);
+	__type(key, __u32);
 	__type(value, __u64);
 } app_cc_calls SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, TCPSCOPE_SYSCTL_SLOTS);
+	__uint(max_entries, TCPSCOPE_SYSCTL_SLOTS + 1); /* + events the log lost */
 	__type(key, __u32);
 	__type(value, __u64);
 } sysctl_writes SEC(".maps");
+
+/* Who wrote what to a CC sysctl, for the daemon to log (rate-limited). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 * 1024);
+} sysctl_log SEC(".maps");
 
 static __always_inline struct tcpscope_policy_state *state(void)
 {
@@ -81,44 +106,31 @@ static __always_inline void bump(void *map, __u32 idx)
 		*v += 1;
 }
 
-static __always_inline void count_app_cc(const char *cc, __u32 action)
+static __always_inline bool lport_matches(const struct tcpscope_rule *r, __u16 lport)
 {
-	struct tcpscope_app_cc_key key = {};
-	__u64 one = 1, *v;
-
-	__builtin_memcpy(key.cc, cc, sizeof(key.cc));
-	key.action = action;
-	v = bpf_map_lookup_elem(&app_cc_calls, &key);
-	if (v)
-		__sync_fetch_and_add(v, 1);
-	else
-		bpf_map_update_elem(&app_cc_calls, &key, &one, BPF_NOEXIST);
+	for (int i = 0; i < TCPSCOPE_MAX_LPORTS; i++) {
+		if (i >= r->n_lports)
+			break;
+		if (r->lports[i] == lport)
+			return true;
+	}
+	return false;
 }
 
-static __always_inline bool rule_matches(const struct tcpscope_rule *r, __u32 idx,
-					 const struct tcpscope_remote_info *info, __u16 lport)
+/* Index of the lowest set bit of a non-zero mask. BPF has no ctz and clang's
+ * fallback is a lookup table in .rodata, which this file must not have. */
+static __always_inline __u32 lowest_bit(__u64 m)
 {
-	if ((r->match & TCPSCOPE_MATCH_CLASS) && r->class_id != info->class_id)
-		return false;
-	if ((r->match & TCPSCOPE_MATCH_ASN) && !(info->asn_rules & (1ULL << idx)))
-		return false;
-	if ((r->match & TCPSCOPE_MATCH_PREFIX) && !(info->prefix_rules & (1ULL << idx)))
-		return false;
-	if (r->match & TCPSCOPE_MATCH_LPORT) {
-		bool hit = false;
+	__u32 n = 0;
 
-		for (int i = 0; i < TCPSCOPE_MAX_LPORTS; i++) {
-			if (i >= r->n_lports)
-				break;
-			if (r->lports[i] == lport) {
-				hit = true;
-				break;
-			}
-		}
-		if (!hit)
-			return false;
-	}
-	return true;
+	m &= -m;
+	if (!(m & 0xffffffffULL)) n += 32, m >>= 32;
+	if (!(m & 0xffffULL)) n += 16, m >>= 16;
+	if (!(m & 0xffULL)) n += 8, m >>= 8;
+	if (!(m & 0xfULL)) n += 4, m >>= 4;
+	if (!(m & 0x3ULL)) n += 2, m >>= 2;
+	if (!(m & 0x1ULL)) n += 1;
+	return n;
 }
 
 static __always_inline __u32 pick_arm(const struct tcpscope_rule *r)
@@ -138,22 +150,22 @@ static __always_inline void apply_policy(struct bpf_sock_ops *skops)
 {
 	struct tcpscope_policy_state *ps = state();
 	struct tcpscope_remote_key key;
-	struct tcpscope_remote_info *info, none = {};
+	struct tcpscope_remote_info *info;
 	struct tcpscope_sock_policy *sp;
 	struct bpf_sock *sk = skops->sk;
-	__u32 gen, n, i, arm;
+	__u32 gen, i, arm, install;
+	__u16 lport;
+	__u64 mask;
 	char cc[16];
 	void *trie;
 
 	if (!ps || !sk)
 		return;
+	gen = ps->active_gen & 1;
+	if (!ps->n_rules[gen])
+		return;
 	__builtin_memset(&key, 0, sizeof(key));
 	key.prefixlen = 128;
-	gen = ps->active_gen & 1;
-	n = ps->n_rules[gen];
-	if (!n)
-		return;
-
 	if (skops->family == AF_INET) {
 		key.addr[10] = 0xff;
 		key.addr[11] = 0xff;
@@ -168,17 +180,25 @@ static __always_inline void apply_policy(struct bpf_sock_ops *skops)
 	}
 	trie = gen ? (void *)&remote_gen1 : (void *)&remote_gen0;
 	info = bpf_map_lookup_elem(trie, &key);
-	if (!info)
-		info = &none;
+	/* The rules whose class, ASN and prefix conditions hold for this peer,
+	 * decided by the daemon: only their local ports are left to check. */
+	mask = info ? info->rules : ps->default_rules[gen];
+	install = ps->install_id[gen] & 0xffff;
+	lport = (__u16)skops->local_port;
 
-	for (i = 0; i < TCPSCOPE_MAX_RULES; i++) {
+	for (int k = 0; k < TCPSCOPE_MAX_RULES; k++) {
 		struct tcpscope_rule *r;
-		__u32 slot = gen * TCPSCOPE_MAX_RULES + i;
+		__u32 slot;
 
-		if (i >= n)
+		if (!mask)
 			return;
+		i = lowest_bit(mask);
+		mask &= mask - 1;
+		slot = gen * TCPSCOPE_MAX_RULES + i;
 		r = bpf_map_lookup_elem(&policy_rules, &slot);
-		if (!r || !rule_matches(r, i, info, (__u16)skops->local_port))
+		if (!r)
+			continue;
+		if ((r->match & TCPSCOPE_MATCH_LPORT) && !lport_matches(r, lport))
 			continue;
 
 		sp = bpf_sk_storage_get(&sock_policy, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
@@ -193,13 +213,14 @@ static __always_inline void apply_policy(struct bpf_sock_ops *skops)
 		cc[15] = 0;
 		if (bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, cc, sizeof(cc)))
 			return; /* e.g. not in tcp_allowed_congestion_control: system default stays */
-		sp->rule = (gen << 16) | (i + 1);
+		sp->rule = TCPSCOPE_RULE_TAG(install, i);
 		sp->arm = r->n_arms > 1 ? arm + 1 : 0;
 		if (sp->app_set_cc) {
+			/* enforce: counted under the name the application asked for */
 			sp->overridden = 1;
-			count_app_cc(cc, TCPSCOPE_APP_CC_OVERRIDDEN);
+			bump(&app_cc_calls, sp->app_cc * 2 + TCPSCOPE_APP_CC_OVERRIDDEN);
 		}
-		bump(&cc_assignments, (gen * TCPSCOPE_MAX_RULES + i) * TCPSCOPE_MAX_ARMS + arm);
+		bump(&cc_assignments, slot * TCPSCOPE_MAX_ARMS + arm);
 		return;
 	}
 }
@@ -221,8 +242,9 @@ int watch_setsockopt(struct bpf_sockopt *ctx)
 {
 	struct tcpscope_policy_state *ps;
 	struct tcpscope_sock_policy *sp;
-	char name[16] = {};
+	struct tcpscope_cc_name name = {};
 	__u8 *p = ctx->optval;
+	__u32 *known, app_cc;
 
 	if (ctx->level != SOL_TCP || ctx->optname != TCP_CONGESTION) {
 		/* Not ours: beyond a page the kernel must use the user's buffer. */
@@ -230,31 +252,51 @@ int watch_setsockopt(struct bpf_sockopt *ctx)
 			ctx->optlen = 0;
 		return 1;
 	}
+	/* As the kernel reads it: up to 15 characters, up to the first NUL. */
 	for (int i = 0; i < 15; i++) {
-		if (p + i + 1 > (__u8 *)ctx->optval_end || i >= ctx->optlen)
+		if (p + i + 1 > (__u8 *)ctx->optval_end || i >= ctx->optlen || !p[i])
 			break;
-		name[i] = p[i];
+		name.name[i] = p[i];
 	}
-	if (!ctx->sk)
+	known = bpf_map_lookup_elem(&cc_names, &name);
+	app_cc = known && *known <= TCPSCOPE_MAX_CC_NAMES ? *known : 0;
+	bump(&app_cc_calls, app_cc * 2 + TCPSCOPE_APP_CC_OBSERVED);
+	/* A name the kernel does not offer: the call fails (ENOENT), nothing
+	 * changes for the socket. */
+	if (!app_cc || !ctx->sk)
 		return 1;
 	sp = bpf_sk_storage_get(&sock_policy, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!sp)
 		return 1;
 	sp->app_set_cc = 1;
-	count_app_cc(name, TCPSCOPE_APP_CC_OBSERVED);
+	sp->app_cc = app_cc;
 
 	ps = state();
 	if (ps && ps->app_override == TCPSCOPE_APP_ENFORCE && sp->rule) {
 		/* The policy already chose for this (established) socket: the call
 		 * succeeds for the application but the kernel does not apply it. */
 		sp->overridden = 1;
-		count_app_cc(name, TCPSCOPE_APP_CC_OVERRIDDEN);
+		bump(&app_cc_calls, app_cc * 2 + TCPSCOPE_APP_CC_OVERRIDDEN);
 		ctx->optlen = -1;
-	} else {
-		/* The application's choice replaces whatever a rule set. */
-		sp->rule = 0;
-		sp->arm = 0;
+		return 1;
 	}
+	/* The application's choice replaces whatever a rule set: that rule's
+	 * assignment is taken back, if its generation is still installed. */
+	if (sp->rule && ps) {
+		__u32 install = TCPSCOPE_RULE_TAG_INSTALL(sp->rule);
+		__u32 idx = TCPSCOPE_RULE_TAG_INDEX(sp->rule);
+		__u32 arm = sp->arm ? sp->arm - 1 : 0;
+
+		for (__u32 g = 0; g < TCPSCOPE_POLICY_GENERATIONS; g++) {
+			if ((ps->install_id[g] & 0xffff) == install && idx < ps->n_rules[g] &&
+			    idx < TCPSCOPE_MAX_RULES && arm < TCPSCOPE_MAX_ARMS) {
+				bump(&cc_revoked, (g * TCPSCOPE_MAX_RULES + idx) * TCPSCOPE_MAX_ARMS + arm);
+				break;
+			}
+		}
+	}
+	sp->rule = 0;
+	sp->arm = 0;
 	return 1;
 }
 
@@ -268,6 +310,7 @@ SEC("cgroup/sysctl")
 int guard_sysctl(struct bpf_sysctl *ctx)
 {
 	struct tcpscope_policy_state *ps;
+	struct tcpscope_sysctl_event *ev;
 	__u64 w[4] = {};
 	__u32 idx;
 	bool deny;
@@ -289,5 +332,20 @@ int guard_sysctl(struct bpf_sysctl *ctx)
 	ps = state();
 	deny = ps && ps->loaded && ps->sysctl_guard == TCPSCOPE_SYSCTL_DENY;
 	bump(&sysctl_writes, idx * 2 + (deny ? 1 : 0));
+
+	ev = bpf_ringbuf_reserve(&sysctl_log, sizeof(*ev), 0);
+	if (ev) {
+		ev->pid = bpf_get_current_pid_tgid() >> 32;
+		ev->name_idx = idx;
+		ev->denied = deny;
+		bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+		len = bpf_sysctl_get_new_value(ctx, ev->value, sizeof(ev->value));
+		ev->truncated = len == -E2BIG;
+		if (len < 0 && len != -E2BIG)
+			ev->value[0] = 0;
+		bpf_ringbuf_submit(ev, 0);
+	} else {
+		bump(&sysctl_writes, TCPSCOPE_SYSCTL_SLOTS); /* the log lost it */
+	}
 	return deny ? 0 : 1;
 }

@@ -16,7 +16,7 @@ PACKAGES=(
   libclang-rt-14-dev  # clang's sanitizer and libFuzzer runtimes (tests/sanitize.sh, tests/fuzz/run.sh)
   iproute2 nftables procps curl python3 python3-pytest
   libmaxmind-db-writer-perl prometheus
-  dpkg-dev lintian man-db systemd strace adduser logrotate
+  dpkg-dev lintian man-db systemd systemd-container strace adduser logrotate
   nginx-light iperf3 libbpf-tools
 )
 

@@ -70,11 +70,26 @@ const std::vector<double>& rtt_buckets_seconds() {
   return b;
 }
 
+uint64_t series_budget(const AggregatorOptions& o, uint64_t peer_classes, uint64_t congestion_controls) {
+  // A histogram with b bounds is b + 1 buckets (+Inf), _sum and _count.
+  auto histogram = [](const std::vector<double>& bounds) { return uint64_t{bounds.size()} + 3; };
+  const uint64_t size_classes = o.size_classes_bytes.size() + 1;
+  const uint64_t per_label_set = 4                                       // bytes, segments, retransmits
+                                 + kDirs * kOutcomes                     // flows_total
+                                 + kCaStates                             // congestion_state_seconds_total
+                                 + size_classes * histogram(fct_buckets_seconds())
+                                 + histogram(throughput_buckets_bps())  //
+                                 + 2 * histogram(rtt_buckets_seconds());
+  const uint64_t asn_values = uint64_t{o.top_n} + o.max_stale_asns + 2;  // + "0" and "other"
+  return peer_classes * congestion_controls * (asn_values * per_label_set + 1);
+}
+
 AggregatorOptions AggregatorOptions::from_config(const Config& config) {
   AggregatorOptions o;
   o.size_classes_bytes = config.size_classes_bytes;
   o.throughput_min_bytes = config.throughput_min_bytes;
   o.top_n = config.asn.top_n;
+  o.max_stale_asns = config.asn.top_n;
   return o;
 }
 
@@ -97,6 +112,14 @@ struct Aggregator::Series {
   prometheus::Histogram* min_rtt = nullptr;
   prometheus::Histogram* throughput = nullptr;
   std::vector<prometheus::Histogram*> fct;  // per size class
+  // FCT histograms of size classes a reload replaced: they stop moving and
+  // are removed stale_asn_seconds after the reload (or with the series).
+  struct Retired {
+    std::string size_class;
+    prometheus::Histogram* histogram;
+    Clock::time_point since;
+  };
+  std::vector<Retired> retired_fct;
 
   prometheus::Labels base() const { return {{"peer_class", peer_class}, {"asn", asn}, {"cc", cc}}; }
   prometheus::Labels with(const char* name, const std::string& value) const {
@@ -320,8 +343,20 @@ void Aggregator::recompute_locked() {
 
   // Series of ASNs that left the top-N no longer move; drop them after a
   // grace period so that ASN churn does not grow the series count forever.
+  std::unordered_map<uint32_t, Clock::time_point> stale;  // asn -> last time in the top-N
   for (auto it = series_.begin(); it != series_.end();) {
     Series* s = it->second.get();
+    // Histograms of replaced size classes go after the same grace period.
+    auto& retired = s->retired_fct;
+    for (size_t i = 0; i < retired.size();) {
+      if (std::chrono::duration<double>(now - retired[i].since).count() >= options_.stale_asn_seconds) {
+        fct_->Remove(retired[i].histogram);
+        retired[i] = retired.back();
+        retired.pop_back();
+      } else {
+        ++i;
+      }
+    }
     if (s->specific_asn) {
       auto e = asn_bytes_.find(s->asn_number);
       if (e != asn_bytes_.end() && e->second.top) {
@@ -330,9 +365,34 @@ void Aggregator::recompute_locked() {
         remove_series(s);
         it = series_.erase(it);
         continue;
+      } else {
+        auto& t = stale[s->asn_number];
+        t = std::max(t, s->last_in_top);
       }
     }
     ++it;
+  }
+
+  // At most max_stale_asns ASNs keep stale series: churn faster than the
+  // grace period (the whole top-N replaced at every ranking) would otherwise
+  // multiply the series count. The ASNs out of the top-N longest go first.
+  if (stale.size() > options_.max_stale_asns) {
+    std::vector<std::pair<Clock::time_point, uint32_t>> oldest;
+    oldest.reserve(stale.size());
+    for (const auto& [asn, t] : stale) oldest.emplace_back(t, asn);
+    const size_t drop = stale.size() - options_.max_stale_asns;
+    std::partial_sort(oldest.begin(), oldest.begin() + static_cast<std::ptrdiff_t>(drop), oldest.end());
+    std::set<uint32_t> gone;
+    for (size_t i = 0; i < drop; ++i) gone.insert(oldest[i].second);
+    for (auto it = series_.begin(); it != series_.end();) {
+      Series* s = it->second.get();
+      if (s->specific_asn && gone.count(s->asn_number)) {
+        remove_series(s);
+        it = series_.erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
 }
 
@@ -351,6 +411,7 @@ void Aggregator::remove_series(Series* s) {
   if (s->throughput) throughput_->Remove(s->throughput);
   for (auto* h : s->fct)
     if (h) fct_->Remove(h);
+  for (const auto& r : s->retired_fct) fct_->Remove(r.histogram);
 }
 
 void Aggregator::set_active_flows(const ActiveFlows& active) {
@@ -372,9 +433,28 @@ void Aggregator::update_options(AggregatorOptions options) {
   options_ = std::move(options);
   if (classes_changed) {
     // Histograms of the old size classes keep their values under their old
-    // labels; new flows go to the new classes.
+    // labels for stale_asn_seconds (a scrape sees no counter vanish at the
+    // reload), then recompute_locked() removes them; new flows go to the new
+    // classes. A class whose name (hence range) is in force again keeps or
+    // gets back its histogram: the registry holds one series per label set.
+    const auto old_names = size_class_names_;
     size_class_names_ = size_class_names(options_.size_classes_bytes);
-    for (auto& [key, s] : series_) s->fct.assign(size_class_names_.size(), nullptr);
+    const Clock::time_point now = Clock::now();
+    for (auto& [key, s] : series_) {
+      std::vector<Series::Retired> pool = std::move(s->retired_fct);
+      s->retired_fct.clear();
+      for (size_t i = 0; i < s->fct.size(); ++i)
+        if (s->fct[i]) pool.push_back({old_names[i], s->fct[i], now});
+      std::vector<prometheus::Histogram*> kept(size_class_names_.size(), nullptr);
+      for (auto& r : pool) {
+        auto j = std::find(size_class_names_.begin(), size_class_names_.end(), r.size_class);
+        if (j != size_class_names_.end())
+          kept[static_cast<size_t>(j - size_class_names_.begin())] = r.histogram;
+        else
+          s->retired_fct.push_back(std::move(r));
+      }
+      s->fct = std::move(kept);
+    }
   }
   if (top_changed) recompute_locked();
 }

@@ -4,23 +4,25 @@
 //
 // Label cardinality. ASNs are folded so that the series count stays bounded:
 // an ASN among the top-N by bytes keeps its number, ASN 0 (unknown) is "0",
-// every other ASN is "other". With C peer classes, K congestion controls in
-// use, N = top_n and S size classes (boundaries + 1), at most A = N + 2 asn
-// values are live at a time and the families hold at most
-//   base label sets (peer_class, asn, cc)        B = C * A * K
-//   tcpscope_bytes_acked_total, _bytes_received_total, _segments_out_total,
-//   _retransmitted_segments_total, _srtt_seconds, _min_rtt_seconds,
-//   _flow_throughput_bits_per_second             B series each
-//   tcpscope_flow_completion_seconds             B * S
-//   tcpscope_flows_total                         B * 2 dirs * 5 outcomes
-//   tcpscope_congestion_state_seconds_total      B * 5 states
-//   tcpscope_active_flows                        C * K
-// Defaults (C = 5, K = 2, N = 50 -> A = 52, S = 4): B = 520, FCT 2080,
-// flows_total 5200, congestion states 2600; 7 x 520 = 3640 for the rest, i.e.
-// 13520 series, 2080 * 24 + 520 * (2 * 24 + 19) FCT/RTT/throughput buckets.
-// On top of that, an ASN that falls out of the top-N keeps its series (they
-// stop moving) for `stale_asn_seconds` before they are removed, so ASN churn
-// within that window adds to A.
+// every other ASN is "other". An ASN that leaves the top-N keeps its (frozen)
+// series for stale_asn_seconds (1 h), and at most max_stale_asns (= top_n)
+// ASNs are kept that way, so at most A = 2 * top_n + 2 asn values are live.
+// Counted as Prometheus counts them (every histogram bucket including +Inf,
+// _sum and _count is a series), each base label set (peer_class, asn, cc)
+// holds at most
+//   4   bytes_acked, bytes_received, segments_out, retransmitted_segments
+//   10  flows_total (2 dir x 5 outcome)
+//   5   congestion_state_seconds_total (5 states)
+//   27 S flow_completion_seconds (S size classes x (24 buckets + Inf + 2))
+//   22  flow_throughput_bits_per_second (19 + Inf + 2)
+//   54  srtt_seconds, min_rtt_seconds (2 x (24 + Inf + 2))
+// i.e. P = 95 + 27 S series, and the families hold at most
+//   C * A * K * P + C * K (tcpscope_active_flows)
+// with C peer classes (configured + default), K congestion controls in use.
+// For stale_asn_seconds after a reload that changes the size classes, the
+// FCT histograms of the replaced classes stay too (S_old + S_new instead of S).
+// README.md "Series budget" has the default's figure; aggregator_test.cc
+// (SeriesCountMatchesTheBudget) counts a registry against this formula.
 //
 // Threading: add(), recompute_top_asns(), set_active_flows() and
 // update_options() may be called from any thread (one mutex, uncontended in
@@ -70,6 +72,9 @@ struct AggregatorOptions {
   // Series of an ASN that has left the top-N stop receiving flows (those go
   // to "other"); after this long they are removed from the registry.
   double stale_asn_seconds = 3600;
+  // At most this many such stale ASNs keep their series; beyond it the ones
+  // out of the top-N longest are removed at once. from_config: top_n.
+  size_t max_stale_asns = 50;
   // A fresh daemon has no ranking: for its first `warmup_seconds`, add()
   // recomputes the top-N itself every `warmup_recompute_flows` flows.
   uint64_t warmup_recompute_flows = 10000;
@@ -82,6 +87,13 @@ struct AggregatorOptions {
 const std::vector<double>& fct_buckets_seconds();
 const std::vector<double>& throughput_buckets_bps();
 const std::vector<double>& rtt_buckets_seconds();
+
+// The most series (Prometheus samples: each histogram bucket, _sum and
+// _count counted) the aggregator's families can hold with these options,
+// `peer_classes` peer class values and `congestion_controls` CCs in use
+// (the formula above; size classes as configured, i.e. not during the grace
+// period after a size-class reload).
+uint64_t series_budget(const AggregatorOptions& options, uint64_t peer_classes, uint64_t congestion_controls);
 
 class Aggregator {
  public:
@@ -104,7 +116,9 @@ class Aggregator {
   void set_active_flows(const ActiveFlows& active);
 
   // Config reload: new size classes / top_n / throughput threshold apply to
-  // flows added from now on. Existing series keep their values.
+  // flows added from now on. Existing series keep their values; FCT
+  // histograms of size classes no longer configured stop moving and are
+  // removed stale_asn_seconds later (at a recompute_top_asns()).
   void update_options(AggregatorOptions options);
 
   // The asn label a flow of this ASN gets right now: "0", "other" or the number.

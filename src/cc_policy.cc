@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -31,6 +32,11 @@ std::array<uint8_t, 16> masked(const std::array<uint8_t, 16>& a, int len) {
   return out;
 }
 
+bool is_v4(const Key& k) {
+  static const uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return k.second >= 96 && std::memcmp(k.first.data(), kMapped, 12) == 0;
+}
+
 Key key_of(const IpAddr& addr, int len) {
   tcpscope_remote_key k = remote_key(addr, len);
   std::array<uint8_t, 16> a;
@@ -50,10 +56,13 @@ struct PrefixSet {
     lengths.insert(k.second);
     return entries.emplace(k, std::move(v)).second;
   }
+  // IPv4 space (::ffff:0:0/96) is only covered by IPv4 prefixes (length
+  // >= 96): an IPv6 prefix such as ::/0 must not reach IPv4 peers.
   template <class F>
   void for_each_containing(const Key& p, F f) const {
+    const int min_len = is_v4(p) ? 96 : 0;
     for (int len : lengths) {
-      if (len > p.second) continue;
+      if (len > p.second || len < min_len) continue;
       auto it = entries.find({masked(p.first, len), len});
       if (it != entries.end() && !f(it->second)) return;
     }
@@ -78,6 +87,31 @@ tcpscope_remote_key remote_key(const IpAddr& addr, int len) {
   m = masked(m, static_cast<int>(k.prefixlen));
   std::memcpy(k.addr, m.data(), 16);
   return k;
+}
+
+std::vector<std::string> loaded_congestion_controls() {
+  std::vector<std::string> out;
+  std::ifstream in("/proc/sys/net/ipv4/tcp_available_congestion_control");
+  std::string name;
+  while (in >> name) out.push_back(name);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> unloaded_module_congestion_controls(
+    const Config& config, const std::vector<std::string>& loaded) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& rule : config.cc_policy.rules) {
+    std::vector<std::string> names;
+    if (rule.cc) names.push_back(*rule.cc);
+    if (rule.experiment)
+      for (const auto& arm : rule.experiment->arms) names.push_back(arm.first);
+    for (const auto& name : names) {
+      if (std::find(loaded.begin(), loaded.end(), name) != loaded.end()) continue;
+      if (std::none_of(out.begin(), out.end(), [&](const auto& e) { return e.first == name; }))
+        out.emplace_back(name, rule.name);
+    }
+  }
+  return out;
 }
 
 std::vector<std::string> CompiledPolicy::congestion_controls() const {
@@ -201,6 +235,8 @@ std::optional<CompiledPolicy> compile_policy(const Config& config, const AsnData
       }
   }
   all.push_back(key_of(*IpAddr::parse("::"), 0));  // everything else
+  // All of IPv4: so that no IPv4 peer falls under a short IPv6 entry.
+  all.push_back(key_of(*IpAddr::parse("0.0.0.0"), 0));
 
   std::sort(all.begin(), all.end());
   all.erase(std::unique(all.begin(), all.end()), all.end());
@@ -220,14 +256,29 @@ std::optional<CompiledPolicy> compile_policy(const Config& config, const AsnData
     }
     e.info.class_id = *cls;
     e.info.asn = asn;
-    rule_prefixes.for_each_containing(k, [&](uint64_t m) { e.info.prefix_rules |= m; return true; });
+    rule_prefixes.for_each_containing(k, [&](uint64_t m) { e.prefix_rules |= m; return true; });
     if (asn) {
       auto it = asn_rules.find(asn);
-      if (it != asn_rules.end()) e.info.asn_rules = it->second;
+      if (it != asn_rules.end()) e.asn_rules = it->second;
     }
+    e.info.rules = rules_mask(out.rules, e.info.class_id, e.prefix_rules, e.asn_rules);
+    if (k.second == 0) out.default_rules = e.info.rules;  // ::/0
     out.remote.push_back(e);
   }
   return out;
+}
+
+uint64_t rules_mask(const std::vector<CompiledRule>& rules, uint32_t class_id, uint64_t prefix_rules,
+                    uint64_t asn_rules) {
+  uint64_t mask = 0;
+  for (size_t i = 0; i < rules.size() && i < TCPSCOPE_MAX_RULES; ++i) {
+    const tcpscope_rule& r = rules[i].bpf;
+    if ((r.match & TCPSCOPE_MATCH_CLASS) && r.class_id != class_id) continue;
+    if ((r.match & TCPSCOPE_MATCH_ASN) && !(asn_rules >> i & 1)) continue;
+    if ((r.match & TCPSCOPE_MATCH_PREFIX) && !(prefix_rules >> i & 1)) continue;
+    mask |= 1ULL << i;
+  }
+  return mask;
 }
 
 const RemoteEntry* lookup_remote(const CompiledPolicy& policy, const IpAddr& addr) {
@@ -242,21 +293,40 @@ const RemoteEntry* lookup_remote(const CompiledPolicy& policy, const IpAddr& add
   return best;
 }
 
+namespace {
+
+bool lport_matches(const tcpscope_rule& r, uint16_t lport) {
+  if (!(r.match & TCPSCOPE_MATCH_LPORT)) return true;
+  for (uint32_t j = 0; j < r.n_lports && j < TCPSCOPE_MAX_LPORTS; ++j)
+    if (r.lports[j] == lport) return true;
+  return false;
+}
+
+}  // namespace
+
 int match_rule(const CompiledPolicy& policy, const IpAddr& remote, uint16_t lport) {
   const RemoteEntry* e = lookup_remote(policy, remote);
-  tcpscope_remote_info none{};
-  const tcpscope_remote_info& info = e ? e->info : none;
+  if (!e) return -1;  // rules exist only with the ::/0 entry
   for (size_t i = 0; i < policy.rules.size(); ++i) {
     const tcpscope_rule& r = policy.rules[i].bpf;
-    if ((r.match & TCPSCOPE_MATCH_CLASS) && r.class_id != info.class_id) continue;
-    if ((r.match & TCPSCOPE_MATCH_ASN) && !(info.asn_rules >> i & 1)) continue;
-    if ((r.match & TCPSCOPE_MATCH_PREFIX) && !(info.prefix_rules >> i & 1)) continue;
-    if (r.match & TCPSCOPE_MATCH_LPORT) {
-      bool hit = false;
-      for (uint32_t j = 0; j < r.n_lports; ++j) hit |= r.lports[j] == lport;
-      if (!hit) continue;
-    }
+    if ((r.match & TCPSCOPE_MATCH_CLASS) && r.class_id != e->info.class_id) continue;
+    if ((r.match & TCPSCOPE_MATCH_ASN) && !(e->asn_rules >> i & 1)) continue;
+    if ((r.match & TCPSCOPE_MATCH_PREFIX) && !(e->prefix_rules >> i & 1)) continue;
+    if (!lport_matches(r, lport)) continue;
     return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int match_rule_masked(const CompiledPolicy& policy, const IpAddr& remote, uint16_t lport) {
+  if (policy.rules.empty()) return -1;  // n_rules == 0: the kernel stops here
+  const RemoteEntry* e = lookup_remote(policy, remote);
+  uint64_t mask = e ? e->info.rules : policy.default_rules;
+  while (mask) {
+    int i = __builtin_ctzll(mask);
+    mask &= mask - 1;
+    if (static_cast<size_t>(i) >= policy.rules.size()) return -1;  // no such rule in the map
+    if (lport_matches(policy.rules[i].bpf, lport)) return i;
   }
   return -1;
 }

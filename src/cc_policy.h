@@ -2,12 +2,14 @@
 // refers to) into the flat tables the sockops program looks up: a rule array
 // and one longest-prefix trie over remote addresses. Everything that needs a
 // decision (which class, which ASN, which rule prefixes) is decided here, once
-// per (re)load, so the kernel side does a trie lookup and a short rule scan.
+// per (re)load, down to a mask per trie entry of the rules that can match
+// there: the kernel does a trie lookup and visits only those rules.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config.h"
@@ -26,13 +28,19 @@ struct CompiledRule {
 
 struct RemoteEntry {
   tcpscope_remote_key key{};
-  tcpscope_remote_info info{};
+  tcpscope_remote_info info{};  // what the kernel gets: class, ASN, rules mask
+  // The per-condition sets info.rules is made from (daemon side only, for
+  // the reference matcher): bit i, rule i's prefixes / asns contain these
+  // addresses.
+  uint64_t prefix_rules = 0;
+  uint64_t asn_rules = 0;
 };
 
 struct CompiledPolicy {
   std::vector<CompiledRule> rules;
   std::vector<std::string> class_names;  // class_id -> peer class
   std::vector<RemoteEntry> remote;       // empty when there are no rules
+  uint64_t default_rules = 0;            // rules mask of an address no entry covers
   uint32_t app_override = TCPSCOPE_APP_RESPECT;
   uint32_t sysctl_guard = TCPSCOPE_SYSCTL_OBSERVE;
 
@@ -40,6 +48,19 @@ struct CompiledPolicy {
   // make it load a module).
   std::vector<std::string> congestion_controls() const;
 };
+
+// The algorithms loaded in the running kernel
+// (/proc/sys/net/ipv4/tcp_available_congestion_control), as opposed to
+// kernel_congestion_controls(), which adds the modules found on disk.
+std::vector<std::string> loaded_congestion_controls();
+
+// The congestion controls `config` names that `loaded` lacks (present only as
+// modules on disk), each with the first rule naming it: the daemon loads them
+// at start, but under the packaged systemd unit (ProtectKernelModules=yes
+// hides /lib/modules) its own config check cannot find them and refuses the
+// config. check-config warns about each.
+std::vector<std::pair<std::string, std::string>> unloaded_module_congestion_controls(
+    const Config& config, const std::vector<std::string>& loaded);
 
 // `asn_db` may be null when no ASN data is configured; rules or classes that
 // match on ASNs then make this fail. Returns nullopt + one-line error.
@@ -53,7 +74,17 @@ tcpscope_remote_key remote_key(const IpAddr& addr, int len);
 // containing it (a reference implementation, for tests and `policy show`).
 const RemoteEntry* lookup_remote(const CompiledPolicy& policy, const IpAddr& addr);
 
-// The rule the kernel picks for a remote address and local port, or -1.
+// The rule the policy picks for a remote address and local port, or -1: the
+// reference, every rule in order with each of its conditions.
 int match_rule(const CompiledPolicy& policy, const IpAddr& remote, uint16_t lport);
+
+// The same decision made as the sockops program makes it: the entry's rules
+// mask, set bits lowest first, local ports. Must agree with match_rule.
+int match_rule_masked(const CompiledPolicy& policy, const IpAddr& remote, uint16_t lport);
+
+// Bit i: rule i's peer_class, asns and prefixes conditions hold for an
+// address with this class and these prefix / ASN rule sets.
+uint64_t rules_mask(const std::vector<CompiledRule>& rules, uint32_t class_id, uint64_t prefix_rules,
+                    uint64_t asn_rules);
 
 }  // namespace tcpscope

@@ -1,5 +1,6 @@
 #include "check_config_command.h"
 
+#include "cc_policy.h"
 #include "config.h"
 
 namespace tcpscope {
@@ -13,11 +14,16 @@ std::string count_of(size_t n, const char* singular, const char* plural) {
 }  // namespace
 
 int check_config_command(const std::string& path, std::ostream& out, std::ostream& err) {
-  return check_config_command(path, kernel_congestion_controls(), out, err);
+  return check_config_command(path, kernel_congestion_controls(), loaded_congestion_controls(), out, err);
 }
 
 int check_config_command(const std::string& path, const std::vector<std::string>& available_cc,
                          std::ostream& out, std::ostream& err) {
+  return check_config_command(path, available_cc, available_cc, out, err);
+}
+
+int check_config_command(const std::string& path, const std::vector<std::string>& available_cc,
+                         const std::vector<std::string>& loaded_cc, std::ostream& out, std::ostream& err) {
   std::vector<ConfigError> errors;
   const Config config = load_config_file(path, available_cc, &errors);
   if (!errors.empty()) {
@@ -31,6 +37,14 @@ int check_config_command(const std::string& path, const std::vector<std::string>
       << count_of(config.peer_classes.size(), "peer class", "peer classes") << ", "
       << count_of(config.cc_policy.rules.size(), "rule", "rules") << " ("
       << count_of(experiments, "experiment", "experiments") << ")\n";
+  // Valid here, but not under the packaged unit: see README, Congestion-control policy.
+  for (const auto& [cc, rule] : unloaded_module_congestion_controls(config, loaded_cc))
+    err << path << ": warning: congestion control \"" << cc << "\" (rule '" << rule
+        << "') is not loaded, only available as module tcp_" << cc
+        << ": the daemon loads it at start, but not under the packaged systemd unit "
+           "(ProtectKernelModules=yes hides /lib/modules, so the daemon refuses this config); "
+           "load it at boot (echo tcp_" << cc << " > /etc/modules-load.d/tcpscope.conf) or now (modprobe tcp_" << cc
+        << ")\n";
   return 0;
 }
 

@@ -17,4 +17,10 @@ int check_config_command(const std::string& path, std::ostream& out, std::ostrea
 int check_config_command(const std::string& path, const std::vector<std::string>& available_cc,
                          std::ostream& out, std::ostream& err);
 
+// ... and the subset of them loaded in the kernel: a valid config naming one
+// that is only a module on disk gets a warning on `err` (the packaged unit's
+// ProtectKernelModules=yes hides the modules from the daemon); still 0.
+int check_config_command(const std::string& path, const std::vector<std::string>& available_cc,
+                         const std::vector<std::string>& loaded_cc, std::ostream& out, std::ostream& err);
+
 }  // namespace tcpscope

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -79,6 +80,13 @@ std::string ci_method_note(const CompareOptions& o) {
          "differences, not the change of the median reported here.";
 }
 
+std::string share_statistic_note() {
+  return "diff of share>0: where A's median is 0 (most flows of the metric are 0, e.g. retrans), diff and its "
+         "95% CI are the relative change of the share of flows with a nonzero value (for retrans: flows that "
+         "retransmitted at all), (share B - share A) / share A, bootstrapped with binomial resamples of the two "
+         "shares; exact in both modes, since sketches count zeros exactly.";
+}
+
 std::string test_method_note() {
   return "p: two-sided Mann-Whitney U test (normal approximation with tie and continuity correction); "
          "P(B better) is the probability that a random B flow beats a random A flow.";
@@ -89,8 +97,8 @@ std::string fdr_note(const CompareResult& r) {
   std::snprintf(alpha, sizeof(alpha), "%g", r.options.alpha);
   return "q: Benjamini-Hochberg adjustment over the " + std::to_string(r.groups_tested) +
          " groups tested; a verdict other than 'no significant difference' needs q < " + alpha +
-         " and a median interval that excludes 0 on the same side, which keeps the expected share of false "
-         "discoveries among the groups below " + alpha + ".";
+         " and a diff interval that excludes 0 on the same side (or no interval, with its reason), which keeps "
+         "the expected share of false discoveries among the groups below " + alpha + ".";
 }
 
 std::string min_sample_note(const CompareOptions& o) {
@@ -125,11 +133,12 @@ CompareResult compare_groups(std::vector<GroupSamples> groups, const CompareOpti
     res.a = summarize(g.a);
     res.b = summarize(g.b);
     const bool enough = res.a.n >= options.min_sample && res.b.n >= options.min_sample;
-    if (res.a.n && res.b.n) {
-      // The point estimate is shown whenever both arms have flows; the
-      // interval and the test only when the sample is large enough.
-      res.change = bootstrap_median_change(g.a, g.b, enough ? options.resamples : 0, group_seed(g, options));
-    }
+    // The point estimate is shown whenever both arms have flows; the
+    // interval and the test only when the sample is large enough.
+    res.change = bootstrap_median_change(g.a, g.b, enough ? options.resamples : 0, group_seed(g, options));
+    if (!enough) res.change.ci_reason = "insufficient data";
+    res.sketch_collapsed = g.a.collapsed() || g.b.collapsed();
+    res.sketch_clamped = g.a.clamped() + g.b.clamped();
     if (enough) {
       tests[i] = rank_sum_test(g.a, g.b);
       p[i] = tests[i].p_value;
@@ -156,6 +165,35 @@ CompareResult compare_groups(std::vector<GroupSamples> groups, const CompareOpti
     res.verdict = decide_verdict(in);
   }
   r.groups_total = r.groups.size();
+  // Warnings about the groups' numbers, before --top drops rows.
+  std::vector<std::string> collapsed, clamped, no_ci;
+  uint64_t clamped_flows = 0;
+  auto name = [](const GroupResult& g) { return g.group + (g.size_class ? " " + *g.size_class : ""); };
+  for (const auto& g : r.groups) {
+    if (g.sketch_collapsed) collapsed.push_back(name(g));
+    if (g.sketch_clamped) {
+      clamped.push_back(name(g));
+      clamped_flows += g.sketch_clamped;
+    }
+    if (g.verdict != Verdict::kInsufficientData && !g.change.lo && !g.change.ci_reason.empty())
+      no_ci.push_back(name(g) + ": " + g.change.ci_reason);
+  }
+  auto list = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size() && i < 8; ++i) s += (i ? ", " : "") + v[i];
+    if (v.size() > 8) s += " and " + std::to_string(v.size() - 8) + " more";
+    return s;
+  };
+  if (!collapsed.empty())
+    r.notes.push_back("warning: the daemon's sketches collapsed their lowest buckets (max_buckets smaller than "
+                      "the metric's span) in " + list(collapsed) +
+                      ": their low quantiles and intervals are not within the stated relative error.");
+  if (!clamped.empty())
+    r.notes.push_back("note: " + std::to_string(clamped_flows) +
+                      " flows lay outside the sketches' span and were counted at its end (" + list(clamped) +
+                      "); their own ranks read as the span's end, every other quantile keeps the stated error.");
+  for (size_t i = 0; i < no_ci.size() && i < 8; ++i) r.notes.push_back("no 95% CI for " + no_ci[i] + ".");
+  if (no_ci.size() > 8) r.notes.push_back("(" + std::to_string(no_ci.size() - 8) + " more groups without a CI)");
   if (options.top && r.groups.size() > options.top) {
     // Whole groups (all their size classes) are kept or dropped together.
     std::vector<std::string> kept;
@@ -196,14 +234,23 @@ nlohmann::ordered_json compare_result_json(const CompareResult& r) {
     j["a"] = arm(g.a);
     j["b"] = arm(g.b);
     j["diff"] = num(g.change.diff);
-    if (g.change.lo && g.change.hi)
-      j["ci"] = nlohmann::ordered_json::array({num(*g.change.lo), num(*g.change.hi)});
+    // Two finite numbers or null, never a pair holding null.
+    const bool ci = g.change.lo && g.change.hi && std::isfinite(*g.change.lo) && std::isfinite(*g.change.hi);
+    if (ci)
+      j["ci"] = nlohmann::ordered_json::array({*g.change.lo, *g.change.hi});
     else
       j["ci"] = nullptr;
     j["p_value"] = num(g.p_value);
     j["q_value"] = num(g.q_value);
     j["prob_b_better"] = g.p_value ? num(g.prob_b_better) : nlohmann::ordered_json(nullptr);
     j["verdict"] = to_string(g.verdict);
+    j["diff_statistic"] = to_string(g.change.statistic);
+    if (ci)
+      j["ci_reason"] = nullptr;
+    else
+      j["ci_reason"] = g.change.ci_reason.empty() ? std::string("no interval") : g.change.ci_reason;
+    j["sketch_collapsed"] = g.sketch_collapsed;
+    j["sketch_clamped"] = g.sketch_clamped;
     groups.push_back(std::move(j));
   }
   nlohmann::ordered_json out;
@@ -226,6 +273,7 @@ nlohmann::ordered_json compare_result_json(const CompareResult& r) {
   out["test_method"] = test_method_note();
   out["fdr_note"] = fdr_note(r);
   out["min_sample_note"] = min_sample_note(o);
+  out["diff_statistic_note"] = share_statistic_note();
   out["notes"] = r.notes;
   return out;
 }
@@ -234,11 +282,13 @@ std::string format_compare_table(const CompareResult& r) {
   const CompareOptions& o = r.options;
   const CompareMetric m = o.metric;
   const bool sized = split_by_size_class(m);
+  bool any_share = false;
+  for (const auto& g : r.groups) any_share = any_share || g.change.statistic == ChangeStatistic::kShareNonzero;
   std::vector<std::string> header = {o.by == "all" ? "group" : o.by};
   if (sized) header.push_back("size_class");
-  for (const char* h : {"n_a", "n_b", "A p50", "A p90", "A p99", "B p50", "B p90", "B p99", "diff", "95% CI", "p",
-                        "q", "P(B better)", "verdict"})
-    header.push_back(h);
+  for (const char* h : {"n_a", "n_b", "A p50", "A p90", "A p99", "B p50", "B p90", "B p99"}) header.push_back(h);
+  if (any_share) header.push_back("diff of");
+  for (const char* h : {"diff", "95% CI", "p", "q", "P(B better)", "verdict"}) header.push_back(h);
   std::vector<std::vector<std::string>> rows;
   for (const auto& g : r.groups) {
     std::vector<std::string> row = {g.group};
@@ -248,6 +298,7 @@ std::string format_compare_table(const CompareResult& r) {
     for (const ArmSummary* s : {&g.a, &g.b}) {
       for (double v : {s->p50, s->p90, s->p99}) row.push_back(s->n ? format_metric_value(m, v) : "-");
     }
+    if (any_share) row.push_back(g.change.statistic == ChangeStatistic::kShareNonzero ? "share>0" : "median");
     row.push_back(g.change.diff ? percent(*g.change.diff) : "-");
     row.push_back(g.change.lo && g.change.hi ? "[" + percent(*g.change.lo) + ", " + percent(*g.change.hi) + "]"
                                              : "-");
@@ -269,7 +320,10 @@ std::string format_compare_table(const CompareResult& r) {
     for (const auto& row : rows) width[c] = std::max(width[c], row[c].size());
   }
   // Text columns (group, size class, verdict) left-aligned, numbers right.
-  auto left = [&](size_t c) { return c == 0 || (sized && c == 1) || c + 1 == header.size(); };
+  const size_t stat_col = any_share ? (sized ? 10 : 9) : SIZE_MAX;
+  auto left = [&](size_t c) {
+    return c == 0 || (sized && c == 1) || c == stat_col || c + 1 == header.size();
+  };
   auto line = [&](const std::vector<std::string>& cells) {
     std::string s;
     for (size_t c = 0; c < cells.size(); ++c) {
@@ -298,6 +352,7 @@ std::string format_compare_table(const CompareResult& r) {
   out << "\n";
   out << wrap(std::string(lower_is_better(m) ? "Lower" : "Higher") + " is better for " + to_string(m) + ". " +
               ci_method_note(o));
+  if (any_share) out << wrap(share_statistic_note());
   out << wrap(test_method_note());
   out << wrap(fdr_note(r));
   out << wrap(min_sample_note(o));

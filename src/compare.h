@@ -53,6 +53,10 @@ struct GroupResult {
   std::optional<double> p_value, q_value;
   double prob_b_better = 0.5;  // P(a random B flow beats a random A flow), ties 1/2
   Verdict verdict = Verdict::kInsufficientData;
+  // Sketched samples (--server) whose stated accuracy does not hold for
+  // every rank: buckets folded, or values outside the metric's span.
+  bool sketch_collapsed = false;
+  uint64_t sketch_clamped = 0;
 };
 
 struct CompareResult {
@@ -82,5 +86,6 @@ std::string ci_method_note(const CompareOptions& o);
 std::string test_method_note();
 std::string fdr_note(const CompareResult& r);
 std::string min_sample_note(const CompareOptions& o);
+std::string share_statistic_note();
 
 }  // namespace tcpscope

@@ -255,7 +255,8 @@ bool write_plot(const std::string& path, const CompareResult& r,
     if (!g.a.n && !g.b.n) continue;
     CdfPanel p;
     p.title = (o.by == "all" ? std::string() : o.by + " ") + g.group + (g.size_class ? " " + *g.size_class : "");
-    p.subtitle = "diff " + (g.change.diff ? percent(*g.change.diff) : std::string("-"));
+    p.subtitle = std::string(g.change.statistic == ChangeStatistic::kShareNonzero ? "diff of share>0 " : "diff ") +
+                 (g.change.diff ? percent(*g.change.diff) : std::string("-"));
     if (g.change.lo && g.change.hi) p.subtitle += " [" + percent(*g.change.lo) + ", " + percent(*g.change.hi) + "]";
     p.subtitle += "   " + std::string(to_string(g.verdict));
     auto& c = curves[{g.group, g.size_class.value_or("")}];
@@ -378,6 +379,11 @@ int compare_command(const std::vector<std::string>& argv, std::ostream& out, std
     if (scan.dropped_flows)
       notes.push_back("warning: the daemon dropped " + std::to_string(scan.dropped_flows) +
                       " flows from its distributions (key table full).");
+    if (scan.folded_flows)
+      notes.push_back("warning: the daemon's key table was full, so " + std::to_string(scan.folded_flows) +
+                      " flows of ASNs first seen after that are counted under asn \"other\" instead of their own "
+                      "ASN: groups and selections by asn hold fewer flows than the flow log's (other fields are "
+                      "unaffected).");
     groups = std::move(scan.groups);
   }
 
@@ -386,6 +392,8 @@ int compare_command(const std::vector<std::string>& argv, std::ostream& out, std
   CompareResult result = compare_groups(std::move(groups), o);
   result.source = source;
   result.size_classes = size_class_names(o.metric_options.size_classes_bytes);
+  // The source's notes first, then compare_groups' warnings.
+  notes.insert(notes.end(), result.notes.begin(), result.notes.end());
   result.notes = std::move(notes);
 
   if (!args.plot.empty()) {

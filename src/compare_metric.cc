@@ -139,6 +139,16 @@ uint32_t size_class_index(uint64_t bytes, const std::vector<uint64_t>& boundarie
   return static_cast<uint32_t>(std::upper_bound(boundaries.begin(), boundaries.end(), bytes) - boundaries.begin());
 }
 
+MetricSpan metric_sketch_span(CompareMetric m) {
+  switch (m) {
+    case CompareMetric::kFct:
+    case CompareMetric::kRtt: return {1, 1e10};
+    case CompareMetric::kThroughput: return {1e3, 1e13};
+    case CompareMetric::kRetrans: return {1e-9, 10};
+  }
+  return {1e-9, 1e300};
+}
+
 bool split_by_size_class(CompareMetric m) { return m == CompareMetric::kFct; }
 
 }  // namespace tcpscope

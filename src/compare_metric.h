@@ -75,6 +75,16 @@ std::optional<double> metric_value(CompareMetric m, const MetricInputs& in, cons
 // Index into size_class_names(boundaries) for a flow of `bytes` payload bytes.
 uint32_t size_class_index(uint64_t bytes, const std::vector<uint64_t>& boundaries);
 
+// The realistic range of the metric's values, which the daemon's sketches
+// (flow_sketch.h) cover at their stated relative error without collapsing:
+// 10 decades each. fct and rtt 1 us to 10^4 s (2.8 h: longer flows are
+// counted at 10^4 s), throughput 1 kbit/s to 10 Tbit/s, retrans 1e-9 to 10
+// (zeros are kept apart, exactly).
+struct MetricSpan {
+  double lo, hi;
+};
+MetricSpan metric_sketch_span(CompareMetric m);
+
 // Whether comparisons of this metric are split by size class (only fct).
 bool split_by_size_class(CompareMetric m);
 

@@ -29,6 +29,7 @@ bool parse_distributions_response(const std::string& body, ServerScan* out, std:
     s.size_classes_bytes = j.at("size_classes_bytes").get<std::vector<uint64_t>>();
     s.throughput_min_bytes = j.at("throughput_min_bytes").get<uint64_t>();
     s.dropped_flows = j.value("dropped_flows", uint64_t{0});
+    s.folded_flows = j.value("folded_flows", uint64_t{0});
     for (const auto& g : j.at("groups")) {
       GroupSamples gs;
       gs.group = g.at("group").get<std::string>();

@@ -21,6 +21,7 @@ struct ServerScan {
   std::vector<uint64_t> size_classes_bytes;
   uint64_t throughput_min_bytes = 0;
   uint64_t dropped_flows = 0;
+  uint64_t folded_flows = 0;  // counted under asn "other" (the daemon's key table was full)
 };
 
 // The request path and query for these options.

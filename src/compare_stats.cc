@@ -36,6 +36,8 @@ ArmDistribution ArmDistribution::exact(std::vector<double> values) {
 ArmDistribution ArmDistribution::from_sketch(const FlowSketch& sketch) {
   ArmDistribution d;
   d.relative_accuracy_ = sketch.relative_accuracy();
+  d.collapsed_ = sketch.collapsed();
+  d.clamped_ = sketch.clamped();
   uint64_t cum = 0;
   double sum = 0;
   for (const auto& [value, count] : sketch.bins()) {
@@ -171,6 +173,29 @@ double BootstrapRng::beta(double a, double b) {
   return x / (x + y);
 }
 
+uint64_t BootstrapRng::binomial(uint64_t n, double p) {
+  if (!(p > 0)) return 0;
+  if (p >= 1) return n;
+  // The k-th smallest of n uniforms is Beta(k, n + 1 - k); the k - 1 below
+  // it are uniform on (0, u), the n - k above on (u, 1). Whichever side p
+  // falls on keeps about half the draws.
+  uint64_t x = 0;
+  while (n > 32) {
+    const uint64_t k = n / 2 + 1;
+    const double u = beta(static_cast<double>(k), static_cast<double>(n + 1 - k));
+    if (p < u) {
+      n = k - 1;
+      p /= u;
+    } else {
+      x += k;
+      n -= k;
+      p = (p - u) / (1 - u);
+    }
+  }
+  for (uint64_t i = 0; i < n; ++i) x += uniform() < p;
+  return x;
+}
+
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ULL;
   for (unsigned char c : s) {
@@ -198,26 +223,65 @@ double relative_change(double from, double to) {
 
 }  // namespace
 
+const char* to_string(ChangeStatistic s) {
+  return s == ChangeStatistic::kShareNonzero ? "share_nonzero" : "median";
+}
+
 MedianChange bootstrap_median_change(const ArmDistribution& a, const ArmDistribution& b, uint32_t resamples,
                                      uint64_t seed, double confidence) {
   MedianChange out;
-  if (a.count() == 0 || b.count() == 0) return out;
+  if (a.count() == 0 || b.count() == 0) {
+    out.ci_reason = "an arm has no flows";
+    return out;
+  }
   const double ma = a.quantile(0.5);
-  if (ma == 0) return out;
-  out.diff = (b.quantile(0.5) - ma) / ma;
-  if (resamples == 0) return out;
+  const bool share = ma == 0;
+  const double na = static_cast<double>(a.count()), nb = static_cast<double>(b.count());
+  const double sa = 1 - static_cast<double>(a.zero_count()) / na;
+  const double sb = 1 - static_cast<double>(b.zero_count()) / nb;
+  const char* what = share ? "share of flows with a nonzero value" : "median";
+  if (share) {
+    out.statistic = ChangeStatistic::kShareNonzero;
+    if (sa == 0) {
+      out.ci_reason = "every flow in A has the value 0: the relative change of the share of nonzero flows "
+                      "is undefined";
+      return out;
+    }
+    out.diff = (sb - sa) / sa;
+  } else {
+    out.diff = (b.quantile(0.5) - ma) / ma;
+  }
+  if (resamples == 0) {
+    out.ci_reason = "no interval without enough flows in both arms";
+    return out;
+  }
   BootstrapRng rng(seed);
   std::vector<double> changes(resamples);
+  uint64_t unbounded = 0;
   for (auto& c : changes) {
-    const double ra = resampled_median(a, &rng);
-    const double rb = resampled_median(b, &rng);
+    double ra, rb;
+    if (share) {
+      ra = static_cast<double>(rng.binomial(a.count(), sa)) / na;
+      rb = static_cast<double>(rng.binomial(b.count(), sb)) / nb;
+    } else {
+      ra = resampled_median(a, &rng);
+      rb = resampled_median(b, &rng);
+    }
     c = relative_change(ra, rb);
+    unbounded += !std::isfinite(c);
   }
   std::sort(changes.begin(), changes.end());
   // Symmetric percentile interval: as many resamples below lo as above hi.
   const size_t tail = static_cast<size_t>(std::floor((1 - confidence) / 2 * resamples));
-  out.lo = changes[std::min(tail, changes.size() - 1)];
-  out.hi = changes[changes.size() - 1 - std::min(tail, changes.size() - 1)];
+  const double lo = changes[std::min(tail, changes.size() - 1)];
+  const double hi = changes[changes.size() - 1 - std::min(tail, changes.size() - 1)];
+  if (std::isfinite(lo) && std::isfinite(hi)) {
+    out.lo = lo;
+    out.hi = hi;
+  } else {
+    out.ci_reason = "A's " + std::string(what) + " was 0 in " + std::to_string(unbounded) + " of " +
+                    std::to_string(resamples) + " resamples: the relative change has no finite 95% bound";
+  }
   return out;
 }
 
@@ -232,7 +296,8 @@ std::vector<std::optional<double>> benjamini_hochberg(const std::vector<std::opt
   double running = 1.0;
   for (size_t r = idx.size(); r-- > 0;) {
     running = std::min(running, *p[idx[r]] * m / static_cast<double>(r + 1));
-    q[idx[r]] = running;
+    // q >= p exactly (p * m / m can round one ulp below p).
+    q[idx[r]] = std::max(running, *p[idx[r]]);
   }
   return q;
 }
@@ -254,7 +319,7 @@ Verdict decide_verdict(const VerdictInputs& in) {
   const bool b_lower = in.prob_b_lower > 0.5;
   const bool b_better = b_lower == in.lower_is_better;
   if (in.change.diff && in.change.lo && in.change.hi) {
-    // The median interval must exclude 0 on the side the rank test points to.
+    // The interval of diff must exclude 0 on the side the rank test points to.
     const bool interval_b_lower = *in.change.hi < 0;
     const bool interval_b_higher = *in.change.lo > 0;
     if (b_lower ? !interval_b_lower : !interval_b_higher) return Verdict::kNoDifference;

@@ -36,10 +36,25 @@
 // was tested; a group is a discovery when q < alpha, which keeps the
 // expected share of false discoveries among them below alpha.
 //
+// When A's median is 0 (retrans: most flows retransmit nothing) the relative
+// change of the median does not exist, so the effect size is the relative
+// change of the share of flows with a nonzero value (for retrans: of flows
+// that retransmitted at all), (share_B - share_A) / share_A, with a 95 %
+// percentile-bootstrap interval whose resampled shares are drawn exactly as
+// Binomial(n, share) counts. Chosen over the mean ratio: the share is exact
+// in both modes (sketches count zeros apart, exactly), it is not dominated
+// by a few short flows with huge ratios, and "30 % of flows retransmitted
+// instead of 10 %" is what an operator can act on. Every result says which
+// statistic its diff is (ChangeStatistic).
+//
+// The interval is two finite numbers or none: when A's statistic is 0 in
+// the resamples that bound it (a median or share of A near 0), the relative
+// change has no finite bound and the interval is dropped with its reason
+// (MedianChange::ci_reason); never a half-infinite pair.
+//
 // Verdict: "b better" / "a better" when q < alpha, the rank test's direction
-// and the median interval agree (the interval excludes 0 on the same side);
-// when the medians are 0 (e.g. retrans) and no interval exists, the rank
-// test alone decides.
+// and the interval agree (the interval excludes 0 on the same side); when
+// no interval exists (and its reason is given), the rank test alone decides.
 #pragma once
 
 #include <cstdint>
@@ -72,6 +87,12 @@ class ArmDistribution {
   double relative_accuracy() const { return relative_accuracy_; }
   const std::vector<double>& values() const { return values_; }        // ascending, distinct
   const std::vector<uint64_t>& cumulative() const { return cum_; }      // count through values()[i]
+  // Values exactly 0 (sketches keep them apart, exactly).
+  uint64_t zero_count() const { return !values_.empty() && values_[0] == 0 ? cum_[0] : 0; }
+  // Sketched samples: buckets were folded (flow_sketch.h collapsed()) or
+  // values lay outside the sketch's span (clamped()).
+  bool collapsed() const { return collapsed_; }
+  uint64_t clamped() const { return clamped_; }
 
  private:
   void finish();
@@ -80,6 +101,8 @@ class ArmDistribution {
   uint64_t n_ = 0;
   double mean_ = 0, min_ = 0, max_ = 0;
   double relative_accuracy_ = 0;
+  bool collapsed_ = false;
+  uint64_t clamped_ = 0;
 };
 
 struct RankSumResult {
@@ -90,11 +113,18 @@ struct RankSumResult {
 };
 RankSumResult rank_sum_test(const ArmDistribution& a, const ArmDistribution& b);
 
+// What diff and its interval are the relative change of.
+enum class ChangeStatistic { kMedian, kShareNonzero };
+const char* to_string(ChangeStatistic s);  // "median", "share_nonzero"
+
 struct MedianChange {
-  std::optional<double> diff;  // (median_b - median_a) / median_a; none when median_a == 0
-  // 95 % percentile-bootstrap bounds; +-infinity when resamples hit a zero
-  // median of A; none when diff is none.
+  ChangeStatistic statistic = ChangeStatistic::kMedian;
+  // (stat_b - stat_a) / stat_a; none when stat_a == 0 (then ci_reason says why).
+  std::optional<double> diff;
+  // 95 % percentile-bootstrap bounds: both set and finite, or neither (and
+  // ci_reason non-empty).
   std::optional<double> lo, hi;
+  std::string ci_reason;
 };
 MedianChange bootstrap_median_change(const ArmDistribution& a, const ArmDistribution& b, uint32_t resamples,
                                      uint64_t seed, double confidence = 0.95);
@@ -128,6 +158,8 @@ class BootstrapRng {
   double normal();
   double gamma(double shape);  // shape >= 1
   double beta(double a, double b);
+  // Binomial(n, p) in O(log n) beta draws (Devroye's order-statistic split).
+  uint64_t binomial(uint64_t n, double p);
 
  private:
   std::mt19937_64 engine_;  // its output sequence is fixed by the standard

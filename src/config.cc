@@ -1020,6 +1020,25 @@ Config load_config_file(const std::string& path, const std::vector<std::string>&
   return parse_config(text, path, available_cc, errors);
 }
 
+void apply_overrides(const ConfigOverrides& overrides, Config* config, std::vector<ConfigError>* errors) {
+  if (overrides.listen) {
+    std::string why;
+    if (!parse_listen_address(*overrides.listen, &why))
+      errors->push_back(ConfigError{"--listen", 0, why});
+    config->listen = *overrides.listen;
+  }
+  if (overrides.flow_log) config->flow_log = *overrides.flow_log;
+  if (overrides.cgroup) config->cgroup = *overrides.cgroup;
+}
+
+Config load_effective_config(const std::string& path, const ConfigOverrides& overrides,
+                             const std::vector<std::string>& available_cc, std::vector<ConfigError>* errors) {
+  Config c = path.empty() ? parse_config(default_config_text(), "<embedded>", available_cc, errors)
+                          : load_config_file(path, available_cc, errors);
+  apply_overrides(overrides, &c, errors);
+  return c;
+}
+
 const std::string& default_config_text() {
   static const std::string text(kDefaultConfigYaml);
   return text;

@@ -121,6 +121,24 @@ Config load_config_file(const std::string& path, const std::vector<std::string>&
 // The embedded default (the same text as packaging/tcpscope.yaml).
 const std::string& default_config_text();
 
+// Command-line flags of `tcpscope run` that override the file (SPEC.md:
+// "Flags override the config file"). Unset ones leave the file's value.
+struct ConfigOverrides {
+  std::optional<std::string> listen;    // --listen
+  std::optional<std::string> flow_log;  // --flow-log
+  std::optional<std::string> cgroup;    // --cgroup
+};
+
+// Replaces each value the flags set. A --listen that is not HOST:PORT with an
+// IP literal is an error (file "--listen", line 0), as it would be in the file.
+void apply_overrides(const ConfigOverrides& overrides, Config* config, std::vector<ConfigError>* errors);
+
+// The config the daemon runs with, at start and at every SIGHUP: the file
+// (or the embedded default when `path` is ""), then the flags on top, so a
+// reload re-reads the file but never loses a flag.
+Config load_effective_config(const std::string& path, const ConfigOverrides& overrides,
+                             const std::vector<std::string>& available_cc, std::vector<ConfigError>* errors);
+
 // Names for size classes from boundaries: [100000, 1000000, 3000000] ->
 // lt_100k, 100k_1m, 1m_3m, ge_3m (k = 1000, m = 1000000).
 std::vector<std::string> size_class_names(const std::vector<uint64_t>& boundaries);

@@ -4,14 +4,20 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include <prometheus/registry.h>
 
@@ -45,6 +51,7 @@ constexpr size_t kMaxBatchBytes = 4u << 20;       // NDJSON handed to the writer
 constexpr auto kClockRefresh = std::chrono::seconds(10);
 constexpr auto kTopAsnRecompute = std::chrono::seconds(60);
 constexpr auto kDrainDeadline = std::chrono::seconds(2);  // /healthz fails past this
+constexpr int kReloadNiceIncrement = 10;                  // the reload worker vs the draining loop
 
 void log_line(const std::string& msg) { std::fprintf(stderr, "tcpscope: %s\n", msg.c_str()); }
 
@@ -53,25 +60,51 @@ int fail(const std::string& msg, int code = 1) {
   return code;
 }
 
-// Reads the config (file or embedded) and applies the command-line overrides.
-bool load_config(const RunOptions& opts, Config* out) {
+// libbpf's output behind a failed start (for a refused program, the
+// verifier's log: often thousands of lines) does not belong in the one line
+// that says what failed: it goes to a file of its own, which that line names.
+// The logs directory systemd made (LogsDirectory=), else $TMPDIR, else /tmp.
+std::string save_load_log(const std::string& log) {
+  std::string dir = "/tmp";
+  for (const char* var : {"LOGS_DIRECTORY", "TMPDIR"}) {
+    const char* v = getenv(var);
+    if (v && *v) {
+      dir = std::string(v).substr(0, std::string(v).find(':'));
+      break;
+    }
+  }
+  std::string path = dir + "/tcpscope-load-XXXXXX.log";
+  int fd = mkstemps(path.data(), 4);  // O_EXCL, mode 0600
+  if (fd < 0) return std::string("libbpf/verifier log not saved: ") + dir + ": " + strerror(errno);
+  FILE* f = fdopen(fd, "w");
+  bool ok = f && std::fputs(log.c_str(), f) >= 0;
+  if (f ? std::fclose(f) != 0 : close(fd) != 0) ok = false;
+  if (!ok) return "libbpf/verifier log not saved: " + path + ": " + strerror(errno);
+  return "full libbpf/verifier log in " + path;
+}
+
+ConfigOverrides overrides_of(const RunOptions& opts) {
+  ConfigOverrides o;
+  o.listen = opts.listen;
+  o.flow_log = opts.flow_log;
+  o.cgroup = opts.cgroup;
+  return o;
+}
+
+// Reads the config (file or embedded) and applies the command-line overrides
+// (config.cc: load_effective_config). On failure *error is one line: the
+// first problem, and where to see the others.
+bool load_config(const RunOptions& opts, Config* out, std::string* error) {
   std::vector<ConfigError> errors;
-  auto ccs = kernel_congestion_controls();
-  Config cfg = opts.config_path.empty()
-                   ? parse_config(default_config_text(), "<embedded>", ccs, &errors)
-                   : load_config_file(opts.config_path, ccs, &errors);
+  Config cfg = load_effective_config(opts.config_path, overrides_of(opts), kernel_congestion_controls(), &errors);
   if (!errors.empty()) {
-    // One line: the first problem, and where to see the others.
     std::string line = errors.front().to_string();
     if (errors.size() > 1)
       line += " (and " + std::to_string(errors.size() - 1) + " more: tcpscope check-config " +
               opts.config_path + ")";
-    log_line(line);
+    *error = line;
     return false;
   }
-  if (opts.listen) cfg.listen = *opts.listen;
-  if (opts.flow_log) cfg.flow_log = *opts.flow_log;
-  if (opts.cgroup) cfg.cgroup = *opts.cgroup;
   *out = std::move(cfg);
   return true;
 }
@@ -90,6 +123,9 @@ bool build_tables(const Config& cfg, EnrichmentTables* out, std::string* error) 
 class Daemon {
  public:
   explicit Daemon(RunOptions opts) : opts_(std::move(opts)) {}
+  ~Daemon() {
+    if (reload_thread_.joinable()) reload_thread_.join();
+  }
   int run();
 
  private:
@@ -98,7 +134,16 @@ class Daemon {
   void flush_batch();
   void on_tick();
   void update_recursion_metrics();
-  void reload();
+  struct PreparedReload {
+    bool ok = false;
+    Config config;
+    EnrichmentTables tables;
+    std::string error;
+    double seconds = 0;
+  };
+  void start_reload();
+  void finish_reload();
+  void apply_reload(PreparedReload& r);
   void take_snapshot();
   std::string open_flows_json() const;
   std::pair<bool, std::string> health() const;
@@ -124,14 +169,20 @@ class Daemon {
   SteadyClock::time_point last_clock_refresh_ = SteadyClock::now();
   SteadyClock::time_point last_top_asn_ = SteadyClock::now();
   SteadyClock::time_point last_snapshot_{};
+  // SIGHUP: the reload being prepared on reload_thread_ (see start_reload).
+  std::thread reload_thread_;
+  int reload_efd_ = -1;  // eventfd: the worker's result is ready
+  std::mutex reload_mu_;
+  std::unique_ptr<PreparedReload> prepared_;  // guarded by reload_mu_
+  bool reload_running_ = false, reload_again_ = false;
   // The latest snapshot of open flows, read by HTTP threads.
   std::shared_ptr<const std::vector<FlowRecord>> open_flows_ = std::make_shared<std::vector<FlowRecord>>();
 };
 
 int Daemon::start() {
-  if (!load_config(opts_, &config_)) return 2;
-
   std::string error;
+  if (!load_config(opts_, &config_, &error)) return fail(error, 2);
+
   EnrichmentTables tables;
   if (!build_tables(config_, &tables, &error)) return fail("ASN data: " + error);
   enricher_ = std::make_unique<Enricher>(std::move(tables));
@@ -166,10 +217,7 @@ int Daemon::start() {
   }
   std::string details;
   probe_ = FlowProbe::open_and_attach(popts, &error, &details);
-  if (!probe_) {
-    if (!details.empty()) std::fputs(details.c_str(), stderr);
-    return fail(error);
-  }
+  if (!probe_) return fail(details.empty() ? error : error + "; " + save_load_log(details));
   policy_ = std::make_unique<PolicyController>(*probe_, registry_);
   if (!policy_->load(config_, enricher_->tables()->asn_db.get(), &error)) return fail("cc_policy: " + error);
   http_->handle_json("/api/v1/policy", [this](const std::string&) { return policy_->to_json(); });
@@ -183,6 +231,7 @@ int Daemon::start() {
   log_line("running: " + std::to_string(probe_->attached().size()) + " BPF programs attached (" + attached +
            "), metrics on http://" + config_.listen + "/metrics" +
            (config_.flow_log.empty() ? "" : ", flow log " + config_.flow_log));
+  for (const auto& d : probe_->degraded()) log_line("warning: this kernel has no tracepoint " + d);
   return 0;
 }
 
@@ -191,7 +240,8 @@ void Daemon::on_event(const tcpscope_flow_event& ev) {
   lookups_ += enricher_->enrich(&flow);
   policy_->name_flow(ev, &flow);
   aggregator_->add(flow);
-  // The same ASN label as the metrics, so --server groups match Prometheus.
+  // Sketches are keyed by the raw ASN (as the flow log); the metrics' label
+  // only decides whether a new key may still be added when the table is full.
   distributions_->add(flow, aggregator_->asn_label(flow.asn));
   if (flow_log_) {
     append_flow_json(flow, &batch_);
@@ -256,22 +306,82 @@ void Daemon::update_recursion_metrics() {
   self_->set_state_changes_missed(first_copy_misses > caught ? first_copy_misses - caught : 0);
 }
 
-void Daemon::reload() {
-  Config fresh;
+// SIGHUP. Reading the config and building the ASN tables can take a second
+// (a 1M-line prefix file, a full MaxMind DB); doing it on this thread would
+// stop the ring buffer's drain for that long, and a busy host fills the ring
+// and loses records. So a worker thread builds everything immutable
+// (prepare_reload: config, AsnDatabase, PeerClassifier) and wakes the loop
+// through reload_efd_; apply_reload() then swaps it in on the loop, where
+// everything else (aggregator, policy maps, flow log) is touched. A SIGHUP
+// while a reload is being prepared runs one more reload after it, so the
+// last signal always sees the files as they are after it was sent.
+void Daemon::start_reload() {
+  if (reload_running_) {
+    reload_again_ = true;
+    return;
+  }
+  reload_running_ = true;
+  reload_thread_ = std::thread([this] {
+    // Below the loop's priority: on a busy host the drain must win the CPU
+    // over a reload that can wait (Linux: the nice value is per thread).
+    const id_t tid = static_cast<id_t>(syscall(SYS_gettid));
+    errno = 0;
+    const int nice_now = getpriority(PRIO_PROCESS, tid);
+    if (errno == 0 && setpriority(PRIO_PROCESS, tid, std::min(nice_now + kReloadNiceIncrement, 19)) != 0) {
+    }
+    auto r = std::make_unique<PreparedReload>();
+    const auto t0 = SteadyClock::now();
+    std::string err;
+    if (!load_config(opts_, &r->config, &err))
+      r->error = err;
+    else if (!build_tables(r->config, &r->tables, &err))
+      r->error = "ASN data: " + err;
+    else
+      r->ok = true;
+    r->seconds = std::chrono::duration<double>(SteadyClock::now() - t0).count();
+    {
+      std::lock_guard<std::mutex> lock(reload_mu_);
+      prepared_ = std::move(r);
+    }
+    const uint64_t one = 1;
+    if (write(reload_efd_, &one, sizeof(one)) < 0) {
+    }
+  });
+}
+
+void Daemon::finish_reload() {
+  uint64_t n;
+  if (read(reload_efd_, &n, sizeof(n)) < 0) {
+  }
+  if (reload_thread_.joinable()) reload_thread_.join();
+  std::unique_ptr<PreparedReload> r;
+  {
+    std::lock_guard<std::mutex> lock(reload_mu_);
+    r = std::move(prepared_);
+  }
+  reload_running_ = false;
+  if (r) apply_reload(*r);
+  if (reload_again_) {
+    reload_again_ = false;
+    start_reload();
+  }
+}
+
+void Daemon::apply_reload(PreparedReload& r) {
   std::string error;
-  EnrichmentTables tables;
-  if (!load_config(opts_, &fresh) || !build_tables(fresh, &tables, &error)) {
-    if (!error.empty()) log_line("reload: ASN data: " + error);
+  if (!r.ok) {
+    log_line("reload: " + r.error);
     log_line("reload failed: keeping the previous config and data");
     self_->count_reload(false);
     return;
   }
-  if (!policy_->load(fresh, tables.asn_db.get(), &error)) {
+  Config& fresh = r.config;
+  if (!policy_->load(fresh, r.tables.asn_db.get(), &error)) {
     log_line("reload failed: cc_policy: " + error + "; keeping the previous config and data");
     self_->count_reload(false);
     return;
   }
-  enricher_->replace(std::move(tables));
+  enricher_->replace(std::move(r.tables));
   aggregator_->update_options(AggregatorOptions::from_config(fresh));
   if (distributions_->update_options(FlowDistributionsOptions::from_config(fresh)))
     log_line("reload: new size classes: the compare --server distributions start empty");
@@ -282,8 +392,13 @@ void Daemon::reload() {
   config_.peer_classes = fresh.peer_classes;
   config_.asn = fresh.asn;
   config_.cc_policy = fresh.cc_policy;
+  config_.size_classes_bytes = fresh.size_classes_bytes;
+  config_.throughput_min_bytes = fresh.throughput_min_bytes;
   self_->count_reload(true);
-  log_line("reloaded " + (opts_.config_path.empty() ? std::string("<embedded>") : opts_.config_path));
+  char took[32];
+  std::snprintf(took, sizeof(took), "%.2f", r.seconds);
+  log_line("reloaded " + (opts_.config_path.empty() ? std::string("<embedded>") : opts_.config_path) +
+           " (read and built in " + took + " s off the event loop)");
 }
 
 // Long-lived flows must not be invisible until they close: every
@@ -347,8 +462,9 @@ int Daemon::run() {
   its.it_interval.tv_nsec = its.it_value.tv_nsec = kTickMs * 1000000L;
   timerfd_settime(tfd, 0, &its, nullptr);
   int ep = epoll_create1(EPOLL_CLOEXEC);
-  if (sfd < 0 || tfd < 0 || ep < 0) return fail(std::string("event loop: ") + strerror(errno));
-  for (int fd : {sfd, tfd, ring_->epoll_fd()}) {
+  reload_efd_ = eventfd(0, EFD_CLOEXEC);
+  if (sfd < 0 || tfd < 0 || ep < 0 || reload_efd_ < 0) return fail(std::string("event loop: ") + strerror(errno));
+  for (int fd : {sfd, tfd, ring_->epoll_fd(), reload_efd_}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -361,10 +477,10 @@ int Daemon::run() {
   bool stop = false;
   bool more_queued = false;
   while (!stop) {
-    epoll_event events[4];
+    epoll_event events[8];
     // A drain that used its whole budget left records queued: look at the
     // timer and signals without blocking, then drain again.
-    int n = epoll_wait(ep, events, 4, more_queued ? 0 : -1);
+    int n = epoll_wait(ep, events, 8, more_queued ? 0 : -1);
     if (n < 0 && errno != EINTR) return fail(std::string("epoll_wait: ") + strerror(errno));
     for (int i = 0; i < n; ++i) {
       int fd = events[i].data.fd;
@@ -377,15 +493,19 @@ int Daemon::run() {
         signalfd_siginfo si{};
         if (read(sfd, &si, sizeof(si)) != sizeof(si)) continue;
         if (si.ssi_signo == SIGHUP)
-          reload();
+          start_reload();
         else
           stop = true;
+      } else if (fd == reload_efd_) {
+        finish_reload();
       }
     }
     more_queued = ring_->drain() == RingReader::kDefaultDrainBudget;
     flush_batch();
   }
 
+  // A reload still being prepared is abandoned (its thread only reads files).
+  if (reload_thread_.joinable()) reload_thread_.join();
   // Detach first so nothing new arrives, then write out what the kernel queued.
   policy_->unload();
   probe_->detach();
@@ -398,6 +518,7 @@ int Daemon::run() {
   if (flow_log_) flow_log_->close(5000);
   http_.reset();
   close(ep);
+  close(reload_efd_);
   close(tfd);
   close(sfd);
   log_line("stopped");

@@ -58,6 +58,7 @@ struct FlowDistributions::Generation {
   Clock::time_point start;
   std::unordered_map<uint64_t, Entry> entries;
   uint64_t flows = 0;
+  uint64_t folded_flows = 0;  // counted under asn "other": key table full
 };
 
 FlowDistributions::FlowDistributions(FlowDistributionsOptions options)
@@ -88,14 +89,26 @@ void FlowDistributions::rotate_if_due(Clock::time_point now) {
   current_ = std::make_unique<Generation>(now);
 }
 
-FlowDistributions::Entry* FlowDistributions::entry_for(uint64_t key, uint64_t folded_key) {
+FlowDistributions::Entry* FlowDistributions::entry_for(uint64_t key, uint64_t folded_key, bool top_asn) {
   auto& entries = current_->entries;
   auto it = entries.find(key);
   if (it != entries.end()) return &it->second;
   if (entries.size() < options_.max_keys) return &entries[key];
+  // Full. The reserve above max_keys takes only the keys that matter most:
+  // the ASNs the Prometheus series label by number (top-N) and the
+  // per-(class, cc, arm, size class) "other" keys the rest fold into.
+  const size_t hard_limit = options_.max_keys + reserve_keys();
+  if (top_asn && entries.size() < hard_limit) return &entries[key];
   it = entries.find(folded_key);
-  return it != entries.end() ? &it->second : nullptr;
+  if (it == entries.end()) {
+    if (entries.size() >= hard_limit) return nullptr;
+    it = entries.emplace(folded_key, Entry{}).first;
+  }
+  ++current_->folded_flows;
+  return &it->second;
 }
+
+size_t FlowDistributions::reserve_keys() const { return std::max<size_t>(options_.max_keys / 4, 16); }
 
 void FlowDistributions::add(const FlowRecord& flow, const std::string& asn_label) {
   add_at(flow, asn_label, Clock::now());
@@ -104,7 +117,10 @@ void FlowDistributions::add(const FlowRecord& flow, const std::string& asn_label
 void FlowDistributions::add_at(const FlowRecord& flow, const std::string& asn_label, Clock::time_point now) {
   const MetricInputs in = metric_inputs(flow);
   if (!in.ok || in.partial || in.bytes == 0) return;  // no metric counts such a flow
-  const bool other = asn_label == kOverflowName;
+  // Keyed by the raw ASN, as the flow log has it, so that --server groups
+  // and selections by asn mean what --flows means. The label only says
+  // whether the ASN is one of the dashboards' top-N (a claim on the reserve).
+  const bool top_asn = asn_label != kOverflowName;
 
   std::lock_guard<std::mutex> lock(mu_);  // options_ may change on reload
   std::optional<double> values[kCompareMetricCount];
@@ -115,7 +131,7 @@ void FlowDistributions::add_at(const FlowRecord& flow, const std::string& asn_la
   const uint8_t cls = intern(&class_names_, flow.peer_class);
   const uint8_t cc = intern(&cc_names_, flow.cc);
   const uint8_t arm = flow.arm ? intern(&arm_names_, *flow.arm) : 0;
-  Entry* e = entry_for(pack_key(cls, cc, arm, sc, other, other ? 0 : flow.asn), pack_key(cls, cc, arm, sc, true, 0));
+  Entry* e = entry_for(pack_key(cls, cc, arm, sc, false, flow.asn), pack_key(cls, cc, arm, sc, true, 0), top_asn);
   if (!e) {
     ++dropped_flows_;
     return;
@@ -123,10 +139,15 @@ void FlowDistributions::add_at(const FlowRecord& flow, const std::string& asn_la
   for (int m = 0; m < kCompareMetricCount; ++m) {
     if (!values[m]) continue;
     auto& s = e->sketch[m];
-    if (!s) s = std::make_unique<FlowSketch>(options_.relative_accuracy, options_.max_buckets);
+    if (!s) s = std::make_unique<FlowSketch>(new_sketch(static_cast<CompareMetric>(m)));
     s->add(*values[m]);
   }
   ++current_->flows;
+}
+
+FlowSketch FlowDistributions::new_sketch(CompareMetric m) const {
+  const MetricSpan span = metric_sketch_span(m);
+  return FlowSketch(options_.relative_accuracy, options_.max_buckets, span.lo, span.hi);
 }
 
 bool FlowDistributions::update_options(FlowDistributionsOptions options) {
@@ -188,6 +209,7 @@ FlowDistributions::QueryResult FlowDistributions::query_at(CompareMetric metric,
   out.covers_s = std::chrono::duration<double>(now - oldest->start).count();
   for (const Generation* gen : {previous_.get(), current_.get()}) {
     if (!gen) continue;
+    out.folded_flows += gen->folded_flows;
     for (const auto& [key, entry] : gen->entries) {
       const FlowSketch* s = entry.sketch[mi].get();
       if (!s || s->empty()) continue;
@@ -199,8 +221,7 @@ FlowDistributions::QueryResult FlowDistributions::query_at(CompareMetric metric,
       const uint32_t sc = sized ? key_size_class(key) : 0;
       auto it = groups.find({group, sc});
       if (it == groups.end()) {
-        Group g{group, std::nullopt, sc, FlowSketch(options_.relative_accuracy, options_.max_buckets),
-                FlowSketch(options_.relative_accuracy, options_.max_buckets)};
+        Group g{group, std::nullopt, sc, new_sketch(metric), new_sketch(metric)};
         if (sized) g.size_class = key_field(key, "size_class");
         it = groups.emplace(std::make_pair(group, sc), std::move(g)).first;
       }
@@ -243,17 +264,21 @@ std::string FlowDistributions::handle_query(const std::string& query_string) {
   }
   std::vector<std::string> size_classes;
   FlowDistributionsOptions o;
+  uint32_t max_buckets = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);  // a reload may change them
     size_classes = size_class_names_;
     o = options_;
+    max_buckets = new_sketch(*metric).max_buckets();
   }
+  const MetricSpan span = metric_sketch_span(*metric);
   nlohmann::json out{{"metric", to_string(*metric)},
                      {"by", by},
                      {"a", a->text()},
                      {"b", b->text()},
                      {"relative_accuracy", o.relative_accuracy},
-                     {"max_buckets", o.max_buckets},
+                     {"max_buckets", max_buckets},
+                     {"span", {span.lo, span.hi}},
                      {"window_s", o.window_s},
                      {"covers_s", res.covers_s},
                      {"size_classes", size_classes},
@@ -262,6 +287,7 @@ std::string FlowDistributions::handle_query(const std::string& query_string) {
                      {"keys", st.keys},
                      {"memory_bytes", st.memory_bytes},
                      {"dropped_flows", st.dropped_flows},
+                     {"folded_flows", res.folded_flows},
                      {"groups", std::move(groups)}};
   return out.dump() + "\n";
 }
@@ -274,6 +300,7 @@ FlowDistributions::Stats FlowDistributions::stats() const {
     if (!gen) continue;
     st.keys += gen->entries.size();
     st.flows += gen->flows;
+    st.folded_flows += gen->folded_flows;
     // Hash node plus entry, roughly, and each sketch's object and counters.
     st.memory_bytes += gen->entries.size() * (sizeof(Entry) + sizeof(uint64_t) + 2 * sizeof(void*));
     for (const auto& [key, e] : gen->entries) {

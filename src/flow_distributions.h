@@ -8,22 +8,32 @@
 //
 // What --server can and cannot answer. Selections and --by may use only the
 // key fields: peer_class, asn, cc, arm, size_class (anything else needs the
-// flow log). asn is the label the Prometheus series use (a top-N number,
-// "other", "0"), passed in by the caller, so ASN groups match the
-// dashboards. Quantiles are within the sketch's relative accuracy; the rank
-// test sees values within 1 % of each other as ties (see compare_stats.h).
+// flow log). asn is the raw AS number, as in the flow log, so `--by asn` and
+// `--a asn=N` mean the same in both modes whatever the Prometheus top-N is
+// (the dashboards fold ASNs outside it into "other"; these sketches do so
+// only when the key table is full, below). Quantiles are within the
+// sketch's relative accuracy over each metric's span (metric_sketch_span:
+// 10 decades, no collapse inside it); the rank test sees values within 1 %
+// of each other as ties (see compare_stats.h).
 //
 // Bounded memory. Interned names are capped at 255 values per field (the
-// rest become "other"); at most max_keys keys per generation: a flow whose
-// key does not exist when the table is full goes to its key with asn
-// "other", and if that is missing too it is dropped and counted. The
-// default 4096 keys is twice what the Prometheus FCT series can reach at the
-// defaults (5 classes x 52 asn labels x 2 CCs x 4 size classes = 2080).
-// Each sketch holds at most max_buckets 4-byte counters and a key at most
-// three sketches (fct or throughput, rtt, retrans), so the hard ceiling is
-// 2 generations x 4096 keys x 3 x (512 x 4 B + ~100 B) = 52 MiB; real keys
-// use a few hundred buckets in all (~2 KiB per key, ~16 MiB for a full
-// table; bench/compare_bench.cc). stats() reports the real figure.
+// rest become "other"); at most max_keys keys per generation, plus a reserve
+// of max_keys / 4 that only two kinds of keys may take once max_keys are in
+// use: ASNs the Prometheus series label by number (the caller's asn_label is
+// not "other"), and one "other" key per (peer_class, cc, arm, size_class)
+// into which the flows of every other new ASN fold. Folded flows are counted
+// (folded_flows, in every query answer, and `compare` warns): their ASN's
+// group holds fewer flows than the flow log's. A flow finding even the
+// reserve full is dropped and counted (dropped_flows).
+// Each sketch holds at most max_buckets 4-byte counters (1153 at the
+// default 1 % over 10 decades) and a key at most three sketches (fct or
+// throughput, rtt, retrans), so the hard ceiling is 2 generations x 5120
+// keys x 3 x (1153 x 4 B + ~100 B) = 140 MiB, reached only if every key's
+// values spread over all 10 decades of every metric. A sketch's array spans
+// only the buckets between its smallest and largest value: edge-like keys
+// use a few hundred buckets in all (BM_DistributionsAdd in
+// bench/compare_bench.cc: 1,809 keys in 3.2 MiB, ~1.8 KiB a key, so ~18 MiB
+// for two full generations). stats() reports the real figure.
 //
 // Window. Sketches live in two generations of window_s each: queries merge
 // both, so they cover between window_s and 2 window_s of the most recent
@@ -56,7 +66,7 @@ struct FlowDistributionsOptions {
   std::vector<uint64_t> size_classes_bytes{100000, 1000000, 3000000};
   uint64_t throughput_min_bytes = 3000000;
   double relative_accuracy = FlowSketch::kDefaultRelativeAccuracy;
-  uint32_t max_buckets = FlowSketch::kDefaultMaxBuckets;
+  uint32_t max_buckets = 0;  // 0: each metric's span (metric_sketch_span), no collapse inside it
   size_t max_keys = 4096;  // per generation
   double window_s = 3600;
 
@@ -75,8 +85,10 @@ class FlowDistributions {
   FlowDistributions(const FlowDistributions&) = delete;
   FlowDistributions& operator=(const FlowDistributions&) = delete;
 
-  // Counts one finished flow. `asn_label` is the flow's asn label in the
-  // Prometheus series ("other", "0" or the number; Aggregator::asn_label).
+  // Counts one finished flow under its raw ASN. `asn_label` is the flow's
+  // asn label in the Prometheus series ("other", "0" or the number;
+  // Aggregator::asn_label): it only decides whether the flow's key may use
+  // the reserve once max_keys are in use (top-N ASNs may, "other" may not).
   void add(const FlowRecord& flow, const std::string& asn_label);
   // For tests: the same with an explicit time.
   void add_at(const FlowRecord& flow, const std::string& asn_label, Clock::time_point now);
@@ -94,6 +106,7 @@ class FlowDistributions {
   struct QueryResult {
     std::vector<Group> groups;
     double covers_s = 0;  // age of the oldest generation merged
+    uint64_t folded_flows = 0;  // in the generations merged: counted under asn "other" (table full)
   };
   // Merges the sketches of `metric` per group of `by` for the keys matching
   // a and b. Throws std::invalid_argument when `by` or a selection names a
@@ -113,7 +126,8 @@ class FlowDistributions {
     size_t sketches = 0;
     size_t memory_bytes = 0;    // sketch counters plus per-key overhead
     uint64_t flows = 0;         // counted into the current generations
-    uint64_t dropped_flows = 0; // key table full (since start)
+    uint64_t dropped_flows = 0; // key table and its reserve full (since start)
+    uint64_t folded_flows = 0;  // current generations: counted under asn "other"
   };
   Stats stats() const;
 
@@ -123,7 +137,9 @@ class FlowDistributions {
 
   uint8_t intern(std::vector<std::string>* names, const std::string& name);
   void rotate_if_due(Clock::time_point now);
-  Entry* entry_for(uint64_t key, uint64_t folded_key);
+  Entry* entry_for(uint64_t key, uint64_t folded_key, bool top_asn);
+  size_t reserve_keys() const;
+  FlowSketch new_sketch(CompareMetric m) const;
   std::string key_field(uint64_t key, const std::string& field) const;
 
   FlowDistributionsOptions options_;

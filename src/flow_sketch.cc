@@ -14,17 +14,33 @@ namespace {
 constexpr uint32_t kMinBuckets = 16;
 // Bucket indices are kept well inside int32 so that offset arithmetic cannot
 // overflow: 1e-9 .. 1e300 at a = 0.0001 is about +-3.5 million.
-constexpr double kMaxValue = 1e300;
+// The largest array a document may describe (from_json).
+constexpr uint32_t kMaxBucketsLimit = 1u << 20;
 
 }  // namespace
 
-FlowSketch::FlowSketch(double relative_accuracy, uint32_t max_buckets) : alpha_(relative_accuracy) {
+uint32_t FlowSketch::buckets_for_span(double relative_accuracy, double lo, double hi) {
+  const double log_gamma = std::log((1 + relative_accuracy) / (1 - relative_accuracy));
+  // index(hi) - index(lo) + 1, with one bucket of slack for rounding.
+  const double n = std::ceil(std::log(hi / lo) / log_gamma) + 2;
+  return static_cast<uint32_t>(std::clamp(n, double{kMinBuckets}, double{kMaxBucketsLimit}));
+}
+
+FlowSketch::FlowSketch(double relative_accuracy, uint32_t max_buckets, double min_value, double max_value)
+    : alpha_(relative_accuracy), lo_(min_value), hi_(max_value) {
   if (!(relative_accuracy >= 1e-4 && relative_accuracy <= 0.5))
     throw std::invalid_argument("sketch relative accuracy must be in [0.0001, 0.5], got " +
                                 std::to_string(relative_accuracy));
+  if (!(min_value >= kMinPositive && max_value > min_value && max_value <= kMaxValue))
+    throw std::invalid_argument("sketch span must satisfy 1e-9 <= min_value < max_value <= 1e300");
   gamma_ = (1 + alpha_) / (1 - alpha_);
   inv_log_gamma_ = 1.0 / std::log(gamma_);
-  max_buckets_ = std::max(max_buckets, kMinBuckets);
+  if (max_buckets == 0) {
+    const bool unbounded = min_value == kMinPositive && max_value == kMaxValue;
+    max_buckets = unbounded ? buckets_for_span(alpha_, 1, std::pow(10.0, kDefaultDecades))
+                            : buckets_for_span(alpha_, min_value, max_value);
+  }
+  max_buckets_ = std::clamp(max_buckets, kMinBuckets, kMaxBucketsLimit);
 }
 
 int32_t FlowSketch::index_of(double value) const {
@@ -107,6 +123,10 @@ void FlowSketch::add(double value, uint64_t count) {
     rejected_ += count;
     return;
   }
+  if (value >= kMinPositive && (value < lo_ || value > hi_)) {
+    // Outside the span: counted at its end (min and max stay exact below).
+    clamped_ += count;
+  }
   value = std::min(value, kMaxValue);
   if (total_ == 0) {
     min_ = max_ = value;
@@ -119,7 +139,7 @@ void FlowSketch::add(double value, uint64_t count) {
     zero_count_ += count;
     return;
   }
-  bump(slot_for(index_of(value)), count);
+  bump(slot_for(index_of(std::clamp(value, lo_, hi_))), count);
 }
 
 void FlowSketch::merge(const FlowSketch& other) {
@@ -137,6 +157,7 @@ void FlowSketch::merge(const FlowSketch& other) {
   total_ += other.total_;
   zero_count_ += other.zero_count_;
   rejected_ += other.rejected_;
+  clamped_ += other.clamped_;
   collapsed_ = collapsed_ || other.collapsed_;
   // Highest first: if the span overflows, growing upwards collapses the low
   // end once instead of repeatedly.
@@ -183,18 +204,25 @@ nlohmann::json FlowSketch::to_json() const {
   for (size_t j = first; j < last; ++j) counts.push_back(counts_[j]);
   return nlohmann::json{{"relative_accuracy", alpha_},
                         {"max_buckets", max_buckets_},
+                        {"min_value", lo_},
+                        {"max_value", hi_},
                         {"count", total_},
                         {"zero_count", zero_count_},
                         {"min", min_},
                         {"max", max_},
                         {"collapsed", collapsed_},
+                        {"clamped", clamped_},
                         {"offset", offset_ + static_cast<int32_t>(first)},
                         {"counts", std::move(counts)}};
 }
 
 FlowSketch FlowSketch::from_json(const nlohmann::json& j) {
   try {
-    FlowSketch s(j.at("relative_accuracy").get<double>(), j.at("max_buckets").get<uint32_t>());
+    const uint32_t max_buckets = j.at("max_buckets").get<uint32_t>();
+    if (max_buckets == 0 || max_buckets > kMaxBucketsLimit)
+      throw std::invalid_argument("sketch max_buckets " + std::to_string(max_buckets) + " out of range");
+    FlowSketch s(j.at("relative_accuracy").get<double>(), max_buckets, j.value("min_value", kMinPositive),
+                 j.value("max_value", kMaxValue));
     const auto& counts = j.at("counts");
     if (!counts.is_array()) throw std::invalid_argument("\"counts\" is not an array");
     if (counts.size() > s.max_buckets_)
@@ -215,6 +243,7 @@ FlowSketch FlowSketch::from_json(const nlohmann::json& j) {
     s.min_ = j.at("min").get<double>();
     s.max_ = j.at("max").get<double>();
     s.collapsed_ = j.at("collapsed").get<bool>();
+    s.clamped_ = j.value("clamped", uint64_t{0});
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(std::string("malformed sketch: ") + e.what());

@@ -3,17 +3,29 @@
 // gamma = (1 + a) / (1 - a), and is read back as 2 gamma^i / (gamma + 1),
 // which is within a factor (1 +- a) of every value the bucket can hold. With
 // a = 0.01 every quantile the sketch returns is within 1 % of the true order
-// statistic of the same rank (see value_at_rank), whatever the distribution.
+// statistic of the same rank (see value_at_rank), whatever the distribution,
+// for every value inside the sketch's span and as long as it has not
+// collapsed (both below).
 //
 // Why this and not the Prometheus histograms: their 1-2-3-5 buckets are up to
 // a factor 2 wide, so a 10 % change of a median can hide inside one bucket.
 // This sketch keeps ~115 buckets per decade instead, in bounded memory:
 // counts live in one dense array spanning the lowest to the highest bucket
-// seen, at most `max_buckets` long. A value that would stretch the array
-// further collapses the lowest buckets into one (low quantiles then lose
-// their guarantee, which `collapsed()` reports; the median and the upper
-// quantiles the comparisons use keep it). 512 buckets at a = 0.01 span
-// 4.4 decades, e.g. 100 us to 2.5 s of completion time, before collapsing.
+// seen, at most `max_buckets` long.
+//
+// Span. Each sketch has a span [min_value, max_value] (metric_sketch_span in
+// compare_metric.h gives every metric its realistic one, 10 decades: fct
+// and rtt 1 us to 10^4 s, throughput 1 kbit/s to 10 Tbit/s, retrans 1e-9 to
+// 10) and by
+// default max_buckets covers that span (1153 buckets at a = 0.01, 4.6 KB
+// at most), so no value inside it can force a collapse: one 2-hour flow
+// among 10,000 of 30 ms widens the array to ~620 buckets and every quantile
+// keeps its 1 %. A value outside the span is counted at the span's end
+// (clamped(), its own rank then reads as that end, but min() and max() stay
+// exact and every other rank keeps its guarantee). Only a max_buckets
+// smaller than the span (a caller's choice) can still collapse: a value that
+// would stretch the array further folds the lowest buckets into one, low
+// quantiles lose their guarantee and `collapsed()` says so.
 //
 // Values below kMinPositive (including 0) are counted apart as zeros: the
 // retransmit ratio of most flows is exactly 0 and must stay exact.
@@ -35,11 +47,21 @@ namespace tcpscope {
 class FlowSketch {
  public:
   static constexpr double kDefaultRelativeAccuracy = 0.01;
-  static constexpr uint32_t kDefaultMaxBuckets = 512;
   static constexpr double kMinPositive = 1e-9;
+  static constexpr double kMaxValue = 1e300;
+  // The span a sketch without an explicit one covers without collapsing
+  // (max_buckets 0 and the default [kMinPositive, kMaxValue] span).
+  static constexpr double kDefaultDecades = 10;
 
-  explicit FlowSketch(double relative_accuracy = kDefaultRelativeAccuracy,
-                      uint32_t max_buckets = kDefaultMaxBuckets);
+  // max_buckets 0: enough buckets for [min_value, max_value], or for
+  // kDefaultDecades when the span is the unbounded default. Values in
+  // (0, min_value) and above max_value are clamped into the span.
+  explicit FlowSketch(double relative_accuracy = kDefaultRelativeAccuracy, uint32_t max_buckets = 0,
+                      double min_value = kMinPositive, double max_value = kMaxValue);
+
+  // The buckets needed to hold [lo, hi] at this relative accuracy without
+  // collapsing.
+  static uint32_t buckets_for_span(double relative_accuracy, double lo, double hi);
 
   // Counts `value` (`count` times). Negative values and NaN are ignored and
   // counted in rejected(): every metric the sketches hold is >= 0.
@@ -54,8 +76,13 @@ class FlowSketch {
   bool empty() const { return total_ == 0; }
   double relative_accuracy() const { return alpha_; }
   uint32_t max_buckets() const { return max_buckets_; }
-  // True once low buckets were folded together to stay within max_buckets.
+  double min_value() const { return lo_; }
+  double max_value() const { return hi_; }
+  // True once low buckets were folded together to stay within max_buckets
+  // (only possible when max_buckets is smaller than the span).
   bool collapsed() const { return collapsed_; }
+  // Values counted at the span's ends because they lay outside it.
+  uint64_t clamped() const { return clamped_; }
   // Exact smallest / largest value added (0 when empty).
   double min() const { return min_; }
   double max() const { return max_; }
@@ -76,9 +103,12 @@ class FlowSketch {
   // Bytes of heap this sketch holds (for the daemon's memory accounting).
   size_t memory_bytes() const { return counts_.capacity() * sizeof(uint32_t); }
 
-  // {"relative_accuracy", "max_buckets", "count", "zero_count", "min", "max",
-  //  "collapsed", "offset", "counts": [...]}: counts[j] belongs to bucket
-  // offset + j. from_json throws std::invalid_argument on malformed input.
+  // {"relative_accuracy", "max_buckets", "min_value", "max_value", "count",
+  //  "zero_count", "min", "max", "collapsed", "clamped", "offset",
+  //  "counts": [...]}: counts[j] belongs to bucket offset + j. from_json
+  // accepts documents without the span fields (older daemons: unbounded
+  // span, nothing clamped) and throws std::invalid_argument on malformed
+  // input.
   nlohmann::json to_json() const;
   static FlowSketch from_json(const nlohmann::json& j);
 
@@ -95,11 +125,13 @@ class FlowSketch {
   double gamma_;
   double inv_log_gamma_;
   uint32_t max_buckets_;
+  double lo_, hi_;
   int32_t offset_ = 0;            // bucket index of counts_[0]
   std::vector<uint32_t> counts_;  // dense, counts_[j] = bucket offset_ + j
   uint64_t zero_count_ = 0;
   uint64_t total_ = 0;
   uint64_t rejected_ = 0;
+  uint64_t clamped_ = 0;
   double min_ = 0, max_ = 0;
   bool collapsed_ = false;
 };

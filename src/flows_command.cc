@@ -1,9 +1,12 @@
 #include "flows_command.h"
 
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <iostream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -14,11 +17,14 @@ namespace tcpscope {
 
 const char* const kFlowsUsage =
     "usage: tcpscope flows [--server URL] [--json] [--sort FIELD] [--reverse] [--limit N] [--filter SEL]\n"
-    "                      [--timeout-ms 5000]\n"
+    "                      [--watch SECONDS [--count N]] [--timeout-ms 5000]\n"
     "  --server URL   the daemon (default http://127.0.0.1:9810); Basic auth: http://USER:PASSWORD@HOST:PORT\n"
     "                 or TCPSCOPE_BASIC_AUTH=USER:PASSWORD in the environment\n"
     "  --sort FIELD   bytes (default), age, srtt, cwnd, retrans, rate, or any record field\n"
-    "  --filter SEL   only flows matching SEL, e.g. cc=bbr,peer_class=client (see tcpscope compare)\n";
+    "  --filter SEL   only flows matching SEL, e.g. cc=bbr,peer_class=client (see tcpscope compare)\n"
+    "  --watch S      fetch again every S seconds (1-3600) until interrupted; --count N stops after N\n"
+    "                 refreshes. The daemon's list itself changes every snapshot_interval_s (default 10 s).\n"
+    "                 With --json: one JSON array per line per refresh.\n";
 
 namespace {
 
@@ -215,13 +221,27 @@ std::string format_flows_table(const nlohmann::json& flows, const FlowsViewOptio
   for (const auto& row : rows) line(row);
   out += std::to_string(flows.size()) + " of " + std::to_string(total) + " open flows, sorted by " + o.sort +
          (o.reverse ? " (reversed)" : "") + "; AGE ? = opened before tcpscope started\n";
+  if (flows.empty()) out += empty_flows_note(o, total);
   return out;
+}
+
+std::string empty_flows_note(const FlowsViewOptions& o, size_t total) {
+  if (total > 0)
+    return "none of the " + std::to_string(total) + " open flows matches --filter " +
+           (o.filter ? o.filter->text() : std::string()) + "\n";
+  return "no open flows in the daemon's answer. It lists open flows only from its periodic snapshot "
+         "(snapshot_interval_s, default 10 s): with snapshot_interval_s: 0 snapshots are disabled and this list "
+         "stays empty; otherwise the host has no TCP flow open, or the daemon started less than one interval "
+         "ago. /api/v1/flows serves only the list, not the daemon's snapshot_interval_s, so which of these "
+         "applies cannot be told from here: see the daemon's config (finished flows are recorded either way).\n";
 }
 
 int flows_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   std::string server = kDefaultServer;
   bool json = false;
   int timeout_ms = 5000;
+  int watch = 0;       // seconds between refreshes; 0 = one fetch
+  uint64_t count = 0;  // refreshes under --watch; 0 = until interrupted
   FlowsViewOptions o;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -267,6 +287,19 @@ int flows_command(const std::vector<std::string>& args, std::ostream& out, std::
         return 2;
       }
       timeout_ms = static_cast<int>(n);
+    } else if (value("watch", &v)) {
+      if (!parse_size(v, &n) || n < kMinWatchSeconds || n > kMaxWatchSeconds) {
+        err << "tcpscope flows: --watch wants whole seconds in [" << kMinWatchSeconds << ", " << kMaxWatchSeconds
+            << "], got \"" << v << "\"\n";
+        return 2;
+      }
+      watch = static_cast<int>(n);
+    } else if (value("count", &v)) {
+      if (!parse_size(v, &n) || n == 0) {
+        err << "tcpscope flows: --count wants a positive count, got \"" << v << "\"\n";
+        return 2;
+      }
+      count = n;
     } else if (value("filter", &v)) {
       std::string why;
       o.filter = Selection::parse(v, &why);
@@ -279,34 +312,74 @@ int flows_command(const std::vector<std::string>& args, std::ostream& out, std::
       return 2;
     }
   }
+  if (count && !watch) {
+    err << "tcpscope flows: --count applies to --watch\n";
+    return 2;
+  }
   const std::string url = join_url(server, kFlowsPath);
-  HttpResponse resp;
-  std::string error;
-  if (!http_get(url, timeout_ms, &resp, &error)) {
-    err << "tcpscope flows: " << error << "\n";
-    return 1;
+  // One fetch and render; false (after printing why) when the daemon could
+  // not be read.
+  auto once = [&](bool watching) -> bool {
+    HttpResponse resp;
+    std::string error;
+    if (!http_get(url, timeout_ms, &resp, &error)) {
+      err << "tcpscope flows: " << error << "\n";
+      return false;
+    }
+    if (resp.status == 401) {
+      err << "tcpscope flows: GET " << redact_url(url) << ": 401: the daemon wants credentials: give --server "
+          << "http://USER:PASSWORD@HOST:PORT or set TCPSCOPE_BASIC_AUTH=USER:PASSWORD\n";
+      return false;
+    }
+    if (resp.status != 200) {
+      err << "tcpscope flows: GET " << redact_url(url) << ": HTTP " << resp.status << "\n";
+      return false;
+    }
+    const nlohmann::json flows = nlohmann::json::parse(resp.body, nullptr, false);
+    if (!flows.is_array()) {
+      err << "tcpscope flows: GET " << redact_url(url) << ": answer is not a JSON array\n";
+      return false;
+    }
+    o.now_ns = realtime_ns();
+    const nlohmann::json shown = select_flows(flows, o);
+    if (json) {
+      // Watching: one compact document per line, so each refresh is one
+      // record for a script; the reason for an empty list goes to stderr.
+      out << (watching ? shown.dump() : shown.dump(2)) << "\n";
+      if (shown.empty()) err << "tcpscope flows: " << empty_flows_note(o, flows.size());
+    } else {
+      out << format_flows_table(shown, o, flows.size());
+    }
+    out.flush();
+    return true;
+  };
+  if (!watch) return once(false) ? 0 : 1;
+
+  // Clear the screen between refreshes only on a terminal; piped output
+  // gets the frames one after another.
+  const bool clear = !json && &out == &std::cout && isatty(STDOUT_FILENO);
+  bool ok = true;
+  for (uint64_t i = 0; count == 0 || i < count; ++i) {
+    if (i) {
+      timespec ts{watch, 0};
+      while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+      }
+    }
+    if (!json) {
+      if (clear) out << "\033[H\033[2J";
+      const time_t now = time(nullptr);
+      char stamp[32];
+      tm t{};
+      gmtime_r(&now, &t);
+      std::strftime(stamp, sizeof(stamp), "%H:%M:%S UTC", &t);
+      out << "every " << watch << " s, " << stamp << " (" << redact_url(server) << ")";
+      if (count) out << ", refresh " << (i + 1) << " of " << count;
+      out << "\n";
+    }
+    // A daemon that is restarting does not end the watch; the last answer decides the exit code.
+    ok = once(true);
   }
-  if (resp.status == 401) {
-    err << "tcpscope flows: GET " << redact_url(url) << ": 401: the daemon wants credentials: give --server "
-        << "http://USER:PASSWORD@HOST:PORT or set TCPSCOPE_BASIC_AUTH=USER:PASSWORD\n";
-    return 1;
-  }
-  if (resp.status != 200) {
-    err << "tcpscope flows: GET " << redact_url(url) << ": HTTP " << resp.status << "\n";
-    return 1;
-  }
-  const nlohmann::json flows = nlohmann::json::parse(resp.body, nullptr, false);
-  if (!flows.is_array()) {
-    err << "tcpscope flows: GET " << redact_url(url) << ": answer is not a JSON array\n";
-    return 1;
-  }
-  o.now_ns = realtime_ns();
-  const nlohmann::json shown = select_flows(flows, o);
-  if (json)
-    out << shown.dump(2) << "\n";
-  else
-    out << format_flows_table(shown, o, flows.size());
-  return 0;
+  return ok ? 0 : 1;
 }
 
 }  // namespace tcpscope

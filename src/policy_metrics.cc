@@ -12,6 +12,11 @@ PolicyMetrics::PolicyMetrics(std::shared_ptr<prometheus::Registry> registry)
                         .Name("tcpscope_cc_assignments_total")
                         .Help("Flows whose congestion control a cc_policy rule set, by rule, experiment and arm.")
                         .Register(*registry_)),
+      revoked_(&prometheus::BuildCounter()
+                    .Name("tcpscope_cc_assignments_revoked_total")
+                    .Help("Of tcpscope_cc_assignments_total, the flows whose application then set its own "
+                          "TCP_CONGESTION (app_override: respect): the rule's algorithm did not stay.")
+                    .Register(*registry_)),
       app_cc_(&prometheus::BuildCounter()
                    .Name("tcpscope_app_cc_setsockopt_total")
                    .Help("Applications setting TCP_CONGESTION themselves: observed (every call seen), "
@@ -38,10 +43,19 @@ void PolicyMetrics::set_assignments(const std::string& slot, const std::string& 
   advance(&t, total);
 }
 
+void PolicyMetrics::set_revoked(const std::string& slot, const std::string& rule, const std::string& experiment,
+                                const std::string& arm, const std::string& cc, uint64_t total) {
+  Tracked& t = tracked_["revoke/" + slot];
+  if (!t.counter) t.counter = &revoked_->Add({{"rule", rule}, {"experiment", experiment}, {"arm", arm}, {"cc", cc}});
+  advance(&t, total);
+}
+
 void PolicyMetrics::forget_slots(const std::string& prefix) {
-  const std::string key = "assign/" + prefix;
-  for (auto it = tracked_.lower_bound(key); it != tracked_.end() && it->first.compare(0, key.size(), key) == 0;)
-    it = tracked_.erase(it);
+  for (const char* kind : {"assign/", "revoke/"}) {
+    const std::string key = kind + prefix;
+    for (auto it = tracked_.lower_bound(key); it != tracked_.end() && it->first.compare(0, key.size(), key) == 0;)
+      it = tracked_.erase(it);
+  }
 }
 
 void PolicyMetrics::set_app_cc(const std::string& cc, const std::string& action, uint64_t total) {

@@ -24,6 +24,10 @@ class PolicyMetrics {
   // kernel counter the total comes from; forget_slots() after it was reset.
   void set_assignments(const std::string& slot, const std::string& rule, const std::string& experiment,
                        const std::string& arm, const std::string& cc, uint64_t total);
+  // tcpscope_cc_assignments_revoked_total{rule, experiment, arm, cc}: of
+  // those, the ones an application replaced afterwards (app_override: respect).
+  void set_revoked(const std::string& slot, const std::string& rule, const std::string& experiment,
+                   const std::string& arm, const std::string& cc, uint64_t total);
   void forget_slots(const std::string& prefix);
   // tcpscope_app_cc_setsockopt_total{cc, action}
   void set_app_cc(const std::string& cc, const std::string& action, uint64_t total);
@@ -39,6 +43,7 @@ class PolicyMetrics {
 
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>* assignments_;
+  prometheus::Family<prometheus::Counter>* revoked_;
   prometheus::Family<prometheus::Counter>* app_cc_;
   prometheus::Family<prometheus::Counter>* sysctl_;
   std::map<std::string, Tracked> tracked_;

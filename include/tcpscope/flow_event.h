@@ -71,7 +71,7 @@ struct tcpscope_flow_event {
 	__u32 rate_interval_us; /* its interval */
 	__u32 flags;            /* TCPSCOPE_F_* */
 	__s32 sk_err;           /* positive errno the socket ended with, 0 if none */
-	__u32 cc_rule;          /* policy rule index + 1, 0 when none chose the CC */
+	__u32 cc_rule;          /* (policy install id << 16) | (rule index + 1); 0: no rule chose */
 	__u16 sport;            /* host order */
 	__u16 dport;
 	__u8 family;            /* 4 or 6 */

@@ -27,12 +27,15 @@ struct tcpscope_remote_key {
 	__u8 addr[16];
 };
 
-/* What the daemon knows about every address under a trie entry. */
+/* What the daemon decided for every address under a trie entry. */
 struct tcpscope_remote_info {
 	__u32 class_id;    /* peer class (index into the daemon's class list) */
 	__u32 asn;         /* 0 when the ASN is not one any rule or class names */
-	__u64 prefix_rules; /* bit i: rule i's `prefixes` contain the address */
-	__u64 asn_rules;    /* bit i: rule i's `asns` contain the address's ASN */
+	/* Bit i: rule i's peer_class, asns and prefixes conditions all hold for
+	 * these addresses (a rule without one of them passes it). Only lports
+	 * is left for the kernel to check, so the sockops program visits just
+	 * the set bits, lowest first: first match wins as in the rule order. */
+	__u64 rules;
 };
 
 #define TCPSCOPE_MATCH_CLASS  (1u << 0)
@@ -61,27 +64,60 @@ struct tcpscope_policy_state {
 	__u32 app_override; /* TCPSCOPE_APP_* */
 	__u32 sysctl_guard; /* TCPSCOPE_SYSCTL_* */
 	__u32 loaded;       /* set while the daemon runs */
+	/* Which install of the daemon's (a counter, 1, 2, ... wrapping in 16
+	 * bits) each generation holds: sockets are tagged with it, so a record
+	 * names the rule that chose its CC even after several reloads. */
+	__u32 install_id[TCPSCOPE_POLICY_GENERATIONS];
 	__u32 pad;
+	/* The rules mask of an address no trie entry covers (the daemon also
+	 * loads ::/0 into the trie, so this is a fallback). */
+	__u64 default_rules[TCPSCOPE_POLICY_GENERATIONS];
 };
 
 /* Per socket: what the policy and the application did to its CC. Cloned to
  * accepted children, so an application's choice on a listener carries over. */
 struct tcpscope_sock_policy {
-	__u32 rule;   /* (generation << 16) | (rule index + 1); 0 = no rule chose */
+	/* (install id << 16) | (rule index + 1); 0 = no rule chose. Copied
+	 * verbatim into the flow record's cc_rule; the daemon decodes it. */
+	__u32 rule;
 	__u8 arm;     /* arm index + 1 for experiments, else 0 */
 	__u8 app_set_cc;
 	__u8 overridden; /* enforce: the policy replaced the application's choice */
-	__u8 pad;
+	__u8 app_cc;  /* the application's CC: index into cc_names + 1, 0 = other */
 };
+
+#define TCPSCOPE_RULE_TAG(install_id, idx) (((__u32)(install_id) << 16) | ((idx) + 1))
+#define TCPSCOPE_RULE_TAG_INSTALL(tag) ((tag) >> 16)
+#define TCPSCOPE_RULE_TAG_INDEX(tag) (((tag) & 0xffff) - 1)
 
 /* Indexes of cc_assignments: (gen * MAX_RULES + rule) * MAX_ARMS + arm. */
 #define TCPSCOPE_ASSIGN_SLOTS (TCPSCOPE_POLICY_GENERATIONS * TCPSCOPE_MAX_RULES * TCPSCOPE_MAX_ARMS)
 
+/* Assignments an application's own TCP_CONGESTION replaced afterwards
+ * (app_override: respect): same layout as cc_assignments. */
+
+/* Congestion controls an application may name, as the kernel offers them
+ * (the daemon keeps cc_names in step with tcp_available_congestion_control):
+ * name -> index + 1. Any other name (a typo, a module never loaded: the call
+ * fails) is counted as "other", so the label values stay bounded. */
+#define TCPSCOPE_MAX_CC_NAMES 31
+struct tcpscope_cc_name {
+	char name[16];
+};
+
 #define TCPSCOPE_APP_CC_OBSERVED 0
 #define TCPSCOPE_APP_CC_OVERRIDDEN 1
-struct tcpscope_app_cc_key {
-	char cc[16];
-	__u32 action; /* TCPSCOPE_APP_CC_* */
+/* app_cc_calls: (cc index + 1, 0 = other) * 2 + TCPSCOPE_APP_CC_*. */
+#define TCPSCOPE_APP_CC_SLOTS ((TCPSCOPE_MAX_CC_NAMES + 1) * 2)
+
+/* One write to a CC sysctl, for the daemon's log (ring buffer sysctl_log). */
+struct tcpscope_sysctl_event {
+	__u32 pid;      /* thread group id of the writer */
+	__u32 name_idx; /* 0 tcp_congestion_control, 1 tcp_allowed_congestion_control */
+	__u32 denied;
+	__u32 truncated; /* the value was longer than `value` */
+	char comm[16];
+	char value[64];
 };
 
 /* sysctl_writes: name index (0 tcp_congestion_control, 1
@@ -89,11 +125,11 @@ struct tcpscope_app_cc_key {
 #define TCPSCOPE_SYSCTL_SLOTS 4
 
 #ifdef __cplusplus
-static_assert(sizeof(struct tcpscope_remote_info) == 24, "tcpscope_remote_info layout");
+static_assert(sizeof(struct tcpscope_remote_info) == 16, "tcpscope_remote_info layout");
 static_assert(sizeof(struct tcpscope_rule) == 208, "tcpscope_rule layout");
 static_assert(sizeof(struct tcpscope_sock_policy) == 8, "tcpscope_sock_policy layout");
 #else
-_Static_assert(sizeof(struct tcpscope_remote_info) == 24, "tcpscope_remote_info layout");
+_Static_assert(sizeof(struct tcpscope_remote_info) == 16, "tcpscope_remote_info layout");
 _Static_assert(sizeof(struct tcpscope_rule) == 208, "tcpscope_rule layout");
 _Static_assert(sizeof(struct tcpscope_sock_policy) == 8, "tcpscope_sock_policy layout");
 #endif

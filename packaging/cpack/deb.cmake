@@ -83,8 +83,13 @@ install(CODE [[
   endif()
 ]])
 # Dashboards and rules, whichever exist (globbed again at every build).
+# /usr/share/tcpscope/prometheus/ holds rule files only, so that a Prometheus
+# can load `rule_files: [/usr/share/tcpscope/prometheus/*.yml]`: the promtool
+# unit tests of those rules (*.test.yml, a different format that Prometheus
+# rejects as a rule file) stay in the source tree.
 file(GLOB TCPSCOPE_GRAFANA_FILES CONFIGURE_DEPENDS ${TCPSCOPE_PKG_DIR}/grafana/*.json)
 file(GLOB TCPSCOPE_PROMETHEUS_FILES CONFIGURE_DEPENDS ${TCPSCOPE_PKG_DIR}/prometheus/*.yml)
+list(FILTER TCPSCOPE_PROMETHEUS_FILES EXCLUDE REGEX "\\.test\\.yml$")
 if(TCPSCOPE_GRAFANA_FILES)
   install(FILES ${TCPSCOPE_GRAFANA_FILES} DESTINATION share/tcpscope/grafana)
 endif()
@@ -119,6 +124,9 @@ set(CPACK_DEBIAN_COMPRESSION_TYPE xz)
 # Libraries: dpkg-shlibdeps. adduser is what the postinst runs, not a library.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS adduser)
+# `tcpscope compare --plot FILE.png` renders its SVG to PNG with rsvg-convert;
+# SVG output needs nothing.
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS librsvg2-bin)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
     ${TCPSCOPE_PKG_DIR}/cpack/conffiles ${TCPSCOPE_PKG_DIR}/cpack/postinst
     ${TCPSCOPE_PKG_DIR}/cpack/prerm ${TCPSCOPE_PKG_DIR}/cpack/postrm)

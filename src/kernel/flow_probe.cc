@@ -11,8 +11,10 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <regex>
 
 #include "tcpscope.skel.h"
@@ -26,17 +28,18 @@ struct ProgramHook {
   const char* program;
   const char* tracepoint;
   bool required;
+  const char* loses;  // what the records lose on a kernel without it
 };
 constexpr ProgramHook kHooks[] = {
-    {"on_state_change", "inet_sock_set_state", true},
-    {"on_state_change_nested", "inet_sock_set_state", true},
-    {"on_data_ready", "sk_data_ready", false},
-    {"on_data_ready_twin", "sk_data_ready", false},
-    {"on_sendmsg", "tcp_sendmsg_locked", false},
-    {"on_recvmsg", "tcp_rcv_space_adjust", false},
-    {"on_cong_state", "tcp_cong_state_set", false},
-    {"on_send_reset", "tcp_send_reset", false},
-    {"on_receive_reset", "tcp_receive_reset", false},
+    {"on_state_change", "inet_sock_set_state", true, ""},
+    {"on_state_change_nested", "inet_sock_set_state", true, ""},
+    {"on_data_ready", "sk_data_ready", false, "receive-side FCT ends at the application's last read"},
+    {"on_data_ready_twin", "sk_data_ready", false, "receive-side FCT ends at the application's last read"},
+    {"on_sendmsg", "tcp_sendmsg_locked", false, "owner of accepted sockets that write first; cwnd samples"},
+    {"on_recvmsg", "tcp_rcv_space_adjust", false, "owner of accepted sockets that only read"},
+    {"on_cong_state", "tcp_cong_state_set", false, "time per congestion state; cwnd before reductions"},
+    {"on_send_reset", "tcp_send_reset", false, "resets sent by the kernel after close"},
+    {"on_receive_reset", "tcp_receive_reset", false, "resets received before the handshake"},
 };
 
 // libbpf's messages (the verifier log among them) are collected while we load,
@@ -73,7 +76,29 @@ std::string failed_program(const std::string& log) {
   return name;
 }
 
+// Test-only overrides, read only while loading (tests/integration/
+// test_flow_records.py uses them to reach start-up failures that a test
+// machine cannot otherwise produce; nothing else should set them):
+//   TCPSCOPE_TEST_BTF_PATH=FILE         check FILE instead of /sys/kernel/btf/vmlinux
+//   TCPSCOPE_TEST_REFUSE_PROGRAM=NAME   load program NAME as sleepable, which the
+//                                       verifier refuses for a tp_btf program
+const char* kernel_btf_path() {
+  const char* p = getenv("TCPSCOPE_TEST_BTF_PATH");
+  return p && *p ? p : "/sys/kernel/btf/vmlinux";
+}
+
+//   TCPSCOPE_TEST_MISSING_TRACEPOINTS=a,b  behave as on a kernel without
+//                                       tracepoints a and b (an older kernel's
+//                                       fallbacks, exercised on a new one)
+bool tracepoint_hidden_for_test(const char* tracepoint) {
+  const char* list = getenv("TCPSCOPE_TEST_MISSING_TRACEPOINTS");
+  if (!list) return false;
+  std::string padded = std::string(",") + list + ",";
+  return padded.find(std::string(",") + tracepoint + ",") != std::string::npos;
+}
+
 bool tracepoint_exists(const btf* vmlinux, const char* tracepoint) {
+  if (tracepoint_hidden_for_test(tracepoint)) return false;
   std::string type = std::string("btf_trace_") + tracepoint;
   return vmlinux && btf__find_by_name_kind(vmlinux, type.c_str(), BTF_KIND_TYPEDEF) > 0;
 }
@@ -106,8 +131,9 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
     *error = "not permitted: loading BPF programs needs root (or CAP_BPF and CAP_PERFMON)";
     return nullptr;
   }
-  if (access("/sys/kernel/btf/vmlinux", R_OK) != 0) {
-    *error = "no kernel BTF: /sys/kernel/btf/vmlinux: " + errno_text(errno) +
+  const char* btf_path = kernel_btf_path();
+  if (access(btf_path, R_OK) != 0) {
+    *error = std::string("no kernel BTF: ") + btf_path + ": " + errno_text(errno) +
              " (a kernel built with CONFIG_DEBUG_INFO_BTF=y is required)";
     return nullptr;
   }
@@ -135,7 +161,10 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
              " bytes failed: " + errno_text(err);
     return nullptr;
   }
-  skel->rodata->wakeup_bytes = opts.wakeup_bytes;
+  // A wakeup threshold at or above the ring's size never fires (the ring
+  // fills first) and leaves only the periodic drain: wake the reader by a
+  // quarter of the ring at the latest.
+  skel->rodata->wakeup_bytes = std::min<uint64_t>(opts.wakeup_bytes, opts.ring_buffer_bytes / 4);
   for (bpf_map* trie : {skel->maps.remote_gen0, skel->maps.remote_gen1})
     if (int err = bpf_map__set_max_entries(trie, opts.remote_trie_entries)) {
       *error = std::string("sizing map '") + bpf_map__name(trie) + "' failed: " + errno_text(err);
@@ -154,8 +183,23 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
     }
     bpf_program* prog = bpf_object__find_program_by_name(skel->obj, hook.program);
     if (prog) bpf_program__set_autoload(prog, false);
+    std::string note = std::string(hook.tracepoint) + " (" + hook.loses + ")";
+    if (std::find(probe->degraded_.begin(), probe->degraded_.end(), note) == probe->degraded_.end())
+      probe->degraded_.push_back(note);
+    // Without data-arrival events the receive side ends at the application's
+    // last read of payload instead (at or after its arrival).
+    if (std::string(hook.tracepoint) == "sk_data_ready") skel->rodata->rx_end_from_read = true;
   }
   btf__free(vmlinux);
+
+  if (const char* name = getenv("TCPSCOPE_TEST_REFUSE_PROGRAM"); name && *name) {
+    bpf_program* victim = bpf_object__find_program_by_name(skel->obj, name);
+    if (!victim) {
+      *error = std::string("TCPSCOPE_TEST_REFUSE_PROGRAM: no BPF program '") + name + "'";
+      return nullptr;
+    }
+    bpf_program__set_flags(victim, bpf_program__flags(victim) | BPF_F_SLEEPABLE);
+  }
 
   if (int err = tcpscope_bpf__load(skel)) {
     std::string prog = failed_program(log);

@@ -65,6 +65,8 @@ class FlowProbe {
   const std::string& cgroup_path() const { return cgroup_path_; }
   // Names of the programs attached.
   const std::vector<std::string>& attached() const { return attached_; }
+  // Tracepoints this kernel lacks, each with what the records lose for it.
+  const std::vector<std::string>& degraded() const { return degraded_; }
 
  private:
   FlowProbe() = default;
@@ -73,6 +75,7 @@ class FlowProbe {
   std::string cgroup_path_;
   int ncpus_ = 1;
   std::vector<std::string> attached_;
+  std::vector<std::string> degraded_;
 };
 
 }  // namespace tcpscope

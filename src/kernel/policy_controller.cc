@@ -7,6 +7,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 
 #include "asn_db.h"
@@ -44,22 +47,39 @@ bool PolicyController::load(const Config& config, const AsnDatabase* asn_db, std
   }
   if (!ensure_congestion_controls(compiled->congestion_controls(), error)) return false;
   auto policy = std::make_shared<const CompiledPolicy>(std::move(*compiled));
-  int gen = maps_.install(*policy, error);
+  const uint16_t install = next_install_;
+  int gen = maps_.install(*policy, install, error);
   if (gen < 0) return false;
+  next_install_ = next_install_ == 0xffff ? 1 : next_install_ + 1;
+  maps_.sync_cc_names(loaded_congestion_controls());
   metrics_.forget_slots(std::to_string(gen) + "/");
+
+  auto labels = std::make_shared<Labels>();
+  for (const auto& r : policy->rules) labels->push_back({r.name, r.experiment, r.arms});
+  installs_.erase(install);  // the counter wrapped: that install is long gone
+  install_order_.erase(std::remove(install_order_.begin(), install_order_.end(), install), install_order_.end());
+  installs_[install] = std::move(labels);
+  install_order_.push_back(install);
+  while (install_order_.size() > kKeepInstalls) {
+    installs_.erase(install_order_.front());
+    install_order_.pop_front();
+  }
+
   std::lock_guard<std::mutex> lock(mu_);
   by_gen_[gen] = std::move(policy);
   active_gen_ = gen;
+  active_install_ = install;
   config_ = config;
   return true;
 }
 
 void PolicyController::name_flow(const tcpscope_flow_event& ev, FlowRecord* flow) const {
   if (!ev.cc_rule) return;
-  uint32_t gen = (ev.cc_rule >> 16) & 1, idx = (ev.cc_rule & 0xffff) - 1;
-  const auto& policy = by_gen_[gen];
-  if (!policy || idx >= policy->rules.size()) return;
-  const CompiledRule& rule = policy->rules[idx];
+  const uint16_t install = static_cast<uint16_t>(TCPSCOPE_RULE_TAG_INSTALL(ev.cc_rule));
+  const uint32_t idx = TCPSCOPE_RULE_TAG_INDEX(ev.cc_rule);
+  auto it = installs_.find(install);
+  if (it == installs_.end() || idx >= it->second->size()) return;
+  const RuleLabel& rule = (*it->second)[idx];
   flow->cc_rule = rule.name;
   if (rule.experiment) {
     flow->experiment = rule.experiment;
@@ -74,13 +94,17 @@ void PolicyController::update_metrics() {
     for (uint32_t i = 0; i < policy->rules.size(); ++i) {
       const CompiledRule& r = policy->rules[i];
       for (uint32_t a = 0; a < r.arms.size(); ++a) {
-        uint64_t n = maps_.assignments(gen, i, a);
-        if (!n) continue;
-        metrics_.set_assignments(std::to_string(gen) + "/" + std::to_string(i) + "/" + std::to_string(a), r.name,
-                                 r.experiment.value_or(""), r.experiment ? r.arms[a] : "", r.arms[a], n);
+        const std::string slot = std::to_string(gen) + "/" + std::to_string(i) + "/" + std::to_string(a);
+        const std::string experiment = r.experiment.value_or(""), arm = r.experiment ? r.arms[a] : "";
+        if (uint64_t n = maps_.assignments(gen, i, a))
+          metrics_.set_assignments(slot, r.name, experiment, arm, r.arms[a], n);
+        if (uint64_t n = maps_.revoked(gen, i, a)) metrics_.set_revoked(slot, r.name, experiment, arm, r.arms[a], n);
       }
     }
   }
+  // A module an application loaded since (setsockopt autoloads for
+  // CAP_NET_ADMIN callers) is counted under its name from now on.
+  maps_.sync_cc_names(loaded_congestion_controls());
   for (const auto& c : maps_.app_cc_calls())
     metrics_.set_app_cc(c.cc, c.action == TCPSCOPE_APP_CC_OVERRIDDEN ? "overridden" : "observed", c.calls);
   auto sysctl = maps_.sysctl_writes();
@@ -88,6 +112,43 @@ void PolicyController::update_metrics() {
   for (int n = 0; n < 2; ++n)
     for (int denied = 0; denied < 2; ++denied)
       if (sysctl[n * 2 + denied]) metrics_.set_sysctl_writes(kNames[n], denied ? "denied" : "observed", sysctl[n * 2 + denied]);
+
+  auto now = std::chrono::steady_clock::now();
+  log_tokens_ = std::min(kLogBurst, log_tokens_ + std::chrono::duration<double>(now - log_refill_).count() /
+                                                      std::chrono::duration<double>(kLogEvery).count());
+  log_refill_ = now;
+  maps_.drain_sysctl_log([this](const tcpscope_sysctl_event& ev) { log_sysctl_write(ev); });
+  const uint64_t lost = sysctl[TCPSCOPE_SYSCTL_SLOTS];
+  if (lost > log_lost_reported_) {
+    log_suppressed_ += lost - log_lost_reported_;
+    log_lost_reported_ = lost;
+  }
+  if (log_suppressed_ && log_tokens_ >= 1) {
+    log_tokens_ -= 1;
+    std::fprintf(stderr, "tcpscope: sysctl: %llu more writes to the congestion-control sysctls not logged "
+                         "(rate limit; all are counted in tcpscope_sysctl_writes_total)\n",
+                 static_cast<unsigned long long>(log_suppressed_));
+    log_suppressed_ = 0;
+  }
+}
+
+void PolicyController::log_sysctl_write(const tcpscope_sysctl_event& ev) {
+  if (log_tokens_ < 1) {
+    ++log_suppressed_;
+    return;
+  }
+  log_tokens_ -= 1;
+  std::string value(ev.value);
+  while (!value.empty() && (value.back() == '\n' || value.back() == ' ' || value.back() == '\t')) value.pop_back();
+  for (char& c : value)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+  std::string comm(ev.comm);
+  for (char& c : comm)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+  std::fprintf(stderr, "tcpscope: sysctl: write net.ipv4.%s=\"%s\"%s by pid %u (%s): %s\n",
+               ev.name_idx ? "tcp_allowed_congestion_control" : "tcp_congestion_control", value.c_str(),
+               ev.truncated ? "..." : "", ev.pid, comm.c_str(),
+               ev.denied ? "denied (sysctl_guard: deny)" : "observed");
 }
 
 std::string PolicyController::to_json() const {
@@ -121,7 +182,8 @@ std::string PolicyController::to_json() const {
         uint64_t n = maps_.assignments(static_cast<uint32_t>(active_gen_), i, a);
         total += n;
         uint32_t weight = r.bpf.cum_weight[a] - (a ? r.bpf.cum_weight[a - 1] : 0);
-        arms.push_back({{"cc", r.arms[a]}, {"weight", weight}, {"assigned", n}});
+        arms.push_back({{"cc", r.arms[a]}, {"weight", weight}, {"assigned", n},
+                        {"revoked", maps_.revoked(static_cast<uint32_t>(active_gen_), i, a)}});
       }
       if (r.experiment)
         rule["experiment"] = {{"name", *r.experiment}, {"arms", arms}};
@@ -136,6 +198,7 @@ std::string PolicyController::to_json() const {
     app.push_back({{"cc", c.cc}, {"action", c.action == TCPSCOPE_APP_CC_OVERRIDDEN ? "overridden" : "observed"},
                    {"calls", c.calls}});
   j["app_cc_setsockopt"] = app;
+  j["install"] = active_install_;
   auto sysctl = maps_.sysctl_writes();
   j["sysctl_writes"] = {{"net.ipv4.tcp_congestion_control", {{"observed", sysctl[0]}, {"denied", sysctl[1]}}},
                         {"net.ipv4.tcp_allowed_congestion_control", {{"observed", sysctl[2]}, {"denied", sysctl[3]}}}};

@@ -6,9 +6,16 @@
 #pragma once
 
 #include <array>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
+
+#include <optional>
 
 #include "cc_policy.h"
 #include "flow_record.h"
@@ -27,14 +34,27 @@ class PolicyController {
 
   // Compiles and installs; on failure the previous policy stays in force.
   bool load(const Config& config, const AsnDatabase* asn_db, std::string* error);
-  // Fills cc_rule / experiment / arm from the kernel's (generation, rule, arm).
+  // Fills cc_rule / experiment / arm from the kernel's (install, rule, arm).
   void name_flow(const tcpscope_flow_event& ev, FlowRecord* flow) const;
+  // Counters to Prometheus; the sysctl writes seen since the last call to
+  // the log (rate-limited).
   void update_metrics();
   // Stop refusing sysctl writes (the daemon is going away).
   void unload() { maps_.set_loaded(false); }
   std::string to_json() const;
 
  private:
+  void log_sysctl_write(const tcpscope_sysctl_event& ev);
+
+  // What a record needs to name its rule, kept per install after the
+  // install's generation is reused: a flow opened under it may close later.
+  struct RuleLabel {
+    std::string name;
+    std::optional<std::string> experiment;
+    std::vector<std::string> arms;
+  };
+  using Labels = std::vector<RuleLabel>;
+
   FlowProbe& probe_;
   PolicyMaps maps_;
   PolicyMetrics metrics_;
@@ -43,8 +63,26 @@ class PolicyController {
   mutable std::mutex mu_;
   std::array<std::shared_ptr<const CompiledPolicy>, TCPSCOPE_POLICY_GENERATIONS> by_gen_;
   int active_gen_ = -1;
+  uint16_t active_install_ = 0;
   Config config_;  // as last loaded, for policy show
+
+  // Install ids (16 bits in the socket's tag, wrapping) -> the rules of
+  // that install; the last kKeepInstalls installs are kept, so a flow that
+  // stays open across more reloads than that closes with cc_rule null.
+  static constexpr size_t kKeepInstalls = 256;
+  uint16_t next_install_ = 1;
+  std::map<uint16_t, std::shared_ptr<const Labels>> installs_;
+  std::deque<uint16_t> install_order_;
+
+  // sysctl write log: a burst of kLogBurst lines, then one per kLogEvery.
+  static constexpr double kLogBurst = 10;
+  static constexpr std::chrono::seconds kLogEvery{6};
+  double log_tokens_ = kLogBurst;
+  std::chrono::steady_clock::time_point log_refill_ = std::chrono::steady_clock::now();
+  uint64_t log_suppressed_ = 0;
+  uint64_t log_lost_reported_ = 0;
 };
+
 
 // Makes sure the kernel has each algorithm loaded: a BPF program cannot make
 // it load a module, but a setsockopt() from a privileged process can.

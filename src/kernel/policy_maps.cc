@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "kernel/flow_probe.h"
@@ -43,7 +45,11 @@ bool PolicyMaps::clear_trie(int fd, std::string* error) {
   return true;
 }
 
-int PolicyMaps::install(const CompiledPolicy& policy, std::string* error) {
+PolicyMaps::~PolicyMaps() {
+  if (sysctl_ring_) ring_buffer__free(sysctl_ring_);
+}
+
+int PolicyMaps::install(const CompiledPolicy& policy, uint16_t install_id, std::string* error) {
   auto* skel = probe_.skeleton();
   int state_fd = bpf_map__fd(skel->maps.policy_state);
   uint32_t zero = 0;
@@ -72,16 +78,20 @@ int PolicyMaps::install(const CompiledPolicy& policy, std::string* error) {
       return -1;
     }
   }
-  int assign_fd = bpf_map__fd(skel->maps.cc_assignments);
   std::vector<uint64_t> zeros(ncpus(), 0);
-  for (uint32_t i = 0; i < TCPSCOPE_MAX_RULES * TCPSCOPE_MAX_ARMS; ++i) {
-    uint32_t slot = gen * TCPSCOPE_MAX_RULES * TCPSCOPE_MAX_ARMS + i;
-    bpf_map_update_elem(assign_fd, &slot, zeros.data(), BPF_ANY);
+  for (bpf_map* counters : {skel->maps.cc_assignments, skel->maps.cc_revoked}) {
+    int fd = bpf_map__fd(counters);
+    for (uint32_t i = 0; i < TCPSCOPE_MAX_RULES * TCPSCOPE_MAX_ARMS; ++i) {
+      uint32_t slot = gen * TCPSCOPE_MAX_RULES * TCPSCOPE_MAX_ARMS + i;
+      bpf_map_update_elem(fd, &slot, zeros.data(), BPF_ANY);
+    }
   }
 
   // 2. Publish: first the rule count of the new generation, then the flip,
   //    so a reader never sees the new generation without its rules.
   st.n_rules[gen] = static_cast<uint32_t>(policy.rules.size());
+  st.install_id[gen] = install_id;
+  st.default_rules[gen] = policy.default_rules;
   st.app_override = policy.app_override;
   st.sysctl_guard = policy.sysctl_guard;
   st.loaded = 1;
@@ -95,6 +105,8 @@ int PolicyMaps::install(const CompiledPolicy& policy, std::string* error) {
     return -1;
   }
   installed_once_ = true;
+  // Mapped now, while the daemon still holds every capability it started with.
+  if (!open_sysctl_log()) std::fprintf(stderr, "tcpscope: sysctl write log unavailable: %s\n", errno_text(errno).c_str());
   return static_cast<int>(gen);
 }
 
@@ -120,26 +132,82 @@ uint64_t PolicyMaps::assignments(uint32_t gen, uint32_t rule, uint32_t arm) cons
   return percpu_sum(bpf_map__fd(probe_.skeleton()->maps.cc_assignments), slot);
 }
 
+uint64_t PolicyMaps::revoked(uint32_t gen, uint32_t rule, uint32_t arm) const {
+  uint32_t slot = (gen * TCPSCOPE_MAX_RULES + rule) * TCPSCOPE_MAX_ARMS + arm;
+  return percpu_sum(bpf_map__fd(probe_.skeleton()->maps.cc_revoked), slot);
+}
+
+void PolicyMaps::sync_cc_names(const std::vector<std::string>& available) {
+  if (available == synced_names_) return;  // read every tick, changes rarely
+  synced_names_ = available;
+  int fd = bpf_map__fd(probe_.skeleton()->maps.cc_names);
+  auto key_of = [](const std::string& name) {
+    tcpscope_cc_name k{};
+    std::strncpy(k.name, name.c_str(), sizeof(k.name) - 1);
+    return k;
+  };
+  for (const auto& name : available) {
+    if (name.empty() || name.size() >= sizeof(tcpscope_cc_name::name)) continue;
+    auto it = std::find(cc_names_.begin(), cc_names_.end(), name);
+    uint32_t idx;
+    if (it != cc_names_.end()) {
+      idx = static_cast<uint32_t>(it - cc_names_.begin()) + 1;
+    } else {
+      if (cc_names_.size() >= TCPSCOPE_MAX_CC_NAMES) continue;  // counted as "other"
+      cc_names_.push_back(name);
+      idx = static_cast<uint32_t>(cc_names_.size());
+    }
+    tcpscope_cc_name k = key_of(name);
+    bpf_map_update_elem(fd, &k, &idx, BPF_ANY);
+  }
+  // No longer offered (module unloaded): calls naming it fail again.
+  for (const auto& name : cc_names_) {
+    if (std::find(available.begin(), available.end(), name) != available.end()) continue;
+    tcpscope_cc_name k = key_of(name);
+    bpf_map_delete_elem(fd, &k);
+  }
+}
+
 std::vector<PolicyMaps::AppCcCount> PolicyMaps::app_cc_calls() const {
   std::vector<AppCcCount> out;
   int fd = bpf_map__fd(probe_.skeleton()->maps.app_cc_calls);
-  tcpscope_app_cc_key key{}, next{};
-  void* prev = nullptr;
-  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-    uint64_t v = 0;
-    if (bpf_map_lookup_elem(fd, &next, &v) == 0)
-      out.push_back({std::string(next.cc, strnlen(next.cc, sizeof(next.cc))), next.action, v});
-    key = next;
-    prev = &key;
-  }
+  for (uint32_t idx = 0; idx <= cc_names_.size() && idx <= TCPSCOPE_MAX_CC_NAMES; ++idx)
+    for (uint32_t action : {TCPSCOPE_APP_CC_OBSERVED, TCPSCOPE_APP_CC_OVERRIDDEN}) {
+      uint64_t v = percpu_sum(fd, idx * 2 + action);
+      if (v) out.push_back({idx ? cc_names_[idx - 1] : "other", action, v});
+    }
   return out;
 }
 
-std::array<uint64_t, TCPSCOPE_SYSCTL_SLOTS> PolicyMaps::sysctl_writes() const {
-  std::array<uint64_t, TCPSCOPE_SYSCTL_SLOTS> out{};
+std::array<uint64_t, TCPSCOPE_SYSCTL_SLOTS + 1> PolicyMaps::sysctl_writes() const {
+  std::array<uint64_t, TCPSCOPE_SYSCTL_SLOTS + 1> out{};
   int fd = bpf_map__fd(probe_.skeleton()->maps.sysctl_writes);
   for (uint32_t i = 0; i < out.size(); ++i) out[i] = percpu_sum(fd, i);
   return out;
+}
+
+int PolicyMaps::on_sysctl_event(void* ctx, void* data, size_t size) {
+  auto* self = static_cast<PolicyMaps*>(ctx);
+  tcpscope_sysctl_event ev{};
+  std::memcpy(&ev, data, std::min(size, sizeof(ev)));
+  ev.comm[sizeof(ev.comm) - 1] = 0;
+  ev.value[sizeof(ev.value) - 1] = 0;
+  if (self->sysctl_sink_) self->sysctl_sink_(ev);
+  return 0;
+}
+
+bool PolicyMaps::open_sysctl_log() {
+  if (!sysctl_ring_)
+    sysctl_ring_ =
+        ring_buffer__new(bpf_map__fd(probe_.skeleton()->maps.sysctl_log), &PolicyMaps::on_sysctl_event, this, nullptr);
+  return sysctl_ring_ != nullptr;
+}
+
+void PolicyMaps::drain_sysctl_log(const std::function<void(const tcpscope_sysctl_event&)>& f) {
+  if (!open_sysctl_log()) return;
+  sysctl_sink_ = f;
+  ring_buffer__consume(sysctl_ring_);
+  sysctl_sink_ = nullptr;
 }
 
 }  // namespace tcpscope

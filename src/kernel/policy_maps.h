@@ -1,15 +1,18 @@
 // Writes a CompiledPolicy into the sockops program's maps (double-buffered:
 // the inactive generation is filled, then made active in one step) and reads
-// the policy's kernel-side counters back.
+// the policy's kernel-side counters and sysctl write log back.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "cc_policy.h"
+
+struct ring_buffer;
 
 namespace tcpscope {
 
@@ -18,30 +21,51 @@ class FlowProbe;
 class PolicyMaps {
  public:
   explicit PolicyMaps(FlowProbe& probe) : probe_(probe) {}
+  ~PolicyMaps();
+  PolicyMaps(const PolicyMaps&) = delete;
+  PolicyMaps& operator=(const PolicyMaps&) = delete;
 
-  // Installs `policy` and makes it active; returns the generation it went
-  // into (0 or 1), or -1 with `error` set (the previous policy stays active).
-  int install(const CompiledPolicy& policy, std::string* error);
+  // Installs `policy` and makes it active, its sockets tagged with
+  // `install_id` (16 bits); returns the generation it went into (0 or 1), or
+  // -1 with `error` set (the previous policy stays active).
+  int install(const CompiledPolicy& policy, uint16_t install_id, std::string* error);
   // While unset (daemon stopping) sysctl_guard: deny refuses nothing.
   void set_loaded(bool loaded);
 
-  // Assignments counted for (generation, rule, arm).
+  // Assignments counted for (generation, rule, arm), and those an
+  // application replaced afterwards (app_override: respect).
   uint64_t assignments(uint32_t gen, uint32_t rule, uint32_t arm) const;
+  uint64_t revoked(uint32_t gen, uint32_t rule, uint32_t arm) const;
+
+  // The CCs an application's TCP_CONGESTION is counted under: the kernel's
+  // available ones. Indexes are never reused, so a name keeps its counter;
+  // a name past TCPSCOPE_MAX_CC_NAMES is counted as "other".
+  void sync_cc_names(const std::vector<std::string>& available);
   struct AppCcCount {
-    std::string cc;
+    std::string cc;   // "other" for names the kernel does not offer
     uint32_t action;  // TCPSCOPE_APP_CC_*
     uint64_t calls;
   };
   std::vector<AppCcCount> app_cc_calls() const;
-  // Index: name (0 tcp_congestion_control, 1 tcp_allowed_congestion_control) * 2 + denied.
-  std::array<uint64_t, TCPSCOPE_SYSCTL_SLOTS> sysctl_writes() const;
+
+  // Index: name (0 tcp_congestion_control, 1 tcp_allowed_congestion_control)
+  // * 2 + denied; the last one counts writes the log (below) lost.
+  std::array<uint64_t, TCPSCOPE_SYSCTL_SLOTS + 1> sysctl_writes() const;
+  // Hands every sysctl write logged since the last call to `f`.
+  void drain_sysctl_log(const std::function<void(const tcpscope_sysctl_event&)>& f);
 
  private:
   uint64_t percpu_sum(int map_fd, uint32_t key) const;
   bool clear_trie(int fd, std::string* error);
+  bool open_sysctl_log();
+  static int on_sysctl_event(void* ctx, void* data, size_t size);
 
   FlowProbe& probe_;
   bool installed_once_ = false;
+  std::vector<std::string> cc_names_;  // index + 1 in the kernel's cc_names
+  std::vector<std::string> synced_names_;  // the last list written
+  ring_buffer* sysctl_ring_ = nullptr;
+  std::function<void(const tcpscope_sysctl_event&)> sysctl_sink_;
 };
 
 }  // namespace tcpscope

@@ -55,19 +55,27 @@ def wait_for(pred, timeout, interval=0.05, what="condition"):
 class Daemon:
     """A running `tcpscope run` with its flow log and metrics endpoint."""
 
-    def __init__(self, tmp: Path, extra_args=(), env=None):
-        self.flow_log = tmp / "flows.ndjson"
+    def __init__(self, tmp: Path, extra_args=(), env=None, flow_log_stdout=False, nice=0):
+        """flow_log_stdout: run with `--flow-log -` and read the records from
+        the daemon's standard output (captured in a file). nice: run at this
+        niceness (the systemd unit's Nice=-5: nice=-5)."""
+        self.flow_log = tmp / ("daemon.stdout" if flow_log_stdout else "flows.ndjson")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.stderr_path = tmp / "daemon.stderr"
         self.stderr = open(self.stderr_path, "w")
+        self.stdout = open(self.flow_log, "w") if flow_log_stdout else None
         self.proc = subprocess.Popen(
-            [str(TCPSCOPE), "run", "--listen", f"127.0.0.1:{self.port}",
-             "--flow-log", str(self.flow_log), *extra_args],
-            stdout=subprocess.DEVNULL, stderr=self.stderr, env=env)
+            [*(["nice", "-n", str(nice)] if nice else []),
+             str(TCPSCOPE), "run", "--listen", f"127.0.0.1:{self.port}",
+             "--flow-log", "-" if flow_log_stdout else str(self.flow_log), *extra_args],
+            stdout=self.stdout or subprocess.DEVNULL, stderr=self.stderr, env=env)
         wait_for(lambda: "running:" in self.stderr_text() or self.proc.poll() is not None,
                  30, what="daemon start")
         if self.proc.poll() is not None:
+            self.stderr.close()
+            if self.stdout:
+                self.stdout.close()
             raise RuntimeError(f"tcpscope did not start: {self.stderr_text()}")
         self._offset = 0
         self._records = []
@@ -134,6 +142,8 @@ class Daemon:
                 self.proc.kill()
                 self.proc.wait()
         self.stderr.close()
+        if self.stdout:
+            self.stdout.close()
         return self.proc.returncode
 
 
@@ -189,7 +199,10 @@ class NetPair:
         self.procs.append(p)
         return p
 
-    def serve(self, tmp, addr, count, port=8080, reset=False):
+    def serve(self, tmp, addr, count, port=8080, reset=False, idle_before_close_ms=0, chunk=0):
+        """idle_before_close_ms: the server closes first, that long after its
+        last send (pair with client(peer_closes_first=True)). chunk: bytes
+        per send() call (the server samples its cwnd before each)."""
         out = tmp / f"server-{port}.jsonl"
         ready = tmp / f"server-{port}.ready"
         ready.unlink(missing_ok=True)
@@ -197,17 +210,27 @@ class NetPair:
                 "--count", str(count), "--out", str(out), "--ready", str(ready)]
         if reset:
             args.append("--reset")
+        if idle_before_close_ms:
+            args += ["--idle-before-close", str(idle_before_close_ms)]
+        if chunk:
+            args += ["--chunk", str(chunk)]
         p = self.spawn(self.srv, *args)
         wait_for(lambda: ready.exists() or p.poll() is not None, 10, what="server start")
         assert p.poll() is None, p.stderr.read()
         return p, out
 
     def client(self, tmp, addr, count=1, req=100, resp=1000, parallel=1, port=8080, timeout=120,
-               source=None, realtime=False):
+               source=None, realtime=False, idle_before_close_ms=0, peer_closes_first=False):
         """realtime: run the client SCHED_FIFO, so its wall clock stops when the
-        last byte arrives rather than when a busy machine next schedules it."""
+        last byte arrives rather than when a busy machine next schedules it.
+        idle_before_close_ms: wait that long after the last byte before closing.
+        peer_closes_first: read to the server's FIN before closing."""
         out = tmp / f"client-{port}-{random.randrange(1 << 30)}.jsonl"
         extra = ["--source", source] if source else []
+        if idle_before_close_ms:
+            extra += ["--idle-before-close", str(idle_before_close_ms)]
+        if peer_closes_first:
+            extra.append("--peer-closes-first")
         rt = ["chrt", "-f", "20"] if realtime else []
         r = self.ns(self.cli, *rt, sys.executable, str(TRAFFIC), "client", "--addr", addr,
                     "--port", str(port), "--count", str(count), "--req", str(req),

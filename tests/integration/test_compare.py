@@ -261,8 +261,8 @@ def compare_json(*args):
 def test_server_mode_agrees_with_the_flow_log(lab, net, tmp_path):
     daemon, sources = lab
     if not distributions_served(daemon.url):
-        pytest.skip("this daemon does not serve /api/v1/distributions (FlowDistributions is not wired into "
-                    "src/daemon.cc yet), so compare --server has nothing to read")
+        pytest.skip("the daemon under test answers 404 for /api/v1/distributions (a build older than "
+                    "compare --server support), so compare --server has nothing to read")
     n_conn = run_traffic(net, tmp_path, sources)
     # Both ends of every connection are in the lab class; wait until the log
     # has them all: the sketches got each record before the log did.
@@ -297,6 +297,17 @@ def test_server_mode_agrees_with_the_flow_log(lab, net, tmp_path):
                         assert y == 0, where
                     else:
                         assert abs(y - x) / x <= RELATIVE_ACCURACY + 1e-9, f"{where} {arm} {q}: {x} vs {y}"
+            # Nothing collapsed on real traffic; the effect size is the same
+            # statistic in both modes; an interval is two numbers or null
+            # with a reason, never [x, null].
+            assert s["sketch_collapsed"] is False, where
+            assert e["diff_statistic"] == s["diff_statistic"], where
+            for g in (e, s):
+                if g["ci"] is None:
+                    assert isinstance(g["ci_reason"], str) and g["ci_reason"], where
+                else:
+                    assert len(g["ci"]) == 2 and all(isinstance(v, (int, float)) for v in g["ci"]), where
+                    assert g["ci_reason"] is None, where
             if e["diff"] is not None:
                 # 1 + diff is a ratio of two medians, each within 1 %.
                 assert abs(e["diff"] - s["diff"]) <= 0.0203 * (1 + abs(e["diff"])), where
@@ -369,4 +380,11 @@ def test_flows_shows_open_connections_enriched(lab, net, tmp_path):
     table = tcpscope("flows", "--server", daemon.url, "--filter", "peer_class=lab", "--sort", "age")
     assert table.returncode == 0, table.stderr
     assert "CLASS" in table.stdout and "lab" in table.stdout and str(ASN_OF_SOURCE[1]) in table.stdout
+    # --watch: a bounded number of refreshes, one JSON array per line each.
+    watched = tcpscope("flows", "--server", daemon.url, "--json", "--filter", "peer_class=lab,cc=bbr",
+                       "--watch", "1", "--count", "2")
+    assert watched.returncode == 0, watched.stderr
+    frames = [json.loads(line) for line in watched.stdout.splitlines()]
+    assert len(frames) == 2
+    assert all(any(f["rport"] == PORTS["bbr"] or f["lport"] == PORTS["bbr"] for f in frame) for frame in frames)
     holder.kill()

@@ -43,6 +43,70 @@ def ss_congestion(net, ns):
     return result
 
 
+ECHO_SERVER = ("import socket,sys,threading\n"
+               "fam=socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET\n"
+               "s=socket.socket(fam); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+               "s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); open(sys.argv[3],'w').close()\n"
+               "def echo(c):\n"
+               "  while True:\n"
+               "    b=c.recv(65536)\n"
+               "    if not b: break\n"
+               "    c.sendall(b)\n"
+               "  c.close()\n"
+               "while True:\n"
+               "  c,_=s.accept(); threading.Thread(target=echo, args=(c,), daemon=True).start()\n")
+
+# A client that holds its connection open until told to close: prints its
+# local port once connected (and a first round trip done), then one line
+# per command on stdin ("rt": another round trip, "cc NAME": setsockopt
+# TCP_CONGESTION, anything else: close and exit).
+HELD_CLIENT = ("import socket,sys\n"
+               "c=socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)\n"
+               "def rt(n=1000):\n"
+               "  c.sendall(b'x'*n); got=0\n"
+               "  while got<n: got+=len(c.recv(65536))\n"
+               "rt(); print(c.getsockname()[1], flush=True)\n"
+               "for line in sys.stdin:\n"
+               "  w=line.split()\n"
+               "  if w and w[0]=='rt': rt(); print('ok', flush=True)\n"
+               "  elif w and w[0]=='cc':\n"
+               "    try: c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, w[1].encode()); print('ok', flush=True)\n"
+               "    except OSError as e: print('err', e.errno, flush=True)\n"
+               "  else: break\n"
+               "c.close()\n")
+
+
+def echo_server(net, tmp, addr, port):
+    ready = tmp / f"echo-{port}.ready"
+    net.spawn(net.srv, sys.executable, "-c", ECHO_SERVER, addr, str(port), str(ready))
+    wait_for(ready.exists, 10, what="echo server")
+
+
+class HeldClient:
+    def __init__(self, net, addr, port):
+        self.p = subprocess.Popen(net._wrap(net.cli, [sys.executable, "-c", HELD_CLIENT, addr, str(port)]),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        net.procs.append(self.p)
+        self.lport = int(self.p.stdout.readline())
+
+    def cmd(self, line):
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+        return self.p.stdout.readline().strip()
+
+    def close(self):
+        self.p.stdin.write("close\n")
+        self.p.stdin.flush()
+        self.p.stdin.close()
+        assert self.p.wait(timeout=10) == 0
+
+
+def reload(d, times_before):
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: d.stderr_text().count("tcpscope: reloaded") > times_before, 20, what="reload")
+    assert "reload failed" not in d.stderr_text(), d.stderr_text()
+
+
 def test_rule_sets_cubic_for_one_client_prefix_only(net, tmp_path, test_cgroup):
     net.cgroup = test_cgroup
     n = net.cli_v4.split(".")[2]
@@ -104,12 +168,16 @@ cc_policy:
         clients = net.client(tmp_path, net.srv_v4, count=n, req=50, resp=500, parallel=8)
         server.wait(timeout=60)
         assert all("error" not in c for c in clients)
-        passive = [r for r in d.wait_records(net, 2 * n) if r["dir"] == "passive"]
-        assert len(passive) == n
+        recs = d.wait_records(net, 2 * n)
+        passive = [r for r in recs if r["dir"] == "passive"]
+        assert len(passive) == n and len(recs) == 2 * n
+        # Both ends of every connection are in the cgroup and in the
+        # experiment: every record runs the arm it was given.
+        for r in recs:
+            assert r["experiment"] == "bbr-vs-cubic" and r["cc_rule"] == "ab", r
+            assert r["arm"] in ("bbr", "cubic") and r["cc"] == r["arm"], r
         arms = {"bbr": 0, "cubic": 0}
         for r in passive:
-            assert r["experiment"] == "bbr-vs-cubic" and r["cc_rule"] == "ab", r
-            assert r["cc"] == r["arm"], r  # the kernel runs the arm it was given
             arms[r["arm"]] += 1
         # Binomial(400, 0.5): sd = 10; 4 sd either side is a 1-in-15000 false alarm.
         assert 160 <= arms["bbr"] <= 240, arms
@@ -165,6 +233,161 @@ cc_policy:
         assert d.stop() == 0, d.stderr_text()
 
 
+def test_flow_open_across_two_reloads_keeps_its_rule(net, tmp_path, test_cgroup):
+    """Sockets are tagged with the install that chose their CC, not the
+    generation: after two reloads the generation is reused by another policy,
+    and the record must still name the rule (and arm) that chose."""
+    net.cgroup = test_cgroup
+    policy = lambda name: f"""
+cc_policy:
+  rules:
+    - name: rule-{name}
+      match: {{ peer_class: client }}
+      experiment: {{ name: exp-{name}, arms: {{ cubic: 50, reno: 50 }} }}
+"""
+    home = tmp_path / "daemon"
+    d = start_daemon(tmp_path, test_cgroup, policy("a"))
+    try:
+        echo_server(net, tmp_path, net.srv_v4, 7001)
+        held = HeldClient(net, net.srv_v4, 7001)
+        for i, name in enumerate(("b", "c")):
+            (home / "tcpscope.yaml").write_text(policy(name))
+            reload(d, i)
+        assert held.cmd("rt") == "ok"
+        fresh = HeldClient(net, net.srv_v4, 7001)  # opened under rule-c
+        held.close()
+        fresh.close()
+        recs = [r for r in d.wait_records(net, 4) if 7001 in (r["lport"], r["rport"])]
+        assert len(recs) == 4, recs
+        for r in recs:
+            opened_under = "a" if held.lport in (r["lport"], r["rport"]) else "c"
+            assert (r["cc_rule"], r["experiment"]) == (f"rule-{opened_under}", f"exp-{opened_under}"), r
+            assert r["arm"] in ("cubic", "reno") and r["cc"] == r["arm"], r
+        pj = json.loads(sh(str(TCPSCOPE), "policy", "show", "--server", d.url, "--json").stdout)
+        assert pj["install"] == 3 and pj["rules"][0]["name"] == "rule-c", pj
+    finally:
+        assert d.stop() == 0, d.stderr_text()
+
+
+def test_asn_lports_and_ipv6_rules_in_the_kernel(net, tmp_path, test_cgroup):
+    net.cgroup = test_cgroup
+    n = net.cli_v4.split(".")[2]
+    other = f"198.18.{n}.3"
+    net.ns(net.cli, "ip", "addr", "add", f"{other}/24", "dev", net.veth_cli)
+    base = default_cc(net)
+    assert base not in ("cubic", "reno"), "the test needs a default other than the rules' algorithms"
+    pfx2as = tmp_path / "pfx2as.tsv"
+    pfx2as.write_text(f"{other}\t32\t64777\n")
+    d = start_daemon(tmp_path, test_cgroup, f"""
+asn:
+  prefix_file: {pfx2as}
+cc_policy:
+  rules:
+    - name: asn-cubic
+      match: {{ asns: [64777] }}
+      cc: cubic
+    - name: port-reno
+      match: {{ lports: [9090] }}
+      cc: reno
+    - name: v6-cubic
+      match: {{ prefixes: ["{net.cli_v6}/128"] }}
+      cc: cubic
+""")
+    try:
+        for addr, port in ((net.srv_v4, 8080), (net.srv_v4, 9090), (net.srv_v6, 8080)):
+            echo_server(net, tmp_path, addr, port)
+        flows = [  # (source, server, port): (cc, rule) of the server's socket
+            ((other, net.srv_v4, 8080), ("cubic", "asn-cubic")),
+            ((net.cli_v4, net.srv_v4, 9090), ("reno", "port-reno")),
+            ((other, net.srv_v4, 9090), ("cubic", "asn-cubic")),  # first match wins
+            ((net.cli_v6, net.srv_v6, 8080), ("cubic", "v6-cubic")),
+            ((net.cli_v4, net.srv_v4, 8080), (base, None)),
+        ]
+        script = ("import socket,sys\n"
+                  "fam=socket.AF_INET6 if ':' in sys.argv[2] else socket.AF_INET\n"
+                  "c=socket.socket(fam); c.bind((sys.argv[1], 0)); c.connect((sys.argv[2], int(sys.argv[3])))\n"
+                  "c.sendall(b'ping'); assert c.recv(4) == b'ping'; c.close()\n")
+        for (src, dst, port), _ in flows:
+            net.ns(net.cli, sys.executable, "-c", script, src, dst, str(port))
+        recs = d.wait_records(net, 2 * len(flows))
+        passive = {(r["raddr"], r["lport"]): r for r in recs if r["dir"] == "passive"}
+        assert len(passive) == len(flows), recs
+        for (src, _, port), want in flows:
+            r = passive[(src, port)]
+            assert (r["cc"], r["cc_rule"]) == want, (src, port, r)
+        # The clients' sockets: their peers (the servers) match no rule and
+        # their local ports are ephemeral.
+        active = [r for r in recs if r["dir"] == "active"]
+        assert len(active) == len(flows)
+        assert all((r["cc"], r["cc_rule"]) == (base, None) for r in active), active
+        assert d.metric_value("tcpscope_cc_assignments_total", {"rule": "asn-cubic"}) == 2
+        assert d.metric_value("tcpscope_cc_assignments_total", {"rule": "port-reno"}) == 1
+        assert d.metric_value("tcpscope_cc_assignments_total", {"rule": "v6-cubic"}) == 1
+    finally:
+        assert d.stop() == 0, d.stderr_text()
+
+
+def test_application_cc_after_the_rule_and_unknown_names(net, tmp_path, test_cgroup):
+    """respect: an application that replaces the rule's CC after connect takes
+    the assignment back (counted as revoked); a name the kernel does not offer
+    fails for the application, changes nothing and is counted as "other"."""
+    net.cgroup = test_cgroup
+    d = start_daemon(tmp_path, test_cgroup, """
+cc_policy:
+  app_override: respect
+  rules:
+    - name: all-cubic
+      match: { peer_class: client }
+      cc: cubic
+""")
+    try:
+        echo_server(net, tmp_path, net.srv_v4, 7002)
+        changed = HeldClient(net, net.srv_v4, 7002)
+        assert changed.cmd("cc reno") == "ok"
+        assert changed.cmd("rt") == "ok"
+        bogus = HeldClient(net, net.srv_v4, 7002)
+        assert bogus.cmd("cc no-such-cc-x") == "err 2"  # ENOENT
+        changed.close()
+        bogus.close()
+        recs = [r for r in d.wait_records(net, 4) if r["dir"] == "active"]
+        by_port = {r["lport"]: r for r in recs}
+        r = by_port[changed.lport]
+        assert (r["cc"], r["cc_rule"], r["app_set_cc"]) == ("reno", None, True), r
+        r = by_port[bogus.lport]
+        assert (r["cc"], r["cc_rule"], r["app_set_cc"]) == ("cubic", "all-cubic", False), r
+
+        def counted():
+            return d.metric_value("tcpscope_cc_assignments_revoked_total", {"rule": "all-cubic"}) == 1 and \
+                d.metric_value("tcpscope_app_cc_setsockopt_total", {"cc": "other", "action": "observed"}) == 1
+        wait_for(counted, 5, what="revoked assignment and the unknown name counted")
+        assert d.metric_value("tcpscope_app_cc_setsockopt_total", {"cc": "reno", "action": "observed"}) == 1
+        assert d.metric_value("tcpscope_cc_assignments_total", {"rule": "all-cubic"}) == 4
+        assert "no-such-cc" not in d.metrics()
+    finally:
+        assert d.stop() == 0, d.stderr_text()
+
+
+def test_sysctl_guard_observe_counts_and_logs(net, tmp_path, test_cgroup):
+    net.cgroup = test_cgroup
+    d = start_daemon(tmp_path, test_cgroup, """
+cc_policy:
+  sysctl_guard: observe
+""")
+    try:
+        r = net.ns(net.cli, "sysctl", "-w", "net.ipv4.tcp_congestion_control=reno", check=False)
+        assert r.returncode == 0, r.stderr
+        assert net.ns(net.cli, "cat", "/proc/sys/net/ipv4/tcp_congestion_control").stdout.strip() == "reno"
+        wait_for(lambda: d.metric_value("tcpscope_sysctl_writes_total",
+                                        {"name": "net.ipv4.tcp_congestion_control", "action": "observed"}) == 1,
+                 5, what="the observed write to be counted")
+        line = wait_for(lambda: next((l for l in d.stderr_text().splitlines() if "sysctl: write" in l), None),
+                        5, what="the write in the log")
+        assert re.search(r'net\.ipv4\.tcp_congestion_control="reno" by pid \d+ \(sysctl\): observed', line), line
+        assert d.metric_value("tcpscope_sysctl_writes_total", {"action": "denied"}) is None
+    finally:
+        assert d.stop() == 0, d.stderr_text()
+
+
 def test_sysctl_guard_denies_while_running(net, tmp_path, test_cgroup):
     net.cgroup = test_cgroup
     # Inside the test's namespace, so the host's own setting is never touched;
@@ -180,6 +403,22 @@ cc_policy:
         wait_for(lambda: d.metric_value("tcpscope_sysctl_writes_total",
                                         {"name": "net.ipv4.tcp_congestion_control", "action": "denied"}),
                  5, what="the denied write to be counted")
+        # tcp_allowed_congestion_control exists (writable) only in the initial
+        # namespace: a process of the test cgroup writes there the value it
+        # already has, so even a guard that failed would change nothing.
+        allowed = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+        current = open(allowed).read().strip()
+        r = sh("sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec sysctl -w "$1"', str(test_cgroup),
+               f"net.ipv4.tcp_allowed_congestion_control={current}", check=False)
+        assert r.returncode != 0 and "Operation not permitted" in r.stderr, (r.returncode, r.stderr)
+        assert open(allowed).read().strip() == current
+        wait_for(lambda: d.metric_value("tcpscope_sysctl_writes_total",
+                                        {"name": "net.ipv4.tcp_allowed_congestion_control", "action": "denied"}) == 1,
+                 5, what="the denied write to tcp_allowed_congestion_control to be counted")
+        log = wait_for(lambda: [l for l in d.stderr_text().splitlines() if "sysctl: write" in l and "denied" in l]
+                       if d.stderr_text().count("sysctl: write") >= 2 else None, 5, what="both writes in the log")
+        assert any('tcp_congestion_control="reno"' in l and "(sysctl)" in l for l in log), log
+        assert any(f'tcp_allowed_congestion_control="{current}"' in l for l in log), log
     finally:
         assert d.stop() == 0, d.stderr_text()
     r = write()
@@ -217,10 +456,14 @@ cc_policy:
               "rt(100000); print('before', flush=True)\n"
               "sys.stdin.readline()\n"
               "rt(100000); print('after', flush=True)\n")
+    base = default_cc(net)
+    assert base != "cubic", "the test needs a default other than the rule's algorithm"
     p = subprocess.Popen(net._wrap(net.cli, [sys.executable, "-c", client]), stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, text=True)
     net.procs.append(p)
     assert p.stdout.readline().strip() == "before"
+    # The rule was in force: the open connection runs cubic.
+    assert set(ss_congestion(net, net.srv).values()) == {"cubic"}, ss_congestion(net, net.srv)
     d.proc.send_signal(signal.SIGKILL)
     d.proc.wait(timeout=10)
     d.stderr.close()
@@ -234,7 +477,12 @@ cc_policy:
     assert p.stdout.readline().strip() == "after"
     p.stdin.close()
     p.wait(timeout=10)
-    r = net.ns(net.cli, sys.executable, "-c",
-               f"import socket; c=socket.create_connection(('{net.srv_v4}', 7000), timeout=5); "
-               "c.sendall(b'ping'); assert c.recv(4) == b'ping'")
-    assert r.returncode == 0, r.stderr
+    # A new connection works and, the policy gone, runs the system default
+    # at both ends (in the kernel's own view).
+    held = HeldClient(net, net.srv_v4, 7000)
+    try:
+        for ns in (net.srv, net.cli):
+            seen = wait_for(lambda: ss_congestion(net, ns), 5, what="the new connection in ss")
+            assert list(seen.values()) == [base], (ns, seen)
+    finally:
+        held.close()

@@ -8,13 +8,22 @@ Runs inside a test network namespace (ip netns exec NS python3 traffic.py ...).
 Protocol: the client sends an 8-byte header (request size, response size),
 then the request; the server reads it all, sends the response, waits for the
 client's FIN, and closes. Every connection prints one JSON line.
+
+Idle before close (the trailing idle time a flow's FCT must exclude):
+`client --idle-before-close MS` waits MS after its last byte before its FIN;
+`serve --idle-before-close MS` closes first, MS after the client acknowledged
+its last byte, and `client --peer-closes-first` then reads to the server's FIN
+before sending its own.
 """
 import argparse
+import array
+import fcntl
 import json
 import os
 import socket
 import struct
 import sys
+import termios
 import threading
 import time
 
@@ -30,7 +39,27 @@ def tcp_info(sock):
     min_rtt = struct.unpack_from("I", raw, 148)[0] if len(raw) >= 152 else 0
     return {"total_retrans": total_retrans, "bytes_acked": bytes_acked,
             "bytes_received": bytes_received, "min_rtt_us": min_rtt,
-            "rtt_us": struct.unpack_from("I", raw, 68)[0]}
+            "rtt_us": struct.unpack_from("I", raw, 68)[0], "snd_cwnd": snd_cwnd(raw)}
+
+
+def snd_cwnd(raw_or_sock):
+    """tcpi_snd_cwnd (segments)."""
+    raw = raw_or_sock
+    if not isinstance(raw, bytes):
+        raw = raw_or_sock.getsockopt(socket.IPPROTO_TCP, TCP_INFO, 104)
+    return struct.unpack_from("I", raw, 80)[0]
+
+
+def wait_all_acked(sock, timeout=30):
+    """Until the peer has acknowledged every byte sent (TIOCOUTQ: bytes not yet acked)."""
+    deadline = time.monotonic() + timeout
+    buf = array.array("i", [0])
+    while time.monotonic() < deadline:
+        fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, buf, True)
+        if buf[0] == 0:
+            return
+        time.sleep(0.001)
+    raise TimeoutError(f"{buf[0]} bytes still unacknowledged after {timeout}s")
 
 
 def recv_exact(sock, n):
@@ -78,11 +107,23 @@ def serve(args):
                 rec = {"side": "server", "laddr": laddr, "lport": lport, "raddr": raddr,
                        "rport": rport, "received": req_size, "sent": 0, "reset": True, **info}
             else:
-                payload = b"s" * min(resp_size, CHUNK)
+                chunk = args.chunk or CHUNK
+                payload = b"s" * min(resp_size, chunk)
                 left = resp_size
+                cwnd_max = 0
                 while left > 0:
+                    # The cwnd the kernel has as this send call starts: what
+                    # a sampler at each send call can have seen at most.
+                    cwnd_max = max(cwnd_max, snd_cwnd(conn))
                     n = conn.send(payload[:min(left, len(payload))])
                     left -= n
+                if args.idle_before_close:
+                    # Close first, after an idle wait from the moment the
+                    # client acknowledged our last byte: the transfer's end
+                    # and our FIN are at least this far apart.
+                    wait_all_acked(conn)
+                    time.sleep(args.idle_before_close / 1000)
+                    conn.shutdown(socket.SHUT_WR)
                 # Wait for the client's FIN so every byte is acknowledged and
                 # tcp_info is final before we read it.
                 while conn.recv(CHUNK):
@@ -92,7 +133,8 @@ def serve(args):
                 raddr, rport = endpoint(conn)
                 conn.close()
                 rec = {"side": "server", "laddr": laddr, "lport": lport, "raddr": raddr,
-                       "rport": rport, "received": req_size, "sent": resp_size, **info}
+                       "rport": rport, "received": req_size, "sent": resp_size,
+                       "sampled_max_cwnd": cwnd_max, **info}
             with lock:
                 out.write(json.dumps(rec) + "\n")
         except Exception as e:  # a test asserts on the records, not on this
@@ -140,9 +182,18 @@ def one_client(args, family, idx):
     t1 = time.monotonic_ns()             # last byte read
     laddr, lport = endpoint(s, peer=False)
     raddr, rport = endpoint(s)
-    # Half-close and wait for the server's FIN before reading tcp_info: that FIN
-    # acknowledges ours, so no retransmit of our FIN can follow the snapshot.
     try:
+        if args.peer_closes_first:
+            # The server closes first (after its own idle wait): read to its
+            # FIN before sending ours.
+            while s.recv(CHUNK):
+                pass
+        elif args.idle_before_close:
+            # Idle after the last byte before closing: the peer sees our FIN
+            # this long after the transfer ended.
+            time.sleep(args.idle_before_close / 1000)
+        # Half-close and wait for the server's FIN before reading tcp_info: that
+        # FIN acknowledges ours, so no retransmit of our FIN can follow the snapshot.
         s.shutdown(socket.SHUT_WR)
         while s.recv(CHUNK):
             pass
@@ -191,6 +242,9 @@ def main():
     s.add_argument("--ready")
     s.add_argument("--reset", action="store_true")
     s.add_argument("--timeout", type=float, default=120)
+    s.add_argument("--idle-before-close", type=float, default=0, metavar="MS",
+                   help="after the response, wait MS then close first (shutdown) before the client does")
+    s.add_argument("--chunk", type=int, default=0, help="bytes per send() call (default 64 KiB)")
     c = sub.add_parser("client")
     c.add_argument("--addr", required=True)
     c.add_argument("--port", type=int, required=True)
@@ -201,6 +255,10 @@ def main():
     c.add_argument("--source", help="local address to connect from")
     c.add_argument("--out", required=True)
     c.add_argument("--timeout", type=float, default=120)
+    c.add_argument("--idle-before-close", type=float, default=0, metavar="MS",
+                   help="wait MS after the last byte read before closing")
+    c.add_argument("--peer-closes-first", action="store_true",
+                   help="read to the server's FIN before closing (use with serve --idle-before-close)")
     args = p.parse_args()
     (serve if args.mode == "serve" else client)(args)
 

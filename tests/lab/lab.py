@@ -19,9 +19,12 @@ CLI:      lab.py up --preset client-lossy [--preset pop-to-pop ...]   (stays up)
 Everything the lab makes is named with the prefix "tsl" plus a per-lab tag and
 recorded in /run/tcpscope-lab/TAG.json, so `down` (and the atexit hook) can
 remove exactly it even after a crash: delay-line processes by pid,
-namespaces by name (their veth/TAP devices go with them). Addresses come from
-198.19.0.0/16 (inside 198.18.0.0/15) and fd00:1ab::/32, and exist only inside
-the lab's namespaces.
+namespaces by name (their veth/TAP devices go with them). The state file also
+names the lab's owner (pid, start time, pid namespace): a lab whose owner died
+without tearing it down (SIGKILL) is an orphan, and reap_orphans() (run by the
+test suite at its start) removes it. `lab.py up` labs have no owner and stay.
+Addresses come from 198.19.0.0/16 (inside 198.18.0.0/15) and fd00:1ab::/32,
+and exist only inside the lab's namespaces.
 """
 import argparse
 import atexit
@@ -181,6 +184,9 @@ class Lab:
         self._up = False
         self._restore_allowed_cc: Optional[str] = None
         self._state_file = STATE_DIR / f"{self.tag}.json"
+        # The process whose exit ends this lab (None: nobody's, `lab.py up`).
+        self.owner: Optional[dict] = process_identity(os.getpid())
+        self._tracked: List[dict] = []   # other processes to stop at teardown
 
     # -- building -------------------------------------------------------------
 
@@ -196,6 +202,7 @@ class Lab:
         if not DELAYLINE.exists() and any(not p.veth for p in self.paths):
             raise RuntimeError(f"{DELAYLINE} missing: build the tcpscope_delayline target")
         atexit.register(self.down)
+        _register_exit_net()
         self._up = True
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
@@ -305,6 +312,23 @@ class Lab:
     def ep(self, name) -> Endpoint:
         return self.endpoints[name]
 
+    def track(self, pid: int):
+        """Records a process that belongs to this lab although it runs outside
+        its namespaces (e.g. a tcpscope daemon): teardown stops it (SIGTERM,
+        SIGKILL after 5 s) if it is still the same process, so an orphaned lab
+        takes it along."""
+        ident = process_identity(pid)
+        if ident:
+            self._tracked.append(ident)
+            self._save_state()
+
+    def detach(self):
+        """Leaves the lab running after this process exits (`lab.py up`)."""
+        atexit.unregister(self.down)
+        self._up = False
+        self.owner = None
+        self._save_state()
+
     def set_cc(self, cc: str, ns: Optional[str] = None):
         """Default congestion control of new sockets in a namespace (the server's by default).
 
@@ -390,7 +414,8 @@ class Lab:
         ns = list(dict.fromkeys(known.get("namespaces", []) + list(extra_ns) +
                                 list(self.netns_ids)))
         pids = [e.delayline_pid for e in self.endpoints.values() if e.delayline_pid]
-        state = {"tag": self.tag, "namespaces": ns, "delaylines": pids,
+        state = {"tag": self.tag, "owner": self.owner, "tracked": self._tracked,
+                 "namespaces": ns, "delaylines": pids,
                  "workdir": str(self.workdir), "server_ns": self.server_ns,
                  "restore_allowed_cc": self._restore_allowed_cc,
                  "paths": {n: {"client_ns": e.client_ns, "server_v4": e.server_v4,
@@ -421,12 +446,126 @@ def _is_delayline(pid: int) -> bool:
         return False
 
 
+def _start_time(pid: int) -> Optional[int]:
+    """Start time of a process (clock ticks since boot), None if there is none."""
+    try:
+        stat = FsPath(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[19])
+    except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
+        return None
+
+
+def process_identity(pid: int) -> Optional[dict]:
+    """pid, start time and pid namespace of a live process: together they name
+    it even after its pid is reused."""
+    start = _start_time(pid)
+    if start is None:
+        return None
+    return {"pid": pid, "start": start, "pidns": _our_pidns()}
+
+
+def _same_process(ident: Optional[dict]) -> bool:
+    """Whether the process `ident` names still exists (a zombie counts)."""
+    if not ident:
+        return False
+    try:
+        return _start_time(ident["pid"]) == ident["start"]
+    except OSError:
+        return True   # there, but unreadable: assume it is (never reap a live lab)
+
+
+def _our_pidns() -> int:
+    return os.stat("/proc/self/ns/pid").st_ino
+
+
+def owner_state(state: dict) -> str:
+    """'alive', 'dead', or 'none' (a detached lab, or one whose owner lives in
+    another pid namespace or was recorded by an older lab.py: not ours to judge)."""
+    owner = state.get("owner")
+    if not owner or owner.get("pidns") != _our_pidns():
+        return "none"
+    return "alive" if _same_process(owner) else "dead"
+
+
+def reap_orphans() -> List[str]:
+    """Tears down every lab whose owner process is gone (killed before it could
+    tear down: SIGKILL, OOM, a crash in C code). Labs of live owners, and
+    detached `lab.py up` labs, are left alone. Returns the tags removed."""
+    removed = []
+    for f in sorted(STATE_DIR.glob("*.json")) if STATE_DIR.exists() else []:
+        try:
+            state = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if owner_state(state) == "dead":
+            teardown(f)
+            removed.append(f.stem)
+    return removed
+
+
+def teardown_mine() -> List[str]:
+    """Tears down every lab this process owns that is still up (the last net,
+    at interpreter exit, behind each Lab's own teardown)."""
+    me = process_identity(os.getpid())
+    removed = []
+    for f in sorted(STATE_DIR.glob("*.json")) if STATE_DIR.exists() else []:
+        try:
+            state = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if me and state.get("owner") == me:
+            teardown(f)
+            removed.append(f.stem)
+    return removed
+
+
+_exit_net_registered = False
+
+
+def _register_exit_net():
+    global _exit_net_registered
+    if not _exit_net_registered:
+        _exit_net_registered = True
+        atexit.register(teardown_mine)
+
+
+def _stop_tracked(idents: List[dict]):
+    live = [i for i in idents if _same_process(i)]
+    for i in live:
+        try:
+            os.kill(i["pid"], signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 5
+    for i in live:
+        while time.monotonic() < deadline:
+            _reap(i["pid"])
+            if not _same_process(i) or _is_zombie(i["pid"]):
+                break   # gone, or exited and waiting for its parent
+            time.sleep(0.02)
+        if _same_process(i) and not _is_zombie(i["pid"]):
+            try:
+                os.kill(i["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _reap(i["pid"])
+
+
+def _is_zombie(pid: int) -> Optional[bool]:
+    try:
+        stat = FsPath(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2] == "Z"
+
+
 def teardown(state_file: FsPath):
     """Removes what one lab's state file lists. Safe to call twice."""
     try:
         state = json.loads(state_file.read_text())
     except (OSError, ValueError):
         return
+    _stop_tracked(state.get("tracked", []))
     pids = [p for p in state.get("delaylines", []) if _is_delayline(p)]
     for pid in pids:
         try:
@@ -519,7 +658,13 @@ def main(argv=None):
         return 0
     if args.cmd == "status":
         for f in sorted(STATE_DIR.glob("*.json")) if STATE_DIR.exists() else []:
-            print(f.read_text())
+            text = f.read_text()
+            try:
+                owner = owner_state(json.loads(text))
+            except ValueError:
+                owner = "unreadable"
+            print(f"# {f.stem}: owner {owner}")
+            print(text)
         return 0
     paths = []
     for i, spec in enumerate(args.preset):
@@ -536,8 +681,7 @@ def main(argv=None):
     lab = Lab(paths, tag=args.tag, ipv6=not args.no_ipv6,
               workdir=FsPath(args.workdir).resolve() if args.workdir else None)
     lab.up()
-    atexit.unregister(lab.down)   # `up` means: leave it running
-    lab._up = False
+    lab.detach()   # `up` means: leave it running
     print(f"lab {lab.tag}: server namespace {lab.server_ns}")
     for ep in lab.endpoints.values():
         kind = "veth" if ep.path.veth else (f"delay line pid {ep.delayline_pid}: "

@@ -4,6 +4,11 @@
   udp-recv  --bind A --port P --count N --out FILE [--ready FILE] [--timeout S]
             receives numbered datagrams; writes one JSON object: per datagram
             (seq, one-way delay ns) in arrival order, and the arrival times
+            (when the process read it, CLOCK_MONOTONIC; and when the kernel
+            received it, SO_TIMESTAMPNS, CLOCK_REALTIME: free of the receiving
+            process's scheduling, for spacing measurements; kernel_delays_ns
+            are the one-way delays by those stamps, moved to CLOCK_MONOTONIC
+            by the clocks' offset at the receiver's start)
   udp-send  --addr A --port P --count N [--size B] [--pps R] [--burst]
             numbered datagrams stamped with CLOCK_MONOTONIC at sending
   listen    --bind A --port P --seconds S [--ready FILE]
@@ -22,6 +27,8 @@ import sys
 import time
 
 HEADER = struct.Struct("!IQ")  # seq, send time (CLOCK_MONOTONIC ns)
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)   # = SCM_TIMESTAMPNS
+TIMESPEC = struct.Struct("@qq")
 
 
 def family_of(addr):
@@ -31,16 +38,18 @@ def family_of(addr):
 def udp_recv(a):
     s = socket.socket(family_of(a.bind), socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     s.bind((a.bind, a.port))
     s.settimeout(0.2)
     if a.ready:
         open(a.ready, "w").close()
-    seqs, delays, arrivals = [], [], []
+    seqs, delays, arrivals, kernel, kernel_delays = [], [], [], [], []
+    rt_offset = time.clock_gettime_ns(time.CLOCK_REALTIME) - time.monotonic_ns()
     deadline = time.monotonic() + a.timeout
     quiet_until = None
     while len(seqs) < a.count and time.monotonic() < deadline:
         try:
-            data = s.recv(65536)
+            data, anc, _, _ = s.recvmsg(65536, socket.CMSG_SPACE(TIMESPEC.size))
         except socket.timeout:
             # The sender is done once nothing came for `quiet` seconds after the first datagram.
             if quiet_until is not None and time.monotonic() > quiet_until:
@@ -51,9 +60,17 @@ def udp_recv(a):
         seqs.append(seq)
         delays.append(now - sent)
         arrivals.append(now)
+        kts = None
+        for level, kind, cdata in anc:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                sec, nsec = TIMESPEC.unpack_from(cdata)
+                kts = sec * 1_000_000_000 + nsec
+        kernel.append(kts)
+        kernel_delays.append(None if kts is None else kts - rt_offset - sent)
         quiet_until = time.monotonic() + a.quiet
     with open(a.out, "w") as f:
-        json.dump({"seqs": seqs, "delays_ns": delays, "arrivals_ns": arrivals}, f)
+        json.dump({"seqs": seqs, "delays_ns": delays, "arrivals_ns": arrivals,
+                   "kernel_arrivals_ns": kernel, "kernel_delays_ns": kernel_delays}, f)
 
 
 def udp_send(a):

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from labfixtures import PROBE, labmod, need_root_and_build, need_tool, wait_for
+from labfixtures import (PROBE, lab_suite, lab_test, labmod, need_root_and_build,  # noqa: F401
+                         need_tool, quantile, udp, wait_for)
 
 Lab, Path, Direction = labmod.Lab, labmod.Path, labmod.Direction
 
@@ -30,31 +31,6 @@ def make_lab(tmp_path):
     yield make
     for lab in labs:
         lab.down()
-
-
-def udp(lab, tmp_path, name, direction, count, port=7000, **send):
-    """Sends `count` datagrams one way over path `name`; returns (receiver result, sender result)."""
-    ep = lab.ep(name)
-    if direction == "down":
-        src_ns, dst_ns, dst = lab.server_ns, ep.client_ns, ep.client_v4[0]
-    else:
-        src_ns, dst_ns, dst = ep.client_ns, lab.server_ns, ep.server_v4
-    out, ready = tmp_path / f"udp-{name}-{port}.json", tmp_path / f"udp-{name}-{port}.ready"
-    rx = lab.popen(dst_ns, sys.executable, PROBE, "udp-recv", "--bind", dst, "--port", port,
-                   "--count", count, "--out", out, "--ready", ready, "--timeout", 60)
-    wait_for(lambda: ready.exists() or rx.poll() is not None, 10, what="udp receiver")
-    args = [f"--{k.replace('_', '-')}" if v is True else f"--{k.replace('_', '-')}={v}"
-            for k, v in send.items()]
-    tx = lab.ns(src_ns, sys.executable, PROBE, "udp-send", "--addr", dst, "--port", port,
-                "--count", count, *args, timeout=120)
-    rx.wait(timeout=90)
-    assert rx.returncode == 0, rx.stderr.read()
-    return json.loads(out.read_text()), json.loads(tx.stdout)
-
-
-def quantile(xs, q):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 def test_one_way_delay_and_rtt_are_the_configured_ones(make_lab, tmp_path):

@@ -6,7 +6,9 @@ nothing is left.
 Every test that installs the package purges it again, even when it fails.
 Where systemd is PID 1 the daemon runs as the service; elsewhere (containers,
 CI sandboxes) unit_sandbox.py runs the unit's ExecStart with the unit's user,
-capabilities and file-system confinement.
+capabilities and file-system confinement. The maintainer scripts' systemd
+path is tested in test_maintainer_scripts.py, the package under a booted
+systemd in test_systemd_boot.py; the other modules import the `deb` fixture from here.
 """
 import gzip
 import json
@@ -15,6 +17,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -195,25 +198,77 @@ class InstalledDaemon:
             self.stderr = None
 
 
+def embedded_bpf_objects(binary):
+    """The BPF ELF objects (64-bit, little-endian, e_machine EM_BPF) that
+    `binary` carries in its data, each cut at the end of its section
+    header table (where clang puts it, after every section)."""
+    objects = []
+    start = binary.find(b"\x7fELF", 1)
+    while start != -1:
+        hdr = binary[start:start + 64]
+        if len(hdr) == 64 and hdr[4:6] == b"\x02\x01":  # ELFCLASS64, ELFDATA2LSB
+            (e_type, e_machine, _, _, _, e_shoff, _, _, _, _, e_shentsize, e_shnum, _) = \
+                struct.unpack_from("<HHIQQQIHHHHHH", hdr, 16)
+            if e_machine == 247 and e_type == 1:  # EM_BPF, ET_REL
+                objects.append(binary[start:start + e_shoff + e_shnum * e_shentsize])
+        start = binary.find(b"\x7fELF", start + 1)
+    return objects
+
+
+def bpf_programs_in_sources():
+    """{program name: section} of every program in bpf/*.bpf.c."""
+    programs = {}
+    for src in (ROOT / "bpf").glob("*.bpf.c"):
+        for m in re.finditer(r'^SEC\("([^".][^"]*)"\)\s*\n\s*int\s+(?:BPF_PROG\(\s*)?(\w+)',
+                             src.read_text(), re.M):
+            programs[m.group(2)] = m.group(1)
+    assert programs, "no SEC(\"...\") programs found in bpf/*.bpf.c"
+    return programs
+
+
+_BUILT_DEB = []
+
+
 @pytest.fixture(scope="session")
 def deb():
+    """The package, built from BUILD once per session. (Imported by the other
+    test modules here: not in a conftest.py, whose module name would clash
+    with tests/integration's when both directories are collected together.)"""
+    if _BUILT_DEB:
+        return _BUILT_DEB[0]
     if os.geteuid() != 0:
         pytest.skip("installs a package: needs root")
     for tool in ("apt-get", "dpkg-deb", "lintian", "cmake", "bpftool", "setpriv", "unshare", "strace",
-                 "logrotate", "systemd-analyze"):
+                 "logrotate", "systemd-analyze", "promtool"):
         assert shutil.which(tool), f"{tool} missing (scripts/dev.sh installs it)"
     assert (BUILD / "CMakeCache.txt").exists(), f"configure {BUILD} first"
     sh("cmake", "--build", str(BUILD), "--target", "deb")
     arch = sh("dpkg", "--print-architecture").stdout.strip()
     path = BUILD / f"tcpscope_{project_version()}_{arch}.deb"
     assert path.exists(), f"the deb target did not write {path}"
+    _BUILT_DEB.append(path)
     return path
+
+
+def system_user_exists():
+    return sh("getent", "passwd", "tcpscope", check=False).returncode == 0
+
+
+def delete_system_user():
+    """What the package leaves on purge (Debian keeps system users), undone
+    by the tests so that the machine ends as it was."""
+    if system_user_exists():
+        sh("deluser", "--system", "--quiet", "tcpscope")
+    if sh("getent", "group", "tcpscope", check=False).returncode == 0:
+        sh("delgroup", "--system", "--quiet", "tcpscope")
 
 
 @pytest.fixture
 def installed(deb):
-    """The package freshly installed with apt-get; purged afterwards, whatever happens."""
+    """The package freshly installed with apt-get; purged afterwards, whatever
+    happens, and the system user (which purge keeps) deleted if the test made it."""
     purge_package()
+    user_before = system_user_exists()
     before = leftovers()
     daemons = []
     try:
@@ -224,6 +279,8 @@ def installed(deb):
         for d in daemons:
             d.kill()
         purge_package()
+        if not user_before:
+            delete_system_user()
 
 
 def test_lintian_has_no_errors_or_warnings(deb):
@@ -259,15 +316,32 @@ def test_package_contents(deb, tmp_path):
     # The shipped config is the embedded default, byte for byte.
     assert (root / "etc/tcpscope/tcpscope.yaml").read_bytes() == (ROOT / "src/default_config.yaml").read_bytes()
     assert (root / "lib/systemd/system/tcpscope.service").read_bytes() == UNIT_FILE.read_bytes()
-    # The BPF objects are inside the binary (skeleton), not beside it.
+    # The BPF objects are inside the binary (skeleton), not beside it: BPF
+    # ELF objects embedded in usr/bin/tcpscope that hold, between them, every
+    # program of bpf/*.bpf.c under its name and in its section.
     assert not list(root.rglob("*.bpf.o")) and not list(root.rglob("*.o"))
-    binary = (root / "usr/bin/tcpscope").read_bytes()
-    assert binary.count(b"\x7fELF") >= 2, "no embedded BPF ELF object in usr/bin/tcpscope"
-    # Dashboards and rules: whatever the repository has, all of it.
+    embedded = embedded_bpf_objects((root / "usr/bin/tcpscope").read_bytes())
+    assert embedded, "no embedded BPF ELF object (e_machine EM_BPF) in usr/bin/tcpscope"
+    programs = bpf_programs_in_sources()
+    assert {"on_state_change", "cc_policy", "watch_setsockopt", "guard_sysctl"} <= programs.keys()
+    for name, section in sorted(programs.items()):
+        assert any(name.encode() + b"\0" in obj and section.encode() + b"\0" in obj for obj in embedded), \
+            f"BPF program {name} (SEC(\"{section}\")) is not in the objects embedded in usr/bin/tcpscope"
+    # Dashboards and rules: whatever the repository has, all of it; the
+    # promtool tests of the rules (*.test.yml) stay out, since a Prometheus
+    # loading /usr/share/tcpscope/prometheus/*.yml as rule files would reject them.
     for pattern, dest in (("grafana/*.json", "grafana"), ("prometheus/*.yml", "prometheus")):
         for src in (ROOT / "packaging").glob(pattern):
             shipped = root / "usr/share/tcpscope" / dest / src.name
-            assert shipped.exists() and shipped.read_bytes() == src.read_bytes(), f"{src} not shipped"
+            if src.name.endswith(".test.yml"):
+                assert not shipped.exists(), f"{src.name} (a promtool test file) is shipped with the rules"
+            else:
+                assert shipped.exists() and shipped.read_bytes() == src.read_bytes(), f"{src} not shipped"
+    rules = sorted((root / "usr/share/tcpscope/prometheus").glob("*.yml"))
+    assert rules, "no Prometheus rules shipped"
+    for f in rules:
+        r = sh("promtool", "check", "rules", str(f), check=False)
+        assert r.returncode == 0, f"promtool check rules {f.name}:\n{r.stdout}{r.stderr}"
     # The man page covers every command of SPEC.md, and man has nothing to say about it.
     man = gzip.decompress((root / "usr/share/man/man8/tcpscope.8.gz").read_bytes()).decode()
     for cmd in ("run", r"check\-config", "flows", "compare", "policy show", "version"):
@@ -295,10 +369,10 @@ def test_install_creates_user_dirs_and_enables_service(installed):
         assert sh("systemctl", "is-active", "tcpscope.service", check=False).stdout.strip() == "active"
     # systemd accepts the installed unit (ExecStart, man page, every setting) ...
     sh("systemd-analyze", "verify", "/lib/systemd/system/tcpscope.service")
-    # ... and rates its exposure 1.6 ("OK"; 9.6 without the hardening): keep it so.
-    r = sh("systemd-analyze", "security", "--offline=true", "--threshold=16",
+    # ... and rates its exposure 1.7 ("OK"; 9.6 without the hardening): keep it so.
+    r = sh("systemd-analyze", "security", "--offline=true", "--threshold=17",
            "/lib/systemd/system/tcpscope.service", check=False)
-    assert r.returncode == 0, "the unit's exposure rose above 1.6:\n" + r.stdout[-2000:]
+    assert r.returncode == 0, "the unit's exposure rose above 1.7:\n" + r.stdout[-2000:]
     # The CLI from the installed path.
     v = sh("/usr/bin/tcpscope", "version").stdout
     assert v.startswith(f"tcpscope {project_version()}\n") and "libbpf" in v
@@ -373,15 +447,73 @@ def test_lifecycle_confined_daemon_scrape_remove_purge(installed, tmp_path):
     assert not Path("/usr/bin/tcpscope").exists()
     assert CONFFILE.exists(), "remove (not purge) must keep the configuration"
 
-    # Purge: configuration, logs, state and the user go; nothing is left.
+    # Purge: configuration, logs and state go; nothing is left but the
+    # system user and group, which Debian keeps (their uid must not pass to
+    # another system user while files may still carry it).
     apt_get("purge", "tcpscope")
     assert package_status() in ("not-installed", "unknown ok not-installed")
     for p in ("/etc/tcpscope", "/var/log/tcpscope", "/var/lib/tcpscope"):
         assert not Path(p).exists(), f"{p} survived purge"
-    assert sh("getent", "passwd", "tcpscope", check=False).returncode != 0, "user survived purge"
-    assert sh("getent", "group", "tcpscope", check=False).returncode != 0, "group survived purge"
+    assert sh("id", "-u", "tcpscope", check=False).stdout.strip() == str(uid), "purge deleted the system user"
+    assert sh("getent", "group", "tcpscope", check=False).returncode == 0, "purge deleted the system group"
     left = leftovers() - installed["before"]
     assert not left, f"left behind after purge: {sorted(left)}"
+
+
+# What the daemon says, in its one line, when the unit lacks a capability.
+MISSING_CAPABILITY_MESSAGE = {
+    # Checked before loading: the tracing programs need both.
+    "CAP_BPF": r"not permitted: loading BPF programs needs root \(or CAP_BPF and CAP_PERFMON\)",
+    "CAP_PERFMON": r"not permitted: loading BPF programs needs root \(or CAP_BPF and CAP_PERFMON\)",
+    # The kernel refuses the first cgroup program of the policy (EPERM); the
+    # daemon may say where it saved libbpf's full log.
+    "CAP_NET_ADMIN": r"the kernel refused BPF program '(cc_policy|watch_setsockopt|guard_sysctl)': "
+                     r"Operation not permitted \(errno 1\)(; .*)?",
+}
+# bpftool's program types: the policy's cgroup programs and the tracing ones.
+EXPECTED_PROGRAM_TYPES = {"sock_ops", "cgroup_sockopt", "cgroup_sysctl", "tracing"}
+
+
+def test_each_capability_is_needed(installed):
+    """The unit's capabilities are the least the daemon starts with: without
+    any one of them the confined daemon exits non-zero with one line saying
+    what was refused; with all of them it loads and attaches the policy's
+    cgroup programs (sock_ops, setsockopt, sysctl) as well as the tracing ones."""
+    unit = Unit(UNIT_FILE)
+    caps = unit.capabilities("AmbientCapabilities")
+    assert caps == unit.capabilities("CapabilityBoundingSet")
+    assert set(caps) == MISSING_CAPABILITY_MESSAGE.keys(), \
+        f"the unit grants {caps}: say here what the daemon prints without each"
+    port = free_port()
+    edit_conffile(port, flow_log="/var/log/tcpscope/flows.ndjson")
+    for cap in caps:
+        try:
+            # (On a timeout, run() kills the daemon: every step of sandbox_command execs.)
+            r = subprocess.run(sandbox_command(unit.with_capabilities(set(caps) - {cap})),
+                               capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired as e:
+            raise AssertionError(f"without {cap} the daemon was still running after 60 s: "
+                                 f"{cap} is not needed to start ({e.stderr})") from None
+        # libbpf adds its own "libbpf: ..." diagnostics; the daemon's is one line.
+        ours = [l for l in r.stderr.splitlines() if l.startswith("tcpscope:")]
+        other = [l for l in r.stderr.splitlines() if l.strip() and not l.startswith(("tcpscope:", "libbpf:"))]
+        assert r.returncode != 0, f"the daemon started without {cap}: {r.stderr}"
+        assert len(ours) == 1 and not other, f"without {cap}, not one line: {r.stderr}"
+        assert re.fullmatch(r"tcpscope: " + MISSING_CAPABILITY_MESSAGE[cap], ours[0]), \
+            f"without {cap}: {ours[0]!r}"
+
+    d = InstalledDaemon(port)
+    installed["daemons"].append(d)
+    progs, links = bpf_ids_held_by(d.pid)
+    kernel_progs = {p["id"]: p for p in json.loads(sh("bpftool", "--json", "prog", "show").stdout)}
+    kernel_links = {l["id"]: l for l in json.loads(sh("bpftool", "--json", "link", "show").stdout)}
+    held = {kernel_progs[i]["type"] for i in progs if i in kernel_progs}
+    assert EXPECTED_PROGRAM_TYPES <= held, f"the daemon holds programs of types {held} only"
+    attached = {kernel_progs[kernel_links[i]["prog_id"]]["type"] for i in links
+                if i in kernel_links and kernel_links[i]["prog_id"] in kernel_progs}
+    assert EXPECTED_PROGRAM_TYPES <= attached, f"the daemon's links attach programs of types {attached} only"
+    cgroup_links = [kernel_links[i] for i in links if kernel_links.get(i, {}).get("type") == "cgroup"]
+    assert len(cgroup_links) >= 3, f"the policy programs are not attached to a cgroup: {cgroup_links}"
 
 
 def _repacked_with_version(deb, version, workdir):
@@ -458,6 +590,7 @@ def test_system_call_filter_allows_what_the_daemon_calls(installed, tmp_path):
             proc.wait()
         stderr.close()
     used = set()
+    families = {}  # address family -> one socket() call that asked for it
     exec_seen = False
     for line in trace.read_text().splitlines():
         if 'execve("/usr/bin/tcpscope"' in line:
@@ -466,6 +599,19 @@ def test_system_call_filter_allows_what_the_daemon_calls(installed, tmp_path):
         m = re.match(r"^\d+\s+(?:<\.\.\. )?([a-z_0-9]+)[( ]", line)
         if exec_seen and m and m.group(1) not in ("exited", "killed"):
             used.add(m.group(1))
+        # RestrictAddressFamilies= filters socket(2) (not socketpair(2), nor
+        # sockets received), on its first argument.
+        m = re.match(r"^\d+\s+socket\(([A-Z0-9_]+|\d+),", line)
+        if exec_seen and m:
+            families.setdefault(m.group(1), line)
     assert exec_seen and len(used) > 10, "strace saw no daemon"
     print(f"system calls used: {sorted(used)}")
     assert used <= allowed, f"the unit's SystemCallFilter= would deny: {sorted(used - allowed)}"
+    print(f"address families of socket(): {sorted(families)}")
+    restricted = unit.address_families()
+    assert restricted and "AF_UNIX" not in restricted and "AF_NETLINK" not in restricted, restricted
+    # The daemon serves TCP, so socket(AF_INET...) must have been seen, or
+    # the parsing above missed the calls.
+    assert "AF_INET" in families, "strace saw no socket(AF_INET, ...): the trace parsing is broken"
+    denied = {f: line for f, line in families.items() if f not in restricted}
+    assert not denied, f"the unit's RestrictAddressFamilies= would refuse: {denied}"

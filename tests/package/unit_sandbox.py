@@ -16,6 +16,7 @@ SystemCallFilter= and MemoryDenyWriteExecute= against the running daemon
 instead (strace, /proc/PID/maps).
 """
 import configparser
+import copy
 import shlex
 import subprocess
 from pathlib import Path
@@ -75,6 +76,25 @@ class Unit:
         line = self.value("ExecStart")
         assert line, f"{self.path}: no ExecStart"
         return shlex.split(line.lstrip("-@:+!"))
+
+    def address_families(self):
+        """RestrictAddressFamilies= as the set of families allowed (an
+        allow-list; a ~ deny-list or "none" is not what the tests expect)."""
+        families = set()
+        for line in self.values("RestrictAddressFamilies"):
+            assert not line.startswith("~") and line.strip() != "none", \
+                f"{self.path}: RestrictAddressFamilies={line} is not an allow-list"
+            families |= set(line.split())
+        return families
+
+    def with_capabilities(self, caps):
+        """A copy of this unit whose AmbientCapabilities= and
+        CapabilityBoundingSet= both name exactly `caps`."""
+        other = copy.copy(self)
+        other.service = dict(self.service)
+        other.service["AmbientCapabilities"] = [" ".join(sorted(caps))]
+        other.service["CapabilityBoundingSet"] = [" ".join(sorted(caps))]
+        return other
 
     def directories(self, key, base):
         return [Path(base) / d for line in self.values(key) for d in line.split()]

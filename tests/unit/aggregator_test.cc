@@ -9,9 +9,11 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <set>
 #include <thread>
 #include <vector>
 
+#include "config.h"
 #include "self_metrics.h"
 
 namespace tcpscope {
@@ -533,6 +535,187 @@ TEST_F(AggregatorTest, ScrapesWhileAddingSeeConsistentTotals) {
     if (s.metric("tcpscope_flows_total", with(with(base("0", "client", cc), "dir", "passive"), "outcome", "ok")))
       zero += s.counter("tcpscope_flows_total", with(with(base("0", "client", cc), "dir", "passive"), "outcome", "ok"));
   EXPECT_EQ(zero, (kFlows + 2) / 3);
+}
+
+// Every flow shape that creates a series for (asn, class, cc): each dir x
+// outcome, an ok flow in each size class (the largest above the throughput
+// threshold), every congestion state, both RTTs.
+std::vector<FlowRecord> flows_filling_every_series(uint32_t asn, const std::string& cls, const std::string& cc,
+                                                   uint64_t bytes_scale = 1) {
+  std::vector<FlowRecord> out;
+  for (auto dir : {Direction::kActive, Direction::kPassive})
+    for (auto outcome : {Outcome::kOk, Outcome::kReset, Outcome::kRefused, Outcome::kTimeout, Outcome::kError}) {
+      FlowRecord f = good_flow(asn, 1000 * bytes_scale, 2000);
+      f.peer_class = cls;
+      f.cc = cc;
+      f.dir = dir;
+      f.outcome = outcome;
+      f.retrans_segs = 1;
+      f.bytes_received = 10;
+      for (auto& us : f.ca_state_us) us = 100;
+      out.push_back(f);
+    }
+  for (uint64_t bytes : {50000, 500000, 2000000, 5000000}) {
+    FlowRecord f = good_flow(asn, bytes, 100000);
+    f.peer_class = cls;
+    f.cc = cc;
+    out.push_back(f);
+  }
+  return out;
+}
+
+// Samples as Prometheus counts them: every non-comment line of the exposition.
+size_t exposition_samples(const prometheus::Registry& r) {
+  const std::string text = prometheus::TextSerializer().Serialize(r.Collect());
+  size_t n = 0, start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    if (end > start && text[start] != '#') ++n;
+    start = end + 1;
+  }
+  return n;
+}
+
+// The asn label values present in the exposition.
+std::set<std::string> asn_labels(const prometheus::Registry& r) {
+  std::set<std::string> out;
+  for (const auto& f : r.Collect())
+    for (const auto& m : f.metric)
+      for (const auto& l : m.label)
+        if (l.name == "asn") out.insert(l.value);
+  return out;
+}
+
+TEST_F(AggregatorTest, SeriesCountMatchesTheBudget) {
+  // The per-label-set count of the README and aggregator.h, by hand: 4
+  // counters, 10 flows_total, 5 states, S x 27 FCT, 22 throughput, 2 x 27 RTT.
+  const uint64_t S = 4, P = 4 + 10 + 5 + S * (24 + 3) + (19 + 3) + 2 * (24 + 3);
+  ASSERT_EQ(P, 203u);
+  const std::vector<std::string> classes{"client", "origin"}, ccs{"cubic", "bbr"};
+  const uint64_t C = classes.size(), K = ccs.size();
+
+  AggregatorOptions o = no_warmup();
+  o.top_n = 5;
+  o.max_stale_asns = 5;
+  o.stale_asn_seconds = 3600;
+  const uint64_t N = o.top_n;
+  Aggregator agg(registry_, o);
+  auto feed = [&](uint32_t asn, uint64_t scale) {
+    for (const auto& cls : classes)
+      for (const auto& cc : ccs)
+        for (const auto& f : flows_filling_every_series(asn, cls, cc, scale)) agg.add(f);
+  };
+  std::map<std::pair<std::string, std::string>, int64_t> active;
+  for (const auto& cls : classes)
+    for (const auto& cc : ccs) active[{cls, cc}] = 1;
+  agg.set_active_flows(active);
+
+  // N + k ASNs and unknown ones: the first N join the top-N at once, the k
+  // others fold into "other". A = N + 2 asn values.
+  const uint32_t k = 3;
+  for (uint32_t a = 1; a <= N + k; ++a) feed(1000 + a, 1);
+  feed(0, 1);
+  EXPECT_EQ(agg.top_asns().size(), N);
+  EXPECT_EQ(asn_labels(*registry_).size(), N + 2);
+  EXPECT_EQ(exposition_samples(*registry_), C * (N + 2) * K * P + C * K);
+
+  // N new, heavier ASNs take over the top-N; the old ones stay, frozen, for
+  // the grace period: A = 2N + 2, the budget.
+  for (uint32_t a = 1; a <= N; ++a) feed(2000 + a, 1000);
+  agg.recompute_top_asns();
+  for (uint32_t a = 1; a <= N; ++a) feed(2000 + a, 1000);
+  EXPECT_EQ(asn_labels(*registry_).size(), 2 * N + 2);
+  EXPECT_EQ(exposition_samples(*registry_), C * (2 * N + 2) * K * P + C * K);
+  EXPECT_EQ(exposition_samples(*registry_), series_budget(o, C, K));
+
+  // Churn again: 2N stale candidates, only the N that left the top last stay.
+  for (uint32_t a = 1; a <= N; ++a) feed(3000 + a, 1000000);
+  agg.recompute_top_asns();
+  for (uint32_t a = 1; a <= N; ++a) feed(3000 + a, 1000000);
+  const auto labels = asn_labels(*registry_);
+  EXPECT_EQ(labels.size(), 2 * N + 2);
+  for (uint32_t a = 1; a <= N + k; ++a) EXPECT_FALSE(labels.count(std::to_string(1000 + a))) << a;
+  for (uint32_t a = 1; a <= N; ++a) EXPECT_TRUE(labels.count(std::to_string(2000 + a))) << a;
+  EXPECT_EQ(exposition_samples(*registry_), series_budget(o, C, K));
+}
+
+TEST_F(AggregatorTest, DefaultSeriesBudgetIsTheReadmeFigure) {
+  // README.md "Series budget": the shipped default (one peer class, top_n 50,
+  // four size classes), for one and for two congestion controls in use.
+  Config defaults;
+  const AggregatorOptions o = AggregatorOptions::from_config(defaults);
+  EXPECT_EQ(o.max_stale_asns, 50u);
+  EXPECT_EQ(series_budget(o, 1, 1), 20707u);
+  EXPECT_EQ(series_budget(o, 1, 2), 41414u);
+}
+
+TEST_F(AggregatorTest, ReplacedSizeClassHistogramsGoWithAStaleAsn) {
+  AggregatorOptions o = no_warmup();
+  o.top_n = 1;
+  o.stale_asn_seconds = 0;
+  Aggregator agg(registry_, o);
+  agg.add(good_flow(100, 50000, 1000));  // 100 joins the top-N; lt_100k
+  o.size_classes_bytes = {10000};
+  agg.update_options(o);
+  agg.add(good_flow(100, 50000, 1000));  // ge_10k
+  {
+    Scrape s(*registry_);  // the old class is still there until a ranking
+    EXPECT_TRUE(s.histogram("tcpscope_flow_completion_seconds", with(base("100"), "size_class", "lt_100k")));
+    EXPECT_TRUE(s.histogram("tcpscope_flow_completion_seconds", with(base("100"), "size_class", "ge_10k")));
+  }
+  agg.add(good_flow(200, 10000000, 1000));  // 200 overtakes 100
+  agg.recompute_top_asns();
+  EXPECT_EQ(agg.asn_label(100), "other");
+  EXPECT_FALSE(asn_labels(*registry_).count("100"));
+  for (const auto& f : registry_->Collect())
+    for (const auto& m : f.metric)
+      for (const auto& l : m.label) EXPECT_FALSE(l.name == "asn" && l.value == "100") << f.name;
+}
+
+TEST_F(AggregatorTest, ReplacedSizeClassHistogramsAreRemovedAfterTheGracePeriod) {
+  AggregatorOptions o = no_warmup();
+  o.stale_asn_seconds = 0;
+  Aggregator agg(registry_, o);
+  agg.add(good_flow(0, 50000, 1000));       // lt_100k
+  agg.add(good_flow(0, 5000000, 1000));     // ge_3m
+  o.size_classes_bytes = {100000, 1000000};  // lt_100k and 100k_1m stay, ge_1m is new
+  agg.update_options(o);
+  agg.add(good_flow(0, 50000, 1000));
+  agg.add(good_flow(0, 5000000, 1000));
+  agg.recompute_top_asns();
+  Scrape s(*registry_);
+  const auto fct = [&](const char* sc) {
+    return s.histogram("tcpscope_flow_completion_seconds", with(base("0"), "size_class", sc));
+  };
+  ASSERT_TRUE(fct("lt_100k"));
+  EXPECT_EQ(fct("lt_100k")->sample_count, 2u);  // kept across the reload
+  ASSERT_TRUE(fct("ge_1m"));
+  EXPECT_EQ(fct("ge_1m")->sample_count, 1u);
+  EXPECT_FALSE(fct("ge_3m"));                    // replaced, grace period over
+  EXPECT_EQ(s.series("tcpscope_flow_completion_seconds").size(), 2u);
+}
+
+TEST_F(AggregatorTest, SizeClassesRestoredWithinTheGracePeriodGetTheirHistogramBack) {
+  AggregatorOptions o = no_warmup();
+  o.stale_asn_seconds = 3600;
+  Aggregator agg(registry_, o);
+  const AggregatorOptions original = o;
+  agg.add(good_flow(0, 5000000, 1000));  // ge_3m
+  o.size_classes_bytes = {10000};
+  agg.update_options(o);
+  agg.update_options(original);          // back before the grace period ends
+  agg.add(good_flow(0, 5000000, 1000));
+  agg.recompute_top_asns();
+  AggregatorOptions expire = original;
+  expire.stale_asn_seconds = 0;
+  agg.update_options(expire);
+  agg.recompute_top_asns();              // nothing retired may take the live histogram with it
+  agg.add(good_flow(0, 5000000, 1000));
+  Scrape s(*registry_);
+  const auto* h = s.histogram("tcpscope_flow_completion_seconds", with(base("0"), "size_class", "ge_3m"));
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->sample_count, 3u);
 }
 
 TEST(SelfMetricsTest, TotalsAdvanceCountersByTheDelta) {

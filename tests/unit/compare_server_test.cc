@@ -11,7 +11,9 @@
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
+#include <prometheus/registry.h>
 
+#include "aggregator.h"
 #include "compare.h"
 #include "compare_flows.h"
 #include "compare_server.h"
@@ -211,31 +213,152 @@ FlowRecord small_flow(uint32_t asn, const std::string& cc, int64_t fct_us) {
 
 TEST(FlowDistributions, KeyTableIsBoundedAndOverflowFoldsIntoOther) {
   FlowDistributionsOptions o;
-  o.max_keys = 4;
+  o.max_keys = 16;  // reserve: 16 more, for top-N ASNs and "other" keys
   FlowDistributions d(o);
-  // Four ASNs fill the table; the fifth goes to its "other" key only if that
-  // exists, else it is dropped and counted.
-  for (uint32_t asn = 1; asn <= 4; ++asn) d.add(small_flow(asn, "cubic", 100), std::to_string(asn));
-  d.add(small_flow(5, "cubic", 100), "5");
+  // 16 ASNs fill the table. Non-top ASNs after that fold into their "other"
+  // key (counted as folded); top-N ones use the reserve; once the reserve
+  // is full too, a flow without a key is dropped and counted.
+  for (uint32_t asn = 1; asn <= 16; ++asn) d.add(small_flow(asn, "cubic", 100), "other");
+  for (uint32_t asn = 17; asn <= 40; ++asn) d.add(small_flow(asn, "cubic", 200), "other");
+  EXPECT_EQ(d.stats().keys, 17u);  // 16 + the one "other" key
+  EXPECT_EQ(d.stats().folded_flows, 24u);
+  EXPECT_EQ(d.stats().dropped_flows, 0u);
+  for (uint32_t asn = 41; asn <= 55; ++asn) d.add(small_flow(asn, "cubic", 300), std::to_string(asn));
+  EXPECT_EQ(d.stats().keys, 32u);
+  EXPECT_EQ(d.stats().dropped_flows, 0u);
+  d.add(small_flow(56, "cubic", 300), "56");    // reserve full: folds into the existing "other" key
+  d.add(small_flow(57, "bbr", 300), "other");  // no "other" key for bbr and no room: dropped
+  EXPECT_EQ(d.stats().folded_flows, 25u);
   EXPECT_EQ(d.stats().dropped_flows, 1u);
-  EXPECT_EQ(d.stats().keys, 4u);
+  const auto r = d.query(CompareMetric::kFct, "asn", sel("cc=cubic"), sel("cc=bbr"));
+  EXPECT_EQ(r.folded_flows, 25u);
+  std::map<std::string, uint64_t> n;
+  for (const auto& g : r.groups) n[g.group] += g.a.count();
+  EXPECT_EQ(n["other"], 25u);
+  EXPECT_EQ(n["5"], 1u);   // raw ASN keys, whatever the label was
+  EXPECT_EQ(n["41"], 1u);
+  EXPECT_EQ(n.count("20"), 0u);
+  // The answer says so, and compare warns.
+  const auto j = nlohmann::json::parse(d.handle_query("by=asn&a=cc%3Dcubic&b=cc%3Dbbr"));
+  EXPECT_EQ(j["folded_flows"], 25);
+}
 
-  FlowDistributions e(o);
-  for (uint32_t asn = 1; asn <= 3; ++asn) e.add(small_flow(asn, "cubic", 100), std::to_string(asn));
-  e.add(small_flow(99, "cubic", 100), "other");  // the aggregator's label for a non-top ASN
-  for (uint32_t asn = 5; asn <= 50; ++asn) e.add(small_flow(asn, "cubic", 200), std::to_string(asn));
-  EXPECT_EQ(e.stats().dropped_flows, 0u);
-  EXPECT_EQ(e.stats().keys, 4u);
-  const auto r = e.query(CompareMetric::kFct, "asn", sel("cc=cubic"), sel("cc=bbr"));
-  uint64_t in_other = 0;
-  for (const auto& g : r.groups)
-    if (g.group == "other") in_other = g.a.count();
-  EXPECT_EQ(in_other, 1u + 46u);
+// The same traffic in both modes with more ASNs than the Prometheus top-N:
+// --server groups by the raw ASN like --flows, so the groups agree, and a
+// selection of an ASN outside the top-N finds its flows.
+TEST(FlowDistributions, AsnGroupsAgreeWithTheFlowLogBeyondTheTopN) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  AggregatorOptions ao;
+  ao.top_n = 50;
+  Aggregator agg(registry, ao);
+  std::mt19937_64 rng(60);
+  std::lognormal_distribution<double> fct(std::log(30000), 0.6);
+  std::vector<FlowRecord> flows;
+  for (uint32_t k = 0; k < 60; ++k) {
+    const uint32_t asn = 65000 + k;
+    const int n = 200 - 2 * static_cast<int>(k);  // fewer bytes for the higher ASNs: 65050.. are "other"
+    for (int i = 0; i < n; ++i) {
+      FlowRecord f = small_flow(asn, i % 2 ? "bbr" : "cubic", static_cast<int64_t>(fct(rng)));
+      f.bytes_acked = 50000;
+      flows.push_back(f);
+      agg.add(f);
+    }
+  }
+  agg.recompute_top_asns();
+  FlowDistributions d{FlowDistributionsOptions{}};
+  size_t other_labels = 0;
+  for (const auto& f : flows) {
+    const std::string label = agg.asn_label(f.asn);
+    other_labels += label == "other";
+    d.add(f, label);
+  }
+  ASSERT_GT(other_labels, 0u) << "the test needs ASNs outside the top-N";
+  EXPECT_EQ(agg.asn_label(65059), "other");
+
+  const CompareOptions o = opts(CompareMetric::kFct, "asn", "cc=cubic", "cc=bbr");
+  const CompareResult exact = via_flow_log(flows, o);
+  const CompareResult sketched = via_server(&d, o);
+  ASSERT_EQ(exact.groups.size(), 60u);
+  ASSERT_EQ(sketched.groups.size(), exact.groups.size());
+  for (size_t i = 0; i < exact.groups.size(); ++i) {
+    EXPECT_EQ(exact.groups[i].group, sketched.groups[i].group);
+    EXPECT_EQ(exact.groups[i].a.n, sketched.groups[i].a.n) << exact.groups[i].group;
+    EXPECT_EQ(exact.groups[i].b.n, sketched.groups[i].b.n) << exact.groups[i].group;
+    expect_close(exact.groups[i].a.p50, sketched.groups[i].a.p50, 0.01, exact.groups[i].group);
+  }
+  // A non-top ASN selected by number.
+  const CompareOptions one = opts(CompareMetric::kFct, "all", "asn=65059", "asn=65058");
+  const CompareResult e1 = via_flow_log(flows, one), s1 = via_server(&d, one);
+  ASSERT_EQ(e1.groups.size(), 1u);
+  ASSERT_EQ(s1.groups.size(), 1u);
+  EXPECT_EQ(s1.groups[0].a.n, e1.groups[0].a.n);
+  EXPECT_EQ(s1.groups[0].a.n, 82u);
+  EXPECT_EQ(s1.groups[0].b.n, e1.groups[0].b.n);
+  EXPECT_EQ(d.stats().folded_flows, 0u);
+}
+
+// One 2-hour keep-alive flow among 10,000 of ~30 ms must not move the
+// median (the old 512-bucket sketch read 260 ms instead of 30 ms and turned
+// "b better -9.9 %" into "a better +767 %").
+TEST(FlowDistributions, OneLongFlowDoesNotMoveTheServerQuantilesOrVerdict) {
+  std::mt19937_64 rng(7);
+  std::lognormal_distribution<double> fct(std::log(30000), 0.8);
+  std::vector<FlowRecord> flows;
+  for (int i = 0; i < 10000; ++i) {
+    const bool bbr = i % 2;
+    FlowRecord f = small_flow(64501, bbr ? "bbr" : "cubic", static_cast<int64_t>(fct(rng) * (bbr ? 0.9 : 1.0)));
+    f.bytes_acked = 20000;
+    f.srtt_us = 20000;
+    f.segs_out = 30;
+    flows.push_back(f);
+  }
+  FlowRecord longest = flows[1];  // bbr
+  longest.fct_us = 7200LL * 1000000;
+  flows.push_back(longest);
+  // The same in another key (another peer class): merged at query time.
+  FlowRecord other_key = flows[3];
+  other_key.peer_class = "pop-to-pop";
+  other_key.fct_us = 7100LL * 1000000;
+  flows.push_back(other_key);
+
+  FlowDistributions d{FlowDistributionsOptions{}};
+  for (const auto& f : flows) d.add(f, "64501");
+  const CompareOptions o = opts(CompareMetric::kFct, "asn", "cc=cubic", "cc=bbr");
+  const CompareResult exact = via_flow_log(flows, o);
+  const CompareResult sketched = via_server(&d, o);
+  ASSERT_EQ(exact.groups.size(), 1u);
+  ASSERT_EQ(sketched.groups.size(), 1u);
+  const GroupResult& e = exact.groups[0];
+  const GroupResult& s = sketched.groups[0];
+  EXPECT_FALSE(s.sketch_collapsed);
+  EXPECT_EQ(s.sketch_clamped, 0u);
+  for (auto [x, y] : {std::pair{e.a.p50, s.a.p50}, {e.b.p50, s.b.p50}, {e.a.p90, s.a.p90}, {e.b.p90, s.b.p90},
+                      {e.a.p99, s.a.p99}, {e.b.p99, s.b.p99}})
+    expect_close(x, y, 0.01, "outlier");
+  ASSERT_TRUE(e.change.diff && s.change.diff);
+  EXPECT_NEAR(*s.change.diff, *e.change.diff, 0.0203 * (1 + std::abs(*e.change.diff)));
+  EXPECT_EQ(e.verdict, Verdict::kBBetter);
+  EXPECT_EQ(s.verdict, e.verdict);
+  std::printf("one 2-hour flow: p50 B exact %.0f us, sketch %.0f us; diff exact %+.4f, sketch %+.4f; %s / %s\n",
+              e.b.p50, s.b.p50, *e.change.diff, *s.change.diff, to_string(e.verdict), to_string(s.verdict));
+
+  // A sketch that did collapse (a max_buckets below the span) is flagged in
+  // the results and the output warns.
+  FlowDistributionsOptions small;
+  small.max_buckets = 256;
+  FlowDistributions c(small);
+  for (const auto& f : flows) c.add(f, "64501");
+  const CompareResult collapsed = via_server(&c, o);
+  ASSERT_EQ(collapsed.groups.size(), 1u);
+  EXPECT_TRUE(collapsed.groups[0].sketch_collapsed);
+  EXPECT_TRUE(compare_result_json(collapsed)["groups"][0]["sketch_collapsed"].get<bool>());
+  EXPECT_NE(format_compare_table(collapsed).find("collapsed"), std::string::npos);
+  EXPECT_EQ(format_compare_table(sketched).find("collapsed"), std::string::npos);
 }
 
 TEST(FlowDistributions, MemoryStaysWithinTheStatedBound) {
   FlowDistributionsOptions o;
-  o.max_keys = 1024;  // x 3 sketches x (512 buckets x 4 B + object) x 2 generations = 13 MiB at most
+  o.max_keys = 1024;  // + 256 reserve, x 3 sketches x (1153 buckets x 4 B + object): 17.6 MiB at most
   FlowDistributions d(o);
   std::mt19937_64 rng(1);
   std::uniform_real_distribution<double> exp10(1, 9);
@@ -247,9 +370,10 @@ TEST(FlowDistributions, MemoryStaysWithinTheStatedBound) {
     d.add(f, std::to_string(f.asn));
   }
   const auto st = d.stats();
-  EXPECT_LE(st.keys, 1024u);
+  EXPECT_LE(st.keys, 1024u + 256u);
   EXPECT_GT(st.dropped_flows, 0u);
-  EXPECT_LE(st.memory_bytes, 13u << 20);
+  const size_t per_sketch = sizeof(FlowSketch) + FlowSketch(0.01, 0, 1, 1e10).max_buckets() * sizeof(uint32_t);
+  EXPECT_LE(st.memory_bytes, (1024u + 256u) * (3 * per_sketch + 128));
   std::printf("distributions: %zu keys, %zu sketches, %.1f MiB, %llu flows dropped\n", st.keys, st.sketches,
               st.memory_bytes / 1048576.0, static_cast<unsigned long long>(st.dropped_flows));
 }

@@ -11,6 +11,8 @@
 #include <random>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "compare.h"
 #include "flow_sketch.h"
 
@@ -274,22 +276,156 @@ TEST(Compare, FalseDiscoveriesAmongManyNullGroupsAreControlled) {
   EXPECT_LE(false_disc, 1);
 }
 
-TEST(Compare, ZeroMediansLeaveTheRankTestToDecide) {
-  // Retransmit ratios: mostly 0 in both arms, B retransmits far more often.
+TEST(Compare, ZeroMediansGetTheShareOfNonzeroFlowsAsTheirEffectSize) {
+  // Retransmit ratios: mostly 0 in both arms; 10 % of A's flows and 30 % of
+  // B's retransmit, so the share of retransmitting flows changes by +200 %.
+  const double true_change = 0.30 / 0.10 - 1;
   std::mt19937_64 rng(4);
   std::vector<double> a, b;
   std::uniform_real_distribution<double> u(0, 1);
-  for (int i = 0; i < 2000; ++i) a.push_back(u(rng) < 0.1 ? 0.01 + 0.05 * u(rng) : 0.0);
-  for (int i = 0; i < 2000; ++i) b.push_back(u(rng) < 0.3 ? 0.01 + 0.05 * u(rng) : 0.0);
-  std::vector<GroupSamples> groups;
-  groups.push_back(exact_group("all", a, b));
+  for (int i = 0; i < 4000; ++i) a.push_back(u(rng) < 0.1 ? 0.01 + 0.05 * u(rng) : 0.0);
+  for (int i = 0; i < 4000; ++i) b.push_back(u(rng) < 0.3 ? 0.01 + 0.05 * u(rng) : 0.0);
   CompareOptions o = fct_options();
   o.metric = CompareMetric::kRetrans;
+  std::vector<GroupSamples> groups;
+  groups.push_back(exact_group("all", a, b));
   const CompareResult r = compare_groups(std::move(groups), o);
   const GroupResult& g = r.groups[0];
   EXPECT_EQ(g.a.p50, 0.0);
-  EXPECT_FALSE(g.change.diff);  // (0 - 0) / 0
-  EXPECT_EQ(g.verdict, Verdict::kABetter);
+  EXPECT_EQ(g.change.statistic, ChangeStatistic::kShareNonzero);
+  ASSERT_TRUE(g.change.diff && g.change.lo && g.change.hi) << g.change.ci_reason;
+  const double share_a = 1 - static_cast<double>(std::count(a.begin(), a.end(), 0.0)) / a.size();
+  const double share_b = 1 - static_cast<double>(std::count(b.begin(), b.end(), 0.0)) / b.size();
+  EXPECT_DOUBLE_EQ(*g.change.diff, (share_b - share_a) / share_a);
+  EXPECT_LT(*g.change.lo, true_change);
+  EXPECT_GT(*g.change.hi, true_change);
+  EXPECT_GT(*g.change.lo, 1.0);  // clearly more retransmitting flows in B
+  EXPECT_LT(*g.change.hi, 3.0);
+  EXPECT_EQ(g.verdict, Verdict::kABetter);  // lower is better for retrans
+  std::printf("retrans share 10%% vs 30%%: diff %+.3f, 95%% CI [%+.3f, %+.3f] (true %+.3f)\n", *g.change.diff,
+              *g.change.lo, *g.change.hi, true_change);
+
+  // Labelled as such in the JSON and the table.
+  const auto j = compare_result_json(r);
+  EXPECT_EQ(j["groups"][0]["diff_statistic"], "share_nonzero");
+  EXPECT_TRUE(j["groups"][0]["ci_reason"].is_null());
+  const std::string table = format_compare_table(r);
+  EXPECT_NE(table.find("diff of"), std::string::npos) << table;
+  EXPECT_NE(table.find("share>0"), std::string::npos) << table;
+
+  // Sketched (--server): zeros are exact, so the share and its diff are too.
+  FlowSketch sa, sb;
+  for (double x : a) sa.add(x);
+  for (double x : b) sb.add(x);
+  GroupSamples sg;
+  sg.group = "all";
+  sg.a = ArmDistribution::from_sketch(sa);
+  sg.b = ArmDistribution::from_sketch(sb);
+  std::vector<GroupSamples> sketched;
+  sketched.push_back(std::move(sg));
+  const CompareResult rs = compare_groups(std::move(sketched), o);
+  ASSERT_TRUE(rs.groups[0].change.diff && rs.groups[0].change.lo);
+  EXPECT_DOUBLE_EQ(*rs.groups[0].change.diff, *g.change.diff);
+  EXPECT_DOUBLE_EQ(*rs.groups[0].change.lo, *g.change.lo);  // same counts, same seed: same binomial draws
+  EXPECT_EQ(rs.groups[0].verdict, g.verdict);
+
+  // Coverage of the share interval over seeded repetitions (10 % vs 30 %,
+  // 500 flows a side): about 95 %.
+  int covered = 0;
+  const int reps = 200;
+  for (int rep = 0; rep < reps; ++rep) {
+    std::mt19937_64 r2(500 + rep);
+    std::vector<double> x, y;
+    for (int i = 0; i < 500; ++i) x.push_back(u(r2) < 0.1 ? 0.02 : 0.0);
+    for (int i = 0; i < 500; ++i) y.push_back(u(r2) < 0.3 ? 0.02 : 0.0);
+    const MedianChange c =
+        bootstrap_median_change(ArmDistribution::exact(x), ArmDistribution::exact(y), 2000, 77 + rep);
+    ASSERT_TRUE(c.lo && c.hi) << c.ci_reason;
+    covered += *c.lo <= true_change && true_change <= *c.hi;
+  }
+  std::printf("share interval covers the true +200%% in %d of %d repetitions\n", covered, reps);
+  EXPECT_GE(covered, 0.90 * reps);
+  EXPECT_LE(covered, 0.99 * reps);
+}
+
+TEST(Compare, NoFlowOfANonzeroIsNoDiffWithAReason) {
+  std::vector<double> a(100, 0.0), b(100, 0.0);
+  for (int i = 0; i < 30; ++i) b[i] = 0.05;
+  const MedianChange c = bootstrap_median_change(ArmDistribution::exact(a), ArmDistribution::exact(b), 1000, 1);
+  EXPECT_FALSE(c.diff);
+  EXPECT_FALSE(c.lo);
+  EXPECT_FALSE(c.hi);
+  EXPECT_FALSE(c.ci_reason.empty());
+}
+
+TEST(Compare, IntervalIsTwoFiniteNumbersOrNullWithAReason) {
+  // A's median sits just above 0 (52 % of its flows retransmit): many
+  // resamples put A's median at 0, where the relative change is infinite.
+  // The interval must not come out as [x, inf] (JSON [x, null]).
+  std::vector<double> a(48, 0.0), b(45, 0.0);
+  for (int i = 0; i < 52; ++i) a.push_back(0.1);
+  for (int i = 0; i < 55; ++i) b.push_back(0.05);
+  const MedianChange c = bootstrap_median_change(ArmDistribution::exact(a), ArmDistribution::exact(b), 2000, 3);
+  EXPECT_EQ(c.statistic, ChangeStatistic::kMedian);
+  ASSERT_TRUE(c.diff);
+  EXPECT_FALSE(c.lo);
+  EXPECT_FALSE(c.hi);
+  EXPECT_NE(c.ci_reason.find("no finite"), std::string::npos) << c.ci_reason;
+
+  // Over many seeded shapes near the edge: every interval in the JSON is
+  // null (with a reason) or two finite numbers.
+  CompareOptions o = fct_options();
+  o.metric = CompareMetric::kRetrans;
+  std::vector<GroupSamples> groups;
+  std::mt19937_64 rng(9);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int g = 0; g < 60; ++g) {
+    const double pa = 0.35 + 0.01 * g / 2, pb = 0.3 + 0.01 * (g % 20);
+    std::vector<double> x, y;
+    for (int i = 0; i < 40 + g; ++i) x.push_back(u(rng) < pa ? 0.01 + 0.1 * u(rng) : 0.0);
+    for (int i = 0; i < 40 + g; ++i) y.push_back(u(rng) < pb ? 0.01 + 0.1 * u(rng) : 0.0);
+    groups.push_back(exact_group("g" + std::to_string(g), x, y));
+  }
+  const auto j = compare_result_json(compare_groups(std::move(groups), o));
+  int nulls = 0, pairs = 0;
+  for (const auto& g : j["groups"]) {
+    if (g["ci"].is_null()) {
+      ++nulls;
+      ASSERT_TRUE(g["ci_reason"].is_string()) << g.dump();
+      EXPECT_FALSE(g["ci_reason"].get<std::string>().empty());
+    } else {
+      ++pairs;
+      ASSERT_TRUE(g["ci"].is_array() && g["ci"].size() == 2) << g.dump();
+      ASSERT_TRUE(g["ci"][0].is_number() && g["ci"][1].is_number()) << g.dump();
+      EXPECT_TRUE(std::isfinite(g["ci"][0].get<double>()) && std::isfinite(g["ci"][1].get<double>()));
+      EXPECT_LE(g["ci"][0].get<double>(), g["ci"][1].get<double>());
+      EXPECT_TRUE(g["ci_reason"].is_null());
+    }
+  }
+  std::printf("edge shapes: %d intervals, %d null with a reason\n", pairs, nulls);
+  EXPECT_GT(nulls, 0);  // the case the guarantee is about did occur
+  EXPECT_GT(pairs, 0);
+}
+
+TEST(BootstrapRng, BinomialHasTheRightMeanAndVariance) {
+  BootstrapRng rng(42);
+  for (auto [n, p] : std::vector<std::pair<uint64_t, double>>{{10, 0.3}, {1000, 0.1}, {1000000, 0.02}}) {
+    const int draws = 4000;
+    double sum = 0, sq = 0;
+    for (int i = 0; i < draws; ++i) {
+      const double x = static_cast<double>(rng.binomial(n, p));
+      ASSERT_LE(x, static_cast<double>(n));
+      sum += x;
+      sq += x * x;
+    }
+    const double mean = sum / draws, var = sq / draws - mean * mean;
+    const double true_mean = n * p, true_var = n * p * (1 - p);
+    // Mean within 5 standard errors; variance within 15 %.
+    EXPECT_NEAR(mean, true_mean, 5 * std::sqrt(true_var / draws)) << n << " " << p;
+    EXPECT_NEAR(var, true_var, 0.15 * true_var) << n << " " << p;
+  }
+  EXPECT_EQ(rng.binomial(100, 0), 0u);
+  EXPECT_EQ(rng.binomial(100, 1), 100u);
 }
 
 TEST(Verdict, NeedsTheIntervalToAgreeWithTheRankTest) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <regex>
@@ -776,6 +777,97 @@ TEST(CheckConfigCommandTest, EmptyFileSummary) {
   const std::string path = kDataDir + "/good_empty.yaml";
   EXPECT_EQ(check_config_command(path, kCc, out, err), 0) << err.str();
   EXPECT_EQ(out.str(), path + ": ok\n0 peer classes, 0 rules (0 experiments)\n");
+}
+
+}  // namespace
+}  // namespace tcpscope
+
+namespace tcpscope {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Flags over the file (SPEC.md: "Flags override the config file"), at start
+// and at every SIGHUP: the daemon calls load_effective_config() for both.
+
+class OverrideTest : public ::testing::Test {
+ protected:
+  std::string path_ = ::testing::TempDir() + "tcpscope_override_test.yaml";
+  void write(const std::string& yaml) {
+    std::ofstream out(path_);
+    out << yaml;
+  }
+  void TearDown() override { std::remove(path_.c_str()); }
+};
+
+TEST_F(OverrideTest, FlagBeatsTheFile) {
+  write("listen: 127.0.0.1:9001\nflow_log: /tmp/file.ndjson\ncgroup: /sys/fs/cgroup/file\n");
+  ConfigOverrides flags;
+  flags.listen = "127.0.0.1:9002";
+  std::vector<ConfigError> errors;
+  Config c = load_effective_config(path_, flags, kCc, &errors);
+  EXPECT_TRUE(errors.empty()) << dump(errors);
+  EXPECT_EQ(c.listen, "127.0.0.1:9002");
+  EXPECT_EQ(c.flow_log, "/tmp/file.ndjson");  // not overridden: the file's
+  EXPECT_EQ(c.cgroup, "/sys/fs/cgroup/file");
+
+  flags.flow_log = "-";
+  flags.cgroup = "/sys/fs/cgroup/flag";
+  c = load_effective_config(path_, flags, kCc, &errors);
+  EXPECT_TRUE(errors.empty()) << dump(errors);
+  EXPECT_EQ(c.listen, "127.0.0.1:9002");
+  EXPECT_EQ(c.flow_log, "-");
+  EXPECT_EQ(c.cgroup, "/sys/fs/cgroup/flag");
+}
+
+TEST_F(OverrideTest, NoFlagsKeepTheFile) {
+  write("listen: 127.0.0.1:9001\n");
+  std::vector<ConfigError> errors;
+  Config c = load_effective_config(path_, ConfigOverrides{}, kCc, &errors);
+  EXPECT_TRUE(errors.empty()) << dump(errors);
+  EXPECT_EQ(c.listen, "127.0.0.1:9001");
+  EXPECT_EQ(c.flow_log, "");
+}
+
+TEST_F(OverrideTest, FlagStillWinsAfterTheFileChangesAndIsReloaded) {
+  write("listen: 127.0.0.1:9001\ntop_n_is_not_here: 1\n");
+  ConfigOverrides flags;
+  flags.listen = "127.0.0.1:9002";
+  std::vector<ConfigError> errors;
+  load_effective_config(path_, flags, kCc, &errors);
+  EXPECT_FALSE(errors.empty());  // a bad file is still an error with flags set
+
+  // The operator edits the file, listen included, and sends SIGHUP.
+  write("listen: 127.0.0.1:9003\nflow_log: /tmp/new.ndjson\nasn:\n  top_n: 7\n");
+  errors.clear();
+  Config c = load_effective_config(path_, flags, kCc, &errors);
+  EXPECT_TRUE(errors.empty()) << dump(errors);
+  EXPECT_EQ(c.listen, "127.0.0.1:9002");
+  EXPECT_EQ(c.flow_log, "/tmp/new.ndjson");  // the file's new value
+  EXPECT_EQ(c.asn.top_n, 7u);
+}
+
+TEST_F(OverrideTest, EmbeddedDefaultWithFlags) {
+  ConfigOverrides flags;
+  flags.listen = "[::1]:9100";
+  flags.flow_log = "/tmp/f.ndjson";
+  std::vector<ConfigError> errors;
+  Config c = load_effective_config("", flags, kCc, &errors);
+  EXPECT_TRUE(errors.empty()) << dump(errors);
+  EXPECT_EQ(c.listen, "[::1]:9100");
+  EXPECT_EQ(c.flow_log, "/tmp/f.ndjson");
+  EXPECT_EQ(c.source, "<embedded>");
+}
+
+TEST_F(OverrideTest, BadListenFlagIsAnError) {
+  ConfigOverrides flags;
+  flags.listen = "localhost:9810";
+  std::vector<ConfigError> errors;
+  Config c;
+  apply_overrides(flags, &c, &errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].file, "--listen");
+  EXPECT_NE(errors[0].to_string().find("--listen: host \"localhost\" is not an IP address"), std::string::npos)
+      << errors[0].to_string();
 }
 
 }  // namespace

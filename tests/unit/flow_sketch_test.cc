@@ -151,8 +151,99 @@ TEST(FlowSketch, FromJsonRejectsInconsistentCounts) {
   EXPECT_THROW(FlowSketch::from_json(k), std::invalid_argument);
   auto big = s.to_json();
   big["counts"] = nlohmann::json::array();
-  for (int i = 0; i < 600; ++i) big["counts"].push_back(0);
+  for (uint32_t i = 0; i <= s.max_buckets(); ++i) big["counts"].push_back(0);
   EXPECT_THROW(FlowSketch::from_json(big), std::invalid_argument);
+  auto huge = s.to_json();
+  huge["max_buckets"] = 1u << 30;  // a document must not make us allocate at will
+  EXPECT_THROW(FlowSketch::from_json(huge), std::invalid_argument);
+}
+
+// The auditor's case: 10,000 FCTs of ~30 ms plus one long keep-alive flow.
+// With the old 512-bucket array a 2-hour outlier folded every bucket below
+// ~200 ms into one and the median read 260 ms.
+TEST(FlowSketch, OneOutlierInsideTheSpanCollapsesNothing) {
+  const auto body = lognormal(10000, std::log(30000), 0.8, 1);
+  for (double outlier : {7.2e9 /* 2 h */, 3.6e8 /* 6 min */, 6e7 /* 1 min */, 9.9e9 /* 2.75 h */}) {
+    FlowSketch s(0.01, 0, 1, 1e10);  // fct's span: 1 us to 10^4 s
+    for (double x : body) s.add(x);
+    s.add(outlier);
+    std::vector<double> all = body;
+    all.push_back(outlier);
+    EXPECT_FALSE(s.collapsed()) << outlier;
+    EXPECT_EQ(s.clamped(), 0u);
+    for (double q : {0.01, 0.1, 0.5, 0.9, 0.99, 0.999, 1.0}) {
+      const double exact = exact_quantile(all, q);
+      EXPECT_LE(std::abs(s.quantile(q) - exact) / exact, 0.01 + 1e-12) << "outlier " << outlier << " q " << q;
+    }
+  }
+  // Merged at query time, the outlier's key first: the same.
+  FlowSketch body_key(0.01, 0, 1, 1e10), outlier_key(0.01, 0, 1, 1e10), merged(0.01, 0, 1, 1e10);
+  for (double x : body) body_key.add(x);
+  outlier_key.add(7.2e9);
+  merged.merge(outlier_key);
+  merged.merge(body_key);
+  std::vector<double> all = body;
+  all.push_back(7.2e9);
+  EXPECT_FALSE(merged.collapsed());
+  for (double q : {0.01, 0.5, 0.9, 0.99})
+    EXPECT_LE(std::abs(merged.quantile(q) - exact_quantile(all, q)) / exact_quantile(all, q), 0.01 + 1e-12) << q;
+}
+
+TEST(FlowSketch, EveryValueAcrossTheWholeSpanKeepsTheError) {
+  // Values spread evenly over all 10 decades of the span: still no collapse.
+  FlowSketch s(0.01, 0, 1, 1e10);
+  std::vector<double> v;
+  std::mt19937_64 rng(12);
+  std::uniform_real_distribution<double> exp10(0, 10);
+  for (int i = 0; i < 20000; ++i) v.push_back(std::pow(10.0, exp10(rng)));
+  v.push_back(1);
+  v.push_back(1e10);
+  for (double x : v) s.add(x);
+  EXPECT_FALSE(s.collapsed());
+  EXPECT_LE(s.memory_bytes(), s.max_buckets() * sizeof(uint32_t));
+  EXPECT_LE(s.max_buckets(), 1160u);  // 10 decades at 1 %: 4.6 KB of counters at most
+  std::vector<double> sorted = v;
+  std::sort(sorted.begin(), sorted.end());
+  for (uint64_t r = 0; r < sorted.size(); r += 13)
+    ASSERT_LE(std::abs(s.value_at_rank(r) - sorted[r]) / sorted[r], 0.01 + 1e-12) << r;
+}
+
+TEST(FlowSketch, ValuesOutsideTheSpanAreClampedNotCollapsed) {
+  const auto body = lognormal(5000, std::log(30000), 0.8, 4);
+  FlowSketch s(0.01, 0, 1, 1e10);
+  for (double x : body) s.add(x);
+  s.add(5e11);  // a 6-day websocket
+  s.add(0.2);   // below 1 us
+  EXPECT_EQ(s.clamped(), 2u);
+  EXPECT_FALSE(s.collapsed());
+  EXPECT_EQ(s.max(), 5e11);  // extremes stay exact
+  EXPECT_EQ(s.min(), 0.2);
+  std::vector<double> all = body;
+  all.push_back(5e11);
+  all.push_back(0.2);
+  for (double q : {0.01, 0.5, 0.99}) {
+    const double exact = exact_quantile(all, q);
+    EXPECT_LE(std::abs(s.quantile(q) - exact) / exact, 0.01 + 1e-12) << q;
+  }
+  // The span and the clamped count survive the JSON, and merging.
+  const FlowSketch back = FlowSketch::from_json(nlohmann::json::parse(s.to_json().dump()));
+  EXPECT_EQ(back.clamped(), 2u);
+  EXPECT_EQ(back.min_value(), 1);
+  EXPECT_EQ(back.max_value(), 1e10);
+  FlowSketch m(0.01, 0, 1, 1e10);
+  m.merge(back);
+  EXPECT_EQ(m.clamped(), 2u);
+}
+
+TEST(FlowSketch, DocumentsOfOlderDaemonsStillParse) {
+  // No span and no clamped fields: an unbounded span, nothing clamped.
+  const auto j = nlohmann::json::parse(
+      R"({"relative_accuracy":0.01,"max_buckets":512,"count":2,"zero_count":0,"min":10,"max":20,)"
+      R"("collapsed":false,"offset":116,"counts":[1,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,1]})");
+  const FlowSketch s = FlowSketch::from_json(j);
+  EXPECT_EQ(s.count(), 2u);
+  EXPECT_EQ(s.clamped(), 0u);
+  EXPECT_EQ(s.max_buckets(), 512u);
 }
 
 TEST(FlowSketch, EmptySketch) {

@@ -9,12 +9,18 @@ traffic mix (nginx + curl, Poisson arrivals, small / ~3 MB / large objects)
 once with the server on CUBIC and once on BBR. It prints, per peer class and
 congestion control, the distributions tcpscope exported:
 
-  * flow completion time of small objects (< 100 kB), from the daemon's
-    /metrics histogram (tcpscope_flow_completion_seconds, size_class lt_100k)
-    and exactly from its flow log;
+  * flow completion time of every size class (tcpscope_flow_completion_seconds,
+    size_class lt_100k, 100k_1m, 1m_3m, ge_3m), from the daemon's /metrics
+    histogram and exactly from its flow log; classes the mix has no objects
+    in show n=0;
   * throughput of flows >= 3 MB (tcpscope_flow_throughput_bits_per_second);
-  * beside them, the proxy-log view nginx gives of the same small objects
+  * beside them, the proxy-log view nginx gives of the same objects
     ($request_time), which starts only once the request has arrived.
+
+and then per path (each has its own ASN, so two paths of one class are apart):
+the passive flows tcpscope_flows_total counted for the path's ASN against the
+downloads curl made on it, and the path's throughput quantiles against its
+bottleneck (the payload share of the rate: rate * 1448/1514).
 
     sudo TCPSCOPE_BUILD=build tests/lab/scenarios/cdn_bbr_vs_cubic.py               # ~1.5 min
     sudo TCPSCOPE_BUILD=build tests/lab/scenarios/cdn_bbr_vs_cubic.py --duration 300 --large-mb 20
@@ -49,6 +55,15 @@ PATHS = [
     ("intra-pop", "i1", 64621, 3.0),
 ]
 QUANTILES = (0.5, 0.9, 0.99)
+# tcpscope's default size classes (SPEC.md): boundaries and names.
+SIZE_BOUNDS = (100_000, 1_000_000, 3_000_000)
+SIZE_CLASSES = ("lt_100k", "100k_1m", "1m_3m", "ge_3m")
+THROUGHPUT_MIN_BYTES = 3_000_000
+PAYLOAD_SHARE = 1448 / 1514   # a full frame's TCP payload (with timestamps) of its bytes
+
+
+def size_class(nbytes):
+    return SIZE_CLASSES[sum(1 for b in SIZE_BOUNDS if nbytes >= b)]
 
 
 class Daemon:
@@ -151,6 +166,7 @@ def run(args):
     with labmod.Lab(paths, tag=args.tag, workdir=workdir / "lab", seed=args.seed) as lab:
         cfg = lab.tcpscope_config(workdir / "tcpscope.yaml", extra="snapshot_interval_s: 0\n")
         daemon = Daemon(cfg, workdir)
+        lab.track(daemon.proc.pid)   # reaped with the lab if this process is killed
         try:
             for cc in ("cubic", "bbr"):
                 # Accepted sockets inherit the listener's congestion control,
@@ -187,64 +203,128 @@ def run(args):
 
     fct = parse_histograms(metrics, "tcpscope_flow_completion_seconds")
     thr = parse_histograms(metrics, "tcpscope_flow_throughput_bits_per_second")
-    flows_total = {}
+    flows_total = {}   # (peer_class, asn, cc, outcome) -> passive flows
     for m in re.finditer(r"^tcpscope_flows_total\{([^}]*)\} (\S+)$", metrics, re.M):
         d = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
         if d.get("dir") == "passive":
-            k = (d["peer_class"], d["cc"], d["outcome"])
+            k = (d["peer_class"], d["asn"], d["cc"], d["outcome"])
             flows_total[k] = flows_total.get(k, 0) + float(m.group(2))
+
+    def addrs_of(names):
+        return {a for n in names for a in lab.ep(n).client_v4 + lab.ep(n).client_v6}
+
+    def nbytes(r):
+        return r["bytes_acked"] + r["bytes_received"]
+
+    def tput(r):
+        return 8 * nbytes(r) / (r["fct_us"] / 1e6)
+
+    def quantiles(xs, scale=1.0):
+        return {str(q): quantile([x * scale for x in xs], q) for q in QUANTILES}
 
     classes = list(dict.fromkeys(p.peer_class for p in paths))
     print()
     print("Per peer class, server side (passive flows), as exported by tcpscope.")
-    print("FCT of objects < 100 kB: /metrics histogram quantiles | exact, from the flow log | "
+    print("FCT per size class: /metrics histogram quantiles | exact, from the flow log | "
           "nginx $request_time (proxy-log view)")
     print("Throughput of flows >= 3 MB: /metrics histogram quantiles | exact, from the flow log")
     for pc in classes:
         names = [n for _, n, _, _ in PATHS if lab.ep(n).path.peer_class == pc]
-        addrs = {a for n in names for a in lab.ep(n).client_v4 + lab.ep(n).client_v6}
+        addrs = addrs_of(names)
         for cc in ("cubic", "bbr"):
             recs = [r for r in records if r["raddr"] in addrs and r["cc"] == cc and
                     r["outcome"] == "ok"]
-            small = [r["fct_us"] / 1e6 for r in recs
-                     if r["bytes_acked"] + r["bytes_received"] < 100_000]
-            big = [8 * (r["bytes_acked"] + r["bytes_received"]) / (r["fct_us"] / 1e6)
-                   for r in recs if r["bytes_acked"] + r["bytes_received"] >= 3_000_000
-                   and r["fct_us"] > 0]
-            ng = [e["request_time"] for e in report["runs"][cc]["nginx"]
-                  if e["remote_addr"] in addrs and e["bytes_sent"] < 100_000]
-            fb = merge(fct, peer_class=pc, cc=cc, size_class="lt_100k")
+            curl = [f for n in names for f in report["runs"][cc]["flows"][n]]
+            nginx_log = [e for e in report["runs"][cc]["nginx"] if e["remote_addr"] in addrs]
+            fct_rows = {}
+            for sc in SIZE_CLASSES:
+                b = merge(fct, peer_class=pc, cc=cc, size_class=sc)
+                log_s = [r["fct_us"] / 1e6 for r in recs
+                         if nbytes(r) > 0 and not r.get("partial", False)
+                         and size_class(nbytes(r)) == sc]
+                fct_rows[sc] = {
+                    "n": int(b[-1][1]) if b else 0,
+                    "buckets": b,
+                    "curl_n": sum(1 for f in curl if size_class(f["size"]) == sc),
+                    "metrics_s": {str(q): histogram_quantile(q, b) for q in QUANTILES},
+                    "log_s": quantiles(log_s),
+                    "log_values_s": sorted(log_s),
+                    # $bytes_sent is the object plus nginx's response header.
+                    "nginx_request_time_s": quantiles(
+                        [e["request_time"] for e in nginx_log
+                         if size_class(e["bytes_sent"]) == sc]),
+                }
+            big = [tput(r) for r in recs if nbytes(r) >= THROUGHPUT_MIN_BYTES and r["fct_us"] > 0]
             tb = merge(thr, peer_class=pc, cc=cc)
             row = {
-                "flows_exported": sum(v for (c, k, o), v in flows_total.items()
+                "flows_exported": sum(v for (c, _, k, _), v in flows_total.items()
                                       if c == pc and k == cc),
                 "flows_ok_in_log": len(recs),
-                "curl_ok": sum(1 for n in names for f in report["runs"][cc]["flows"][n]
+                "curl_ok": sum(1 for f in curl
                                if f["exit"] == 0 and f["curl"].get("http_code") == 200),
-                "curl_started": sum(len(report["runs"][cc]["flows"][n]) for n in names),
-                "fct_small_n": int(fb[-1][1]) if fb else 0,
-                "fct_small_metrics_s": {str(q): histogram_quantile(q, fb) for q in QUANTILES},
-                "fct_small_log_s": {str(q): quantile(small, q) for q in QUANTILES},
-                "nginx_request_time_small_s": {str(q): quantile(ng, q) for q in QUANTILES},
+                "curl_started": len(curl),
+                "fct": fct_rows,
                 "throughput_n": int(tb[-1][1]) if tb else 0,
                 "throughput_metrics_bps": {str(q): histogram_quantile(q, tb) for q in QUANTILES},
-                "throughput_log_bps": {str(q): quantile(big, q) for q in QUANTILES},
+                "throughput_log_bps": quantiles(big),
             }
             report["classes"].setdefault(pc, {})[cc] = row
             print(f"\n[{pc} / {cc}] flows: {row['flows_exported']:.0f} exported, "
                   f"{row['curl_ok']} of {row['curl_started']} curl downloads ok")
-            print("  FCT small   n=%-4d %s | %s | nginx %s" % (
-                row["fct_small_n"],
-                " ".join(f"p{int(q * 100)} {fmt(row['fct_small_metrics_s'][str(q)], 1e3, 'ms')}"
-                         for q in QUANTILES),
-                " ".join(fmt(row["fct_small_log_s"][str(q)], 1e3, "ms") for q in QUANTILES),
-                " ".join(fmt(row["nginx_request_time_small_s"][str(q)], 1e3, "ms")
-                         for q in QUANTILES)))
-            print("  throughput  n=%-4d %s | %s" % (
+            for sc, f in fct_rows.items():
+                print("  FCT %-8s n=%-4d %s | %s | nginx %s" % (
+                    sc, f["n"],
+                    " ".join(f"p{int(q * 100)} {fmt(f['metrics_s'][str(q)], 1e3, 'ms')}"
+                             for q in QUANTILES),
+                    " ".join(fmt(f["log_s"][str(q)], 1e3, "ms") for q in QUANTILES),
+                    " ".join(fmt(f["nginx_request_time_s"][str(q)], 1e3, "ms")
+                             for q in QUANTILES)))
+            print("  throughput   n=%-4d %s | %s" % (
                 row["throughput_n"],
                 " ".join(f"p{int(q * 100)} {fmt(row['throughput_metrics_bps'][str(q)], 1e-6, 'M')}"
                          for q in QUANTILES),
                 " ".join(fmt(row["throughput_log_bps"][str(q)], 1e-6, "M") for q in QUANTILES)))
+
+    print()
+    print("Per path (its own ASN): passive flows exported for the ASN vs curl downloads; "
+          "throughput of flows >= 3 MB against the path's bottleneck")
+    for _, name, asn, _ in PATHS:
+        ep = lab.ep(name)
+        addrs = addrs_of([name])
+        down = ep.path.down
+        limit = None if ep.path.veth or not down.rate_mbit else \
+            down.rate_mbit * 1e6 * PAYLOAD_SHARE
+        for cc in ("cubic", "bbr"):
+            recs = [r for r in records if r["raddr"] in addrs and r["cc"] == cc]
+            curl = report["runs"][cc]["flows"][name]
+            tb = merge(thr, peer_class=ep.path.peer_class, asn=str(asn), cc=cc)
+            big = sorted(tput(r) for r in recs
+                         if r["outcome"] == "ok" and not r.get("partial", False)
+                         and nbytes(r) >= THROUGHPUT_MIN_BYTES and r["fct_us"] > 0)
+            prow = {
+                "asn": asn, "peer_class": ep.path.peer_class,
+                "flows_exported_asn": sum(v for (c, a, k, _), v in flows_total.items()
+                                          if a == str(asn) and k == cc),
+                "flows_exported_asn_other_class": sum(
+                    v for (c, a, k, _), v in flows_total.items()
+                    if a == str(asn) and k == cc and c != ep.path.peer_class),
+                "curl_started": len(curl),
+                "log_asns": sorted({r["asn"] for r in recs}),
+                "log_flows": len(recs),
+                "goodput_limit_bps": limit,
+                "throughput_buckets": tb,
+                "throughput_metrics_bps": {str(q): histogram_quantile(q, tb) for q in QUANTILES},
+                "throughput_log_values_bps": big,
+                "throughput_log_bps": quantiles(big),
+            }
+            report.setdefault("per_path", {}).setdefault(name, {})[cc] = prow
+            lim = "unshaped" if limit is None else f"limit {limit / 1e6:.1f}M"
+            print(f"  {name:3s} asn {asn} {cc:5s}: {prow['flows_exported_asn']:.0f} flows "
+                  f"exported for the ASN, {prow['curl_started']} downloads; throughput n="
+                  f"{len(big)} " + " ".join(
+                      f"p{int(q * 100)} {fmt(prow['throughput_metrics_bps'][str(q)], 1e-6, 'M')}"
+                      for q in QUANTILES) +
+                  f" | max {fmt(big[-1] if big else None, 1e-6, 'M')} ({lim})")
     if args.json:
         FsPath(args.json).write_text(json.dumps(report, indent=1, default=str))
     return 0
