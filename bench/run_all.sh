@@ -24,12 +24,14 @@ echo "== load average before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs, k
 
 if ((smoke)); then
   micro_args=(--benchmark_min_time=0.01)
+  lookup_args=()
   churn_args=(--seconds 3 --prefixes 20000)
   bulk_args=(--seconds 2 --reps 1 --prefixes 20000)
   cost_args=(--seconds 2 --prefixes 20000)
   scale_args=(--connections 4000 --prefixes 20000)
 else
   micro_args=()
+  lookup_args=(--benchmark_repetitions=3)
   churn_args=(--seconds 60)
   bulk_args=(--seconds 10 --reps 3)
   cost_args=(--seconds 20)
@@ -39,6 +41,9 @@ fi
 echo "== daemon pipeline micro-benchmarks (one core)"
 "$BUILD/tcpscope_bench" --benchmark_filter='Pipeline|RenderFullCap|AsnLookup$' "${micro_args[@]}" \
   --benchmark_out="$OUT/micro.json" --benchmark_out_format=json
+echo "== lookup micro-benchmarks: prefix trie, peer classes, ASN database (one core)"
+"$BUILD/tcpscope_bench" --benchmark_filter='TrieLookup|PeerClassify|Asn' "${micro_args[@]}" "${lookup_args[@]}" \
+  --benchmark_out="$OUT/lookup.json" --benchmark_out_format=json
 echo "== connection churn"
 python3 bench/churn.py "${churn_args[@]}" --out "$OUT/churn.json"
 echo "== connection churn, HTTP: nginx + wrk"

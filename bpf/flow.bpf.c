@@ -20,7 +20,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "tcpscope/flow_event.h"
-#include "sock_policy_map.h"
+#include "flow_state.h"
 
 #define AF_INET 2
 #define AF_INET6 10
@@ -41,36 +41,9 @@ const volatile __u64 wakeup_bytes = 256 * 1024;
  * last payload (tcp_rcv_space_adjust), which is at or after its arrival. */
 const volatile bool rx_end_from_read = false;
 
-struct flow_state {
-	__u64 start_ns;
-	__u64 established_ns;
-	__u64 clone_ns;      /* passive: the child socket was created */
-	__u64 last_rx_ns;    /* latest in-order data arrival */
-	__u64 tx_end_ns;     /* every byte we sent was acknowledged at this time */
-	__u64 ca_since_ns;
-	__u64 ca_ns[TCPSCOPE_CA_STATES];
-	__u64 cgroup_id;
-	__u32 pid;
-	__u32 max_cwnd;
-	__u32 fin_seq;       /* write_seq when our FIN was queued: one past the last data byte */
-	__u32 flags;
-	__u32 rx_mark;       /* low 32 bits of bytes_received at the last arrival recorded */
-	__u8 dir;
-	__u8 ca_state;
-	__u8 emitted;        /* the close record went out; the storage stays until the socket is freed */
-	__u8 pad;
-	char comm[TCPSCOPE_COMM_LEN];
-};
 
-struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct flow_state);
-} flows SEC(".maps");
-
-/* Owned by policy.bpf.c: which rule and arm chose this socket's CC. */
-extern TCPSCOPE_SOCK_POLICY_MAP sock_policy SEC(".maps");
+/* Defined by policy.bpf.c, which writes the socket's policy part. */
+extern TCPSCOPE_FLOWS_MAP flows SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -102,6 +75,13 @@ static __always_inline bool is_tcp(const struct sock *sk)
 static __always_inline struct flow_state *state_of(const struct sock *sk)
 {
 	return bpf_sk_storage_get(&flows, (struct sock *)sk, 0, 0);
+}
+
+/* Storage that policy.bpf.c created (sockops, setsockopt) has no start:
+ * the socket's life is not being followed yet. */
+static __always_inline bool tracked(const struct flow_state *st)
+{
+	return st && st->start_ns;
 }
 
 static __always_inline void take_owner(struct flow_state *st)
@@ -199,7 +179,6 @@ static __always_inline __u8 outcome_of(struct flow_state *st, int sk_err)
 static __always_inline void fill_event(struct tcpscope_flow_event *e, const struct sock *sk,
 				       struct tcp_sock *tp, struct flow_state *st, __u64 now, bool final)
 {
-	struct tcpscope_sock_policy *sp;
 	__u64 acked, received, since;
 	int sk_err = sk->sk_err;
 	__u32 min_rtt;
@@ -273,15 +252,10 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 	e->rate_interval_us = tp->rate_interval_us;
 	e->flags = st->flags;
 	e->sk_err = sk_err;
-	e->cc_rule = 0;
-	e->arm = 0;
-	sp = bpf_sk_storage_get(&sock_policy, (struct sock *)sk, 0, 0);
-	if (sp) {
-		e->cc_rule = sp->rule;
-		e->arm = sp->arm;
-		if (sp->app_set_cc)
-			e->flags |= TCPSCOPE_F_APP_SET_CC;
-	}
+	e->cc_rule = st->policy.rule;
+	e->arm = st->policy.arm;
+	if (st->policy.app_set_cc)
+		e->flags |= TCPSCOPE_F_APP_SET_CC;
 	e->dir = st->dir;
 	e->outcome = outcome_of(st, sk_err);
 	bpf_probe_read_kernel_str(e->cc, sizeof(e->cc), tp->inet_conn.icsk_ca_ops->name);
@@ -307,17 +281,25 @@ static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
 	count(TCPSCOPE_CNT_RECORDS_SENT);
 }
 
-static __always_inline struct flow_state *start_tracking(const struct sock *sk, __u8 dir, __u64 now)
+static __always_inline struct flow_state *start_tracking(const struct sock *sk, __u8 dir)
 {
 	struct flow_state *st;
+	__u8 app_set_cc, app_cc;
 
 	st = bpf_sk_storage_get(&flows, (struct sock *)sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!st) {
 		count(TCPSCOPE_CNT_STORAGE_FAILED);
 		return 0;
 	}
-	/* A socket can connect() again after failing: start from scratch. */
+	/* A socket can connect() again after failing: start from scratch. What
+	 * the application chose for its CC stays (on an accepted socket: what it
+	 * chose for the listener, cloned); a rule is chosen again for the new
+	 * connection (sockops runs after this). */
+	app_set_cc = st->policy.app_set_cc;
+	app_cc = st->policy.app_cc;
 	__builtin_memset(st, 0, sizeof(*st));
+	st->policy.app_set_cc = app_set_cc;
+	st->policy.app_cc = app_cc;
 	st->dir = dir;
 	count(TCPSCOPE_CNT_FLOWS_OPENED);
 	return st;
@@ -336,38 +318,42 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 	tp = bpf_skc_to_tcp_sock((void *)sk);
 	if (!tp)
 		return;
-	now = bpf_ktime_get_ns();
 
+	/* The clock is read only where the time is kept: half the transitions
+	 * (FIN_WAIT1/2, CLOSE_WAIT, LAST_ACK) do not need it. */
 	if (newstate == TCP_SYN_SENT) {
 		/* connect(): process context, before the SYN leaves. */
-		st = start_tracking(sk, TCPSCOPE_DIR_ACTIVE, now);
+		st = start_tracking(sk, TCPSCOPE_DIR_ACTIVE);
 		if (!st)
 			return;
-		st->start_ns = now;
+		st->start_ns = bpf_ktime_get_ns();
 		take_owner(st);
 		return;
 	}
 	if (newstate == TCP_SYN_RECV && oldstate == TCP_LISTEN) {
 		/* The accepted child is cloned from the listener in softirq:
 		 * the current task is not its owner, which is taken later. */
-		st = start_tracking(sk, TCPSCOPE_DIR_PASSIVE, now);
+		st = start_tracking(sk, TCPSCOPE_DIR_PASSIVE);
 		if (st)
-			st->clone_ns = st->start_ns = now;
+			st->clone_ns = st->start_ns = bpf_ktime_get_ns();
 		return;
 	}
 
 	st = state_of(sk);
 	if (st && st->emitted)
 		return; /* closed and reported; only a new connect() starts over */
-	if (!st) {
+	/* No storage, or only the policy's (a socket connected before we
+	 * attached, on which sockops or setsockopt ran since). */
+	if (!tracked(st)) {
 		if (oldstate == TCP_CLOSE || oldstate == TCP_SYN_SENT || oldstate == TCP_SYN_RECV)
 			return;
 		/* Opened before we attached: report it, flagged partial. Its
 		 * direction is a guess: an ephemeral local port means we connected. */
 		st = start_tracking(sk, sk->__sk_common.skc_num >= 32768 ? TCPSCOPE_DIR_ACTIVE
-									  : TCPSCOPE_DIR_PASSIVE, now);
+									  : TCPSCOPE_DIR_PASSIVE);
 		if (!st)
 			return;
+		now = bpf_ktime_get_ns();
 		st->flags = TCPSCOPE_F_PARTIAL | TCPSCOPE_F_ESTABLISHED;
 		st->start_ns = st->established_ns = now;
 		count(TCPSCOPE_CNT_UNTRACKED_CLOSE);
@@ -376,6 +362,7 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 
 	switch (newstate) {
 	case TCP_ESTABLISHED:
+		now = bpf_ktime_get_ns();
 		st->established_ns = now;
 		st->flags |= TCPSCOPE_F_ESTABLISHED;
 		st->ca_since_ns = now;
@@ -398,7 +385,7 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 		if ((oldstate == TCP_ESTABLISHED || oldstate == TCP_CLOSE_WAIT) && !sk->sk_err)
 			st->flags |= TCPSCOPE_F_RST_SENT;
 		check_tx_done(st, tp);
-		emit(sk, tp, st, now);
+		emit(sk, tp, st, bpf_ktime_get_ns());
 		/* No bpf_sk_storage_delete(): the kernel frees the storage with
 		 * the socket anyway, and deleting it here as well cost a second
 		 * unlink and RCU free per flow (measured: bench/README.md). */
@@ -627,10 +614,12 @@ int snapshot_open_flows(struct bpf_iter__tcp *ctx)
 	if (!e)
 		return 0;
 	st = bpf_sk_storage_get(&flows, (struct sock *)tp, 0, 0);
-	if (st) {
+	if (tracked(st)) {
 		__builtin_memcpy(&copy, st, sizeof(copy));
 	} else {
 		/* Opened before we attached: no start, flagged partial. */
+		if (st)
+			copy.policy = st->policy;
 		copy.flags = TCPSCOPE_F_PARTIAL | TCPSCOPE_F_ESTABLISHED;
 		copy.dir = tp->inet_conn.icsk_inet.sk.__sk_common.skc_num >= 32768 ? TCPSCOPE_DIR_ACTIVE
 										    : TCPSCOPE_DIR_PASSIVE;

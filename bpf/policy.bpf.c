@@ -13,7 +13,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-#include "sock_policy_map.h"
+#include "flow_state.h"
 
 #define AF_INET 2
 #define AF_INET6 10
@@ -46,7 +46,9 @@ struct remote_trie {
 struct remote_trie remote_gen0 SEC(".maps");
 struct remote_trie remote_gen1 SEC(".maps");
 
-TCPSCOPE_SOCK_POLICY_MAP sock_policy SEC(".maps");
+/* The per-socket state of both objects (bpf/flow_state.h): defined here,
+ * extern in flow.bpf.c. This program writes only its `policy` part. */
+TCPSCOPE_FLOWS_MAP flows SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -152,6 +154,7 @@ static __always_inline void apply_policy(struct bpf_sock_ops *skops)
 	struct tcpscope_remote_key key;
 	struct tcpscope_remote_info *info;
 	struct tcpscope_sock_policy *sp;
+	struct flow_state *st;
 	struct bpf_sock *sk = skops->sk;
 	__u32 gen, i, arm, install;
 	__u16 lport;
@@ -201,9 +204,12 @@ static __always_inline void apply_policy(struct bpf_sock_ops *skops)
 		if ((r->match & TCPSCOPE_MATCH_LPORT) && !lport_matches(r, lport))
 			continue;
 
-		sp = bpf_sk_storage_get(&sock_policy, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-		if (!sp)
+		/* The flow's storage exists already (SYN_SENT, or the accepted
+		 * child's creation) unless allocating it failed there. */
+		st = bpf_sk_storage_get(&flows, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		if (!st)
 			return;
+		sp = &st->policy;
 		if (sp->app_set_cc && ps->app_override == TCPSCOPE_APP_RESPECT)
 			return; /* the application's choice stands */
 		arm = pick_arm(r);
@@ -242,6 +248,7 @@ int watch_setsockopt(struct bpf_sockopt *ctx)
 {
 	struct tcpscope_policy_state *ps;
 	struct tcpscope_sock_policy *sp;
+	struct flow_state *st;
 	struct tcpscope_cc_name name = {};
 	__u8 *p = ctx->optval;
 	__u32 *known, app_cc;
@@ -265,9 +272,12 @@ int watch_setsockopt(struct bpf_sockopt *ctx)
 	 * changes for the socket. */
 	if (!app_cc || !ctx->sk)
 		return 1;
-	sp = bpf_sk_storage_get(&sock_policy, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!sp)
+	/* Before connect() this creates the socket's storage; the flow's
+	 * tracking keeps this part when it starts. */
+	st = bpf_sk_storage_get(&flows, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st)
 		return 1;
+	sp = &st->policy;
 	sp->app_set_cc = 1;
 	sp->app_cc = app_cc;
 
