@@ -99,6 +99,20 @@ def stop_process(p, sig=signal.SIGTERM, timeout=20):
     return p.returncode
 
 
+def wait_cpu_idle(pid, limit_s=60):
+    """Until the process used < 5% of a core over 0.5 s (it has caught up)."""
+    if pid is None:
+        return
+    deadline = time.monotonic() + limit_s
+    last = proc_cpu_seconds(pid)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = proc_cpu_seconds(pid)
+        if now - last < 0.025:
+            return
+        last = now
+
+
 def wait_for(pred, timeout, what, interval=0.05):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

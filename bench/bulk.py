@@ -4,8 +4,9 @@ stream and 8 parallel streams, with nothing attached (baseline) and with
 tcpscope attached (the churn benchmark's config: 50-rule policy on a cgroup
 holding iperf3, 1M-prefix ASN file, flow log on).
 
-Each repetition runs baseline then tcpscope for both stream counts; the
-reported ratio is the median over repetitions of tcpscope / the baseline of
+Each repetition runs baseline and tcpscope (alternating which goes first)
+for both stream counts, iperf3's client and server pinned to different CPUs;
+the reported ratio is the median over repetitions of tcpscope / the baseline of
 the same repetition. The daemon's start-up (ASN load) is outside every
 measured window.
 
@@ -26,8 +27,14 @@ STREAMS = (1, 8)
 
 
 def iperf(net, seconds, streams):
+    # iperf3 (3.12) runs all streams in one thread per side. Left to the
+    # scheduler on 2 CPUs, client and server sometimes share one and the
+    # 8-stream rate flips between ~16 and ~21 Gbit/s from run to run (seen
+    # with and without tcpscope); pinning them to different CPUs (-A) makes
+    # the runs comparable.
+    pin = ["-A", "0,1"] if (os.cpu_count() or 1) >= 2 else []
     out = net.run(net.cli, "iperf3", "-c", net.srv_v4, "-p", "5201", "-t", seconds, "-P", streams,
-                  "-J", timeout=seconds + 60).stdout
+                  *pin, "-J", timeout=seconds + 60).stdout
     j = json.loads(out)
     s = j["end"]["sum_received"]
     return {"gbit_per_s": round(8 * s["bytes"] / s["seconds"] / 1e9, 3),
@@ -55,27 +62,36 @@ def main():
         time.sleep(0.5)
         iperf(net, 1, 1)  # warm-up
         for rep in range(args.reps):
-            for streams in STREAMS:
-                r = iperf(net, args.seconds, streams)
-                runs.append({"rep": rep, "variant": "baseline", "streams": streams, **r,
-                             "loadavg_1m": B.loadavg()[0]})
-                B.log(f"rep {rep} baseline -P {streams}: {r['gbit_per_s']} Gbit/s")
-            port = B.free_port()
-            cfg = B.write_config(tmp / "tcpscope.yaml", port=port, flow_log=tmp / "flows.ndjson",
-                                 prefix_file=pfx, cgroup=cg.path, rules=args.rules)
-            d = B.Tcpscope(tmp, cfg, port)
-            try:
-                for streams in STREAMS:
-                    cpu0 = B.proc_cpu_seconds(d.pid)
-                    r = iperf(net, args.seconds, streams)
-                    cpu = B.proc_cpu_seconds(d.pid) - cpu0
-                    runs.append({"rep": rep, "variant": "tcpscope", "streams": streams, **r,
-                                 "daemon_cpu_s": round(cpu, 3), "loadavg_1m": B.loadavg()[0]})
-                    B.log(f"rep {rep} tcpscope -P {streams}: {r['gbit_per_s']} Gbit/s")
-                lost = d.metric("tcpscope_records_lost_total")
-            finally:
-                d.stop()
-            runs[-1]["records_lost_total"] = lost
+            # Alternate which variant goes first and the order of the stream
+            # counts, so neither variant always runs right after the daemon
+            # started or right after the other's heaviest run.
+            order = STREAMS if rep % 2 == 0 else tuple(reversed(STREAMS))
+            variants = ("baseline", "tcpscope") if rep % 2 == 0 else ("tcpscope", "baseline")
+            for variant in variants:
+                if variant == "baseline":
+                    for streams in order:
+                        r = iperf(net, args.seconds, streams)
+                        runs.append({"rep": rep, "variant": "baseline", "streams": streams, **r,
+                                     "loadavg_1m": B.loadavg()[0]})
+                        B.log(f"rep {rep} baseline -P {streams}: {r['gbit_per_s']} Gbit/s")
+                    continue
+                port = B.free_port()
+                cfg = B.write_config(tmp / "tcpscope.yaml", port=port, flow_log=tmp / "flows.ndjson",
+                                     prefix_file=pfx, cgroup=cg.path, rules=args.rules)
+                d = B.Tcpscope(tmp, cfg, port)
+                try:
+                    B.wait_cpu_idle(d.pid)  # the start (1M prefixes) is not part of the run
+                    for streams in order:
+                        cpu0 = B.proc_cpu_seconds(d.pid)
+                        r = iperf(net, args.seconds, streams)
+                        cpu = B.proc_cpu_seconds(d.pid) - cpu0
+                        runs.append({"rep": rep, "variant": "tcpscope", "streams": streams, **r,
+                                     "daemon_cpu_s": round(cpu, 3), "loadavg_1m": B.loadavg()[0]})
+                        B.log(f"rep {rep} tcpscope -P {streams}: {r['gbit_per_s']} Gbit/s")
+                    lost = d.metric("tcpscope_records_lost_total")
+                finally:
+                    d.stop()
+                runs[-1]["records_lost_total"] = lost
     finally:
         if net:
             net.close()

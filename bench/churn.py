@@ -86,27 +86,13 @@ class Observer:
 
     def drained(self):
         """Wait until what the load produced is processed."""
-        wait_cpu_idle(self.pid)
+        B.wait_cpu_idle(self.pid)
 
     def stop(self):
         pass
 
     def result(self, connections):
         return {}
-
-
-def wait_cpu_idle(pid, limit_s=60):
-    """Until the process used < 5% of a core over 0.5 s (it has caught up)."""
-    if pid is None:
-        return
-    deadline = time.monotonic() + limit_s
-    last = B.proc_cpu_seconds(pid)
-    while time.monotonic() < deadline:
-        time.sleep(0.5)
-        now = B.proc_cpu_seconds(pid)
-        if now - last < 0.025:
-            return
-        last = now
 
 
 class TcpscopeObserver(Observer):

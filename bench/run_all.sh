@@ -25,6 +25,7 @@ echo "== load average before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs, k
 if ((smoke)); then
   micro_args=(--benchmark_min_time=0.01)
   lookup_args=()
+  profile_args=(--seconds 8 --prefixes 20000)
   churn_args=(--seconds 3 --prefixes 20000)
   bulk_args=(--seconds 2 --reps 1 --prefixes 20000)
   cost_args=(--seconds 2 --prefixes 20000)
@@ -32,6 +33,7 @@ if ((smoke)); then
 else
   micro_args=()
   lookup_args=(--benchmark_repetitions=3)
+  profile_args=(--seconds 25)
   churn_args=(--seconds 60)
   bulk_args=(--seconds 10 --reps 3)
   cost_args=(--seconds 20)
@@ -52,6 +54,12 @@ echo "== bulk throughput"
 python3 bench/bulk.py "${bulk_args[@]}" --out "$OUT/bulk.json"
 echo "== BPF program cost (bpf_stats)"
 python3 bench/bpf_cost.py "${cost_args[@]}" --out "$OUT/bpf_cost.json"
+echo "== where the CPU goes per connection (perf)"
+if command -v perf >/dev/null; then
+  python3 bench/profile.py "${profile_args[@]}" --out "$OUT/profile.json"
+else
+  echo "perf not installed (Debian: linux-perf): skipped"
+fi
 echo "== memory at scale"
 python3 bench/scale.py "${scale_args[@]}" --out "$OUT/scale.json"
 echo "== load average after: $(cut -d' ' -f1-3 /proc/loadavg); results in $OUT"

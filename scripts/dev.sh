@@ -17,7 +17,7 @@ PACKAGES=(
   iproute2 nftables procps curl python3 python3-pytest
   libmaxmind-db-writer-perl prometheus
   dpkg-dev lintian man-db systemd systemd-container strace adduser logrotate
-  nginx-light iperf3 libbpf-tools
+  nginx-light iperf3 libbpf-tools linux-perf
 )
 
 die() { echo "dev.sh: $*" >&2; exit 1; }

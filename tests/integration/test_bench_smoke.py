@@ -72,6 +72,15 @@ def test_bpf_cost_lists_tcpscope_programs(tmp_path):
     assert state_change["runs"] > 0, "bpf_stats counted no run of on_state_change under churn"
 
 
+def test_profile_attributes_samples_to_tcpscope(tmp_path):
+    d = run_script("profile", tmp_path, "--seconds", "8", "--prefixes", "20000")
+    assert d["samples"] > 1000 and number(d["all_cpu_us_per_conn"])
+    parts = {(p["part"], p["program"]) for p in d["parts"]}
+    assert ("tracing", "on_state_change") in parts, parts
+    assert any(part == "storage free" for part, _ in parts), parts
+    assert 0 < d["tcpscope_us_per_conn"] < d["all_cpu_us_per_conn"]
+
+
 def test_scale_states_memory_per_flow(tmp_path):
     d = run_script("scale", tmp_path, "--connections", "2000", "--prefixes", "20000")
     for k in ("kernel_bytes_per_socket", "daemon_bytes_per_open_flow", "kernel_maps_memlock_bytes",
