@@ -1024,7 +1024,7 @@ void apply_overrides(const ConfigOverrides& overrides, Config* config, std::vect
   if (overrides.listen) {
     std::string why;
     if (!parse_listen_address(*overrides.listen, &why))
-      errors->push_back(ConfigError{"--listen", 0, why});
+      errors->push_back(ConfigError{"--listen", 0, *overrides.listen + ": " + why});
     config->listen = *overrides.listen;
   }
   if (overrides.flow_log) config->flow_log = *overrides.flow_log;

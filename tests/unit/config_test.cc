@@ -866,7 +866,7 @@ TEST_F(OverrideTest, BadListenFlagIsAnError) {
   apply_overrides(flags, &c, &errors);
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_EQ(errors[0].file, "--listen");
-  EXPECT_NE(errors[0].to_string().find("--listen: host \"localhost\" is not an IP address"), std::string::npos)
+  EXPECT_NE(errors[0].to_string().find("--listen: localhost:9810: host \"localhost\" is not an IP address"), std::string::npos)
       << errors[0].to_string();
 }
 
