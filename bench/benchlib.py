@@ -3,6 +3,7 @@
 Everything here creates its own network namespaces (198.18.0.0/15 only), cgroup
 and temporary files, and removes them again, even when a run fails.
 """
+import contextlib
 import json
 import os
 import random
@@ -433,6 +434,40 @@ def write_config(path, *, port, flow_log=None, prefix_file=None, cgroup=None, ru
     text.append(f"snapshot_interval_s: {snapshot_interval_s}\n")
     Path(path).write_text("".join(text))
     return path
+
+
+def add_churn_args(ap, seconds):
+    """The options of a churn run with the churn benchmark's tcpscope config."""
+    ap.add_argument("--seconds", type=float, default=seconds)
+    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--prefixes", type=int, default=1000000)
+    ap.add_argument("--rules", type=int, default=50)
+    ap.add_argument("--out")
+
+
+@contextlib.contextmanager
+def churn_with_tcpscope(name, args):
+    """Load generator, server and tcpscope as in the churn benchmark (the
+    `rules`-rule policy on a cgroup holding both, a `prefixes`-line ASN file,
+    no flow log), torn down on exit: yields (tmp, net, server, daemon)."""
+    tmp = tmpdir(name)
+    cg = Cgroup()
+    net = d = None
+    try:
+        loadgen_binary()
+        pfx = write_pfx2as(tmp / "pfx2as.tsv", args.prefixes)
+        net = NetPair(cgroup=cg)
+        server = ChurnServer(net, tmp)
+        port = free_port()
+        cfg = write_config(tmp / "tcpscope.yaml", port=port, prefix_file=pfx, cgroup=cg.path, rules=args.rules)
+        d = Tcpscope(tmp, cfg, port)
+        yield tmp, net, server, d
+    finally:
+        if d:
+            d.stop()
+        if net:
+            net.close()
+        cg.close()
 
 
 def free_port():

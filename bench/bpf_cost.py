@@ -57,59 +57,42 @@ def print_rows(title, rows, total, unit_name):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=20)
-    ap.add_argument("--threads", type=int, default=4)
-    ap.add_argument("--prefixes", type=int, default=1000000)
-    ap.add_argument("--rules", type=int, default=50)
-    ap.add_argument("--out")
+    B.add_churn_args(ap, seconds=20)
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bpf_cost.py: needs root")
-    tmp = B.tmpdir("bpfcost")
-    cg = B.Cgroup()
-    net = d = iperf = None
     result = {"benchmark": "bpf_cost", "seconds_per_run": args.seconds}
-    try:
-        B.loadgen_binary()
-        pfx = B.write_pfx2as(tmp / "pfx2as.tsv", args.prefixes)
-        net = B.NetPair(cgroup=cg)
-        server = B.ChurnServer(net, tmp)
-        port = B.free_port()
-        cfg = B.write_config(tmp / "tcpscope.yaml", port=port, prefix_file=pfx, cgroup=cg.path, rules=args.rules)
-        d = B.Tcpscope(tmp, cfg, port)
-        with B.BpfStats():
-            B.churn(net, server, 1, args.threads)  # warm-up
-            s0 = prog_stats(d.pid)
-            r = B.churn(net, server, args.seconds, args.threads)
-            s1 = prog_stats(d.pid)
-            rows, total = delta(s0, s1, r["seconds"], r["connections"], "conn")
-            result["churn"] = {"connections_per_s": round(r["rate"]), "programs": rows, "total": total}
-            print_rows(f"churn: {r['rate']:.0f} conn/s (2 sockets per connection, both on this host)",
-                       rows, total, "conn")
-
-            iperf = net.spawn(net.srv, "iperf3", "-s", "-B", net.srv_v4, "-p", "5201")
-            time.sleep(0.5)
-            for streams in (1, 8):
+    with B.churn_with_tcpscope("bpfcost", args) as (tmp, net, server, d):
+        iperf = None
+        try:
+            with B.BpfStats():
+                B.churn(net, server, 1, args.threads)  # warm-up
                 s0 = prog_stats(d.pid)
-                out = net.run(net.cli, "iperf3", "-c", net.srv_v4, "-p", "5201", "-t", args.seconds,
-                              "-P", streams, "-J", timeout=args.seconds + 60).stdout
+                r = B.churn(net, server, args.seconds, args.threads)
                 s1 = prog_stats(d.pid)
-                j = json.loads(out)
-                gbytes = j["end"]["sum_received"]["bytes"] / 1e9
-                secs = j["end"]["sum_received"]["seconds"]
-                rows, total = delta(s0, s1, secs, gbytes, "GB")
-                result[f"bulk_P{streams}"] = {"gbit_per_s": round(8 * gbytes / secs, 2), "programs": rows,
-                                              "total": total}
-                print()
-                print_rows(f"bulk, iperf3 -P {streams}: {8 * gbytes / secs:.1f} Gbit/s", rows, total, "GB")
-    finally:
-        if iperf:
-            B.stop_process(iperf)
-        if d:
-            d.stop()
-        if net:
-            net.close()
-        cg.close()
+                rows, total = delta(s0, s1, r["seconds"], r["connections"], "conn")
+                result["churn"] = {"connections_per_s": round(r["rate"]), "programs": rows, "total": total}
+                print_rows(f"churn: {r['rate']:.0f} conn/s (2 sockets per connection, both on this host)",
+                           rows, total, "conn")
+
+                iperf = net.spawn(net.srv, "iperf3", "-s", "-B", net.srv_v4, "-p", "5201")
+                time.sleep(0.5)
+                for streams in (1, 8):
+                    s0 = prog_stats(d.pid)
+                    out = net.run(net.cli, "iperf3", "-c", net.srv_v4, "-p", "5201", "-t", args.seconds,
+                                  "-P", streams, "-J", timeout=args.seconds + 60).stdout
+                    s1 = prog_stats(d.pid)
+                    j = json.loads(out)
+                    gbytes = j["end"]["sum_received"]["bytes"] / 1e9
+                    secs = j["end"]["sum_received"]["seconds"]
+                    rows, total = delta(s0, s1, secs, gbytes, "GB")
+                    result[f"bulk_P{streams}"] = {"gbit_per_s": round(8 * gbytes / secs, 2), "programs": rows,
+                                                  "total": total}
+                    print()
+                    print_rows(f"bulk, iperf3 -P {streams}: {8 * gbytes / secs:.1f} Gbit/s", rows, total, "GB")
+        finally:
+            if iperf:
+                B.stop_process(iperf)
     B.write_result("bpf_cost", result, args.out)
 
 

@@ -82,29 +82,15 @@ def attribute(script_text, daemon_pid):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=25)
-    ap.add_argument("--threads", type=int, default=4)
-    ap.add_argument("--prefixes", type=int, default=1000000)
-    ap.add_argument("--rules", type=int, default=50)
-    ap.add_argument("--out")
+    B.add_churn_args(ap, seconds=25)
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("profile.py: needs root")
     if subprocess.run(["perf", "--version"], capture_output=True).returncode != 0:
         raise SystemExit("profile.py: perf not found (Debian: linux-perf)")
-    tmp = B.tmpdir("profile")
-    cg = B.Cgroup()
-    net = d = None
     record_s = max(2.0, args.seconds - 6)
-    data = tmp / "perf.data"
-    try:
-        B.loadgen_binary()
-        pfx = B.write_pfx2as(tmp / "pfx2as.tsv", args.prefixes)
-        net = B.NetPair(cgroup=cg)
-        server = B.ChurnServer(net, tmp)
-        port = B.free_port()
-        cfg = B.write_config(tmp / "tcpscope.yaml", port=port, prefix_file=pfx, cgroup=cg.path, rules=args.rules)
-        d = B.Tcpscope(tmp, cfg, port)
+    with B.churn_with_tcpscope("profile", args) as (tmp, net, server, d):
+        data = tmp / "perf.data"
         B.churn(net, server, 1, args.threads)  # warm-up
 
         def record():
@@ -117,12 +103,6 @@ def main():
         r = B.churn(net, server, args.seconds, args.threads)
         t.join()
         daemon_pid = d.pid
-    finally:
-        if d:
-            d.stop()
-        if net:
-            net.close()
-        cg.close()
     if not data.exists():
         raise SystemExit("profile.py: perf record wrote nothing (perf_event_paranoid? run as root)")
     text = subprocess.run(["perf", "script", "-i", str(data), "-F", "comm,pid,ip,sym"],

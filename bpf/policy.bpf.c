@@ -226,7 +226,7 @@ static __always_inline void apply_policy(struct bpf_sock_ops *skops)
 			sp->overridden = 1;
 			bump(&app_cc_calls, sp->app_cc * 2 + TCPSCOPE_APP_CC_OVERRIDDEN);
 		}
-		bump(&cc_assignments, slot * TCPSCOPE_MAX_ARMS + arm);
+		bump(&cc_assignments, TCPSCOPE_ASSIGN_SLOT(gen, i, arm));
 		return;
 	}
 }
@@ -300,7 +300,7 @@ int watch_setsockopt(struct bpf_sockopt *ctx)
 		for (__u32 g = 0; g < TCPSCOPE_POLICY_GENERATIONS; g++) {
 			if ((ps->install_id[g] & 0xffff) == install && idx < ps->n_rules[g] &&
 			    idx < TCPSCOPE_MAX_RULES && arm < TCPSCOPE_MAX_ARMS) {
-				bump(&cc_revoked, (g * TCPSCOPE_MAX_RULES + idx) * TCPSCOPE_MAX_ARMS + arm);
+				bump(&cc_revoked, TCPSCOPE_ASSIGN_SLOT(g, idx, arm));
 				break;
 			}
 		}

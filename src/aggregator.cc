@@ -219,7 +219,7 @@ Aggregator::Series* Aggregator::series_for(uint8_t class_id, uint8_t cc_id, uint
   return raw;
 }
 
-void Aggregator::add(const FlowRecord& f) {
+bool Aggregator::add(const FlowRecord& f) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t bytes = f.bytes_acked + f.bytes_received;
 
@@ -300,6 +300,7 @@ void Aggregator::add(const FlowRecord& f) {
       flows_since_recompute_ = 0;
     }
   }
+  return has_own_label_locked(f.asn);
 }
 
 void Aggregator::recompute_top_asns() {
@@ -343,13 +344,16 @@ void Aggregator::recompute_locked() {
 
   // Series of ASNs that left the top-N no longer move; drop them after a
   // grace period so that ASN churn does not grow the series count forever.
+  auto expired = [&](Clock::time_point since) {
+    return std::chrono::duration<double>(now - since).count() >= options_.stale_asn_seconds;
+  };
   std::unordered_map<uint32_t, Clock::time_point> stale;  // asn -> last time in the top-N
   for (auto it = series_.begin(); it != series_.end();) {
     Series* s = it->second.get();
     // Histograms of replaced size classes go after the same grace period.
     auto& retired = s->retired_fct;
     for (size_t i = 0; i < retired.size();) {
-      if (std::chrono::duration<double>(now - retired[i].since).count() >= options_.stale_asn_seconds) {
+      if (expired(retired[i].since)) {
         fct_->Remove(retired[i].histogram);
         retired[i] = retired.back();
         retired.pop_back();
@@ -361,7 +365,7 @@ void Aggregator::recompute_locked() {
       auto e = asn_bytes_.find(s->asn_number);
       if (e != asn_bytes_.end() && e->second.top) {
         s->last_in_top = now;
-      } else if (std::chrono::duration<double>(now - s->last_in_top).count() >= options_.stale_asn_seconds) {
+      } else if (expired(s->last_in_top)) {
         remove_series(s);
         it = series_.erase(it);
         continue;
@@ -437,7 +441,7 @@ void Aggregator::update_options(AggregatorOptions options) {
     // reload), then recompute_locked() removes them; new flows go to the new
     // classes. A class whose name (hence range) is in force again keeps or
     // gets back its histogram: the registry holds one series per label set.
-    const auto old_names = size_class_names_;
+    const auto old_names = std::move(size_class_names_);
     size_class_names_ = size_class_names(options_.size_classes_bytes);
     const Clock::time_point now = Clock::now();
     for (auto& [key, s] : series_) {
@@ -459,10 +463,15 @@ void Aggregator::update_options(AggregatorOptions options) {
   if (top_changed) recompute_locked();
 }
 
+bool Aggregator::has_own_label_locked(uint32_t asn) const {
+  if (asn == 0) return true;  // labelled "0"
+  auto it = asn_bytes_.find(asn);
+  return it != asn_bytes_.end() && it->second.top;
+}
+
 std::string Aggregator::asn_label_locked(uint32_t asn) const {
   if (asn == 0) return "0";
-  auto it = asn_bytes_.find(asn);
-  return it != asn_bytes_.end() && it->second.top ? std::to_string(asn) : "other";
+  return has_own_label_locked(asn) ? std::to_string(asn) : "other";
 }
 
 std::string Aggregator::asn_label(uint32_t asn) const {

@@ -105,7 +105,9 @@ class Aggregator {
   Aggregator& operator=(const Aggregator&) = delete;
 
   // Counts one finished flow (peer_class, asn, cc already enriched).
-  void add(const FlowRecord& flow);
+  // Returns whether its ASN has a label of its own after this flow, i.e.
+  // asn_label(flow.asn) != "other" (the daemon's hot path needs only that).
+  bool add(const FlowRecord& flow);
 
   // Ranks ASNs by (decayed) bytes and fixes the top-N set that labels the
   // flows added from now on. The daemon calls it every 60 s.
@@ -154,6 +156,7 @@ class Aggregator {
   void recompute_locked();
   void remove_series(Series* s);
   std::string asn_label_locked(uint32_t asn) const;
+  bool has_own_label_locked(uint32_t asn) const;
 
   std::shared_ptr<prometheus::Registry> registry_;
   AggregatorOptions options_;

@@ -239,10 +239,11 @@ void Daemon::on_event(const tcpscope_flow_event& ev) {
   FlowRecord flow = decode_flow_event(ev, clock_);
   lookups_ += enricher_->enrich(&flow);
   policy_->name_flow(ev, &flow);
-  aggregator_->add(flow);
+  const bool asn_has_own_label = aggregator_->add(flow);
   // Sketches are keyed by the raw ASN (as the flow log); the metrics' label
   // only decides whether a new key may still be added when the table is full.
-  distributions_->add(flow, aggregator_->asn_label(flow.asn));
+  distributions_->add(flow, asn_has_own_label ? FlowDistributions::AsnLabel::kOwn
+                                             : FlowDistributions::AsnLabel::kOther);
   if (flow_log_) {
     append_flow_json(flow, &batch_);
     ++batch_records_;

@@ -111,16 +111,22 @@ FlowDistributions::Entry* FlowDistributions::entry_for(uint64_t key, uint64_t fo
 size_t FlowDistributions::reserve_keys() const { return std::max<size_t>(options_.max_keys / 4, 16); }
 
 void FlowDistributions::add(const FlowRecord& flow, const std::string& asn_label) {
-  add_at(flow, asn_label, Clock::now());
+  add_at(flow, asn_label != kOverflowName ? AsnLabel::kOwn : AsnLabel::kOther, Clock::now());
 }
 
+void FlowDistributions::add(const FlowRecord& flow, AsnLabel asn_label) { add_at(flow, asn_label, Clock::now()); }
+
 void FlowDistributions::add_at(const FlowRecord& flow, const std::string& asn_label, Clock::time_point now) {
+  add_at(flow, asn_label != kOverflowName ? AsnLabel::kOwn : AsnLabel::kOther, now);
+}
+
+void FlowDistributions::add_at(const FlowRecord& flow, AsnLabel asn_label, Clock::time_point now) {
   const MetricInputs in = metric_inputs(flow);
   if (!in.ok || in.partial || in.bytes == 0) return;  // no metric counts such a flow
   // Keyed by the raw ASN, as the flow log has it, so that --server groups
   // and selections by asn mean what --flows means. The label only says
   // whether the ASN is one of the dashboards' top-N (a claim on the reserve).
-  const bool top_asn = asn_label != kOverflowName;
+  const bool top_asn = asn_label == AsnLabel::kOwn;
 
   std::lock_guard<std::mutex> lock(mu_);  // options_ may change on reload
   std::optional<double> values[kCompareMetricCount];

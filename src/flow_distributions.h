@@ -90,8 +90,13 @@ class FlowDistributions {
   // Aggregator::asn_label): it only decides whether the flow's key may use
   // the reserve once max_keys are in use (top-N ASNs may, "other" may not).
   void add(const FlowRecord& flow, const std::string& asn_label);
+  // The same with the only thing the label decides: whether the ASN has a
+  // label of its own (Aggregator::add says so, without a second lookup).
+  enum class AsnLabel { kOwn, kOther };
+  void add(const FlowRecord& flow, AsnLabel asn_label);
   // For tests: the same with an explicit time.
   void add_at(const FlowRecord& flow, const std::string& asn_label, Clock::time_point now);
+  void add_at(const FlowRecord& flow, AsnLabel asn_label, Clock::time_point now);
 
   // Config reload. New size classes or threshold: the sketches no longer
   // mean the same thing, so they are dropped (returns true).

@@ -12,8 +12,6 @@ namespace tcpscope {
 namespace {
 
 constexpr uint32_t kMinBuckets = 16;
-// Bucket indices are kept well inside int32 so that offset arithmetic cannot
-// overflow: 1e-9 .. 1e300 at a = 0.0001 is about +-3.5 million.
 // The largest array a document may describe (from_json).
 constexpr uint32_t kMaxBucketsLimit = 1u << 20;
 

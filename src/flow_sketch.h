@@ -48,6 +48,8 @@ class FlowSketch {
  public:
   static constexpr double kDefaultRelativeAccuracy = 0.01;
   static constexpr double kMinPositive = 1e-9;
+  // Bucket indices are kept well inside int32 so that offset arithmetic cannot
+  // overflow: 1e-9 .. 1e300 at a = 0.0001 is about +-3.5 million.
   static constexpr double kMaxValue = 1e300;
   // The span a sketch without an explicit one covers without collapsing
   // (max_buckets 0 and the default [kMinPositive, kMaxValue] span).

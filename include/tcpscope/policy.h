@@ -90,7 +90,9 @@ struct tcpscope_sock_policy {
 #define TCPSCOPE_RULE_TAG_INSTALL(tag) ((tag) >> 16)
 #define TCPSCOPE_RULE_TAG_INDEX(tag) (((tag) & 0xffff) - 1)
 
-/* Indexes of cc_assignments: (gen * MAX_RULES + rule) * MAX_ARMS + arm. */
+/* Indexes of cc_assignments (and cc_revoked): one per generation, rule, arm. */
+#define TCPSCOPE_ASSIGN_SLOT(gen, rule, arm) \
+	(((gen) * TCPSCOPE_MAX_RULES + (rule)) * TCPSCOPE_MAX_ARMS + (arm))
 #define TCPSCOPE_ASSIGN_SLOTS (TCPSCOPE_POLICY_GENERATIONS * TCPSCOPE_MAX_RULES * TCPSCOPE_MAX_ARMS)
 
 /* Assignments an application's own TCP_CONGESTION replaced afterwards

@@ -138,13 +138,16 @@ void PolicyController::log_sysctl_write(const tcpscope_sysctl_event& ev) {
     return;
   }
   log_tokens_ -= 1;
+  // What a process wrote goes to the log: control bytes become '?'.
+  auto printable = [](std::string text) {
+    for (char& c : text)
+      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+    return text;
+  };
   std::string value(ev.value);
   while (!value.empty() && (value.back() == '\n' || value.back() == ' ' || value.back() == '\t')) value.pop_back();
-  for (char& c : value)
-    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
-  std::string comm(ev.comm);
-  for (char& c : comm)
-    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+  value = printable(std::move(value));
+  const std::string comm = printable(ev.comm);
   std::fprintf(stderr, "tcpscope: sysctl: write net.ipv4.%s=\"%s\"%s by pid %u (%s): %s\n",
                ev.name_idx ? "tcp_allowed_congestion_control" : "tcp_congestion_control", value.c_str(),
                ev.truncated ? "..." : "", ev.pid, comm.c_str(),

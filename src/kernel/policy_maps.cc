@@ -128,13 +128,11 @@ uint64_t PolicyMaps::percpu_sum(int map_fd, uint32_t key) const {
 }
 
 uint64_t PolicyMaps::assignments(uint32_t gen, uint32_t rule, uint32_t arm) const {
-  uint32_t slot = (gen * TCPSCOPE_MAX_RULES + rule) * TCPSCOPE_MAX_ARMS + arm;
-  return percpu_sum(bpf_map__fd(probe_.skeleton()->maps.cc_assignments), slot);
+  return percpu_sum(bpf_map__fd(probe_.skeleton()->maps.cc_assignments), TCPSCOPE_ASSIGN_SLOT(gen, rule, arm));
 }
 
 uint64_t PolicyMaps::revoked(uint32_t gen, uint32_t rule, uint32_t arm) const {
-  uint32_t slot = (gen * TCPSCOPE_MAX_RULES + rule) * TCPSCOPE_MAX_ARMS + arm;
-  return percpu_sum(bpf_map__fd(probe_.skeleton()->maps.cc_revoked), slot);
+  return percpu_sum(bpf_map__fd(probe_.skeleton()->maps.cc_revoked), TCPSCOPE_ASSIGN_SLOT(gen, rule, arm));
 }
 
 void PolicyMaps::sync_cc_names(const std::vector<std::string>& available) {

@@ -487,16 +487,22 @@ def owner_state(state: dict) -> str:
     return "alive" if _same_process(owner) else "dead"
 
 
+def lab_states():
+    """(state file, its contents) of every lab recorded here; unreadable files
+    (half-written, removed meanwhile) are skipped."""
+    for f in sorted(STATE_DIR.glob("*.json")) if STATE_DIR.exists() else []:
+        try:
+            yield f, json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+
+
 def reap_orphans() -> List[str]:
     """Tears down every lab whose owner process is gone (killed before it could
     tear down: SIGKILL, OOM, a crash in C code). Labs of live owners, and
     detached `lab.py up` labs, are left alone. Returns the tags removed."""
     removed = []
-    for f in sorted(STATE_DIR.glob("*.json")) if STATE_DIR.exists() else []:
-        try:
-            state = json.loads(f.read_text())
-        except (OSError, ValueError):
-            continue
+    for f, state in lab_states():
         if owner_state(state) == "dead":
             teardown(f)
             removed.append(f.stem)
@@ -508,11 +514,7 @@ def teardown_mine() -> List[str]:
     at interpreter exit, behind each Lab's own teardown)."""
     me = process_identity(os.getpid())
     removed = []
-    for f in sorted(STATE_DIR.glob("*.json")) if STATE_DIR.exists() else []:
-        try:
-            state = json.loads(f.read_text())
-        except (OSError, ValueError):
-            continue
+    for f, state in lab_states():
         if me and state.get("owner") == me:
             teardown(f)
             removed.append(f.stem)
