@@ -60,9 +60,15 @@ std::string type_name(const YAML::Node& n) {
   }
 }
 
+// A list echoed in a message (known keys, available CCs, defined classes):
+// each item clipped and at most kMaxListedItems of them, so a config with a
+// hundred long class names still gives a one-line message.
+constexpr size_t kMaxListedItems = 12;  // the longest fixed key list (top level)
 std::string join(const std::vector<std::string>& items, const char* sep) {
   std::string out;
-  for (const auto& s : items) out += (out.empty() ? "" : sep) + s;
+  const size_t shown = std::min(items.size(), kMaxListedItems);
+  for (size_t i = 0; i < shown; ++i) out += (i ? sep : "") + clipped(items[i]);
+  if (items.size() > shown) out += std::string(sep) + "and " + std::to_string(items.size() - shown) + " more";
   return out;
 }
 

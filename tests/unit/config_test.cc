@@ -226,6 +226,21 @@ TEST(ConfigErrorTest, UnknownTopLevelKeySuggestsTheNearest) {
   EXPECT_TRUE(OneError("\nbanana: 1\n", 2, "(known keys: listen, flow_log,"));
 }
 
+TEST(ConfigErrorTest, ListsInMessagesAreCut) {
+  // Found by the config fuzzer: 40 long class names made a 2 kB message.
+  std::string yaml = "peer_classes:\n";
+  for (int i = 0; i < 40; ++i) {
+    yaml += "  - { name: c" + std::to_string(100 + i) + std::string(60, 'x') + ", prefixes: [10." +
+            std::to_string(i) + ".0.0/16] }\n";
+  }
+  yaml += "cc_policy:\n  rules:\n    - { name: r, match: { peer_class: nope }, cc: bbr }\n";
+  EXPECT_TRUE(OneError(yaml, 44, "and 29 more)"));
+  std::vector<tcpscope::ConfigError> errors;
+  tcpscope::parse_config(yaml, "t.yaml", {"cubic", "bbr"}, &errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_LT(errors[0].message.size(), 800u) << errors[0].message;
+}
+
 TEST(ConfigErrorTest, UnknownKeyInAsn) {
   EXPECT_TRUE(OneError("asn:\n  mmdb: /x\n  db: /y\n", 3, "unknown key \"db\" in asn"));
 }
