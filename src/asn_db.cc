@@ -517,7 +517,11 @@ bool AsnDatabaseBuilder::parse_line(std::string_view line, std::string* why) {
     }
     if (asn == 0) return true;  // "Not routed"
     const uint32_t rec = intern(asn, f[4]);
-    for (const Prefix& p : range_to_cidrs(*first, *last)) {
+    for (Prefix p : range_to_cidrs(*first, *last)) {
+      // Lookups of ::ffff:a.b.c.d go to the IPv4 trie (find()), so a block
+      // inside ::ffff:0:0/96 is stored there, as parse_prefix folds such a
+      // prefix of a pfx2as line (found by the prefix-file fuzzer).
+      if (p.addr.is_v4_mapped() && p.len >= 96) p = Prefix{p.addr.unmapped(), p.len - 96};
       db_->trie_.insert(p.addr, p.len, rec);
       ++db_->prefix_file_prefixes_;
     }

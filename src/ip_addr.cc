@@ -88,6 +88,10 @@ void set_reason(std::string* why, std::string text) {
   if (why) *why = std::move(text);
 }
 
+// Input echoed in a reason: a config or prefix-file line can be any length,
+// a message stays one short line (the config fuzzer found a 1 kB one).
+std::string clipped(const std::string& s) { return s.size() <= 40 ? s : s.substr(0, 40) + "..."; }
+
 }  // namespace
 
 std::string Prefix::to_string() const { return addr.to_string() + "/" + std::to_string(len); }
@@ -97,7 +101,7 @@ std::optional<Prefix> parse_prefix(const std::string& text, std::string* why) {
   const std::string addr_text = text.substr(0, slash);
   std::optional<IpAddr> addr = IpAddr::parse(addr_text);
   if (!addr) {
-    set_reason(why, "\"" + addr_text + "\" is not an IPv4 or IPv6 address");
+    set_reason(why, "\"" + clipped(addr_text) + "\" is not an IPv4 or IPv6 address");
     return std::nullopt;
   }
 
@@ -108,7 +112,7 @@ std::optional<Prefix> parse_prefix(const std::string& text, std::string* why) {
     bool digits = !len_text.empty() && len_text.size() <= 3;
     for (char c : len_text) digits = digits && c >= '0' && c <= '9';
     if (!digits) {
-      set_reason(why, "prefix length \"" + len_text + "\" is not a number");
+      set_reason(why, "prefix length \"" + clipped(len_text) + "\" is not a number");
       return std::nullopt;
     }
     len = std::stoi(len_text);

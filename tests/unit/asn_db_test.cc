@@ -194,6 +194,19 @@ TEST(AsnPrefixFile, BothFormatsMayShareAFile) {
   EXPECT_EQ(db->lookup(ip("10.1.0.1")).org, "Inner");
 }
 
+TEST(AsnPrefixFile, RangeOfV4MappedAddressesAnswersIPv4Lookups) {
+  // Found by the prefix-file fuzzer: the range's ::ffff:0:0/100 block went
+  // into the IPv6 trie, where no lookup (all unmapped to IPv4) could reach it.
+  TempDir dir;
+  const std::string path = dir.write("mapped.tsv", "::ffff:10.0.0.0\t::ffff:10.0.255.255\t64502\tZZ\tMapped\n");
+  auto db = load_ok("", path);
+  ASSERT_NE(db, nullptr);
+  EXPECT_EQ(db->lookup_asn(ip("10.0.3.4")), 64502u);
+  EXPECT_EQ(db->lookup_asn(ip("::ffff:10.0.3.4")), 64502u);
+  EXPECT_EQ(db->lookup_asn(ip("10.1.0.0")), 0u);
+  EXPECT_EQ(strings(db->prefixes_of(64502)), std::vector<std::string>{"10.0.0.0/16"});
+}
+
 TEST(AsnPrefixFile, LastLineWithoutNewlineAndLongLines) {
   TempDir dir;
   const std::string org(6000, 'x');  // longer than one read buffer

@@ -239,6 +239,10 @@ TEST(ConfigErrorTest, ListsInMessagesAreCut) {
   tcpscope::parse_config(yaml, "t.yaml", {"cubic", "bbr"}, &errors);
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_LT(errors[0].message.size(), 800u) << errors[0].message;
+  // Found the same way: the prefix parser echoed the whole rest of a line.
+  EXPECT_TRUE(OneError("peer_classes:\n  - { name: a, prefixes: [\"10.0.0.0/1" + std::string(2000, 'y') +
+                           "\"] }\n",
+                       2, "prefix length \"1yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy...\" is not a number"));
 }
 
 TEST(ConfigErrorTest, UnknownKeyInAsn) {
