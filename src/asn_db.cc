@@ -665,6 +665,10 @@ std::vector<Prefix> AsnDatabase::prefixes_of(uint32_t asn) const {
       // into the block (they were split only because of a more specific
       // prefix of the same AS, e.g. a /24 of X inside a /16 of X).
       Prefix p{addr, len};
+      // Lookups of ::ffff:a.b.c.d are answered by the IPv4 trie (find()):
+      // an IPv6 entry inside ::ffff:0:0/96 (a range that spans into it and
+      // was split around it) answers nothing. Found by the prefix-file fuzzer.
+      if (family == 6 && len >= 96 && addr.is_v4_mapped()) return;
       while (out.size() > family_start) {
         const Prefix& prev = out.back();
         if (prev.len != p.len || p.len == 0) break;

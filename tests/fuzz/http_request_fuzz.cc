@@ -8,6 +8,7 @@
 // closes within kReplyTimeoutS, or a server that stops answering /healthz.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -79,7 +80,20 @@ int connect_to(int port) {
   sa.sin_family = AF_INET;
   sa.sin_port = htons(static_cast<uint16_t>(port));
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) fail(std::string("connect: ") + std::strerror(errno));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) return fd;
+  // libFuzzer's timeout timer (SIGALRM) can interrupt a connect() that waits
+  // for room in the accept queue; the handshake goes on: wait for its end.
+  if (errno != EINTR && errno != EINPROGRESS) fail(std::string("connect: ") + std::strerror(errno));
+  pollfd pfd{fd, POLLOUT, 0};
+  int ready;
+  do {
+    ready = poll(&pfd, 1, kReplyTimeoutS * 1000);
+  } while (ready < 0 && errno == EINTR);
+  if (ready == 0) fail("connect: no accept within " + std::to_string(kReplyTimeoutS) + " s");
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (ready < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) fail(std::string("connect: ") + std::strerror(errno));
+  if (err != 0) fail(std::string("connect: ") + std::strerror(err));
   return fd;
 }
 
@@ -89,6 +103,7 @@ std::string exchange(int port, const uint8_t* data, size_t size) {
   size_t off = 0;
   while (off < size) {
     const ssize_t n = send(fd, data + off, size - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // the server may close early (e.g. an oversized request)
     off += static_cast<size_t>(n);
   }

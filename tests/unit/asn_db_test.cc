@@ -205,6 +205,18 @@ TEST(AsnPrefixFile, RangeOfV4MappedAddressesAnswersIPv4Lookups) {
   EXPECT_EQ(db->lookup_asn(ip("::ffff:10.0.3.4")), 64502u);
   EXPECT_EQ(db->lookup_asn(ip("10.1.0.0")), 0u);
   EXPECT_EQ(strings(db->prefixes_of(64502)), std::vector<std::string>{"10.0.0.0/16"});
+
+  // A wider range reaching past ::ffff:0:0/96, with a narrower one of another
+  // AS below it: the IPv6 trie then holds a region that is exactly the
+  // mapped block, which no lookup reaches; it is not one of the AS's prefixes.
+  const std::string wide = dir.write("wide.tsv",
+                                     "::\t::1:0:0:0\t64503\tZZ\tWide\n"
+                                     "::\t::ffff:dff:ffff\t64504\tZZ\tNarrow\n");
+  db = load_ok("", wide);
+  ASSERT_NE(db, nullptr);
+  EXPECT_EQ(db->lookup_asn(ip("::ffff:1.2.3.4")), 64504u);
+  for (const auto& p : db->prefixes_of(64503))
+    EXPECT_EQ(db->lookup_asn(p.addr), 64503u) << p.to_string() << " is listed for 64503";
 }
 
 TEST(AsnPrefixFile, LastLineWithoutNewlineAndLongLines) {
