@@ -44,6 +44,21 @@ def slab_kib():
     return m["Slab"]
 
 
+def slab_caches():
+    """Bytes held by each slab cache (objects x object size, /proc/slabinfo)."""
+    out = {}
+    try:
+        with open("/proc/slabinfo") as f:
+            for line in f:
+                if line.startswith(("slabinfo", "#")):
+                    continue
+                parts = line.split()
+                out[parts[0]] = int(parts[2]) * int(parts[3])
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
 def settle(seconds=2.0):
     time.sleep(seconds)
 
@@ -94,6 +109,7 @@ def measure_phase(tmp, n, cg, daemon=None, memcg=None):
     try:
         settle(1)
         s0 = slab_kib()
+        c0 = slab_caches()
         k0 = memcg.kernel_bytes() if memcg else None
         procs, open_s = hold_connections(net, tmp, n)
         settle(2)
@@ -113,6 +129,8 @@ def measure_phase(tmp, n, cg, daemon=None, memcg=None):
             out["daemon_rss_kib"], out["daemon_hwm_kib"] = rss, hwm
         s1 = slab_kib()
         out["slab_growth_kib"] = s1 - s0
+        c1 = slab_caches()
+        out["slab_cache_growth_bytes"] = {k: v - c0.get(k, 0) for k, v in c1.items() if v != c0.get(k, 0)}
         if memcg:
             out["daemon_memcg_kernel_growth_bytes"] = memcg.kernel_bytes() - k0
         return out
@@ -182,6 +200,12 @@ def main():
     per_socket = memcg_growth / (2 * n) if memcg_growth is not None else slab_per_socket
     daemon_per_flow = (with_["daemon_rss_kib"] - result["daemon_rss_kib_asn_loaded"]) * 1024 / (2 * n)
     memlock = sum(m["bytes_memlock"] or 0 for m in result["bpf_maps"])
+    # Which slab caches tcpscope's sockets grow (with - without, per socket):
+    # says which size class the socket storage element lands in.
+    gw, go = with_.get("slab_cache_growth_bytes", {}), without.get("slab_cache_growth_bytes", {})
+    per_cache = {k: (gw.get(k, 0) - go.get(k, 0)) / (2 * n) for k in set(gw) | set(go)}
+    result["slab_bytes_per_socket_by_cache"] = {
+        k: round(v) for k, v in sorted(per_cache.items(), key=lambda kv: -abs(kv[1]))[:6]}
     result.update({
         "without": without, "with": with_,
         "kernel_bytes_per_socket": round(per_socket),
@@ -204,6 +228,7 @@ def main():
         ["slab growth with tcpscope (KiB)", with_["slab_growth_kib"]],
         ["tcpscope kernel bytes per socket (" + result["kernel_bytes_per_socket_method"] + ")", round(per_socket)],
         ["  cross-check: slab difference per socket (noisy)", round(slab_per_socket)],
+        *[[f"    of which {k} (bytes per socket)", v] for k, v in result["slab_bytes_per_socket_by_cache"].items()],
         ["BPF maps memlock (fixed, bytes)", memlock],
         ["daemon RSS, no ASN data (MiB)", round(result["daemon_rss_kib_no_asn"] / 1024, 1)],
         [f"daemon RSS, {args.prefixes} prefixes loaded (MiB)", round(result["daemon_rss_kib_asn_loaded"] / 1024, 1)],

@@ -120,9 +120,25 @@ static __always_inline void close_ca_interval(struct flow_state *st, __u64 now)
 {
 	__u8 s = st->ca_state;
 
-	if (st->ca_since_ns && s < TCPSCOPE_CA_STATES && now > st->ca_since_ns)
-		st->ca_ns[s] += now - st->ca_since_ns;
+	/* Open (0) has no counter: see flow_state.h. */
+	if (st->ca_since_ns && s >= 1 && s < TCPSCOPE_CA_STATES && now > st->ca_since_ns)
+		st->ca_ns[s - 1] += now - st->ca_since_ns;
 	st->ca_since_ns = now;
+}
+
+static __always_inline void set_established(struct flow_state *st, __u64 now)
+{
+	__u64 us = now > st->start_ns ? (now - st->start_ns) / NSEC_PER_USEC : 0;
+
+	st->established_us = us > 0xffffffffULL ? 0xffffffffU : (__u32)us;
+	st->flags |= TCPSCOPE_F_ESTABLISHED;
+}
+
+static __always_inline __u64 established_ns_of(const struct flow_state *st)
+{
+	if (!(st->flags & TCPSCOPE_F_ESTABLISHED))
+		return 0;
+	return st->start_ns + (__u64)st->established_us * NSEC_PER_USEC;
 }
 
 /* Passive opens: the child socket only appears when the handshake's final
@@ -132,7 +148,7 @@ static __always_inline void close_ca_interval(struct flow_state *st, __u64 now)
  * leaves its first send time in retrans_stamp instead. */
 static __always_inline __u64 passive_start(struct flow_state *st, struct tcp_sock *tp, __u64 now)
 {
-	__u64 start = st->clone_ns;
+	__u64 start = st->start_ns; /* until now: the child socket's creation */
 	__u32 srtt_us = tp->srtt_us >> 3;
 
 	/* total_rto (6.7) and tcp_usec_ts (6.7) are absent on older kernels:
@@ -196,7 +212,7 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 		received -= 1;
 
 	e->start_ns = st->start_ns;
-	e->established_ns = st->established_ns;
+	e->established_ns = established_ns_of(st);
 	e->end_ns = now;
 	e->data_end_ns = 0;
 	if (acked)
@@ -212,11 +228,22 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 	e->cgroup_id = st->cgroup_id;
 	if (final)
 		close_ca_interval(st, now);
-	__builtin_memcpy(e->ca_state_ns, st->ca_ns, sizeof(e->ca_state_ns));
+	e->ca_state_ns[0] = 0;
+	__builtin_memcpy(&e->ca_state_ns[1], st->ca_ns, sizeof(st->ca_ns));
 	cs = st->ca_state;
 	since = st->ca_since_ns;
-	if (!final && since && since < now && cs < TCPSCOPE_CA_STATES)
+	if (!final && since && since < now && cs >= 1 && cs < TCPSCOPE_CA_STATES)
 		e->ca_state_ns[cs] += now - since;
+	/* Open: what the other states leave of the time since the handshake
+	 * (ca_since_ns starts there; established_ns is that instant cut to the
+	 * µs, so the sum of the five is end_ns - established_ns exactly). */
+	if (since && e->established_ns && now > e->established_ns) {
+		__u64 rest = now - e->established_ns;
+		__u64 other = e->ca_state_ns[1] + e->ca_state_ns[2] + e->ca_state_ns[3] +
+			      e->ca_state_ns[4];
+
+		e->ca_state_ns[0] = rest > other ? rest - other : 0;
+	}
 
 	e->family = sk->__sk_common.skc_family == AF_INET6 ? 6 : 4;
 	if (e->family == 4) {
@@ -335,7 +362,7 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 		 * the current task is not its owner, which is taken later. */
 		st = start_tracking(sk, TCPSCOPE_DIR_PASSIVE);
 		if (st)
-			st->clone_ns = st->start_ns = bpf_ktime_get_ns();
+			st->start_ns = bpf_ktime_get_ns();
 		return;
 	}
 
@@ -355,7 +382,8 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 			return;
 		now = bpf_ktime_get_ns();
 		st->flags = TCPSCOPE_F_PARTIAL | TCPSCOPE_F_ESTABLISHED;
-		st->start_ns = st->established_ns = now;
+		st->start_ns = now;
+		set_established(st, now);
 		count(TCPSCOPE_CNT_UNTRACKED_CLOSE);
 	}
 	sample_cwnd(st, tp->snd_cwnd);
@@ -363,11 +391,10 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 	switch (newstate) {
 	case TCP_ESTABLISHED:
 		now = bpf_ktime_get_ns();
-		st->established_ns = now;
-		st->flags |= TCPSCOPE_F_ESTABLISHED;
 		st->ca_since_ns = now;
 		if (st->dir == TCPSCOPE_DIR_PASSIVE)
 			st->start_ns = passive_start(st, tp, now);
+		set_established(st, now);
 		break;
 	case TCP_FIN_WAIT1:
 	case TCP_LAST_ACK:

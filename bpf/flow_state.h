@@ -9,24 +9,33 @@
 #include "tcpscope/flow_event.h"
 #include "tcpscope/policy.h"
 
+/* 120 bytes. The kernel allocates a socket's element as the 72-byte head
+ * of bpf_local_storage_elem plus this value: 192 bytes, the kmalloc-192
+ * size class. At 121..184 bytes it is kmalloc-256, 64 bytes more per socket
+ * (bench/README.md, "Memory"), so a field added here must come out of
+ * another, or the static assert below be moved knowingly. */
 struct flow_state {
 	__u64 start_ns;
-	__u64 established_ns;
-	__u64 clone_ns;      /* passive: the child socket was created */
 	__u64 last_rx_ns;    /* latest in-order data arrival */
 	__u64 tx_end_ns;     /* every byte we sent was acknowledged at this time */
-	__u64 ca_since_ns;
-	__u64 ca_ns[TCPSCOPE_CA_STATES];
+	__u64 ca_since_ns;   /* the current congestion state began; 0 until established */
+	/* Time in Disorder, CWR, Recovery and Loss. Time in Open is the rest of
+	 * the time since the handshake: every interval from then on is closed
+	 * into exactly one state, so it needs no counter of its own. */
+	__u64 ca_ns[TCPSCOPE_CA_STATES - 1];
 	__u64 cgroup_id;
+	/* Handshake completion, µs after start_ns (a handshake cannot outlast
+	 * 71 minutes: SYN retries give up long before). Valid with
+	 * TCPSCOPE_F_ESTABLISHED. */
+	__u32 established_us;
 	__u32 pid;
 	__u32 max_cwnd;
 	__u32 fin_seq;       /* write_seq when our FIN was queued: one past the last data byte */
-	__u32 flags;
 	__u32 rx_mark;       /* low 32 bits of bytes_received at the last arrival recorded */
+	__u16 flags;         /* TCPSCOPE_F_*, copied into the record */
 	__u8 dir;
-	__u8 ca_state;
-	__u8 emitted;        /* the close record went out; the storage stays until the socket is freed */
-	__u8 pad;
+	__u8 ca_state : 7;
+	__u8 emitted : 1;    /* the close record went out; the storage stays until the socket is freed */
 	char comm[TCPSCOPE_COMM_LEN];
 	/* Written by policy.bpf.c (sockops, setsockopt): which rule and arm
 	 * chose this socket's CC, and what the application asked for. It lives
@@ -34,6 +43,7 @@ struct flow_state {
 	 * storage allocation, not two (bench/README.md). */
 	struct tcpscope_sock_policy policy;
 };
+_Static_assert(sizeof(struct flow_state) <= 120, "flow_state must fit the kmalloc-192 class (see above)");
 
 /* BPF_F_CLONE: an accepted socket inherits the listener's storage (what the
  * application set on the listener); flow.bpf.c resets the rest when the
