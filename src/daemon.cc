@@ -36,6 +36,7 @@
 #include "kernel/policy_controller.h"
 #include "cgroup_path.h"
 #include "kernel/ring_reader.h"
+#include "open_flows.h"
 #include "peer_classifier.h"
 #include "self_metrics.h"
 
@@ -176,7 +177,7 @@ class Daemon {
   std::unique_ptr<PreparedReload> prepared_;  // guarded by reload_mu_
   bool reload_running_ = false, reload_again_ = false;
   // The latest snapshot of open flows, read by HTTP threads.
-  std::shared_ptr<const std::vector<FlowRecord>> open_flows_ = std::make_shared<std::vector<FlowRecord>>();
+  std::shared_ptr<const OpenFlows> open_flows_ = std::make_shared<OpenFlows>();
 };
 
 int Daemon::start() {
@@ -409,7 +410,7 @@ void Daemon::take_snapshot() {
   int link = probe_->snapshot_link_fd();
   if (link < 0) return;
   FlowSnapshot snap = snapshot_all_namespaces(link);
-  auto flows = std::make_shared<std::vector<FlowRecord>>();
+  auto flows = std::make_shared<OpenFlows>(clock_);
   flows->reserve(snap.flows.size());
   Aggregator::ActiveFlows active;
   for (const auto& ev : snap.flows) {
@@ -417,23 +418,15 @@ void Daemon::take_snapshot() {
     lookups_ += enricher_->enrich(&f);
     policy_->name_flow(ev, &f);
     ++active[{f.peer_class, f.cc}];
-    flows->push_back(std::move(f));
+    flows->add(ev, f);
   }
   aggregator_->set_active_flows(active);
   self_->set_snapshot_flows(static_cast<int64_t>(flows->size()));
-  std::atomic_store(&open_flows_, std::shared_ptr<const std::vector<FlowRecord>>(std::move(flows)));
+  std::atomic_store(&open_flows_, std::shared_ptr<const OpenFlows>(std::move(flows)));
 }
 
 std::string Daemon::open_flows_json() const {
-  auto flows = std::atomic_load(&open_flows_);
-  std::string out = "[";
-  for (const auto& f : *flows) {
-    if (out.size() > 1) out += ",";
-    append_flow_json(f, &out);
-    out.pop_back();  // the record's newline
-  }
-  out += "]\n";
-  return out;
+  return std::atomic_load(&open_flows_)->to_json();
 }
 
 std::pair<bool, std::string> Daemon::health() const {

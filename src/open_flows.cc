@@ -1,0 +1,42 @@
+#include "open_flows.h"
+
+#include "flow_json.h"
+
+namespace tcpscope {
+
+OpenFlows::StringId OpenFlows::intern(const std::string& s) {
+  auto [it, inserted] = ids_.try_emplace(s, static_cast<StringId>(strings_.size()));
+  if (inserted) strings_.push_back(s);
+  return it->second;
+}
+
+void OpenFlows::add(const tcpscope_flow_event& ev, const FlowRecord& flow) {
+  // An optional's id is the string's id + 1, so that 0 stays nullopt.
+  entries_.push_back(Entry{ev, flow.asn, intern(flow.peer_class), intern(flow.as_org), intern(flow.cc_rule),
+                           intern(flow.experiment), intern(flow.arm)});
+}
+
+FlowRecord OpenFlows::record(size_t i) const {
+  const Entry& e = entries_.at(i);
+  FlowRecord r = decode_flow_event(e.ev, clock_);
+  r.asn = e.asn;
+  r.peer_class = text(e.peer_class);
+  r.as_org = text(e.as_org);
+  r.cc_rule = optional_text(e.cc_rule);
+  r.experiment = optional_text(e.experiment);
+  r.arm = optional_text(e.arm);
+  return r;
+}
+
+std::string OpenFlows::to_json() const {
+  std::string out = "[";
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (i) out += ",";
+    append_flow_json(record(i), &out);
+    out.pop_back();  // the record's newline
+  }
+  out += "]\n";
+  return out;
+}
+
+}  // namespace tcpscope
