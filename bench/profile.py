@@ -48,6 +48,17 @@ HELPERS = (("storage create", ("bpf_local_storage_update", "bpf_selem_alloc", "b
            ("probe read", ("bpf_probe_read",)))
 
 
+def daemon_frame(syms):
+    """A daemon sample's place: its innermost tcpscope function (what the
+    daemon was doing, whatever library or kernel code it was in), else the
+    leaf symbol (e.g. the kernel copying flow-log writes, the HTTP thread)."""
+    for s in syms:
+        if "tcpscope::" in s:
+            name = s.split("(", 1)[0]
+            return name.replace("tcpscope::", "").replace("(anonymous namespace)::", "")[:60]
+    return (syms[0].split("(", 1)[0] if syms else "?")[:60]
+
+
 def attribute(script_text, daemon_pid):
     """perf script output -> Counter of (part, program, helper) sample counts, total samples."""
     parts = collections.Counter()
@@ -61,7 +72,7 @@ def attribute(script_text, daemon_pid):
         pid = int(head[1].split("/")[0]) if len(head) > 1 and head[1].split("/")[0].isdigit() else -1
         syms = [l.split(None, 1)[1] if len(l.split(None, 1)) > 1 else "" for l in (x.strip() for x in lines[1:])]
         if pid == daemon_pid:
-            parts[("daemon", "", "its threads")] += 1
+            parts[("daemon", "", daemon_frame(syms))] += 1
             continue
         for i, s in enumerate(syms):
             root = next((name for prefix, name in ROOTS if s.startswith(prefix)), None)
@@ -119,11 +130,15 @@ def main():
     rows, result_rows = [], []
     for (root, prog), helpers in sorted(by_prog.items(), key=lambda kv: -sum(kv[1].values())):
         n = sum(helpers.values())
-        split = ", ".join(f"{h} {us(v):.2f}" for h, v in helpers.most_common() if us(v) >= 0.005)
+        top = helpers.most_common(8)  # the daemon has many places: its largest, the rest as "other"
+        rest = n - sum(v for _, v in top)
+        split = ", ".join(f"{h} {us(v):.2f}" for h, v in top if us(v) >= 0.005)
+        if rest and us(rest) >= 0.005:
+            split += f", other {us(rest):.2f}"
         rows.append([root, prog, f"{us(n):.2f}", f"{100 * n / total:.2f}", split])
         result_rows.append({"part": root, "program": prog, "us_per_conn": us(n),
                             "pct_of_samples": round(100 * n / total, 3),
-                            "by_helper_us_per_conn": {h: us(v) for h, v in helpers.items()}})
+                            "by_helper_us_per_conn": {h: us(v) for h, v in helpers.most_common(20)}})
     ours = sum(parts.values())
     cpu_us_per_conn = total / SAMPLE_HZ / conns * 1e6
     print(f"profile: {r['rate']:.0f} conn/s under perf, {conns:.0f} connections in {record_s:g} s, "

@@ -82,9 +82,13 @@ def churn_runs(files):
 
 def bulk(d):
     print(f"### Bulk throughput\n\n{d['reps']} repetitions of {d['seconds_per_run']:g} s, {machine(d)}.\n")
-    print(table(["streams", "baseline Gbit/s (median)", "tcpscope Gbit/s (median)", "median ratio",
-                 "ratios per repetition", "baseline spread"],
-                [[s["streams"], s["baseline_median_gbit_s"], s["tcpscope_median_gbit_s"], f"**{s['median_ratio']:.3f}**",
+    def ci(s):
+        c = s.get("ratio_ci95")
+        return f"{s['mean_ratio']:.3f} ({c[0]:.3f}..{c[1]:.3f})" if c else "-"
+    print(table(["cc", "streams", "baseline Gbit/s (median)", "tcpscope Gbit/s (median)", "median ratio",
+                 "mean ratio (95% CI)", "ratios per repetition", "baseline spread"],
+                [[s.get("cc", "default"), s["streams"], s["baseline_median_gbit_s"], s["tcpscope_median_gbit_s"],
+                  f"**{s['median_ratio']:.3f}**", ci(s),
                   ", ".join(f"{x:.3f}" for x in s["ratios"]), f"{s['baseline_spread_pct']}%"] for s in d["summary"]]))
     print()
 
@@ -116,6 +120,8 @@ def scale(d):
          f"**{d['kernel_bytes_per_socket']} B**"],
         ["cross-check: slab difference per socket (noisy on a shared machine)",
          f"{d.get('kernel_bytes_per_socket_slab_crosscheck', d['kernel_bytes_per_socket'])} B"],
+        *[[f"slab growth per socket in `{k}`, with − without", f"{v} B"]
+          for k, v in d.get("slab_bytes_per_socket_by_cache", {}).items() if abs(v) >= 32],
         ["BPF maps, fixed (memlock; ring buffer included)", f"{d['kernel_maps_memlock_bytes'] / 1048576:.1f} MiB"],
         ["daemon RSS, no ASN data", f"{d['daemon_rss_kib_no_asn'] / 1024:.1f} MiB"],
         [f"daemon RSS, {d['asn_prefixes']} ASN prefixes loaded", f"{d['daemon_rss_kib_asn_loaded'] / 1024:.1f} MiB"],

@@ -35,7 +35,7 @@ else
   lookup_args=(--benchmark_repetitions=3)
   profile_args=(--seconds 25)
   churn_args=(--seconds 60)
-  bulk_args=(--seconds 10 --reps 3)
+  bulk_args=(--seconds 10 --reps 6)
   cost_args=(--seconds 20)
   scale_args=(--connections 100000)
 fi

@@ -57,7 +57,9 @@ def test_churn_reports_every_variant(tmp_path):
 
 def test_bulk_reports_both_stream_counts(tmp_path):
     d = run_script("bulk", tmp_path, "--seconds", "1", "--reps", "1", "--prefixes", "20000")
-    assert sorted(s["streams"] for s in d["summary"]) == [1, 8]
+    assert sorted((s["cc"], s["streams"]) for s in d["summary"]) == [
+        (cc, n) for cc in sorted({s["cc"] for s in d["summary"]}) for n in (1, 8)]
+    assert "cubic" in {s["cc"] for s in d["summary"]}
     for s in d["summary"]:
         assert s["baseline_median_gbit_s"] > 0 and number(s["median_ratio"]), s
 
