@@ -60,8 +60,12 @@ def client_and_server_records(daemon, lab, ep, client):
                     lambda r: key(r) == (client["laddr"], client["lport"], client["raddr"],
                                          client["rport"]),
                     what=f"client record of port {client['lport']}")
+    # The whole 4-tuple: the lab's daemon outlives each test, and the
+    # kernel may give a later test's client the same ephemeral port towards
+    # another server port (it did, in CI).
     p = wait_record(daemon, lab, lab.server_ns,
-                    lambda r: (r["raddr"], r["rport"]) == (client["laddr"], client["lport"]),
+                    lambda r: (r["laddr"], r["lport"], r["raddr"], r["rport"]) ==
+                    (client["raddr"], client["rport"], client["laddr"], client["lport"]),
                     what=f"server record of client port {client['lport']}")
     return a, p
 
