@@ -413,8 +413,15 @@ def test_sighup_under_churn_loses_no_record(net, tmp_path):
         time.sleep(0.5)  # the daemon samples the kernel's loss counter every 100 ms
         assert windows == [0, 0], f"records lost during the reloads: {windows}"
         assert lost() == 0, f"{lost()} records lost outside the reloads (during them: {windows})"
-        wait_for(lambda: (d.metric_value("tcpscope_flows_total", {"asn": own_asn, "dir": "active"}) or 0)
-                 >= result["connections"], 20, what="the churn's records")
+        counted = lambda: d.metric_value("tcpscope_flows_total", {"asn": own_asn, "dir": "active"}) or 0
+        try:
+            wait_for(lambda: counted() >= result["connections"], 20, what="the churn's records")
+        except AssertionError:
+            raise AssertionError(
+                f"{counted():.0f} active flows of AS{own_asn} counted for {result['connections']} connections "
+                f"(records_total +{(d.metric_value('tcpscope_records_total') or 0) - records0:.0f}, "
+                f"missed transitions {d.metric_value('tcpscope_state_changes_missed_total')}, "
+                f"storage failures {d.metric_value('tcpscope_records_lost_total')}); loadgen: {result}")
 
         assert reloads(d, "ok") == 2 and reloads(d, "failed") == 0, d.stderr_text()
         took = [float(x) for x in re.findall(r"read and built in ([\d.]+) s", d.stderr_text())]

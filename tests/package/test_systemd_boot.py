@@ -31,6 +31,15 @@ ROOT = Path(__file__).resolve().parents[2]
 UNIT = "tcpscope.service"
 
 
+def _comm(pid):
+    """A process's name, or None once it has gone (the setup's short-lived
+    children come and go while we look: CI caught one between pgrep and here)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
 class Container:
     def __init__(self, tmp_path, debs):
         self.tmp = tmp_path
@@ -67,7 +76,7 @@ exec systemd-nspawn -q -D $R --register=no --keep-unit --private-network \\
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, f"systemd-nspawn exited {self.proc.returncode}: {self.console_text()}"
             kids = sh("pgrep", "-P", str(self.proc.pid), check=False).stdout.split()
-            if kids and Path(f"/proc/{kids[0]}/comm").read_text().strip() == "systemd":
+            if kids and _comm(kids[0]) == "systemd":
                 self.leader = int(kids[0])
                 state = self.run("systemctl", "is-system-running", check=False).stdout.strip()
                 if state in ("running", "degraded"):
