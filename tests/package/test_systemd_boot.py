@@ -72,6 +72,15 @@ exec systemd-nspawn -q -D $R --register=no --keep-unit --private-network \\
         self.proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", setup],
                                      stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.leader = None
+        try:
+            self._wait_for_boot()
+        except BaseException:
+            # The fixture never gets the container to stop: do it here, or a
+            # failed boot leaves the container running (CI left one).
+            self.stop()
+            raise
+
+    def _wait_for_boot(self):
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, f"systemd-nspawn exited {self.proc.returncode}: {self.console_text()}"
