@@ -517,11 +517,11 @@ bool AsnDatabaseBuilder::parse_line(std::string_view line, std::string* why) {
     }
     if (asn == 0) return true;  // "Not routed"
     const uint32_t rec = intern(asn, f[4]);
-    for (Prefix p : range_to_cidrs(*first, *last)) {
-      // Lookups of ::ffff:a.b.c.d go to the IPv4 trie (find()), so a block
-      // inside ::ffff:0:0/96 is stored there, as parse_prefix folds such a
-      // prefix of a pfx2as line (found by the prefix-file fuzzer).
-      if (p.addr.is_v4_mapped() && p.len >= 96) p = Prefix{p.addr.unmapped(), p.len - 96};
+    for (const Prefix& cidr : range_to_cidrs(*first, *last)) {
+      // Lookups of ::ffff:a.b.c.d go to the IPv4 trie (find()): a block
+      // inside ::ffff:0:0/96 is stored there, as parse_prefix stores a
+      // pfx2as line's (found by the prefix-file fuzzer).
+      const Prefix p = cidr.unmapped();
       db_->trie_.insert(p.addr, p.len, rec);
       ++db_->prefix_file_prefixes_;
     }
@@ -668,7 +668,7 @@ std::vector<Prefix> AsnDatabase::prefixes_of(uint32_t asn) const {
       // Lookups of ::ffff:a.b.c.d are answered by the IPv4 trie (find()):
       // an IPv6 entry inside ::ffff:0:0/96 (a range that spans into it and
       // was split around it) answers nothing. Found by the prefix-file fuzzer.
-      if (family == 6 && len >= 96 && addr.is_v4_mapped()) return;
+      if (family == 6 && p.unmapped().addr.family == 4) return;
       while (out.size() > family_start) {
         const Prefix& prev = out.back();
         if (prev.len != p.len || p.len == 0) break;

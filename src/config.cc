@@ -42,13 +42,6 @@ constexpr uint32_t kMaxSnapshotInterval = 3600;
 constexpr uint32_t kMaxTopN = 10000;
 constexpr uint64_t kMaxAsn = 4294967295ULL;
 constexpr size_t kMaxConfigFileBytes = 16 << 20;
-constexpr size_t kMaxEchoedValue = 40;  // longer values are cut in messages
-
-// A value echoed in a message; a 10 kB scalar must not make a 10 kB message.
-std::string clipped(const std::string& s) {
-  return s.size() <= kMaxEchoedValue ? s : s.substr(0, kMaxEchoedValue) + "...";
-}
-
 std::string quoted(const std::string& s) { return "\"" + clipped(s) + "\""; }
 
 std::string type_name(const YAML::Node& n) {
@@ -1074,5 +1067,7 @@ std::vector<std::string> referenced_congestion_controls(const Config& config) {
   }
   return out;
 }
+
+std::string clipped(const std::string& s) { return s.size() <= 40 ? s : s.substr(0, 40) + "..."; }
 
 }  // namespace tcpscope

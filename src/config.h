@@ -18,7 +18,15 @@ struct Prefix {
   std::string to_string() const;
   // "10.0.0.0/8", "fd00::/8"; a bare address is a host prefix. nullopt if malformed.
   static std::optional<Prefix> parse(const std::string& text);
+  // ::ffff:a.b.c.d/len (len >= 96) -> a.b.c.d/(len - 96); any other prefix
+  // unchanged. Flow addresses are reported unmapped and looked up as IPv4,
+  // so a prefix inside ::ffff:0:0/96 is kept in this form.
+  Prefix unmapped() const;
 };
+
+// A value echoed in an error message, cut to 40 bytes: a 10 kB scalar or
+// line must not make a 10 kB message.
+std::string clipped(const std::string& s);
 
 // Prefix::parse that also says why the text is not a prefix (bad address,
 // length out of range, host bits set), for error messages. Prefix::parse and

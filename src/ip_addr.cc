@@ -88,13 +88,14 @@ void set_reason(std::string* why, std::string text) {
   if (why) *why = std::move(text);
 }
 
-// Input echoed in a reason: a config or prefix-file line can be any length,
-// a message stays one short line (the config fuzzer found a 1 kB one).
-std::string clipped(const std::string& s) { return s.size() <= 40 ? s : s.substr(0, 40) + "..."; }
-
 }  // namespace
 
 std::string Prefix::to_string() const { return addr.to_string() + "/" + std::to_string(len); }
+
+Prefix Prefix::unmapped() const {
+  if (addr.is_v4_mapped() && len >= 96) return Prefix{addr.unmapped(), len - 96};
+  return *this;
+}
 
 std::optional<Prefix> parse_prefix(const std::string& text, std::string* why) {
   const size_t slash = text.find('/');
@@ -133,8 +134,7 @@ std::optional<Prefix> parse_prefix(const std::string& text, std::string* why) {
 
   // Flow addresses are reported unmapped (::ffff:a.b.c.d -> a.b.c.d), so a
   // prefix inside ::ffff:0:0/96 is folded to IPv4 to be able to match them.
-  if (addr->is_v4_mapped() && len >= 96) return Prefix{addr->unmapped(), len - 96};
-  return Prefix{*addr, len};
+  return Prefix{*addr, len}.unmapped();
 }
 
 std::optional<Prefix> Prefix::parse(const std::string& text) { return parse_prefix(text, nullptr); }

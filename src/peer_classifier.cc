@@ -4,23 +4,13 @@
 
 namespace tcpscope {
 
-namespace {
-
-// ::ffff:a.b.c.d/len (len >= 96) -> a.b.c.d/(len-96); anything else unchanged.
-Prefix folded(const Prefix& p) {
-  if (p.addr.is_v4_mapped() && p.len >= 96) return Prefix{p.addr.unmapped(), p.len - 96};
-  return p;
-}
-
-}  // namespace
-
 PeerClassifier::PeerClassifier(const std::vector<PeerClassSpec>& classes,
                                std::string default_class) {
   for (const PeerClassSpec& spec : classes) {
     const uint32_t index = uint32_t(names_.size());
     names_.push_back(spec.name);
     for (const Prefix& configured : spec.prefixes) {
-      const Prefix p = folded(configured);
+      const Prefix p = configured.unmapped();
       // First class to list a prefix keeps it, like the ASN rule below.
       if (prefixes_.find(p.addr, p.len) == nullptr) prefixes_.insert(p.addr, p.len, index);
     }
