@@ -93,6 +93,20 @@ def bulk(d):
     print()
 
 
+def floor(d):
+    n = d["baseline_noise"]
+    print(f"### The floor of the design (loadgen churn)\n\n{d['reps']} repetitions of {d['seconds_per_run']:g} s, "
+          f"baseline {n['mean']:.0f} conn/s (stdev {n['stdev_pct']}% over {n['baseline_runs']} runs), {machine(d)}.\n")
+    rows = []
+    for v in d["variants"]:
+        c = v.get("ci95")
+        rows.append([f"`{v['variant']}`", f"**{v['mean_ratio']:.3f}**", f"{c[0]:.3f}..{c[1]:.3f}" if c else "-",
+                     ", ".join(f"{x:.3f}" for x in v["ratios"]), v["extra_us_per_conn"],
+                     "n/a" if v["variant"] == "dispatch" else f"{v['flows_missed']}/{v['flows_expected']}"])
+    print(table(["variant", "mean ratio", "95% CI", "ratios", "µs per connection", "missed/expected"], rows))
+    print()
+
+
 def bpf_cost(d):
     print(f"### BPF program cost (bpf_stats)\n\n{machine(d)}.\n")
     for phase, unit, title in (("churn", "conn", "churn"), ("bulk_P1", "GB", "bulk, 1 stream"),
@@ -158,6 +172,8 @@ def main():
         churn_runs(runs)
     if (d := load("churn_nginx")):
         churn(d, "Connection churn (nginx + wrk)")
+    if (d := load("floor")):
+        floor(d)
     if (d := load("bulk")):
         bulk(d)
     if (d := load("bpf_cost")):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark of bench/README.md and writes bench/results/*.json.
 #
-#   sudo bench/run_all.sh            full runs (about 35 minutes on 2 cores)
+#   sudo bench/run_all.sh            full runs (about 50 minutes on 2 cores)
 #   sudo bench/run_all.sh --smoke    seconds-long runs: does everything still work?
 #
 # Uses the build in $TCPSCOPE_BUILD (default build/). Other load on the machine
@@ -17,8 +17,8 @@ smoke=0
 [[ ${1:-} == --smoke ]] && smoke=1
 
 [[ $EUID -eq 0 ]] || { echo "run_all.sh: run as root (network namespaces, BPF)" >&2; exit 1; }
-[[ -x $BUILD/tcpscope && -x $BUILD/tcpscope_bench ]] || {
-  echo "run_all.sh: $BUILD/tcpscope or tcpscope_bench missing: build first (scripts/dev.sh build)" >&2; exit 1; }
+[[ -x $BUILD/tcpscope && -x $BUILD/tcpscope_bench && -x $BUILD/tcpscope-bench-floor ]] || {
+  echo "run_all.sh: $BUILD/tcpscope, tcpscope_bench or tcpscope-bench-floor missing: build first (scripts/dev.sh build)" >&2; exit 1; }
 mkdir -p "$OUT"
 echo "== load average before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs, kernel $(uname -r)"
 
@@ -30,6 +30,7 @@ if ((smoke)); then
   bulk_args=(--seconds 2 --reps 1 --prefixes 20000)
   cost_args=(--seconds 2 --prefixes 20000)
   scale_args=(--connections 4000 --prefixes 20000)
+  floor_args=(--seconds 2 --reps 1 --prefixes 20000)
 else
   micro_args=()
   lookup_args=(--benchmark_repetitions=3)
@@ -38,6 +39,7 @@ else
   bulk_args=(--seconds 10 --reps 6)
   cost_args=(--seconds 20)
   scale_args=(--connections 100000)
+  floor_args=(--seconds 20 --reps 3)
 fi
 
 echo "== daemon pipeline micro-benchmarks (one core)"
@@ -50,6 +52,8 @@ echo "== connection churn"
 python3 bench/churn.py "${churn_args[@]}" --out "$OUT/churn.json"
 echo "== connection churn, HTTP: nginx + wrk"
 python3 bench/churn.py --load nginx "${churn_args[@]}" --out "$OUT/churn_nginx.json"
+echo "== the floor: the least any tracker of every flow costs (state-change tracepoint, SK_STORAGE, ring)"
+python3 bench/floor.py "${floor_args[@]}" --out "$OUT/floor.json"
 echo "== bulk throughput"
 python3 bench/bulk.py "${bulk_args[@]}" --out "$OUT/bulk.json"
 echo "== BPF program cost (bpf_stats)"

@@ -33,6 +33,34 @@ uint64_t series_key(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other) {
 
 double us_to_seconds(uint64_t us) { return static_cast<double>(us) / 1e6; }
 
+// Observations of one histogram not yet published: bucket counts as
+// prometheus::Histogram keeps them (a value goes to the first bound >= it,
+// the last slot is +Inf) and their sum, published with one ObserveMultiple.
+struct PendingHistogram {
+  std::vector<double> buckets;
+  double sum = 0;
+  bool any = false;
+
+  void add(const std::vector<double>& bounds, double value) {
+    if (buckets.empty()) buckets.assign(bounds.size() + 1, 0.0);
+    buckets[static_cast<size_t>(std::lower_bound(bounds.begin(), bounds.end(), value) - bounds.begin())] += 1;
+    sum += value;
+    any = true;
+  }
+  void publish(prometheus::Histogram* h) {
+    if (!any) return;
+    h->ObserveMultiple(buckets, sum);
+    std::fill(buckets.begin(), buckets.end(), 0.0);
+    sum = 0;
+    any = false;
+  }
+};
+
+void publish(prometheus::Counter* c, double* pending) {
+  if (*pending > 0) c->Increment(*pending);
+  *pending = 0;
+}
+
 }  // namespace
 
 // Flow completion time, seconds: 100 us .. 60 s in 1-2-3-5 steps per decade
@@ -120,6 +148,17 @@ struct Aggregator::Series {
     Clock::time_point since;
   };
   std::vector<Retired> retired_fct;
+
+  // What flows added since the last publish_locked() put into the metrics
+  // above; only `pending.dirty` series are visited when publishing.
+  struct Pending {
+    double flows[kDirs][kOutcomes] = {};
+    double bytes_acked = 0, bytes_received = 0, segments_out = 0, retrans_segments = 0;
+    double ca_state[kCaStates] = {};
+    std::vector<PendingHistogram> fct;  // as `fct`
+    PendingHistogram throughput, srtt, min_rtt;
+    bool dirty = false;
+  } pending;
 
   prometheus::Labels base() const { return {{"peer_class", peer_class}, {"asn", asn}, {"cc", cc}}; }
   prometheus::Labels with(const char* name, const std::string& value) const {
@@ -214,6 +253,7 @@ Aggregator::Series* Aggregator::series_for(uint8_t class_id, uint8_t cc_id, uint
   s->segments_out = &segments_out_->Add(labels);
   s->retrans_segments = &retrans_segments_->Add(labels);
   s->fct.assign(size_class_names_.size(), nullptr);
+  s->pending.fct.resize(size_class_names_.size());
   Series* raw = s.get();
   series_.emplace(key, std::move(s));
   return raw;
@@ -255,15 +295,20 @@ bool Aggregator::add(const FlowRecord& f) {
     l.emplace("outcome", to_string(f.outcome));
     s->flows[d][o] = &flows_total_->Add(l);
   }
-  s->flows[d][o]->Increment();
-  if (f.bytes_acked) s->bytes_acked->Increment(static_cast<double>(f.bytes_acked));
-  if (f.bytes_received) s->bytes_received->Increment(static_cast<double>(f.bytes_received));
-  if (f.segs_out) s->segments_out->Increment(f.segs_out);
-  if (f.retrans_segs) s->retrans_segments->Increment(f.retrans_segs);
+  auto& p = s->pending;
+  if (!p.dirty) {
+    p.dirty = true;
+    dirty_.push_back(s);
+  }
+  p.flows[d][o] += 1;
+  p.bytes_acked += static_cast<double>(f.bytes_acked);
+  p.bytes_received += static_cast<double>(f.bytes_received);
+  p.segments_out += static_cast<double>(f.segs_out);
+  p.retrans_segments += static_cast<double>(f.retrans_segs);
   for (size_t i = 0; i < kCaStates; ++i) {
     if (!f.ca_state_us[i]) continue;
     if (!s->ca_state[i]) s->ca_state[i] = &ca_state_seconds_->Add(s->with("state", kCaStateNames[i]));
-    s->ca_state[i]->Increment(us_to_seconds(f.ca_state_us[i]));
+    p.ca_state[i] += us_to_seconds(f.ca_state_us[i]);
   }
 
   // Distributions only describe flows that did their job: a refused or reset
@@ -273,22 +318,23 @@ bool Aggregator::add(const FlowRecord& f) {
     const uint32_t sc = size_class_index(bytes);
     if (!s->fct[sc]) s->fct[sc] = &fct_->Add(s->with("size_class", size_class_names_[sc]), fct_buckets_seconds());
     const uint64_t fct_us = f.fct_us > 0 ? static_cast<uint64_t>(f.fct_us) : 0;
-    s->fct[sc]->Observe(us_to_seconds(fct_us));
+    p.fct[sc].add(fct_buckets_seconds(), us_to_seconds(fct_us));
 
     if (bytes >= options_.throughput_min_bytes && fct_us > 0) {
       if (!s->throughput) s->throughput = &throughput_->Add(s->base(), throughput_buckets_bps());
-      s->throughput->Observe(8.0 * static_cast<double>(bytes) / us_to_seconds(fct_us));
+      p.throughput.add(throughput_buckets_bps(), 8.0 * static_cast<double>(bytes) / us_to_seconds(fct_us));
     }
     // 0 means no RTT sample; the kernel's "no min_rtt yet" is ~0U.
     if (f.srtt_us) {
       if (!s->srtt) s->srtt = &srtt_->Add(s->base(), rtt_buckets_seconds());
-      s->srtt->Observe(us_to_seconds(f.srtt_us));
+      p.srtt.add(rtt_buckets_seconds(), us_to_seconds(f.srtt_us));
     }
     if (f.min_rtt_us && f.min_rtt_us != UINT32_MAX) {
       if (!s->min_rtt) s->min_rtt = &min_rtt_->Add(s->base(), rtt_buckets_seconds());
-      s->min_rtt->Observe(us_to_seconds(f.min_rtt_us));
+      p.min_rtt.add(rtt_buckets_seconds(), us_to_seconds(f.min_rtt_us));
     }
   }
+  if (!batching_) publish_locked();
 
   // A fresh daemon labels every ASN "other" until the first ranking; rank
   // often while it warms up so the labels converge within seconds.
@@ -303,12 +349,46 @@ bool Aggregator::add(const FlowRecord& f) {
   return has_own_label_locked(f.asn);
 }
 
+void Aggregator::begin_batch() {
+  std::lock_guard<std::mutex> lock(mu_);
+  batching_ = true;
+}
+
+void Aggregator::end_batch() {
+  std::lock_guard<std::mutex> lock(mu_);
+  batching_ = false;
+  publish_locked();
+}
+
+void Aggregator::publish_locked() {
+  for (Series* s : dirty_) {
+    auto& p = s->pending;
+    for (size_t d = 0; d < kDirs; ++d)
+      for (size_t o = 0; o < kOutcomes; ++o)
+        if (s->flows[d][o]) publish(s->flows[d][o], &p.flows[d][o]);
+    publish(s->bytes_acked, &p.bytes_acked);
+    publish(s->bytes_received, &p.bytes_received);
+    publish(s->segments_out, &p.segments_out);
+    publish(s->retrans_segments, &p.retrans_segments);
+    for (size_t i = 0; i < kCaStates; ++i)
+      if (s->ca_state[i]) publish(s->ca_state[i], &p.ca_state[i]);
+    for (size_t i = 0; i < s->fct.size(); ++i)
+      if (s->fct[i]) p.fct[i].publish(s->fct[i]);
+    if (s->throughput) p.throughput.publish(s->throughput);
+    if (s->srtt) p.srtt.publish(s->srtt);
+    if (s->min_rtt) p.min_rtt.publish(s->min_rtt);
+    p.dirty = false;
+  }
+  dirty_.clear();
+}
+
 void Aggregator::recompute_top_asns() {
   std::lock_guard<std::mutex> lock(mu_);
   recompute_locked();
 }
 
 void Aggregator::recompute_locked() {
+  publish_locked();  // series may be removed below
   const Clock::time_point now = Clock::now();
   const double elapsed = std::chrono::duration<double>(now - last_recompute_).count();
   last_recompute_ = now;
@@ -432,6 +512,7 @@ void Aggregator::set_active_flows(const ActiveFlows& active) {
 
 void Aggregator::update_options(AggregatorOptions options) {
   std::lock_guard<std::mutex> lock(mu_);
+  publish_locked();  // pending FCT observations are per size class of the old options
   const bool classes_changed = options.size_classes_bytes != options_.size_classes_bytes;
   const bool top_changed = options.top_n != options_.top_n;
   options_ = std::move(options);
@@ -458,6 +539,7 @@ void Aggregator::update_options(AggregatorOptions options) {
           s->retired_fct.push_back(std::move(r));
       }
       s->fct = std::move(kept);
+      s->pending.fct.assign(size_class_names_.size(), PendingHistogram{});
     }
   }
   if (top_changed) recompute_locked();

@@ -107,7 +107,15 @@ class Aggregator {
   // Counts one finished flow (peer_class, asn, cc already enriched).
   // Returns whether its ASN has a label of its own after this flow, i.e.
   // asn_label(flow.asn) != "other" (the daemon's hot path needs only that).
+  // Outside a batch the metrics move at once.
   bool add(const FlowRecord& flow);
+
+  // Between these, add() only accumulates per series; end_batch() publishes
+  // to the registry. prometheus-cpp takes a compare-and-swap per counter and
+  // a mutex per histogram observation; a drain's records fall into a few
+  // series, so the daemon publishes once per drain (bench/README.md, item 6).
+  void begin_batch();
+  void end_batch();
 
   // Ranks ASNs by (decayed) bytes and fixes the top-N set that labels the
   // flows added from now on. The daemon calls it every 60 s.
@@ -154,6 +162,7 @@ class Aggregator {
   uint32_t size_class_index(uint64_t bytes) const;
   Series* series_for(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other);
   void recompute_locked();
+  void publish_locked();
   void remove_series(Series* s);
   std::string asn_label_locked(uint32_t asn) const;
   bool has_own_label_locked(uint32_t asn) const;
@@ -188,6 +197,9 @@ class Aggregator {
   Clock::time_point created_;
   Clock::time_point last_recompute_;
   uint64_t flows_since_recompute_ = 0;
+  // Series with unpublished flows, and whether add() leaves them so.
+  std::vector<Series*> dirty_;
+  bool batching_ = false;
 };
 
 }  // namespace tcpscope

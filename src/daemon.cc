@@ -133,6 +133,7 @@ class Daemon {
   int start();
   void on_event(const tcpscope_flow_event& ev);
   void flush_batch();
+  int drain_ring();
   void on_tick();
   void update_recursion_metrics();
   struct PreparedReload {
@@ -252,6 +253,14 @@ void Daemon::on_event(const tcpscope_flow_event& ev) {
     // bounded batches instead of letting this one grow without limit.
     if (batch_.size() >= kMaxBatchBytes) flush_batch();
   }
+}
+
+// One drain's records reach the metrics together (Aggregator::begin_batch).
+int Daemon::drain_ring() {
+  aggregator_->begin_batch();
+  const int n = ring_->drain();
+  aggregator_->end_batch();
+  return n;
 }
 
 void Daemon::flush_batch() {
@@ -494,7 +503,7 @@ int Daemon::run() {
         finish_reload();
       }
     }
-    more_queued = ring_->drain() == RingReader::kDefaultDrainBudget;
+    more_queued = drain_ring() == RingReader::kDefaultDrainBudget;
     flush_batch();
   }
 
@@ -504,7 +513,7 @@ int Daemon::run() {
   policy_->unload();
   probe_->detach();
   // Nothing new can arrive now: the queue is finite, drain it to the end.
-  while (ring_->drain() == RingReader::kDefaultDrainBudget) flush_batch();
+  while (drain_ring() == RingReader::kDefaultDrainBudget) flush_batch();
   flush_batch();
   on_tick();
   ring_.reset();

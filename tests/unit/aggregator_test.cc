@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <map>
+#include <random>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <set>
@@ -716,6 +719,100 @@ TEST_F(AggregatorTest, SizeClassesRestoredWithinTheGracePeriodGetTheirHistogramB
   const auto* h = s.histogram("tcpscope_flow_completion_seconds", with(base("0"), "size_class", "ge_3m"));
   ASSERT_TRUE(h);
   EXPECT_EQ(h->sample_count, 3u);
+}
+
+// The exposition as name{labels} -> value, for comparing two registries.
+std::map<std::string, double> exposition_values(const prometheus::Registry& r) {
+  std::map<std::string, double> out;
+  std::istringstream in(prometheus::TextSerializer().Serialize(r.Collect()));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t sp = line.rfind(' ');
+    out[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
+  }
+  return out;
+}
+
+// Flows of several label sets with values on and between bucket bounds.
+std::vector<FlowRecord> mixed_flows(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t fcts[] = {100, 1000, 1001, 2999, 50000, 60000000, 90000000};
+  const uint32_t rtts[] = {50, 51, 1000, 75000, 10000000, 20000000};
+  std::vector<FlowRecord> out;
+  for (size_t i = 0; i < n; ++i) {
+    FlowRecord f = good_flow(rng() % 4 ? 64500 + rng() % 12 : 0, rng() % 2 ? 1000 : 4000000, fcts[rng() % 7]);
+    f.peer_class = rng() % 3 ? "client" : "origin";
+    f.cc = rng() % 2 ? "bbr" : "cubic";
+    f.dir = rng() % 2 ? Direction::kActive : Direction::kPassive;
+    f.outcome = rng() % 5 ? Outcome::kOk : Outcome::kReset;
+    f.bytes_received = rng() % 3000;
+    f.srtt_us = rtts[rng() % 6];
+    f.min_rtt_us = rng() % 6 ? rtts[rng() % 6] : UINT32_MAX;
+    f.retrans_segs = rng() % 3;
+    f.ca_state_us[rng() % f.ca_state_us.size()] = rng() % 100000;
+    out.push_back(f);
+  }
+  return out;
+}
+
+// The daemon adds a drain's records in a batch and publishes once; the
+// metrics must come out as if each flow had been added on its own, across a
+// ranking that removes series and a reload that replaces size classes.
+TEST_F(AggregatorTest, BatchedFlowsPublishWhatSingleFlowsWould) {
+  AggregatorOptions o;
+  o.top_n = 4;
+  o.warmup_recompute_flows = 300;
+  o.stale_asn_seconds = 0;
+  AggregatorOptions reloaded = o;
+  reloaded.size_classes_bytes = {10000, 3000000};
+  auto batched_registry = std::make_shared<prometheus::Registry>();
+  Aggregator single(registry_, o), batched(batched_registry, o);
+  const auto flows = mixed_flows(5000, 7);
+  for (size_t i = 0; i < flows.size(); i += 37) {
+    batched.begin_batch();
+    for (size_t j = i; j < std::min(flows.size(), i + 37); ++j) {
+      EXPECT_EQ(single.add(flows[j]), batched.add(flows[j])) << "flow " << j;
+      if (j == 1200 || j == 3300) {
+        single.recompute_top_asns();
+        batched.recompute_top_asns();
+      }
+      if (j == 2500) {
+        single.update_options(reloaded);
+        batched.update_options(reloaded);
+      }
+    }
+    batched.end_batch();
+  }
+  const auto want = exposition_values(*registry_);
+  const auto got = exposition_values(*batched_registry);
+  ASSERT_EQ(want.size(), got.size());
+  size_t nonzero = 0;
+  for (const auto& [series, value] : want) {
+    auto it = got.find(series);
+    ASSERT_NE(it, got.end()) << series;
+    // Sums of seconds add in another order: equal to rounding.
+    EXPECT_NEAR(it->second, value, 1e-9 * std::max(1.0, std::fabs(value))) << series;
+    nonzero += value != 0;
+  }
+  EXPECT_GT(nonzero, 500u);
+}
+
+TEST_F(AggregatorTest, ABatchPublishesWhenItEnds) {
+  Aggregator agg(registry_, no_warmup());
+  agg.begin_batch();
+  for (int i = 0; i < 10; ++i) agg.add(good_flow(0, 1000, 2000));
+  const auto flows = with(with(base("0"), "dir", "passive"), "outcome", "ok");
+  EXPECT_EQ(Scrape(*registry_).counter("tcpscope_flows_total", flows), 0);
+  agg.end_batch();
+  Scrape s(*registry_);
+  EXPECT_EQ(s.counter("tcpscope_flows_total", flows), 10);
+  EXPECT_EQ(s.counter("tcpscope_bytes_acked_total", base("0")), 10000);
+  EXPECT_EQ(s.histogram("tcpscope_flow_completion_seconds", with(base("0"), "size_class", "lt_100k"))->sample_count,
+            10u);
+  // Outside a batch a flow counts at once.
+  agg.add(good_flow(0, 1000, 2000));
+  EXPECT_EQ(Scrape(*registry_).counter("tcpscope_flows_total", flows), 11);
 }
 
 TEST(SelfMetricsTest, TotalsAdvanceCountersByTheDelta) {

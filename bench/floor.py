@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""The floor: how close to the baseline churn rate can any tool that tracks
+every flow the way the issues ask (the state-change tracepoint, per-socket
+SK_STORAGE, one record per flow through a ring buffer) get on this host?
+
+Loads, one at a time, the programs of bench/floor.bpf.c, each the least a
+tool can run at one step of that design, and runs the loadgen churn of
+bench/churn.py with each, between baselines:
+
+  dispatch         the state-change tracepoint with an empty program
+  storage          + SK_STORAGE created at the first SYN, read at CLOSE
+  record           + a 256-byte record per flow through a ring buffer, drained
+                   every 100 ms (the least a flow-record tool does)
+  hash             `record` with a preallocated hash keyed by the socket in
+                   place of SK_STORAGE (tcplife's way; ruled out by issue 2
+                   because it can fill up): the storage's own share
+  tcpscope-nolog   tcpscope as in churn.py (50-rule policy, 1M prefixes)
+
+Each variant's ratio is to the mean of the baselines either side of it; with
+--reps > 1 the mean ratio and its 95 % interval are given.
+
+  sudo bench/floor.py [--seconds 20] [--reps 2] [--variants a,b,...] [--out FILE]
+
+Needs root. Prints a table, writes JSON (bench/results/floor.json by default).
+"""
+import argparse
+import os
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib as B  # noqa: E402
+import churn as C  # noqa: E402
+
+FLOOR_VARIANTS = ["dispatch", "storage", "record", "hash"]
+ALL_VARIANTS = FLOOR_VARIANTS + ["tcpscope-nolog"]
+# Student's t, two-sided 95 %, by degrees of freedom.
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
+
+
+def floor_binary():
+    p = B.BUILD / "tcpscope-bench-floor"
+    if not p.exists():
+        raise SystemExit(f"bench: {p} missing: build first (cmake --build {B.BUILD})")
+    return p
+
+
+class FloorObserver(C.Observer):
+    """bench/floor.c holding one program of floor.bpf.c."""
+
+    def __init__(self, ctx, variant):
+        self.ctx, self.variant, self.name = ctx, variant, variant
+
+    def start(self):
+        ready = self.ctx.tmp / f"floor-{self.variant}.ready"
+        ready.unlink(missing_ok=True)
+        self.err_path = self.ctx.tmp / f"floor-{self.variant}.err"
+        self.err = open(self.err_path, "w")
+        self.p = subprocess.Popen([floor_binary(), self.variant, ready], stdout=subprocess.PIPE,
+                                  stderr=self.err, text=True)
+        self.pid = self.p.pid
+        B.wait_for(lambda: ready.exists() or self.p.poll() is not None, 30, f"floor {self.variant} attach")
+        if self.p.poll() is not None:
+            raise RuntimeError(f"floor {self.variant} exited: {self.err_path.read_text()[-3000:]}")
+
+    def drained(self):
+        time.sleep(0.3)  # the loader drains every 100 ms
+
+    def stop(self):
+        if not hasattr(self, "p"):
+            return
+        self.p.send_signal(signal.SIGINT)
+        out, _ = self.p.communicate(timeout=30)
+        self.err.close()
+        if self.p.returncode != 0:
+            raise RuntimeError(f"floor {self.variant} failed ({self.p.returncode}): "
+                               f"{self.err_path.read_text()[-3000:]}")
+        self.seen = json.loads(out.strip().splitlines()[-1])
+
+    def result(self, connections):
+        s = self.seen
+        expected = 2 * connections
+        if self.variant in ("record", "hash"):
+            recorded = s["records"]
+        elif self.variant == "storage":
+            recorded = s["closed"]
+        else:
+            recorded = None  # the empty program keeps nothing
+        r = {"loader": s, "flows_expected": expected, "records_lost_total": s["lost"]}
+        if recorded is not None:
+            r.update(flows_recorded=recorded, flows_missed=max(0, expected - recorded))
+        else:
+            r.update(flows_recorded=0, flows_missed=0)
+        return r
+
+
+def make_observer(ctx, name):
+    if name in FLOOR_VARIANTS:
+        return FloorObserver(ctx, name)
+    if name == "tcpscope-nolog":
+        return C.TcpscopeObserver(ctx, False)
+    raise SystemExit(f"unknown variant {name}")
+
+
+def ratios(runs):
+    """Each variant run's rate over the mean of the baselines either side."""
+    out = {}
+    for i, r in enumerate(runs):
+        if r["variant"] == "baseline":
+            continue
+        before = next((runs[j]["rate"] for j in range(i - 1, -1, -1) if runs[j]["variant"] == "baseline"), None)
+        after = next((runs[j]["rate"] for j in range(i + 1, len(runs)) if runs[j]["variant"] == "baseline"), None)
+        ref = statistics.mean([x for x in (before, after) if x is not None])
+        r["baseline_ref_rate"] = round(ref, 1)
+        r["ratio"] = round(r["rate"] / ref, 4)
+        out.setdefault(r["variant"], []).append(r)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=4, help="parallel clients")
+    ap.add_argument("--server-threads", type=int, default=2)
+    ap.add_argument("--variants", default=",".join(ALL_VARIANTS))
+    ap.add_argument("--prefixes", type=int, default=1000000, help="tcpscope's pfx2as file")
+    ap.add_argument("--rules", type=int, default=50, help="tcpscope's cc_policy rules")
+    ap.add_argument("--out", help="JSON output (default bench/results/floor.json)")
+    args = ap.parse_args()
+    args.load = "loadgen"
+    if os.geteuid() != 0:
+        raise SystemExit("floor.py: needs root (network namespaces, BPF)")
+    names = [v for v in args.variants.split(",") if v and v != "baseline"]
+
+    ctx = C.Ctx()
+    ctx.args = args
+    ctx.tmp = B.tmpdir("floor")
+    ctx.cgroup = B.Cgroup()
+    ctx.net = None
+    runs = []
+    try:
+        floor_binary()
+        B.tcpscope_binary()
+        B.loadgen_binary()
+        ctx.net = B.NetPair(cgroup=ctx.cgroup)
+        if "tcpscope-nolog" in names:
+            ctx.pfx2as = B.write_pfx2as(ctx.tmp / "pfx2as.tsv", args.prefixes, own=ctx.net)
+        ctx.server = C.ChurnServerWrap(ctx)
+        B.churn(ctx.net, ctx.server, min(2.0, args.seconds), args.threads)  # warm-up
+        runs.append(C.measured_run(ctx, "baseline"))
+        for rep in range(args.reps):
+            for name in names:
+                runs.append(C.measured_run(ctx, name, make_observer(ctx, name)))
+                runs.append(C.measured_run(ctx, "baseline"))
+    finally:
+        if ctx.net:
+            ctx.net.close()
+        ctx.cgroup.close()
+
+    base = [r["rate"] for r in runs if r["variant"] == "baseline"]
+    mean = statistics.mean(base)
+    noise = {"baseline_runs": len(base), "mean": round(mean, 1),
+             "stdev_pct": round(100 * statistics.stdev(base) / mean, 2) if len(base) > 1 else None}
+    by_variant = ratios(runs)
+    rows, summary = [], []
+    for name in names:
+        rs = by_variant.get(name, [])
+        if not rs:
+            continue
+        rx = [r["ratio"] for r in rs]
+        m = statistics.mean(rx)
+        half = T95.get(len(rx) - 1, 2.0) * statistics.stdev(rx) / len(rx) ** 0.5 if len(rx) > 1 else None
+        # Extra CPU per connection the variant costs: the baseline's CPU time
+        # per connection is (2 cores / baseline rate); a ratio q leaves the
+        # machine busy for 1/q of it.
+        extra_us = 2e6 / mean * (1 / m - 1)
+        missed = sum(r["flows_missed"] for r in rs)
+        expected = sum(r["flows_expected"] for r in rs)
+        s = {"variant": name, "ratios": rx, "mean_ratio": round(m, 4),
+             "ci95": [round(m - half, 4), round(m + half, 4)] if half is not None else None,
+             "extra_us_per_conn": round(extra_us, 2), "flows_missed": missed, "flows_expected": expected,
+             "records_lost": sum(r.get("records_lost_total") or 0 for r in rs)}
+        summary.append(s)
+        rows.append([name, f"{m:.3f}", f"{s['ci95'][0]:.3f}–{s['ci95'][1]:.3f}" if half is not None else "",
+                     f"{extra_us:.2f}", f"{missed}/{expected}" if name != "dispatch" else "n/a"])
+    print(f"floor (loadgen churn): {args.threads} clients, {args.seconds:g} s per run, {args.reps} reps, "
+          f"baseline {noise['mean']:.0f} conn/s (stdev {noise['stdev_pct']}% over {noise['baseline_runs']} runs)")
+    print(B.fmt_table(["variant", "ratio", "95% CI", "µs/conn", "missed/expected"], rows))
+    B.write_result("floor", {"benchmark": "floor", "seconds_per_run": args.seconds, "reps": args.reps,
+                             "client_threads": args.threads, "server_threads": args.server_threads,
+                             "request_bytes": 100, "response_bytes": 1000, "baseline_noise": noise,
+                             "variants": summary, "runs": runs}, args.out)
+
+
+if __name__ == "__main__":
+    main()
