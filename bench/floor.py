@@ -191,7 +191,7 @@ def main():
                      f"{extra_us:.2f}", f"{missed}/{expected}" if name != "dispatch" else "n/a"])
     print(f"floor (loadgen churn): {args.threads} clients, {args.seconds:g} s per run, {args.reps} reps, "
           f"baseline {noise['mean']:.0f} conn/s (stdev {noise['stdev_pct']}% over {noise['baseline_runs']} runs)")
-    print(B.fmt_table(["variant", "ratio", "95% CI", "µs/conn", "missed/expected"], rows))
+    print(B.fmt_table(["variant", "ratio", "95% CI", "rate cost µs/conn", "missed/expected"], rows))
     B.write_result("floor", {"benchmark": "floor", "seconds_per_run": args.seconds, "reps": args.reps,
                              "client_threads": args.threads, "server_threads": args.server_threads,
                              "request_bytes": 100, "response_bytes": 1000, "baseline_noise": noise,

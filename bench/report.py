@@ -103,7 +103,7 @@ def floor(d):
         rows.append([f"`{v['variant']}`", f"**{v['mean_ratio']:.3f}**", f"{c[0]:.3f}..{c[1]:.3f}" if c else "-",
                      ", ".join(f"{x:.3f}" for x in v["ratios"]), v["extra_us_per_conn"],
                      "n/a" if v["variant"] == "dispatch" else f"{v['flows_missed']}/{v['flows_expected']}"])
-    print(table(["variant", "mean ratio", "95% CI", "ratios", "µs per connection", "missed/expected"], rows))
+    print(table(["variant", "mean ratio", "95% CI", "ratios", "rate cost, µs per connection (2 cores ÷ rate)", "missed/expected"], rows))
     print()
 
 
