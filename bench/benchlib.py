@@ -10,6 +10,7 @@ import random
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -597,6 +598,20 @@ class BpfStats:
 
 
 # ---------------------------------------------------------------- output
+
+
+# Student's t, two-sided 95 %, by degrees of freedom (1..10); beyond, ~2.
+T95 = (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23)
+
+
+def ci95(xs, digits=3):
+    """95 % confidence interval of the mean of repeated ratios: what the
+    repetitions can resolve on this machine (None with fewer than 2)."""
+    if len(xs) < 2:
+        return None
+    half = (T95[len(xs) - 2] if len(xs) - 1 <= len(T95) else 2.0) * statistics.stdev(xs) / len(xs) ** 0.5
+    m = statistics.mean(xs)
+    return [round(m - half, digits), round(m + half, digits)]
 
 
 def fmt_table(headers, rows):

@@ -45,20 +45,6 @@ def iperf(net, seconds, streams, cc=None):
             "retransmits": j["end"]["sum_sent"].get("retransmits", 0)}
 
 
-# Student's t, two-sided 95 %, by degrees of freedom (1..10); beyond, ~2.
-T95 = (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23)
-
-
-def ci95(xs):
-    """95 % confidence interval of the mean ratio: what the repetitions can
-    resolve on this machine (None with fewer than 2)."""
-    if len(xs) < 2:
-        return None
-    half = (T95[len(xs) - 2] if len(xs) - 1 <= len(T95) else 2.0) * statistics.stdev(xs) / len(xs) ** 0.5
-    m = statistics.mean(xs)
-    return [round(m - half, 3), round(m + half, 3)]
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=10)
@@ -139,7 +125,7 @@ def main():
                         "tcpscope_median_gbit_s": round(statistics.median(with_.values()), 2),
                         "median_ratio": round(statistics.median(ratios), 4),
                         "mean_ratio": round(statistics.mean(ratios), 4),
-                        "ratio_ci95": ci95(ratios),
+                        "ratio_ci95": B.ci95(ratios),
                         "ratios": [round(x, 4) for x in ratios],
                         "baseline_spread_pct": round(100 * (max(b) - min(b)) / statistics.median(b), 1)})
     print(f"bulk throughput: iperf3 over veth, {args.seconds:g} s per run, {args.reps} repetitions")

@@ -39,8 +39,6 @@ import churn as C  # noqa: E402
 
 FLOOR_VARIANTS = ["dispatch", "storage", "record", "hash"]
 ALL_VARIANTS = FLOOR_VARIANTS + ["tcpscope-nolog"]
-# Student's t, two-sided 95 %, by degrees of freedom.
-T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
 
 
 def floor_binary():
@@ -175,7 +173,7 @@ def main():
             continue
         rx = [r["ratio"] for r in rs]
         m = statistics.mean(rx)
-        half = T95.get(len(rx) - 1, 2.0) * statistics.stdev(rx) / len(rx) ** 0.5 if len(rx) > 1 else None
+        ci = B.ci95(rx, digits=4)
         # Extra CPU per connection the variant costs: the baseline's CPU time
         # per connection is (2 cores / baseline rate); a ratio q leaves the
         # machine busy for 1/q of it.
@@ -183,11 +181,11 @@ def main():
         missed = sum(r["flows_missed"] for r in rs)
         expected = sum(r["flows_expected"] for r in rs)
         s = {"variant": name, "ratios": rx, "mean_ratio": round(m, 4),
-             "ci95": [round(m - half, 4), round(m + half, 4)] if half is not None else None,
+             "ci95": ci,
              "extra_us_per_conn": round(extra_us, 2), "flows_missed": missed, "flows_expected": expected,
              "records_lost": sum(r.get("records_lost_total") or 0 for r in rs)}
         summary.append(s)
-        rows.append([name, f"{m:.3f}", f"{s['ci95'][0]:.3f}–{s['ci95'][1]:.3f}" if half is not None else "",
+        rows.append([name, f"{m:.3f}", f"{ci[0]:.3f}–{ci[1]:.3f}" if ci else "",
                      f"{extra_us:.2f}", f"{missed}/{expected}" if name != "dispatch" else "n/a"])
     print(f"floor (loadgen churn): {args.threads} clients, {args.seconds:g} s per run, {args.reps} reps, "
           f"baseline {noise['mean']:.0f} conn/s (stdev {noise['stdev_pct']}% over {noise['baseline_runs']} runs)")

@@ -33,14 +33,15 @@ uint64_t series_key(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other) {
 
 double us_to_seconds(uint64_t us) { return static_cast<double>(us) / 1e6; }
 
-// Observations of one histogram not yet published. ObserveMultiple moves
-// every bucket (a compare-and-swap each, 27 for 25 buckets) under one mutex;
-// Observe moves one bucket, the count and the sum, under a mutex per call.
-// So a few observations are replayed one by one and more are published as
-// bucket counts, kept as prometheus::Histogram keeps them (a value goes to
-// the first bound >= it, the last slot is +Inf).
+// Observations of one histogram not yet published. Observe takes the
+// histogram's mutex and moves one bucket and the sum (a compare-and-swap
+// each); ObserveMultiple takes the mutex once and moves every bucket and the
+// sum (26 for the FCT histogram). So up to 8 observations are replayed one
+// by one, and more are published as bucket counts, kept as
+// prometheus::Histogram keeps them (a value goes to the first bound >= it,
+// the last slot is +Inf).
 struct PendingHistogram {
-  static constexpr size_t kReplayMax = 8;  // where 3 CAS per value pass 27 per publish
+  static constexpr size_t kReplayMax = 8;  // 8 replays: 8 mutexes and 16 CAS
   double values[kReplayMax];
   size_t n = 0;
   std::vector<double> buckets;  // used once n > kReplayMax
