@@ -600,6 +600,14 @@ class BpfStats:
 # ---------------------------------------------------------------- output
 
 
+def interleaved_baseline(runs, i):
+    """The reference rate of variant run `i` in a sequence where baseline
+    runs alternate with variant runs: the mean of the baselines either side."""
+    before = next((runs[j]["rate"] for j in range(i - 1, -1, -1) if runs[j]["variant"] == "baseline"), None)
+    after = next((runs[j]["rate"] for j in range(i + 1, len(runs)) if runs[j]["variant"] == "baseline"), None)
+    return statistics.mean([x for x in (before, after) if x is not None])
+
+
 # Student's t, two-sided 95 %, by degrees of freedom (1..10); beyond, ~2.
 T95 = (12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23)
 

@@ -341,9 +341,7 @@ def summarize(runs, skipped):
     for i, r in enumerate(runs):
         if r["variant"] == "baseline":
             continue
-        before = next((runs[j]["rate"] for j in range(i - 1, -1, -1) if runs[j]["variant"] == "baseline"), None)
-        after = next((runs[j]["rate"] for j in range(i + 1, len(runs)) if runs[j]["variant"] == "baseline"), None)
-        ref = statistics.mean([x for x in (before, after) if x is not None])
+        ref = B.interleaved_baseline(runs, i)
         v = dict(r)
         v["baseline_ref_rate"] = round(ref, 1)
         v["ratio"] = round(r["rate"] / ref, 4)

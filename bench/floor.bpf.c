@@ -111,31 +111,10 @@ int BPF_PROG(floor_dispatch, const struct sock *sk, int oldstate, int newstate)
 	return 0;
 }
 
-SEC("tp_btf/inet_sock_set_state")
-int BPF_PROG(floor_storage, const struct sock *sk, int oldstate, int newstate)
-{
-	struct floor_state *st;
-
-	if (!is_tcp(sk))
-		return 0;
-	if (is_start(oldstate, newstate)) {
-		st = bpf_sk_storage_get(&floor_flows, (struct sock *)sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-		if (st)
-			st->start_ns = bpf_ktime_get_ns();
-		else
-			__sync_fetch_and_add(&floor_untracked, 1);
-		return 0;
-	}
-	if (newstate != TCP_CLOSE)
-		return 0;
-	st = bpf_sk_storage_get(&floor_flows, (struct sock *)sk, 0, 0);
-	if (st && st->start_ns)
-		__sync_fetch_and_add(&floor_closed, 1);
-	return 0;
-}
-
-SEC("tp_btf/inet_sock_set_state")
-int BPF_PROG(floor_record, const struct sock *sk, int oldstate, int newstate)
+/* The storage step shared by floor_storage and floor_record: creates the
+ * socket's storage at its first SYN; at CLOSE returns it if the socket was
+ * tracked; NULL at every other transition. */
+static __always_inline struct floor_state *storage_step(const struct sock *sk, int oldstate, int newstate)
 {
 	struct floor_state *st;
 
@@ -155,6 +134,23 @@ int BPF_PROG(floor_record, const struct sock *sk, int oldstate, int newstate)
 	if (!st || !st->start_ns)
 		return 0;
 	__sync_fetch_and_add(&floor_closed, 1);
+	return st;
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(floor_storage, const struct sock *sk, int oldstate, int newstate)
+{
+	storage_step(sk, oldstate, newstate);
+	return 0;
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(floor_record, const struct sock *sk, int oldstate, int newstate)
+{
+	struct floor_state *st = storage_step(sk, oldstate, newstate);
+
+	if (!st)
+		return 0;
 	emit(sk, st->start_ns);
 	st->start_ns = 0; /* a socket that closes twice (a failed connect) sends once */
 	return 0;

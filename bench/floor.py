@@ -111,9 +111,7 @@ def ratios(runs):
     for i, r in enumerate(runs):
         if r["variant"] == "baseline":
             continue
-        before = next((runs[j]["rate"] for j in range(i - 1, -1, -1) if runs[j]["variant"] == "baseline"), None)
-        after = next((runs[j]["rate"] for j in range(i + 1, len(runs)) if runs[j]["variant"] == "baseline"), None)
-        ref = statistics.mean([x for x in (before, after) if x is not None])
+        ref = B.interleaved_baseline(runs, i)
         r["baseline_ref_rate"] = round(ref, 1)
         r["ratio"] = round(r["rate"] / ref, 4)
         out.setdefault(r["variant"], []).append(r)
