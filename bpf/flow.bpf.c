@@ -30,6 +30,8 @@
 #define ETIMEDOUT 110
 #define ECONNREFUSED 111
 #define NSEC_PER_USEC 1000ULL
+#define NSEC_PER_MSEC 1000000ULL
+#define USEC_PER_MSEC 1000U
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -141,34 +143,59 @@ static __always_inline __u64 established_ns_of(const struct flow_state *st)
 	return st->start_ns + (__u64)st->established_us * NSEC_PER_USEC;
 }
 
-/* Passive opens: the child socket only appears when the handshake's final
- * ACK arrives, but its first RTT sample is the SYN-ACK's (taken from the
- * request's snt_synack just before this transition), so SYN-ACK sent ~= SYN
- * received = now - srtt. When the SYN-ACK had to be retransmitted the kernel
- * leaves its first send time in retrans_stamp instead. */
-static __always_inline __u64 passive_start(struct flow_state *st, struct tcp_sock *tp, __u64 now)
+/* Passive opens: the child socket appears when the handshake's last ACK
+ * arrives (st->start_ns until ESTABLISHED); the SYN arrived one SYN-ACK
+ * round trip earlier. What the kernel knows of that round trip depends on
+ * how the handshake went:
+ *  - one SYN-ACK, sent for a request the kernel kept: the child's first RTT
+ *    sample was just taken from that SYN-ACK's send time (snt_synack, µs),
+ *    so SYN received ~= now - srtt;
+ *  - a SYN-ACK that timed out and was sent again (total_rto, 6.7): the
+ *    child was made total_rto_time ms after the first one (the kernel
+ *    clears retrans_stamp, which held it, before ESTABLISHED);
+ *  - a SYN cookie (the listener's SYN queue was full, or
+ *    tcp_syncookies=2): the kernel kept nothing of the SYN, so its sample,
+ *    if any, comes from the cookie's TCP timestamp, whose low 6 bits carry
+ *    options instead of time (up to 63 ms long). A SYN-ACK sent again for a
+ *    repeated SYN also leaves only the timestamp's sample.
+ * A timestamp's sample is whole milliseconds (unless the connection uses
+ * µs timestamps), a send-time sample almost never is; with only the former,
+ * or none, the start is taken at close as the ACK's arrival less the flow's
+ * min_rtt (TCPSCOPE_F_START_FROM_MIN_RTT). A send-time sample that happens
+ * to be whole milliseconds (1 in 1,000) takes that path too, which costs
+ * only the difference between the handshake's round trip and min_rtt. */
+static __always_inline void settle_passive_start(struct flow_state *st, struct tcp_sock *tp,
+						 __u64 now)
 {
-	__u64 start = st->start_ns; /* until now: the child socket's creation */
 	__u32 srtt_us = tp->srtt_us >> 3;
+	__u64 rtt_ns;
+	bool usec_ts = false;
 
-	/* total_rto (6.7) and tcp_usec_ts (6.7) are absent on older kernels:
-	 * there the SYN-ACK retransmission case falls back to srtt. */
-	if (bpf_core_field_exists(tp->total_rto) && tp->total_rto && tp->retrans_stamp) {
-		__u64 stamp = tp->retrans_stamp;
-		bool usec = false;
-
-		if (bpf_core_field_exists(tp->tcp_usec_ts))
-			usec = BPF_CORE_READ_BITFIELD(tp, tcp_usec_ts);
-		stamp *= usec ? 1000ULL : 1000000ULL;
-		if (stamp && stamp < start)
-			start = stamp;
-	} else if (srtt_us && (__u64)srtt_us * NSEC_PER_USEC < now) {
-		__u64 stamp = now - (__u64)srtt_us * NSEC_PER_USEC;
-
-		if (stamp < start)
-			start = stamp;
+	if (bpf_core_field_exists(tp->total_rto_time) && tp->total_rto) {
+		rtt_ns = (__u64)tp->total_rto_time * NSEC_PER_MSEC;
+		if (rtt_ns < st->start_ns)
+			st->start_ns -= rtt_ns;
+		return;
 	}
-	return start;
+	if (bpf_core_field_exists(tp->tcp_usec_ts))
+		usec_ts = BPF_CORE_READ_BITFIELD(tp, tcp_usec_ts);
+	if (!srtt_us || (!usec_ts && srtt_us % USEC_PER_MSEC == 0)) {
+		st->flags |= TCPSCOPE_F_START_FROM_MIN_RTT;
+		return;
+	}
+	rtt_ns = (__u64)srtt_us * NSEC_PER_USEC;
+	if (rtt_ns < now && now - rtt_ns < st->start_ns)
+		st->start_ns = now - rtt_ns;
+}
+
+/* The record's start: see settle_passive_start(). */
+static __always_inline __u64 start_of(const struct flow_state *st, __u32 min_rtt_us)
+{
+	__u64 back = (__u64)min_rtt_us * NSEC_PER_USEC;
+
+	if ((st->flags & TCPSCOPE_F_START_FROM_MIN_RTT) && back < st->start_ns)
+		return st->start_ns - back;
+	return st->start_ns;
 }
 
 static __always_inline __u8 outcome_of(struct flow_state *st, int sk_err)
@@ -211,7 +238,10 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 	if (received && (sk->__sk_common.skc_flags & (1UL << SOCK_DONE)))
 		received -= 1;
 
-	e->start_ns = st->start_ns;
+	min_rtt = tp->rtt_min.s[0].v;
+	if (min_rtt == ~0U)
+		min_rtt = 0;
+	e->start_ns = start_of(st, min_rtt);
 	e->established_ns = established_ns_of(st);
 	e->end_ns = now;
 	e->data_end_ns = 0;
@@ -264,8 +294,7 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 	__builtin_memcpy(e->comm, st->comm, sizeof(e->comm));
 
 	e->srtt_us = tp->srtt_us >> 3;
-	min_rtt = tp->rtt_min.s[0].v;
-	e->min_rtt_us = min_rtt == ~0U ? 0 : min_rtt;
+	e->min_rtt_us = min_rtt;
 	e->rttvar_us = tp->mdev_us >> 2;
 	e->snd_cwnd = tp->snd_cwnd;
 	e->max_cwnd = st->max_cwnd > tp->snd_cwnd ? st->max_cwnd : tp->snd_cwnd;
@@ -393,7 +422,7 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 		now = bpf_ktime_get_ns();
 		st->ca_since_ns = now;
 		if (st->dir == TCPSCOPE_DIR_PASSIVE)
-			st->start_ns = passive_start(st, tp, now);
+			settle_passive_start(st, tp, now);
 		set_established(st, now);
 		break;
 	case TCP_FIN_WAIT1:

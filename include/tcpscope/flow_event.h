@@ -40,6 +40,9 @@ enum tcpscope_outcome {
 #define TCPSCOPE_F_FIN_SENT      (1u << 4)
 #define TCPSCOPE_F_TX_DONE       (1u << 5) /* every data byte we sent is acknowledged */
 #define TCPSCOPE_F_APP_SET_CC    (1u << 6) /* the application set TCP_CONGESTION itself */
+#define TCPSCOPE_F_START_FROM_MIN_RTT (1u << 7) /* passive: the handshake left no SYN-ACK
+                                                   round trip (SYN cookie); start_ns is the
+                                                   last ACK's arrival less min_rtt */
 
 struct tcpscope_flow_event {
 	__u64 start_ns;       /* first SYN sent (active) / first SYN received (passive) */

@@ -171,6 +171,10 @@ def one_client(args, family, idx):
     except OSError as e:
         s.close()
         return {"side": "client", "connect_error": e.errno, "error": os.strerror(e.errno or 0)}
+    if args.request_after:
+        # The request leaves this long after the handshake's last ACK rather
+        # than right behind it.
+        time.sleep(args.request_after / 1000)
     s.sendall(struct.pack("!II", req, resp) + b"c" * req)
     t_sent = time.monotonic_ns()         # after the request: the proxy-log trap
     try:
@@ -252,6 +256,8 @@ def main():
     c.add_argument("--req", type=int, default=100)
     c.add_argument("--resp", type=int, default=1000)
     c.add_argument("--parallel", type=int, default=1)
+    c.add_argument("--request-after", type=float, default=0, metavar="MS",
+                   help="wait this long after connect() before sending the request")
     c.add_argument("--source", help="local address to connect from")
     c.add_argument("--out", required=True)
     c.add_argument("--timeout", type=float, default=120)

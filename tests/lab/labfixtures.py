@@ -118,11 +118,13 @@ class Traffic:
         assert p.poll() is None, p.stderr.read()
         return p, out
 
-    def client(self, ns, addr, port, count=1, req=100, resp=1000, timeout=120):
+    def client(self, ns, addr, port, count=1, req=100, resp=1000, timeout=120, **opts):
+        """opts: traffic.py client options, e.g. parallel=4, request_after=5."""
         out = self.tmp / f"client-{ns}-{port}-{time.monotonic_ns()}.jsonl"
+        flags = [x for k, v in opts.items() for x in ("--" + k.replace("_", "-"), v)]
         r = self.lab.ns(ns, sys.executable, TRAFFIC, "client", "--addr", addr, "--port", port,
                         "--count", count, "--req", req, "--resp", resp, "--out", out,
-                        "--timeout", timeout, timeout=timeout + 30)
+                        "--timeout", timeout, *flags, timeout=timeout + 30)
         assert r.returncode == 0, r.stderr
         recs = read_jsonl(out)
         assert recs and all("error" not in c for c in recs), recs
