@@ -20,6 +20,7 @@
 #include "compare_server.h"
 #include "config.h"
 #include "http_client.h"
+#include "owned_file.h"
 #include "svg_plot.h"
 
 namespace tcpscope {
@@ -182,9 +183,12 @@ std::string percent(double v) {
 
 bool write_file_atomically(const std::string& path, const std::string& data, std::string* error) {
   const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "w");
+  const int fd = open_owned_file(tmp, OwnedFileMode::kTruncate, error);
+  if (fd < 0) return false;
+  FILE* f = fdopen(fd, "w");
   if (!f) {
     *error = tmp + ": " + strerror(errno);
+    ::close(fd);
     return false;
   }
   const bool ok = std::fwrite(data.data(), 1, data.size(), f) == data.size();
@@ -202,18 +206,28 @@ bool write_file_atomically(const std::string& path, const std::string& data, std
   return true;
 }
 
-// Runs `rsvg-convert -f png -o PNG SVG`; its stderr goes to ours.
+// Runs `rsvg-convert -f png SVG` into PNG (through a file opened as
+// write_file_atomically's, so rsvg-convert never opens the path itself); its
+// stderr goes to ours.
 bool svg_to_png(const std::string& svg, const std::string& png, std::string* error) {
   const std::string tmp = png + ".tmp";
-  std::vector<std::string> argv_s = {"rsvg-convert", "-f", "png", "-o", tmp, svg};
+  const int fd = open_owned_file(tmp, OwnedFileMode::kTruncate, error);
+  if (fd < 0) return false;
+  std::vector<std::string> argv_s = {"rsvg-convert", "-f", "png", svg};
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fd, STDOUT_FILENO);
   pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, "rsvg-convert", nullptr, nullptr, argv.data(), environ);
+  const int rc = posix_spawnp(&pid, "rsvg-convert", &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fd);
   if (rc != 0) {
     *error = rc == ENOENT ? "PNG output needs rsvg-convert (apt-get install librsvg2-bin); or write FILE.svg"
                           : std::string("cannot run rsvg-convert: ") + strerror(rc);
+    std::remove(tmp.c_str());
     return false;
   }
   int status = 0;

@@ -141,6 +141,7 @@ class Daemon {
     Config config;
     EnrichmentTables tables;
     std::string error;
+    std::string flow_log_error;  // the reopen failed (the reload itself may not have)
     double seconds = 0;
   };
   void start_reload();
@@ -343,6 +344,11 @@ void Daemon::start_reload() {
     auto r = std::make_unique<PreparedReload>();
     const auto t0 = SteadyClock::now();
     std::string err;
+    // Whatever the config says, a SIGHUP is logrotate's too. The open
+    // checks the path (owned_file.h) and never blocks, off the loop anyway.
+    std::string log_err;
+    if (flow_log_ && !flow_log_->reopen(&log_err))
+      r->flow_log_error = log_err + "; the flow log stays on the file it had";
     if (!load_config(opts_, &r->config, &err))
       r->error = err;
     else if (!build_tables(r->config, &r->tables, &err))
@@ -380,6 +386,7 @@ void Daemon::finish_reload() {
 
 void Daemon::apply_reload(PreparedReload& r) {
   std::string error;
+  if (!r.flow_log_error.empty()) log_line("reload: " + r.flow_log_error);
   if (!r.ok) {
     log_line("reload: " + r.error);
     log_line("reload failed: keeping the previous config and data");
@@ -396,7 +403,6 @@ void Daemon::apply_reload(PreparedReload& r) {
   aggregator_->update_options(AggregatorOptions::from_config(fresh));
   if (distributions_->update_options(FlowDistributionsOptions::from_config(fresh)))
     log_line("reload: new size classes: the compare --server distributions start empty");
-  if (flow_log_ && !flow_log_->reopen(&error)) log_line("reload: " + error);
   if (fresh.listen != config_.listen || fresh.flow_log != config_.flow_log ||
       fresh.ring_buffer_bytes != config_.ring_buffer_bytes)
     log_line("reload: listen, flow_log and ring_buffer_bytes take effect at the next start");

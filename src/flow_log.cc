@@ -1,5 +1,7 @@
 #include "flow_log.h"
 
+#include "owned_file.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -17,8 +19,8 @@ int open_path(const std::string& path, std::string* error) {
     if (fd < 0) *error = std::string("flow log stdout: ") + strerror(errno);
     return fd;
   }
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
-  if (fd < 0) *error = "flow log " + path + ": " + strerror(errno);
+  int fd = open_owned_file(path, OwnedFileMode::kAppend, error);
+  if (fd < 0) *error = "flow log " + *error;
   return fd;
 }
 

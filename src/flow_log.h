@@ -15,14 +15,15 @@ namespace tcpscope {
 
 class FlowLog {
  public:
-  // path "-" is stdout. The file is created 0640 and appended to.
+  // path "-" is stdout. The file is created 0640 and appended to; a path
+  // that is not this process's own regular file is refused (owned_file.h).
   static std::unique_ptr<FlowLog> open(const std::string& path, size_t max_queued_bytes,
                                        std::string* error);
   ~FlowLog();
 
   // Queues `lines` (whole NDJSON lines holding `records` records). Never blocks on I/O.
   void submit(std::string&& lines, uint64_t records);
-  // Reopens the path (after logrotate moved it). Safe to call from the reader thread.
+  // Reopens the path (after logrotate moved it). Safe to call from any thread.
   bool reopen(std::string* error);
   // Writes what is queued, waiting at most `timeout_ms`, and stops the writer.
   void close(int timeout_ms);

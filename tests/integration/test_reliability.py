@@ -252,6 +252,90 @@ def test_flow_log_in_a_missing_or_read_only_directory(tmp_path):
         assert lines[0] == f"tcpscope: flow log {ro / 'flows.ndjson'}: Read-only file system", lines
 
 
+def hostile_flow_log_paths(tmp_path):
+    """What another account that can write the log's directory may leave at
+    the log's path, with the message the daemon must answer it with. The
+    victim is a root-owned file the daemon must never write to."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    victim.chmod(0o600)
+    cases = {}
+    link = tmp_path / "symlink.ndjson"
+    link.symlink_to(victim)
+    cases[link] = "is a symbolic link"
+    fifo = tmp_path / "fifo.ndjson"
+    os.mkfifo(fifo)
+    cases[fifo] = "is not a regular file"
+    devnull = tmp_path / "devnull.ndjson"
+    devnull.symlink_to("/dev/null")
+    cases[devnull] = "is a symbolic link"
+    cases[Path("/dev/null")] = "is not a regular file"
+    theirs = tmp_path / "theirs.ndjson"
+    theirs.write_text("")
+    os.chown(theirs, 65534, 65534)
+    cases[theirs] = "is owned by uid 65534"
+    shared = tmp_path / "shared.ndjson"
+    shared.write_text("")
+    shared.chmod(0o662)
+    cases[shared] = "is writable by group or others"
+    hard = tmp_path / "hardlink.ndjson"
+    os.link(victim, hard)
+    cases[hard] = "has 2 hard links"
+    return victim, cases
+
+
+def test_flow_log_path_planted_by_another_account_is_refused_at_start(tmp_path):
+    """A symlink (to a root-owned file, or to /dev/null), a FIFO, a device,
+    someone else's file, a group-writable file and a hard link: each a
+    one-line start failure within the start timeout (a FIFO must not block),
+    and the victim file untouched."""
+    victim, cases = hostile_flow_log_paths(tmp_path)
+    for path, why in cases.items():
+        t0 = time.monotonic()
+        rc, lines, _ = run_start(["--flow-log", str(path)], timeout=20)
+        assert rc == 1 and len(lines) == 1, (path.name, rc, lines)
+        assert lines[0].startswith(f"tcpscope: flow log {path}: {why}"), lines
+        assert time.monotonic() - t0 < 15, path.name
+    assert victim.read_text() == "precious\n"
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o600
+
+
+def test_flow_log_path_planted_by_another_account_is_refused_at_sighup(net, tmp_path):
+    """The log is swapped for each hostile path, then SIGHUP (logrotate's):
+    the reopen is refused with one line naming the path and why, the daemon
+    keeps serving and logging to the file it had, and the victim is
+    untouched."""
+    victim, cases = hostile_flow_log_paths(tmp_path)
+    log = tmp_path / "flows.ndjson"
+    cfg = config_for(tmp_path, net)
+    d = Daemon(tmp_path, extra_args=("--config", str(cfg)))
+    try:
+        kept = log.with_suffix(".kept")
+        swappable = [(p, why) for p, why in cases.items() if p.parent == tmp_path]
+        for i, (path, why) in enumerate(swappable):
+            os.rename(log, kept)
+            os.rename(path, log)
+            d.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: d.stderr_text().count("reload: flow log") > i, 10,
+                     what=f"the refused reopen of {path.name}")
+            if path.name == "theirs.ndjson":
+                # After start the daemon holds no CAP_DAC_OVERRIDE: the
+                # kernel refuses it someone else's 0644 file first.
+                why = "Permission denied"
+            assert f"reload: flow log {log}: {why}" in d.stderr_text()
+            status, _, body = http_get(d.url + "/healthz")
+            assert status == 200, body
+            # Take the planted thing away again (the daemon never wrote to it).
+            os.rename(log, path)
+            os.rename(kept, log)
+        churn(net, tmp_path, 20, port=8090)
+        wait_for(lambda: len(d.records(net)) >= 40, 20, what="records in the original log")
+    finally:
+        rc = d.stop(timeout=30)
+    assert rc == 0, d.stderr_text()
+    assert victim.read_text() == "precious\n"
+
+
 def test_listen_address_in_use_or_malformed(tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -349,12 +433,13 @@ def test_clean_stop_leaves_nothing_attached_or_pinned(tmp_path, test_cgroup):
 
 
 def test_stalled_flow_log_pipe_does_not_stall_the_ring(net, tmp_path):
-    fifo = tmp_path / "flows.fifo"
+    # `--flow-log -` into a pipe (the daemon refuses a FIFO as the log's
+    # path), with a reader that never reads: the writes block once it is full.
+    fifo = tmp_path / "daemon.stdout"
     os.mkfifo(fifo)
-    # A reader that never reads: the daemon's writes block once the pipe is full.
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     cfg = config_for(tmp_path, net)
-    d = Daemon(tmp_path, extra_args=("--config", str(cfg), "--flow-log", str(fifo)))
+    d = Daemon(tmp_path, extra_args=("--config", str(cfg)), flow_log_stdout=True)
     try:
         total = 0
         for round_ in range(3):

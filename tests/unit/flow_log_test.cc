@@ -51,14 +51,21 @@ TEST(FlowLog, MissingDirectoryIsAClearError) {
 
 TEST(FlowLog, FullQueueDropsAndCounts) {
   // A FIFO nobody reads stands in for a stalled disk: the writer blocks in
-  // write(), the queue fills, and submit() must still return at once.
+  // write(), the queue fills, and submit() must still return at once. The
+  // log refuses a FIFO as its path, so it reaches it as standard output.
   signal(SIGPIPE, SIG_IGN);  // the daemon ignores it too; the FIFO closes under the writer
   std::string dir = temp_dir(), fifo = dir + "/stalled";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   int keep_open = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // lets the writer open it
   ASSERT_GE(keep_open, 0);
+  const int fifo_w = open(fifo.c_str(), O_WRONLY), saved_stdout = dup(STDOUT_FILENO);
+  ASSERT_GE(fifo_w, 0);
+  ASSERT_EQ(dup2(fifo_w, STDOUT_FILENO), STDOUT_FILENO);
   std::string err;
-  auto log = FlowLog::open(fifo, 4096, &err);
+  auto log = FlowLog::open("-", 4096, &err);
+  ASSERT_EQ(dup2(saved_stdout, STDOUT_FILENO), STDOUT_FILENO);
+  close(saved_stdout);
+  close(fifo_w);
   ASSERT_TRUE(log) << err;
   std::string line(1000, 'x');
   line.back() = '\n';
