@@ -37,6 +37,7 @@
 #include "cgroup_path.h"
 #include "kernel/ring_reader.h"
 #include "open_flows.h"
+#include "output_status.h"
 #include "peer_classifier.h"
 #include "self_metrics.h"
 
@@ -159,6 +160,10 @@ class Daemon {
   std::unique_ptr<SelfMetrics> self_;
   std::unique_ptr<Enricher> enricher_;
   std::unique_ptr<FlowLog> flow_log_;
+  OutputStatus flow_log_status_{"flow log"};
+  // What /healthz (an HTTP thread) says of failing outputs, set on the loop.
+  mutable std::mutex outputs_mu_;
+  std::string failing_outputs_;
   std::unique_ptr<HttpServer> http_;
   std::unique_ptr<FlowProbe> probe_;
   std::unique_ptr<RingReader> ring_;
@@ -296,7 +301,13 @@ void Daemon::on_tick() {
   self_->set_ring_buffer_fill(ring_->fill_ratio());
   self_->set_records(ring_->records());
   self_->set_enrichment_lookups(lookups_);
-  if (flow_log_) self_->set_flow_log_dropped(flow_log_->dropped_records());
+  if (flow_log_) {
+    const uint64_t dropped = flow_log_->dropped_records();
+    self_->set_flow_log_dropped(dropped);
+    for (const auto& line : flow_log_status_.update(flow_log_->last_error(), dropped, now)) log_line(line);
+    std::lock_guard<std::mutex> lock(outputs_mu_);
+    failing_outputs_ = flow_log_status_.health();
+  }
 }
 
 // Every program's recursion misses, and the state changes neither
@@ -450,6 +461,8 @@ std::pair<bool, std::string> Daemon::health() const {
   int64_t now = SteadyClock::now().time_since_epoch().count();
   if (now - last > std::chrono::duration_cast<std::chrono::nanoseconds>(kDrainDeadline).count())
     return {false, "ring buffer not drained in time"};
+  std::lock_guard<std::mutex> lock(outputs_mu_);
+  if (!failing_outputs_.empty()) return {true, "ok; failing outputs: " + failing_outputs_};
   return {true, "ok"};
 }
 

@@ -24,6 +24,13 @@ int open_path(const std::string& path, std::string* error) {
   return fd;
 }
 
+constexpr int64_t kBlockedWriteNs = 3'000'000'000;  // a local disk answers long before
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 bool write_all(int fd, const std::string& data) {
   size_t off = 0;
   while (off < data.size()) {
@@ -110,11 +117,24 @@ void FlowLog::writer_loop(std::shared_ptr<State> st) {
       st->writing = true;
       fd = st->fd;
     }
-    if (write_all(fd, batch))
+    st->write_started_ns = steady_ns();
+    const bool ok = write_all(fd, batch);
+    st->write_started_ns = 0;
+    if (ok) {
       st->written_records += records;
-    else
+      st->write_errno = 0;
+    } else {
+      st->write_errno = errno;
       st->dropped_records += records;
+    }
   }
+}
+
+std::string FlowLog::last_error() const {
+  if (const int e = st_->write_errno.load()) return strerror(e);
+  const int64_t since = st_->write_started_ns.load();
+  if (since && steady_ns() - since > kBlockedWriteNs) return "a write is blocked (the file takes no data)";
+  return "";
 }
 
 void FlowLog::close(int timeout_ms) {

@@ -410,8 +410,8 @@ int HttpServer::handle(mg_connection* conn) {
     } catch (const std::exception& e) {
       h = {false, "health check failed"};
     }
-    if (h.first) return send(conn, 200, kTextContentType, "ok\n");
-    return send(conn, 503, kTextContentType, one_line_reason(h.second) + "\n");
+    // The status code is the contract; a healthy body may still name failing outputs.
+    return send(conn, h.first ? 200 : 503, kTextContentType, one_line_reason(h.second) + "\n");
   }
   if (json) {
     const std::string query = ri->query_string ? ri->query_string : "";
