@@ -30,6 +30,16 @@
 
 namespace tcpscope {
 
+const std::vector<std::string>& config_top_level_keys() {
+  static const std::vector<std::string> kKeys = {
+      "listen",         "flow_log",    "cgroup",           "asn",
+      "peer_classes",   "default_peer_class",              "size_classes_bytes",
+      "throughput_min_bytes",          "cc_policy",        "ring_buffer_bytes",
+      "snapshot_interval_s",           "http"};
+  return kKeys;
+}
+
+
 // Generated at build time from src/default_config.yaml (see CMakeLists.txt).
 extern const char kDefaultConfigYaml[];
 
@@ -364,11 +374,7 @@ Config ConfigParser::parse(const std::string& text) {
 }
 
 void ConfigParser::parse_top(const YAML::Node& root, Config* c) {
-  static const std::vector<std::string> kKeys = {
-      "listen",         "flow_log",    "cgroup",           "asn",
-      "peer_classes",   "default_peer_class",              "size_classes_bytes",
-      "throughput_min_bytes",          "cc_policy",        "ring_buffer_bytes",
-      "snapshot_interval_s",           "http"};
+  const std::vector<std::string>& kKeys = config_top_level_keys();
   for (const Entry& e : entries(root, 1, "the top level", &kKeys)) {
     if (e.value.IsNull()) continue;  // not given: keep the default
     const int vline = line_of(e.value, e.line);

@@ -115,6 +115,9 @@ struct ConfigError {
   std::string to_string() const;  // "FILE:LINE: message"
 };
 
+// The keys a config file may have at its top level (each a Config member).
+const std::vector<std::string>& config_top_level_keys();
+
 // Available congestion control algorithms as the kernel offers them
 // (loaded, plus modules it can load on demand).
 std::vector<std::string> kernel_congestion_controls();

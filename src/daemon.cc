@@ -24,6 +24,7 @@
 #include "aggregator.h"
 #include "asn_db.h"
 #include "config.h"
+#include "config_reload.h"
 #include "enricher.h"
 #include "flow_decoder.h"
 #include "flow_distributions.h"
@@ -404,24 +405,21 @@ void Daemon::apply_reload(PreparedReload& r) {
     self_->count_reload(false);
     return;
   }
-  Config& fresh = r.config;
-  if (!policy_->load(fresh, r.tables.asn_db.get(), &error)) {
+  std::vector<std::string> next_start;
+  Config merged = merge_reload(config_, r.config, &next_start);
+  if (!policy_->load(merged, r.tables.asn_db.get(), &error)) {
     log_line("reload failed: cc_policy: " + error + "; keeping the previous config and data");
     self_->count_reload(false);
     return;
   }
+  // The parser has checked the digest; should this still refuse it, the old credentials stay.
+  if (!http_->set_basic_auth(merged.http, &error)) log_line("reload: " + error + "; the previous credentials stay");
   enricher_->replace(std::move(r.tables));
-  aggregator_->update_options(AggregatorOptions::from_config(fresh));
-  if (distributions_->update_options(FlowDistributionsOptions::from_config(fresh)))
+  aggregator_->update_options(AggregatorOptions::from_config(merged));
+  if (distributions_->update_options(FlowDistributionsOptions::from_config(merged)))
     log_line("reload: new size classes: the compare --server distributions start empty");
-  if (fresh.listen != config_.listen || fresh.flow_log != config_.flow_log ||
-      fresh.ring_buffer_bytes != config_.ring_buffer_bytes)
-    log_line("reload: listen, flow_log and ring_buffer_bytes take effect at the next start");
-  config_.peer_classes = fresh.peer_classes;
-  config_.asn = fresh.asn;
-  config_.cc_policy = fresh.cc_policy;
-  config_.size_classes_bytes = fresh.size_classes_bytes;
-  config_.throughput_min_bytes = fresh.throughput_min_bytes;
+  for (const auto& key : next_start) log_line("reload: " + key + " takes effect at the next start");
+  config_ = std::move(merged);
   self_->count_reload(true);
   char took[32];
   std::snprintf(took, sizeof(took), "%.2f", r.seconds);
@@ -462,8 +460,8 @@ std::pair<bool, std::string> Daemon::health() const {
   if (now - last > std::chrono::duration_cast<std::chrono::nanoseconds>(kDrainDeadline).count())
     return {false, "ring buffer not drained in time"};
   std::lock_guard<std::mutex> lock(outputs_mu_);
-  if (!failing_outputs_.empty()) return {true, "ok; failing outputs: " + failing_outputs_};
-  return {true, "ok"};
+  if (!failing_outputs_.empty()) return {true, "failing outputs: " + failing_outputs_};
+  return {true, ""};
 }
 
 int Daemon::run() {

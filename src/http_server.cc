@@ -196,19 +196,12 @@ std::unique_ptr<HttpServer> HttpServer::start(const std::string& listen, const H
       return nullptr;
     }
   }
-  if (security.basic_auth()) {
-    auto digest = parse_sha256_hex(security.basic_auth_password_sha256);
-    if (!digest) {
-      *error = "listen " + listen + ": http.basic_auth_password_sha256 is not 64 hex digits";
-      return nullptr;
-    }
-  }
-
   std::unique_ptr<HttpServer> server(new HttpServer());
   server->listen_ = listen;
-  if (security.basic_auth())
-    server->auth_ = std::make_unique<BasicAuth>(security.basic_auth_user,
-                                                *parse_sha256_hex(security.basic_auth_password_sha256));
+  if (!server->set_basic_auth(security, error)) {
+    *error = "listen " + listen + ": " + *error;
+    return nullptr;
+  }
   // civetweb marks a TLS port with a trailing "s".
   const std::string listening_ports = security.tls() ? listen + "s" : listen;
   const std::string threads = std::to_string(kWorkerThreads);
@@ -358,10 +351,30 @@ void HttpServer::log(const char* message) {
     std::fprintf(stderr, "tcpscope: http: %s\n", message);
 }
 
+bool HttpServer::set_basic_auth(const HttpConfig& security, std::string* error) {
+  std::shared_ptr<const BasicAuth> auth;
+  if (security.basic_auth()) {
+    auto digest = parse_sha256_hex(security.basic_auth_password_sha256);
+    if (!digest) {
+      *error = "http.basic_auth_password_sha256 is not 64 hex digits";
+      return false;
+    }
+    auth = std::make_shared<const BasicAuth>(security.basic_auth_user, *digest);
+  }
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  auth_ = std::move(auth);
+  return true;
+}
+
 bool HttpServer::authorized(mg_connection* conn, const std::string& path) {
-  if (!auth_ || path == "/healthz") return true;
+  std::shared_ptr<const BasicAuth> auth;
+  {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    auth = auth_;
+  }
+  if (!auth || path == "/healthz") return true;
   const char* credentials = mg_get_header(conn, "Authorization");
-  if (auth_->accepts(credentials)) return true;
+  if (auth->accepts(credentials)) return true;
   // A client without credentials is the normal first step of Basic auth;
   // wrong ones are worth a (rate-limited) line.
   if (credentials) {
@@ -410,8 +423,9 @@ int HttpServer::handle(mg_connection* conn) {
     } catch (const std::exception& e) {
       h = {false, "health check failed"};
     }
-    // The status code is the contract; a healthy body may still name failing outputs.
-    return send(conn, h.first ? 200 : 503, kTextContentType, one_line_reason(h.second) + "\n");
+    if (!h.first) return send(conn, 503, kTextContentType, one_line_reason(h.second) + "\n");
+    // The status code is the contract; a healthy body may still name what degrades.
+    return send(conn, 200, kTextContentType, (h.second.empty() ? "ok" : "ok; " + one_line_reason(h.second)) + "\n");
   }
   if (json) {
     const std::string query = ri->query_string ? ri->query_string : "";

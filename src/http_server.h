@@ -41,8 +41,9 @@ namespace tcpscope {
 
 class HttpServer {
  public:
-  // (healthy, reason). The reason is sent as one line with a 503; keep
-  // secrets and file paths out of it (tokens that look like paths are
+  // (healthy, reason). Healthy: 200 "ok", or "ok; <reason>" naming what
+  // degrades (a failing output). Else 503 "<reason>". One line either way;
+  // keep secrets and file paths out of it (tokens that look like paths are
   // redacted anyway).
   using HealthCheck = std::function<std::pair<bool, std::string>()>;
   // Gets the raw query string ("" when none) and returns a JSON document.
@@ -69,11 +70,16 @@ class HttpServer {
 
   // GET /metrics renders this registry (404 until set).
   void serve_metrics(std::shared_ptr<prometheus::Registry> registry);
-  // GET /healthz: 200 "ok\n" or 503 "<reason>\n". Until set: 503 "starting".
+  // GET /healthz: 200 "ok[; <reason>]\n" or 503 "<reason>\n". Until set: 503 "starting".
   void set_health(HealthCheck check);
   // GET <path> (exact match, e.g. "/api/v1/flows") answers with handler(query)
   // as application/json. /metrics and /healthz cannot be overridden.
   void handle_json(const std::string& path, JsonHandler handler);
+
+  // Replaces the basic-auth credentials (none when `security` has no user),
+  // for requests from now on; a SIGHUP applies a rotated password this way.
+  // False with *error if the digest is malformed (the old ones stay).
+  bool set_basic_auth(const HttpConfig& security, std::string* error);
 
   // The bound port (useful after listening on port 0); 0 once stopped.
   int port() const;
@@ -93,9 +99,8 @@ class HttpServer {
   std::string listen_;
   mg_context* ctx_ = nullptr;
   int port_ = 0;
-  std::unique_ptr<BasicAuth> auth_;  // null: no authentication
-
-  mutable std::shared_mutex mu_;  // guards the handlers below
+  mutable std::shared_mutex mu_;  // guards the credentials and handlers below
+  std::shared_ptr<const BasicAuth> auth_;  // null: no authentication
   std::shared_ptr<prometheus::Registry> registry_;
   HealthCheck health_;
   std::map<std::string, JsonHandler> json_;
