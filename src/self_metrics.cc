@@ -51,10 +51,21 @@ SelfMetrics::SelfMetrics(std::shared_ptr<prometheus::Registry> registry, const s
   lookups_.counter = plain_counter(r, "tcpscope_enrichment_lookups_total",
                                    "Peer class and ASN lookups done to enrich flow records.");
   flow_log_dropped_.counter = plain_counter(r, "tcpscope_flow_log_dropped_total",
-                                            "Flow records not written to the flow log because its queue was full.");
+                                            "Flow records not written to the flow log: its queue was full or a write failed.");
   ring_fill_ = plain_gauge(r, "tcpscope_ring_buffer_fill_ratio",
                            "Fill of the kernel ring buffer (0..1) at the last drain.");
   snapshot_flows_ = plain_gauge(r, "tcpscope_snapshot_flows", "Open TCP flows in the last snapshot.");
+  snapshot_seconds_ = plain_gauge(r, "tcpscope_snapshot_seconds",
+                                  "Time the last open-flow snapshot spent reading the kernel, all namespaces.");
+  auto& ns = prometheus::BuildGauge()
+                 .Name("tcpscope_snapshot_namespaces")
+                 .Help("Network namespaces in the last open-flow snapshot: read, empty (no TCP socket), "
+                       "skipped (past its time budget), failed (could not be entered).")
+                 .Register(r);
+  ns_read_ = &ns.Add({{"result", "read"}});
+  ns_empty_ = &ns.Add({{"result", "empty"}});
+  ns_skipped_ = &ns.Add({{"result", "skipped"}});
+  ns_failed_ = &ns.Add({{"result", "failed"}});
   auto& reloads = prometheus::BuildCounter()
                       .Name("tcpscope_config_reloads_total")
                       .Help("Config reloads (SIGHUP) by result.")
@@ -109,7 +120,14 @@ void SelfMetrics::set_ring_buffer_fill(double ratio) {
   ring_fill_->Set(std::clamp(ratio, 0.0, 1.0));
 }
 
-void SelfMetrics::set_snapshot_flows(int64_t flows) { snapshot_flows_->Set(static_cast<double>(flows)); }
+void SelfMetrics::set_snapshot(const SnapshotCounts& c) {
+  snapshot_flows_->Set(static_cast<double>(c.flows));
+  snapshot_seconds_->Set(c.seconds);
+  ns_read_->Set(c.read);
+  ns_empty_->Set(c.empty);
+  ns_skipped_->Set(c.skipped);
+  ns_failed_->Set(c.failed);
+}
 
 void SelfMetrics::count_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_)->Increment(); }
 

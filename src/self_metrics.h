@@ -47,8 +47,16 @@ class SelfMetrics {
   void set_flow_log_dropped(uint64_t total);
   // tcpscope_ring_buffer_fill_ratio, clamped to 0..1.
   void set_ring_buffer_fill(double ratio);
-  // tcpscope_snapshot_flows: open flows in the last snapshot.
-  void set_snapshot_flows(int64_t flows);
+  // tcpscope_snapshot_flows: open flows in the last snapshot;
+  // tcpscope_snapshot_namespaces{result}: network namespaces it read, found
+  // without a TCP socket, did not reach within its time budget, or could not
+  // enter; tcpscope_snapshot_seconds: how long the kernel reads took.
+  struct SnapshotCounts {
+    int64_t flows = 0;
+    int read = 0, empty = 0, skipped = 0, failed = 0;
+    double seconds = 0;
+  };
+  void set_snapshot(const SnapshotCounts& counts);
   // tcpscope_config_reloads_total{result="ok"|"failed"}.
   void count_reload(bool ok);
 
@@ -67,6 +75,8 @@ class SelfMetrics {
   std::map<std::string, TotalCounter> recursion_misses_;
   prometheus::Gauge* ring_fill_;
   prometheus::Gauge* snapshot_flows_;
+  prometheus::Gauge* snapshot_seconds_;
+  prometheus::Gauge *ns_read_, *ns_empty_, *ns_skipped_, *ns_failed_;
   prometheus::Counter* reloads_ok_;
   prometheus::Counter* reloads_failed_;
 };

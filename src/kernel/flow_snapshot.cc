@@ -9,9 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <set>
-#include <thread>
 
 namespace tcpscope {
 
@@ -37,6 +37,26 @@ std::vector<std::string> other_namespaces(ino_t own) {
     closedir(d);
   }
   return paths;
+}
+
+// Whether the calling thread's network namespace has a TCP socket, from its
+// sockstat ("TCP: inuse N orphan N tw N alloc N mem N"): a counter the
+// kernel keeps per namespace, where the iterator would walk every bucket of
+// the host's table. Unknown counts as yes.
+bool has_tcp_sockets() {
+  int fd = open("/proc/thread-self/net/sockstat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;
+  char buf[512];
+  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return true;
+  buf[n] = '\0';
+  // inuse counts this namespace's hashed sockets (orphans included until
+  // they close); "orphan" is the whole host's, so it says nothing here.
+  unsigned long inuse = 0;
+  const char* tcp = strstr(buf, "\nTCP: ");
+  if (!tcp || sscanf(tcp, "\nTCP: inuse %lu", &inuse) != 1) return true;
+  return inuse > 0;
 }
 
 }  // namespace
@@ -74,38 +94,51 @@ bool read_open_flows(int iter_link_fd, std::vector<tcpscope_flow_event>* out, st
   return true;
 }
 
-FlowSnapshot snapshot_all_namespaces(int iter_link_fd) {
+FlowSnapshot snapshot_all_namespaces(int iter_link_fd, std::chrono::steady_clock::duration budget,
+                                     size_t* rotation) {
+  using Clock = std::chrono::steady_clock;
   FlowSnapshot snap;
-  std::thread worker([&] {
-    std::string error;
-    int own = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-    struct stat st {};
-    if (own < 0 || fstat(own, &st) != 0) {
-      if (own >= 0) close(own);
-      return;
+  const auto t0 = Clock::now();
+  std::string error;
+  int own = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  if (own < 0 || fstat(own, &st) != 0) {
+    if (own >= 0) close(own);
+    ++snap.namespace_errors;
+    return snap;
+  }
+  if (read_open_flows(iter_link_fd, &snap.flows, &error))
+    ++snap.namespaces;
+  else
+    ++snap.namespace_errors;
+  const std::vector<std::string> others = other_namespaces(st.st_ino);
+  const size_t first = others.empty() ? 0 : *rotation % others.size();
+  *rotation = 0;
+  for (size_t k = 0; k < others.size(); ++k) {
+    const size_t i = (first + k) % others.size();
+    if (Clock::now() - t0 > budget) {
+      snap.namespaces_skipped = static_cast<int>(others.size() - k);
+      *rotation = i;
+      break;
     }
-    if (read_open_flows(iter_link_fd, &snap.flows, &error))
+    int fd = open(others[i].c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+      if (fd >= 0) close(fd);
+      ++snap.namespace_errors;
+      continue;
+    }
+    close(fd);
+    if (!has_tcp_sockets())
+      ++snap.namespaces_empty;
+    else if (read_open_flows(iter_link_fd, &snap.flows, &error))
       ++snap.namespaces;
     else
       ++snap.namespace_errors;
-    for (const auto& path : other_namespaces(st.st_ino)) {
-      int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
-        if (fd >= 0) close(fd);
-        ++snap.namespace_errors;
-        continue;
-      }
-      close(fd);
-      if (read_open_flows(iter_link_fd, &snap.flows, &error))
-        ++snap.namespaces;
-      else
-        ++snap.namespace_errors;
-    }
-    // The thread ends here; going back is for tidiness only.
-    setns(own, CLONE_NEWNET);
-    close(own);
-  });
-  worker.join();
+  }
+  // Back home: the caller's thread may live on.
+  if (setns(own, CLONE_NEWNET) != 0) ++snap.namespace_errors;
+  close(own);
+  snap.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return snap;
 }
 

@@ -2,9 +2,19 @@
 // iterator (same record layout as the close records). A socket iterator sees
 // the network namespace of the task that creates it, so a snapshot visits the
 // daemon's own namespace and every other one it can find (/run/netns and the
-// namespaces of running processes) from a short-lived thread that setns()es.
+// namespaces of running processes) by setns() on the calling thread: run it
+// on a thread of its own, never on the ring buffer's loop.
+//
+// Each iterator walks the host's whole TCP hash table and keeps its own
+// namespace's sockets, so a visit costs the same whether the namespace has
+// sockets or not. Any user can make namespaces (`unshare -rn`): a namespace
+// whose sockstat counts no TCP socket is not read, and a snapshot stops
+// visiting at its time budget, the rest counted as skipped and visited first
+// next time.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -13,17 +23,22 @@
 
 namespace tcpscope {
 
-class FlowProbe;
-
 struct FlowSnapshot {
   std::vector<tcpscope_flow_event> flows;
-  int namespaces = 0;         // namespaces visited
-  int namespace_errors = 0;   // namespaces we could not enter (no CAP_SYS_ADMIN, gone)
+  int namespaces = 0;          // namespaces read
+  int namespaces_empty = 0;    // entered, no TCP socket: not read
+  int namespaces_skipped = 0;  // not reached within the budget
+  int namespace_errors = 0;    // could not be entered (no CAP_SYS_ADMIN, gone) or read
+  double seconds = 0;
 };
 
 // Reads the open flows of the calling thread's namespace; false + error on failure.
 bool read_open_flows(int iter_link_fd, std::vector<tcpscope_flow_event>* out, std::string* error);
-// Every namespace (see above). Runs setns() on a thread of its own.
-FlowSnapshot snapshot_all_namespaces(int iter_link_fd);
+
+// The caller's namespace, then the others until `budget` has passed, starting
+// at the *rotation-th (the first one the last snapshot skipped); *rotation is
+// updated for the next one.
+FlowSnapshot snapshot_all_namespaces(int iter_link_fd, std::chrono::steady_clock::duration budget,
+                                     size_t* rotation);
 
 }  // namespace tcpscope

@@ -494,6 +494,72 @@ def test_full_flow_log_disk_drops_counted_and_nothing_else_lost(net, tmp_path):
 
 
 # ---------------------------------------------------------------------------
+# Hostile local users: network namespaces
+
+USER_NAMESPACES = 500
+WITH_SOCKETS = 20
+# In a fresh user + network namespace: loopback up, one TCP connection held
+# open over it until stdin closes.
+HOLD_CONNECTION = """
+import socket, sys
+ls = socket.socket(); ls.bind(("127.0.0.1", 0)); ls.listen()
+c = socket.create_connection(ls.getsockname()); s, _ = ls.accept()
+print("up", flush=True); sys.stdin.read()
+"""
+
+
+def test_user_namespaces_do_not_stall_the_drain_or_the_snapshot(net, tmp_path):
+    """500 network namespaces that an unprivileged user made with `unshare
+    -rn`, 20 of them holding a TCP connection: the open-flow snapshot (every
+    second here) runs off the ring's loop, skips the empty ones by their
+    sockstat, still reports the connections of the others, and the drain and
+    /healthz never notice."""
+    cfg = config_for(tmp_path, net)
+    d = Daemon(tmp_path, extra_args=("--config", str(cfg)))
+    procs = []
+    try:
+        # /usr/bin/python3: the runner's own python may be one nobody cannot run (pyenv).
+        as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "unshare", "-rn"]
+        for i in range(USER_NAMESPACES):
+            if i < WITH_SOCKETS:
+                cmd = as_nobody + ["sh", "-c", f"ip link set lo up && exec /usr/bin/python3 -c '{HOLD_CONNECTION}'"]
+            else:
+                cmd = as_nobody + ["sleep", "300"]
+            procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.DEVNULL, start_new_session=True))
+        for p in procs[:WITH_SOCKETS]:
+            assert p.stdout.readline() == b"up\n"
+        seen = {}
+
+        def settled():
+            seen.update({r: d.metric_value("tcpscope_snapshot_namespaces", {"result": r})
+                         for r in ("read", "empty", "skipped", "failed")})
+            return seen["empty"] >= USER_NAMESPACES - WITH_SOCKETS and seen["read"] >= WITH_SOCKETS + 1
+        wait_for(settled, 30, what="a snapshot of every namespace")
+        seconds = d.metric_value("tcpscope_snapshot_seconds")
+        # Each held connection is two open flows in the snapshot.
+        assert d.metric_value("tcpscope_snapshot_flows") >= 2 * WITH_SOCKETS
+        # Meanwhile the ring drains every flow and /healthz answers at once.
+        total = 0
+        for round_ in range(3):
+            total += churn(net, tmp_path, 100, parallel=4, port=8180 + round_)
+            t0 = time.monotonic()
+            status, _, body = http_get(d.url + "/healthz")
+            assert status == 200 and time.monotonic() - t0 < 1, (status, body)
+        wait_for(lambda: flows_of(d) == 2 * total, 30, what=f"{2 * total} flows counted")
+        assert d.metric_value("tcpscope_records_lost_total") == 0
+        print(f"\n{USER_NAMESPACES} user namespaces: snapshot namespaces {seen}, {seconds * 1000:.1f} ms")
+        assert seen["skipped"] == 0 and seen["failed"] == 0, seen
+    finally:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+        for p in procs:
+            p.wait(timeout=10)
+        assert d.stop() == 0, d.stderr_text()
+
+
+# ---------------------------------------------------------------------------
 # HTTP: stuck, oversized, malformed clients; load
 
 @pytest.fixture

@@ -839,7 +839,7 @@ TEST(SelfMetricsTest, TotalsAdvanceCountersByTheDelta) {
   m.set_flow_log_dropped(3);
   m.set_flow_log_dropped(1);  // source restarted: 1 new drop
   m.set_ring_buffer_fill(0.25);
-  m.set_snapshot_flows(321);
+  m.set_snapshot({321, 3, 500, 2, 1, 0.25});
   m.count_reload(true);
   m.count_reload(false);
   m.count_reload(false);
@@ -851,6 +851,11 @@ TEST(SelfMetricsTest, TotalsAdvanceCountersByTheDelta) {
   EXPECT_EQ(s.counter("tcpscope_flow_log_dropped_total", {}), 4);
   EXPECT_EQ(s.gauge("tcpscope_ring_buffer_fill_ratio", {}), 0.25);
   EXPECT_EQ(s.gauge("tcpscope_snapshot_flows", {}), 321);
+  EXPECT_EQ(s.gauge("tcpscope_snapshot_namespaces", {{"result", "read"}}), 3);
+  EXPECT_EQ(s.gauge("tcpscope_snapshot_namespaces", {{"result", "empty"}}), 500);
+  EXPECT_EQ(s.gauge("tcpscope_snapshot_namespaces", {{"result", "skipped"}}), 2);
+  EXPECT_EQ(s.gauge("tcpscope_snapshot_namespaces", {{"result", "failed"}}), 1);
+  EXPECT_EQ(s.gauge("tcpscope_snapshot_seconds", {}), 0.25);
   EXPECT_EQ(s.counter("tcpscope_config_reloads_total", {{"result", "ok"}}), 1);
   EXPECT_EQ(s.counter("tcpscope_config_reloads_total", {{"result", "failed"}}), 2);
   EXPECT_EQ(s.gauge("tcpscope_build_info", {{"version", "1.2.3"}, {"libbpf", "1.1.0"}, {"kernel", "6.18.0"}}), 1);
