@@ -184,6 +184,8 @@ def test_install_start_upgrade_remove_purge_under_systemd(container):
         "ProtectSystem=strict: / is not read-only for the daemon"
     held = held_bpf_ids(c, pid)
     assert held, "the service holds no BPF programs"
+    # Its memory limit is in force (the BPF socket storage is charged to it).
+    assert c.service("MemoryMax") == str(2 << 30)
 
     # Upgrade: the postinst restarts the service (a new process), still healthy.
     r = c.run("dpkg", "-i", "/debs/tcpscope_2.deb")
