@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -117,6 +118,14 @@ void FlowLog::writer_loop(std::shared_ptr<State> st) {
       st->writing = true;
       fd = st->fd;
     }
+    // Writes into a file someone deleted (or whose directory they removed)
+    // succeed and reach nobody: count them as dropped instead.
+    struct stat file;
+    st->deleted = fstat(fd, &file) == 0 && S_ISREG(file.st_mode) && file.st_nlink == 0;
+    if (st->deleted) {
+      st->dropped_records += records;
+      continue;
+    }
     st->write_started_ns = steady_ns();
     const bool ok = write_all(fd, batch);
     st->write_started_ns = 0;
@@ -134,6 +143,7 @@ std::string FlowLog::last_error() const {
   if (const int e = st_->write_errno.load()) return strerror(e);
   const int64_t since = st_->write_started_ns.load();
   if (since && steady_ns() - since > kBlockedWriteNs) return "a write is blocked (the file takes no data)";
+  if (st_->deleted.load()) return "the file was deleted (a SIGHUP opens it anew)";
   return "";
 }
 

@@ -31,7 +31,8 @@ class FlowLog {
   uint64_t written_records() const { return st_->written_records.load(); }
   uint64_t dropped_records() const { return st_->dropped_records.load(); }
   // The last write's error ("No space left on device"), "" once a write
-  // succeeds; a write that has not returned for a few seconds is one too.
+  // succeeds; a write that has not returned for a few seconds, and a file
+  // that was deleted under the log, are errors too.
   std::string last_error() const;
   const std::string& path() const { return path_; }
 
@@ -52,6 +53,7 @@ class FlowLog {
     std::atomic<uint64_t> dropped_records{0};
     std::atomic<int> write_errno{0};
     std::atomic<int64_t> write_started_ns{0};  // steady clock; 0 while not in write()
+    std::atomic<bool> deleted{false};           // the file has no name left
     ~State();
   };
 

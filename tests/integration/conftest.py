@@ -52,6 +52,17 @@ def wait_for(pred, timeout, interval=0.05, what="condition"):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def loadgen_binary():
+    """bench/loadgen.cc, compiled into the build dir if missing (by benchlib,
+    as the benchmarks do): no test depends on another having built it."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from benchlib import loadgen_binary as build
+    finally:
+        sys.path.pop(0)
+    return build()
+
+
 class Daemon:
     """A running `tcpscope run` with its flow log and metrics endpoint."""
 

@@ -5,16 +5,14 @@ import collections
 import json
 import os
 import re
-import socket
 import subprocess
-import sys
 import time
 
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, TCPSCOPE, TRAFFIC, Daemon, free_port, read_jsonl, wait_for
+from conftest import ROOT, TCPSCOPE, Daemon, free_port, loadgen_binary, read_jsonl, wait_for
 
 
 def by_tuple(records):
@@ -69,7 +67,6 @@ def test_bytes_match_what_was_moved(daemon, net, tmp_path):
     for req, resp in sizes:
         clients += net.client(tmp_path, net.srv_v4, req=req, resp=resp)
     server.wait(timeout=60)
-    ids = net.netns_ids
     recs = by_tuple(daemon.wait_records(net, 2 * len(sizes)))
     servers = {(s["raddr"], s["rport"]): s for s in read_jsonl(server_out)}
     for c in clients:
@@ -261,15 +258,6 @@ def small_ring_config(tmp_path):
     cfg = tmp_path / "small-ring.yaml"
     cfg.write_text(text)
     return cfg
-
-
-def loadgen_binary():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        from benchlib import loadgen_binary as build  # compiles bench/loadgen.cc if needed
-    finally:
-        sys.path.pop(0)
-    return build()
 
 
 def test_burst_loses_no_records(net, tmp_path):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, ROOT, TCPSCOPE, TRAFFIC, Daemon, free_port, sh, wait_for
+from conftest import ROOT, TCPSCOPE, TRAFFIC, Daemon, free_port, loadgen_binary, sh, wait_for
 
 MAKE_MMDB = ROOT / "tests" / "data" / "asn" / "make_test_mmdb.pl"
 OUR_ASNS = {64500, 64512, 64513, 64514, 65001}
@@ -357,7 +357,6 @@ def test_sighup_reloads_remapped_asn_and_refuses_a_corrupt_mmdb(lab, lab_daemon,
     assert lab_daemon.metric_value("tcpscope_flows_total", {"asn": "64513"}) == old
 
 
-LOADGEN = BUILD / "bench-loadgen"
 RECORD_BYTES = 256 + 8  # struct tcpscope_flow_event + the ring's record header
 
 
@@ -366,8 +365,7 @@ def test_sighup_under_churn_loses_no_record(net, tmp_path):
     new tables off the thread that drains the ring, so a small ring under
     connection churn loses nothing while it does. (The previous daemon, which
     built them on the draining thread, lost 26k and 39k records here.)"""
-    if not LOADGEN.exists():
-        pytest.skip(f"{LOADGEN} missing: build it (bench/benchlib.py loadgen_binary)")
+    loadgen = loadgen_binary()
     own_asn, ring_bytes, prefixes = 64497, 2 << 20, 2_000_000
     big = tmp_path / "pfx2as-big.tsv"
     with open(big, "w") as f:
@@ -386,14 +384,14 @@ def test_sighup_under_churn_loses_no_record(net, tmp_path):
         # machine may be busy with other work, which this test is not about.
         os.setpriority(os.PRIO_PROCESS, d.proc.pid, -5)
         ready = tmp_path / "serve.ready"
-        server = net.spawn(net.srv, str(LOADGEN), "serve", "--bind", net.srv_v4, "--port", "8080",
+        server = net.spawn(net.srv, str(loadgen), "serve", "--bind", net.srv_v4, "--port", "8080",
                            "--threads", "1", "--req", "100", "--resp", "1000", "--ready", str(ready))
         wait_for(lambda: ready.exists() or server.poll() is not None, 10, what="loadgen server start")
         assert server.poll() is None, server.stderr.read()
         records0 = d.metric_value("tcpscope_records_total") or 0
         seconds = 8
         t0 = time.monotonic()
-        client = net.spawn(net.cli, str(LOADGEN), "churn", "--addr", net.srv_v4, "--port", "8080",
+        client = net.spawn(net.cli, str(loadgen), "churn", "--addr", net.srv_v4, "--port", "8080",
                            "--threads", "2", "--seconds", str(seconds), "--req", "100", "--resp", "1000")
         lost = lambda: d.metric_value("tcpscope_records_lost_total") or 0
         windows = []  # records lost between each SIGHUP and its reload's end

@@ -22,7 +22,6 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -491,6 +490,105 @@ def test_full_flow_log_disk_drops_counted_and_nothing_else_lost(net, tmp_path):
             assert http_get(d.url + "/healthz")[:3:2] == (200, "ok\n")
         finally:
             assert d.stop() == 0, d.stderr_text()
+
+
+def test_flow_log_directory_removed_is_said_and_a_sighup_recovers(net, tmp_path):
+    """The log's directory is removed under the daemon: writes into the
+    nameless file would reach nobody, so they are counted as dropped and
+    said; a SIGHUP after the directory is back opens a new file."""
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    log = logdir / "flows.ndjson"
+    cfg = config_for(tmp_path, net)
+    d = Daemon(tmp_path, extra_args=("--config", str(cfg), "--flow-log", str(log)))
+    try:
+        n = churn(net, tmp_path, 20, port=8082)
+        wait_for(lambda: log.exists() and log.read_bytes().count(b"\n") >= 2 * n, 10, what="records written")
+        shutil.rmtree(logdir)
+        churn(net, tmp_path, 20, port=8083)
+        wait_for(lambda: (d.metric_value("tcpscope_flow_log_dropped_total") or 0) >= 2 * 20, 10,
+                 what="records to the deleted file counted as dropped")
+        wait_for(lambda: "flow log failing: the file was deleted (a SIGHUP opens it anew)" in d.stderr_text(),
+                 10, what="the deletion to be said")
+        assert http_get(d.url + "/healthz")[:3:2] == (
+            200, "ok; failing outputs: flow log: the file was deleted (a SIGHUP opens it anew)\n")
+        logdir.mkdir()
+        d.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: log.exists(), 10, what="the reopened log")
+        churn(net, tmp_path, 20, port=8084)
+        wait_for(lambda: log.read_bytes().count(b"\n") >= 2 * 20, 10, what="records in the new file")
+        wait_for(lambda: "flow log recovered: " in d.stderr_text(), 10, what="the recovery line")
+    finally:
+        assert d.stop() == 0, d.stderr_text()
+
+
+# ---------------------------------------------------------------------------
+# Signals
+
+def test_sigstop_fills_the_ring_and_the_losses_are_counted(net, tmp_path):
+    """The daemon stopped for 5 s with a 256 KiB ring (about 990 records)
+    while 1,500 connections (3,000 records) close: what the ring could not
+    hold is counted in tcpscope_records_lost_total, to the record, and the
+    daemon carries on after SIGCONT."""
+    ring = 256 << 10
+    cfg = config_for(tmp_path, net, extra=f"ring_buffer_bytes: {ring}\n")
+    d = Daemon(tmp_path, extra_args=("--config", str(cfg)))
+    try:
+        d.proc.send_signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        try:
+            n = churn(net, tmp_path, 1500, parallel=8, port=8085)
+            time.sleep(max(0.0, 5 - (time.monotonic() - t0)))
+        finally:
+            d.proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: http_get(d.url + "/healthz")[0] == 200, 10, what="healthy after SIGCONT")
+
+        def accounted():
+            lost = d.metric_value("tcpscope_records_lost_total") or 0
+            return lost > 0 and flows_of(d) + lost == 2 * n
+        wait_for(accounted, 20, what=f"{2 * n} records counted or lost")
+        lost = d.metric_value("tcpscope_records_lost_total")
+        print(f"\nSIGSTOP 5 s, {2 * n} records, ring {ring >> 10} KiB: {flows_of(d):.0f} counted, "
+              f"{lost:.0f} lost", end="")
+        assert lost >= 2 * n - ring // 264, lost  # at most a ring's worth got through
+        churn(net, tmp_path, 20, port=8086)
+        wait_for(lambda: flows_of(d) + lost == 2 * n + 40, 10, what="new flows counted after SIGCONT")
+    finally:
+        d.proc.send_signal(signal.SIGCONT)
+        assert d.stop() == 0, d.stderr_text()
+
+
+def test_a_hundred_sighups_in_a_second(net, tmp_path):
+    """100 SIGHUPs within about a second, during churn: reloads coalesce (one
+    runs, one more is queued behind it), nothing crashes or is lost, and the
+    config written before the last signal is the one in force after it."""
+    cfg = config_for(tmp_path, net)
+    d = Daemon(tmp_path, extra_args=("--config", str(cfg)))
+    try:
+        server, _ = net.serve(tmp_path, net.srv_v4, 300, port=8087)
+        client = threading.Thread(target=lambda: net.client(tmp_path, net.srv_v4, count=300, req=100,
+                                                            resp=2000, parallel=4, port=8087))
+        client.start()
+        t0 = time.monotonic()
+        for i in range(100):
+            if i == 99:
+                config_for(tmp_path, net, name="lastclass")
+            d.proc.send_signal(signal.SIGHUP)
+            time.sleep(0.01)
+        took = time.monotonic() - t0
+        client.join(timeout=60)
+        server.wait(timeout=60)
+        wait_for(lambda: flows_of(d) + flows_of(d, "lastclass") == 600, 20, what="600 flows counted")
+        assert d.metric_value("tcpscope_records_lost_total") == 0
+        m = churn(net, tmp_path, 20, port=8088)
+        wait_for(lambda: flows_of(d, "lastclass") >= 2 * m, 10, what="the last config in force")
+        ran = d.metric_value("tcpscope_config_reloads_total", {"result": "ok"})
+        print(f"\n100 SIGHUPs in {took:.2f} s: {ran:.0f} reloads ran", end="")
+        assert 1 <= ran <= 100
+        assert not d.metric_value("tcpscope_config_reloads_total", {"result": "failed"})
+        assert http_get(d.url + "/healthz")[0] == 200
+    finally:
+        assert d.stop() == 0, d.stderr_text()
 
 
 # ---------------------------------------------------------------------------
