@@ -19,7 +19,7 @@ import time
 import pytest
 
 from labfixtures import (Traffic, delayline_checked, lab_suite, lab_test,  # noqa: F401
-                         labmod, need_root_and_build, need_tool, records_in, start_daemon,
+                         labmod, need_root_and_build, need_tool, start_daemon,
                          wait_for, wait_record)
 
 Lab, Path, Direction = labmod.Lab, labmod.Path, labmod.Direction
@@ -93,66 +93,64 @@ def test_rtt_matches_the_emulated_path(lab, daemon, tmp_path, path, rtt_ms, fami
             assert r["min_rtt_us"] >= rtt_us  # a delay line never delivers early
 
 
+def frames_up_late(lab, path, since, late_us):
+    """Client-to-server frames the delay line wrote more than `late_us` after
+    their due time since the stats `since` (its lateness histogram's buckets
+    above that bound)."""
+    hist, before = lab.stats(path)["up"]["late_hist"], since["up"]["late_hist"]
+    return sum(hist[k] - before[k] for k in hist if k == "le_inf" or int(k[3:]) > late_us * 1000)
+
+
+def check_passive_starts(daemon, lab, ep, clients, since, what, tolerance_us=1000):
+    """Each client's passive record starts at the SYN's arrival: one one-way
+    delay after its active record's start (the same host clock), within
+    `tolerance_us`. The delay line delivers a frame late now and then (on a
+    loaded machine), never early: a SYN it wrote late arrives that much
+    after active start + one-way delay. So a start may be late by more than
+    the tolerance only for as many flows as frames went up that late; none
+    may be early."""
+    one_way_us = ep.path.up.delay_ms * 1000
+    off = []
+    for c in clients:
+        a, p = client_and_server_records(daemon, lab, ep, c)
+        off.append(((p["start_ns"] - a["start_ns"]) / 1000 - one_way_us, c["lport"], p["fct_us"], a["fct_us"]))
+    off.sort()
+    late_frames = frames_up_late(lab, ep.path.name, since, tolerance_us)
+    outside = [o for o in off if abs(o[0]) > tolerance_us]
+    print(f"\n{what}: passive start - (active start + one-way delay) {off[0][0]:+.0f}..{off[-1][0]:+.0f} us "
+          f"over {len(off)} flows, {len(off) - len(outside)} within {tolerance_us} us "
+          f"({late_frames} frames went up more than {tolerance_us} us late)", end="")
+    early = [o for o in off if o[0] < -tolerance_us]
+    assert not early, f"passive starts before the SYN can have arrived: (µs off, port, fct p/a) {early[:10]}"
+    assert len(outside) <= late_frames, \
+        f"{len(outside)} passive starts late, {late_frames} late frames to explain them: {outside[:10]}"
+
+
 @pytest.mark.parametrize("timestamps", [1, 0])
 def test_passive_start_is_the_syn_arrival(lab, daemon, tmp_path, timestamps):
     """The accepted socket only exists once the handshake's last ACK arrives;
-    the passive record's start must still be the SYN's arrival: one one-way
-    delay (10 ms on r20) after the active side's start (the same host clock),
-    not one RTT later. Hundreds of flows, because the error this guards
+    the passive record's start must still be the SYN's arrival, not one RTT
+    later. 252 flows per run (504 with both), because the error this guards
     against struck about one flow in 40: three response sizes, the request
     right behind the handshake's last ACK or 5 ms after it, with and without
     TCP timestamps (the RTT sample the start is derived from must not depend
     on them)."""
     ep = lab.ep("r20")
-    one_way_us = ep.path.up.delay_ms * 1000
     port = 8300 + timestamps
     per_case = 42
     cases = [(resp, after) for resp in (20_000, 150_000, 700_000) for after in (0, 5)]
+    since = lab.stats("r20")
     lab.ns(ep.client_ns, "sysctl", "-qw", f"net.ipv4.tcp_timestamps={timestamps}")
     try:
         t = Traffic(lab, tmp_path)
         server, _ = t.serve(ep.server_v4, per_case * len(cases), port)
-        clients = {(resp, after): t.client(ep.client_ns, ep.server_v4, port, count=per_case,
-                                           parallel=3, req=0, resp=resp, request_after=after)
-                   for resp, after in cases}
+        clients = [c for resp, after in cases
+                   for c in t.client(ep.client_ns, ep.server_v4, port, count=per_case, parallel=3, req=0,
+                                     resp=resp, request_after=after)]
         server.wait(timeout=60)
     finally:
         lab.ns(ep.client_ns, "sysctl", "-qw", "net.ipv4.tcp_timestamps=1")
-    by_tuple = {}
-    want = per_case * len(cases) * 2
-
-    def all_records():
-        for ns in (ep.client_ns, lab.server_ns):
-            for r in records_in(daemon, lab, ns):
-                if port in (r["lport"], r["rport"]):
-                    by_tuple[(r["dir"], r["laddr"], r["lport"], r["raddr"], r["rport"])] = r
-        return len(by_tuple) >= want
-
-    wait_for(all_records, 30, what=f"{want} records of port {port}")
-    late = []
-    for (resp, after), recs in clients.items():
-        gaps = []
-        for c in recs:
-            a = by_tuple[("active", c["laddr"], c["lport"], c["raddr"], c["rport"])]
-            p = by_tuple[("passive", c["raddr"], c["rport"], c["laddr"], c["lport"])]
-            gap_us = (p["start_ns"] - a["start_ns"]) / 1000
-            gaps.append(gap_us)
-            if abs(gap_us - one_way_us) > 1000:
-                late.append((resp, after, c["lport"], round(gap_us), p["fct_us"], a["fct_us"]))
-        gaps.sort()
-        print(f"\ntimestamps={timestamps} resp={resp} request_after={after} ms: passive start - "
-              f"active start {gaps[0]:.0f}..{gaps[-1]:.0f} us over {len(gaps)} flows "
-              f"(one-way delay {one_way_us:.0f} us)", end="")
-    assert not late, f"{len(late)} passive starts off by more than 1 ms: {late[:10]}"
-
-
-def passive_start_gaps(daemon, lab, ep, clients):
-    """(client, passive start - active start in µs) per client connection."""
-    out = []
-    for c in clients:
-        a, p = client_and_server_records(daemon, lab, ep, c)
-        out.append((c, (p["start_ns"] - a["start_ns"]) / 1000, p))
-    return out
+    check_passive_starts(daemon, lab, ep, clients, since, f"timestamps={timestamps}")
 
 
 @pytest.mark.parametrize("timestamps", [1, 0])
@@ -163,8 +161,8 @@ def test_passive_start_behind_a_syn_cookie_is_the_syn_arrival(lab, daemon, tmp_p
     cookie's timestamp made it up to 63 ms early. The start is then the ACK's
     arrival less min_rtt, so it stays within 1 ms of the SYN's arrival."""
     ep = lab.ep("r20")
-    one_way_us = ep.path.up.delay_ms * 1000
     port = 8310 + timestamps
+    since = lab.stats("r20")
     lab.ns(ep.client_ns, "sysctl", "-qw", f"net.ipv4.tcp_timestamps={timestamps}")
     lab.ns(lab.server_ns, "sysctl", "-qw", "net.ipv4.tcp_syncookies=2")
     try:
@@ -176,12 +174,7 @@ def test_passive_start_behind_a_syn_cookie_is_the_syn_arrival(lab, daemon, tmp_p
     finally:
         lab.ns(lab.server_ns, "sysctl", "-qw", "net.ipv4.tcp_syncookies=1")
         lab.ns(ep.client_ns, "sysctl", "-qw", "net.ipv4.tcp_timestamps=1")
-    gaps = passive_start_gaps(daemon, lab, ep, clients)
-    print(f"\ntimestamps={timestamps}, SYN cookies: passive start - active start "
-          f"{min(g for _, g, _ in gaps):.0f}..{max(g for _, g, _ in gaps):.0f} us "
-          f"(one-way delay {one_way_us:.0f} us)", end="")
-    for c, gap_us, p in gaps:
-        assert abs(gap_us - one_way_us) <= 1000, (c["lport"], gap_us, p["min_rtt_us"])
+    check_passive_starts(daemon, lab, ep, clients, since, f"timestamps={timestamps}, SYN cookies")
 
 
 def test_passive_start_after_a_lost_syn_ack_is_the_first_syn_arrival(lab, daemon, tmp_path):
@@ -192,8 +185,8 @@ def test_passive_start_after_a_lost_syn_ack_is_the_first_syn_arrival(lab, daemon
     the first SYN-ACK's send time in whole milliseconds."""
     need_tool("nft")
     ep = lab.ep("r20")
-    one_way_us = ep.path.up.delay_ms * 1000
     port = 8320
+    since = lab.stats("r20")
     t = Traffic(lab, tmp_path)
     server, _ = t.serve(ep.server_v4, 2, port)
     clients = []
@@ -218,11 +211,8 @@ def test_passive_start_after_a_lost_syn_ack_is_the_first_syn_arrival(lab, daemon
         server.wait(timeout=30)
     finally:
         lab.ns(lab.server_ns, "nft", "delete", "table", "inet", "lostsynack", check=False)
-    for c, gap_us, p in passive_start_gaps(daemon, lab, ep, clients):
-        print(f"\nlost SYN-ACK: client clock {c['clock_us']} us, passive start - active start "
-              f"{gap_us:.0f} us (one-way delay {one_way_us:.0f} us)", end="")
-        assert c["clock_us"] > 1_000_000  # the SYN-ACK really was resent
-        assert abs(gap_us - one_way_us) <= 2000, gap_us
+    assert all(c["clock_us"] > 1_000_000 for c in clients)  # the SYN-ACK really was resent
+    check_passive_starts(daemon, lab, ep, clients, since, "lost SYN-ACK", tolerance_us=2000)
 
 
 @pytest.mark.parametrize("resp", [300_000, 2_000_000])
