@@ -90,6 +90,23 @@ def proc_mem_kib(pid):
     return rss, hwm
 
 
+# A peer that attaches to a tracepoint by name (libbpf-tools, bcc) reads the
+# tracepoint's ID from tracefs; a fresh machine has neither tracefs nor debugfs
+# mounted. The peer runs in a mount namespace of its own where both are
+# mounted: nothing outside it changes, and the mounts go when the peer exits,
+# however it exits. The exec chain keeps the peer's PID that of the process
+# started, so its BPF programs are found under that PID.
+_TRACEFS_SETUP = (
+    "mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing || exit 97; "
+    "mountpoint -q /sys/kernel/debug || mount -t debugfs debugfs /sys/kernel/debug || exit 97; "
+    'exec "$@"')
+
+
+def with_tracefs(argv):
+    """argv, run where tracefs and debugfs are mounted (exit code 97 if they cannot be)."""
+    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _TRACEFS_SETUP, argv[0], *argv]
+
+
 def stop_process(p, sig=signal.SIGTERM, timeout=20):
     if p.poll() is None:
         p.send_signal(sig)

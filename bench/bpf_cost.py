@@ -4,7 +4,7 @@ churn and under bulk transfer: `kernel.bpf_stats_enabled=1` (on for this
 script only; it adds two clock reads per program run, so the other benchmarks
 leave it off) and `bpftool prog show` run_cnt / run_time_ns deltas.
 
-  sudo bench/bpf_cost.py [--seconds 20] [--out FILE]
+  bench/bpf_cost.py [--seconds 20] [--out FILE]
 
 tcpscope runs with the churn benchmark's config (50-rule policy on a cgroup
 holding the load generator and the server, 1M-prefix ASN file, no flow log).

@@ -11,7 +11,7 @@ the reported ratio is the median over repetitions of tcpscope / the baseline of
 the same repetition. The daemon's start-up (ASN load) is outside every
 measured window.
 
-  sudo bench/bulk.py [--seconds 10] [--reps 3] [--cc default,cubic] [--out FILE]
+  bench/bulk.py [--seconds 10] [--reps 3] [--cc default,cubic] [--out FILE]
 """
 import argparse
 import json

@@ -16,7 +16,7 @@ spread of all baselines is the noise. Observer start-up (tcpscope loading the
 ASN file, bcc compiling its program) is outside the measured window; the
 window ends when the observer has drained what the load produced.
 
-  sudo bench/churn.py [--seconds 60] [--threads 4] [--variants a,b,...] [--out FILE]
+  bench/churn.py [--seconds 60] [--threads 4] [--variants a,b,...] [--out FILE]
 
 Needs root. Prints a table, writes JSON (bench/results/churn.json by default).
 """
@@ -172,7 +172,7 @@ class LineToolObserver(Observer):
         self.err_path = self.ctx.tmp / f"{self.name}.err"
         self.out, self.err = open(self.out_path, "w"), open(self.err_path, "w")
         t0 = time.monotonic()
-        self.p = subprocess.Popen(self.argv, stdout=self.out, stderr=self.err,
+        self.p = subprocess.Popen(B.with_tracefs(self.argv), stdout=self.out, stderr=self.err,
                                   env={**os.environ, **(self.env or {})})
         self.pid = self.p.pid
         # Attached once the process holds BPF programs (bcc compiles first).

@@ -19,7 +19,7 @@ bench/churn.py with each, between baselines:
 Each variant's ratio is to the mean of the baselines either side of it; with
 --reps > 1 the mean ratio and its 95 % interval are given.
 
-  sudo bench/floor.py [--seconds 20] [--reps 2] [--variants a,b,...] [--out FILE]
+  bench/floor.py [--seconds 20] [--reps 2] [--variants a,b,...] [--out FILE]
 
 Needs root. Prints a table, writes JSON (bench/results/floor.json by default).
 """

@@ -15,7 +15,7 @@ and inside each program by the helper it was in (storage creation, storage
 lookup, ring buffer, clock, setsockopt, ...). Printed as µs of CPU per
 connection (both ends of each connection run on this host).
 
-  sudo bench/profile.py [--seconds 25] [--out FILE]
+  bench/profile.py [--seconds 25] [--out FILE]
 
 perf's own overhead applies to every sample alike; the absolute rate during
 the profile is lower than in churn.py and is not a benchmark figure.

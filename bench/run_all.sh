@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every benchmark of bench/README.md and writes bench/results/*.json.
 #
-#   sudo bench/run_all.sh            full runs (about 50 minutes on 2 cores)
-#   sudo bench/run_all.sh --smoke    seconds-long runs: does everything still work?
+#   bench/run_all.sh            full runs (about 50 minutes on 2 cores)
+#   bench/run_all.sh --smoke    seconds-long runs: does everything still work?
 #
 # Uses the build in $TCPSCOPE_BUILD (default build/). Other load on the machine
 # skews every ratio: run it on an idle machine and read the load average it

@@ -17,7 +17,7 @@ flows after an open-flow snapshot (which holds one decoded record per open
 flow). 1M flows is extrapolated linearly from N (the figures say what was
 measured and what was extrapolated).
 
-  sudo bench/scale.py [--connections 100000] [--prefixes 1000000] [--out FILE]
+  bench/scale.py [--connections 100000] [--prefixes 1000000] [--out FILE]
 """
 import argparse
 import os

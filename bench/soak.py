@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Soak test: tcpscope under steady connection churn for a long time.
 
-    sudo bench/soak.py --minutes 30 [--build build] [--out soak.json]
+    bench/soak.py --minutes 30 [--build build] [--out soak.json]
 
 Makes two network namespaces joined by a veth (198.18.254.0/24, only inside
 them), starts `tcpscope run` with a peer class for them, and runs request /

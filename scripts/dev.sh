@@ -18,6 +18,7 @@ PACKAGES=(
   libmaxmind-db-writer-perl prometheus
   dpkg-dev lintian man-db systemd systemd-container strace adduser logrotate
   nginx-light iperf3 libbpf-tools linux-perf
+  librsvg2-bin  # compare --plot png (rsvg-convert)
 )
 
 die() { echo "dev.sh: $*" >&2; exit 1; }
@@ -44,7 +45,11 @@ python_with_pytest() {
   if python3 -c 'import pytest' 2>/dev/null; then echo python3; else echo /usr/bin/python3; fi
 }
 
-[[ $EUID -eq 0 ]] || die "run as root (sudo $0 $*): it installs packages and loads BPF programs"
+# A fresh Debian machine has no sudo: name the way in that this machine has.
+if [[ $EUID -ne 0 ]]; then
+  if command -v sudo >/dev/null 2>&1; then how="sudo $0 $*"; else how="su -c '$0 $*' (this machine has no sudo)"; fi
+  die "needs root: it installs Debian packages and loads BPF programs; as $(id -un): $how"
+fi
 cmd=${1:-}
 shift || true
 case "$cmd" in

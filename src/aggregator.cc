@@ -96,11 +96,12 @@ const std::vector<double>& fct_buckets_seconds() {
   return b;
 }
 
-// Throughput, bits/s: 100 kbit/s .. 100 Gbit/s in 1-2-5 steps (19 buckets).
-const std::vector<double>& throughput_buckets_bps() {
+// Throughput, bytes/s (Prometheus' base unit): 10 kB/s .. 10 GB/s in 1-2-5
+// steps (19 buckets), i.e. 80 kbit/s .. 80 Gbit/s.
+const std::vector<double>& throughput_buckets_bytes_per_second() {
   static const std::vector<double> b{
-      1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7, 2e7, 5e7, 1e8,
-      2e8, 5e8, 1e9, 2e9, 5e9, 1e10, 2e10, 5e10, 1e11};
+      1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7,
+      2e7, 5e7, 1e8, 2e8, 5e8, 1e9, 2e9, 5e9, 1e10};
   return b;
 }
 
@@ -124,7 +125,7 @@ uint64_t series_budget(const AggregatorOptions& o, uint64_t peer_classes, uint64
                                  + kDirs * kOutcomes                     // flows_total
                                  + kCaStates                             // congestion_state_seconds_total
                                  + size_classes * histogram(fct_buckets_seconds())
-                                 + histogram(throughput_buckets_bps())  //
+                                 + histogram(throughput_buckets_bytes_per_second())  //
                                  + 2 * histogram(rtt_buckets_seconds());
   const uint64_t asn_values = uint64_t{o.top_n} + o.max_stale_asns + 2;  // + "0" and "other"
   return peer_classes * congestion_controls * (asn_values * per_label_set + 1);
@@ -218,8 +219,8 @@ Aggregator::Aggregator(std::shared_ptr<prometheus::Registry> registry, Aggregato
               .Help("Flow completion time (first SYN to last byte acknowledged) of completed flows that moved data.")
               .Register(r);
   throughput_ = &prometheus::BuildHistogram()
-                     .Name("tcpscope_flow_throughput_bits_per_second")
-                     .Help("8 * payload bytes / flow completion time, completed flows of at least throughput_min_bytes.")
+                     .Name("tcpscope_flow_throughput_bytes_per_second")
+                     .Help("Payload bytes / flow completion time, completed flows of at least throughput_min_bytes.")
                      .Register(r);
   srtt_ = &prometheus::BuildHistogram()
                .Name("tcpscope_srtt_seconds")
@@ -339,8 +340,8 @@ bool Aggregator::add(const FlowRecord& f) {
     p.fct[sc].add(fct_buckets_seconds(), us_to_seconds(fct_us));
 
     if (bytes >= options_.throughput_min_bytes && fct_us > 0) {
-      if (!s->throughput) s->throughput = &throughput_->Add(s->base(), throughput_buckets_bps());
-      p.throughput.add(throughput_buckets_bps(), 8.0 * static_cast<double>(bytes) / us_to_seconds(fct_us));
+      if (!s->throughput) s->throughput = &throughput_->Add(s->base(), throughput_buckets_bytes_per_second());
+      p.throughput.add(throughput_buckets_bytes_per_second(), static_cast<double>(bytes) / us_to_seconds(fct_us));
     }
     // 0 means no RTT sample; the kernel's "no min_rtt yet" is ~0U.
     if (f.srtt_us) {

@@ -14,7 +14,7 @@
 //   10  flows_total (2 dir x 5 outcome)
 //   5   congestion_state_seconds_total (5 states)
 //   27 S flow_completion_seconds (S size classes x (24 buckets + Inf + 2))
-//   22  flow_throughput_bits_per_second (19 + Inf + 2)
+//   22  flow_throughput_bytes_per_second (19 + Inf + 2)
 //   54  srtt_seconds, min_rtt_seconds (2 x (24 + Inf + 2))
 // i.e. P = 95 + 27 S series, and the families hold at most
 //   C * A * K * P + C * K (tcpscope_active_flows)
@@ -83,9 +83,9 @@ struct AggregatorOptions {
   static AggregatorOptions from_config(const Config& config);
 };
 
-// Histogram bucket upper bounds (seconds, bits/s), documented in aggregator.cc.
+// Histogram bucket upper bounds (seconds, bytes/s), documented in aggregator.cc.
 const std::vector<double>& fct_buckets_seconds();
-const std::vector<double>& throughput_buckets_bps();
+const std::vector<double>& throughput_buckets_bytes_per_second();
 const std::vector<double>& rtt_buckets_seconds();
 
 // The most series (Prometheus samples: each histogram bucket, _sum and

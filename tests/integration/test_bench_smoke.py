@@ -55,6 +55,39 @@ def test_churn_reports_every_variant(tmp_path):
     assert d["baseline_noise"]["baseline_runs"] >= 2
 
 
+def tracing_mounts():
+    """(mount point, fs type) of every tracefs and debugfs mount this process sees."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields, fstype = line.split(" - ")[0].split(), line.split(" - ")[1].split()[0]
+        if fstype in ("tracefs", "debugfs"):
+            found.append((fields[4], fstype))
+    return sorted(found)
+
+
+def test_churn_runs_tcplife_where_tracefs_is_not_mounted(tmp_path):
+    """A fresh machine mounts neither tracefs nor debugfs, and libbpf-tools'
+    tcplife finds its tracepoint's ID there. The benchmark runs here in a mount
+    namespace where both are unmounted, whatever this machine has, and must
+    still run tcplife, then leave the machine's mounts as they were."""
+    assert Path("/usr/sbin/tcplife").exists(), "libbpf-tools missing (scripts/dev.sh installs it)"
+    before = tracing_mounts()
+    out = tmp_path / "churn.json"
+    unmount_all = ('for i in 1 2 3 4; do for m in /sys/kernel/debug/tracing /sys/kernel/tracing /sys/kernel/debug; do '
+                   'if mountpoint -q $m; then umount -l $m || exit 98; fi; done; done; '
+                   'if mountpoint -q /sys/kernel/tracing || mountpoint -q /sys/kernel/debug; then exit 99; fi; '
+                   'exec "$@"')
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", unmount_all, "sh",
+                        sys.executable, str(BENCH / "churn.py"), "--variants", "tcplife", "--seconds", "1",
+                        "--prefixes", "20000", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "TCPSCOPE_BUILD": str(BUILD)})
+    assert r.returncode == 0, f"churn.py failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    tcplife = next(v for v in json.loads(out.read_text())["variants"] if v["variant"] == "tcplife")
+    assert "skipped" not in tcplife, tcplife
+    assert tcplife["connections"] > 0 and tcplife["flows_recorded"] > 0, tcplife
+    assert tracing_mounts() == before, "the benchmark left tracefs or debugfs mounted or unmounted"
+
+
 def test_floor_reports_every_step(tmp_path):
     d = run_script("floor", tmp_path, "--seconds", "2", "--reps", "1", "--prefixes", "20000")
     by_name = {v["variant"]: v for v in d["variants"]}

@@ -189,7 +189,7 @@ def test_dashboard_is_importable_and_covers_the_ab_panels():
         # CUBIC vs BBR per peer class (a repeated row) and per ASN.
         assert any(p["type"] == "row" and p.get("repeat") == "peer_class" for p in panels)
         exprs = " ".join(t["expr"] for p in panels for t in p.get("targets", []))
-        for needed in ("tcpscope_flow_completion_seconds_bucket", "tcpscope_flow_throughput_bits_per_second_bucket",
+        for needed in ("tcpscope_flow_completion_seconds_bucket", "tcpscope_flow_throughput_bytes_per_second_bucket",
                        "tcpscope_retransmitted_segments_total", "tcpscope_srtt_seconds_bucket",
                        "tcpscope_records_lost_total"):
             assert needed in exprs, f"{path.name}: no panel uses {needed}"

@@ -216,11 +216,40 @@ def test_records_are_enriched_and_metrics_match_the_flow_log(lab, lab_daemon, ne
     exp = collections.Counter((str(r["asn"]), r["dir"], r["outcome"]) for r in recs)
     assert got == exp
 
-    # promtool accepts the exposition (scripts/dev.sh installs it: missing is a failure).
+    assert promtool_findings(text) == ""
+
+
+def promtool_findings(metrics_text):
+    """What `promtool check metrics` says of an exposition: its exit code and
+    every line it prints (a lint finding exits 3 and names the metric)."""
     promtool = shutil.which("promtool")
     assert promtool, "promtool not found: install Debian's prometheus package (scripts/dev.sh)"
-    p = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
-    assert p.returncode == 0, p.stdout + p.stderr
+    p = subprocess.run([promtool, "check", "metrics"], input=metrics_text, capture_output=True, text=True)
+    out = (p.stdout + p.stderr).strip()
+    return out if out or p.returncode == 0 else f"exit code {p.returncode}"
+
+
+def test_promtool_finds_nothing_in_a_scrape_taken_with_traffic(lab, lab_daemon, net, tmp_path):
+    """Every family with series in it: flows of several sizes and classes, a
+    4 MB download (the throughput histogram), and a connection still open when
+    the scrape is taken (the active-flow gauge). promtool lints names, units
+    and types; any finding fails."""
+    lab.run_traffic(tmp_path)
+    server, _ = net.serve(tmp_path, net.srv_v4, 2, port=8090)
+    big = net.client(tmp_path, net.srv_v4, count=1, req=100, resp=4_000_000, port=8090)
+    assert all("error" not in c for c in big), big
+    idle = net.spawn(net.cli, sys.executable, str(TRAFFIC), "client", "--addr", net.srv_v4, "--port", "8090",
+                     "--req", "10", "--resp", "1000", "--request-after", "8000",
+                     "--out", str(tmp_path / "idle.jsonl"))
+    wait_for(lambda: (lab_daemon.metric_value("tcpscope_active_flows") or 0) >= 1, 15, interval=0.2,
+             what="the idle connection in tcpscope_active_flows")
+    wait_for(lambda: (lab_daemon.metric_value("tcpscope_flow_throughput_bytes_per_second_count") or 0) >= 2, 10,
+             interval=0.2, what="both ends of the 4 MB download in the throughput histogram")
+    text = lab_daemon.metrics()
+    assert idle.poll() is None, "the idle connection should still be open at the scrape"
+    assert promtool_findings(text) == ""
+    idle.wait(timeout=30)
+    server.wait(timeout=30)
 
 
 def test_prometheus_server_sees_per_asn_counts(lab, lab_daemon, net, tmp_path):

@@ -424,12 +424,12 @@ def test_retransmit_rate_tracks_the_emulated_loss(lab, daemon, tmp_path):
 
 
 def throughput_series(daemon, asn):
-    """(sum, count) of tcpscope_flow_throughput_bits_per_second for one ASN."""
+    """(sum, count) of tcpscope_flow_throughput_bytes_per_second for one ASN."""
     text = daemon.metrics()
     vals = {}
     for suffix in ("sum", "count"):
         total = 0.0
-        for m in re.finditer(rf'^tcpscope_flow_throughput_bits_per_second_{suffix}\{{([^}}]*)\}} (\S+)$',
+        for m in re.finditer(rf'^tcpscope_flow_throughput_bytes_per_second_{suffix}\{{([^}}]*)\}} (\S+)$',
                              text, re.M):
             if f'asn="{asn}"' in m.group(1):
                 total += float(m.group(2))
@@ -451,9 +451,9 @@ def test_throughput_of_a_30mb_transfer_is_bytes_over_time(lab, daemon, tmp_path)
     moved = c["sent"] + 8 + c["received"]              # what the client wrote and read
     truth = 8 * moved / (c["clock_us"] / 1e6)
     wait_for(lambda: throughput_series(daemon, ep.path.asn)[1] == n0 + 1, 10,
-             what="the transfer in tcpscope_flow_throughput_bits_per_second")
+             what="the transfer in tcpscope_flow_throughput_bytes_per_second")
     sum1, _ = throughput_series(daemon, ep.path.asn)
-    exported = sum1 - sum0
+    exported = 8 * (sum1 - sum0)                       # bytes/s -> bits/s
     per_record = {r["dir"]: 8 * (r["bytes_acked"] + r["bytes_received"]) / (r["fct_us"] / 1e6)
                   for r in (a, p)}
     print(f"\n30 MB over 50 Mbit/s: client {truth / 1e6:.2f} Mbit/s, /metrics (server side) "

@@ -185,7 +185,7 @@ TEST_F(AggregatorTest, FailedAndEmptyFlowsFeedNoHistogram) {
   EXPECT_EQ(s.counter("tcpscope_flows_total", with(with(base("0"), "dir", "passive"), "outcome", "ok")), 2);
   EXPECT_EQ(s.counter("tcpscope_flows_total", with(with(base("0"), "dir", "passive"), "outcome", "reset")), 1);
   EXPECT_EQ(s.counter("tcpscope_flows_total", with(with(base("0"), "dir", "passive"), "outcome", "timeout")), 1);
-  for (const char* h : {"tcpscope_flow_completion_seconds", "tcpscope_flow_throughput_bits_per_second",
+  for (const char* h : {"tcpscope_flow_completion_seconds", "tcpscope_flow_throughput_bytes_per_second",
                         "tcpscope_srtt_seconds", "tcpscope_min_rtt_seconds"})
     EXPECT_TRUE(s.series(h).empty()) << h;
 }
@@ -243,21 +243,21 @@ TEST_F(AggregatorTest, ThroughputOnlyForFlowsOfAtLeastTheThreshold) {
   Aggregator agg(registry_, no_warmup());
   agg.add(good_flow(0, 2999999, 1000000));  // one byte short
   Scrape before(*registry_);
-  EXPECT_TRUE(before.series("tcpscope_flow_throughput_bits_per_second").empty());
+  EXPECT_TRUE(before.series("tcpscope_flow_throughput_bytes_per_second").empty());
 
-  agg.add(good_flow(0, 3000000, 1000000));   // 24 Mbit/s
+  agg.add(good_flow(0, 3000000, 1000000));   // 3 MB/s
   FlowRecord split = good_flow(0, 1000000, 200000);
-  split.bytes_received = 2000000;            // 3 MB in 200 ms: 120 Mbit/s
+  split.bytes_received = 2000000;            // 3 MB in 200 ms: 15 MB/s
   agg.add(split);
   Scrape s(*registry_);
-  const auto* h = s.histogram("tcpscope_flow_throughput_bits_per_second", base("0"));
+  const auto* h = s.histogram("tcpscope_flow_throughput_bytes_per_second", base("0"));
   ASSERT_TRUE(h);
   EXPECT_EQ(h->sample_count, 2u);
-  EXPECT_DOUBLE_EQ(h->sample_sum, 24e6 + 120e6);
-  EXPECT_EQ(bucket(*h, 2e7), 0u);
-  EXPECT_EQ(bucket(*h, 5e7), 1u);
-  EXPECT_EQ(bucket(*h, 1e8), 1u);
-  EXPECT_EQ(bucket(*h, 2e8), 2u);
+  EXPECT_DOUBLE_EQ(h->sample_sum, 3e6 + 15e6);
+  EXPECT_EQ(bucket(*h, 2e6), 0u);
+  EXPECT_EQ(bucket(*h, 5e6), 1u);
+  EXPECT_EQ(bucket(*h, 1e7), 1u);
+  EXPECT_EQ(bucket(*h, 2e7), 2u);
 }
 
 TEST_F(AggregatorTest, ThroughputThresholdIsConfigurable) {
@@ -265,12 +265,12 @@ TEST_F(AggregatorTest, ThroughputThresholdIsConfigurable) {
   o.throughput_min_bytes = 1000;
   Aggregator agg(registry_, o);
   agg.add(good_flow(0, 999, 1000));
-  agg.add(good_flow(0, 1000, 1000));  // 1000 B in 1 ms: 8 Mbit/s
+  agg.add(good_flow(0, 1000, 1000));  // 1000 B in 1 ms: 1 MB/s
   Scrape s(*registry_);
-  const auto* h = s.histogram("tcpscope_flow_throughput_bits_per_second", base("0"));
+  const auto* h = s.histogram("tcpscope_flow_throughput_bytes_per_second", base("0"));
   ASSERT_TRUE(h);
   EXPECT_EQ(h->sample_count, 1u);
-  EXPECT_DOUBLE_EQ(h->sample_sum, 8e6);
+  EXPECT_DOUBLE_EQ(h->sample_sum, 1e6);
 }
 
 TEST_F(AggregatorTest, RttHistogramsInSeconds) {
@@ -490,7 +490,7 @@ TEST_F(AggregatorTest, MetricTypesAreAsSpecified) {
       {"tcpscope_retransmitted_segments_total", T::Counter},
       {"tcpscope_congestion_state_seconds_total", T::Counter},
       {"tcpscope_flow_completion_seconds", T::Histogram},
-      {"tcpscope_flow_throughput_bits_per_second", T::Histogram},
+      {"tcpscope_flow_throughput_bytes_per_second", T::Histogram},
       {"tcpscope_srtt_seconds", T::Histogram},
       {"tcpscope_min_rtt_seconds", T::Histogram},
       {"tcpscope_active_flows", T::Gauge},

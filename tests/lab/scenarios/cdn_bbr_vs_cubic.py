@@ -13,7 +13,7 @@ congestion control, the distributions tcpscope exported:
     size_class lt_100k, 100k_1m, 1m_3m, ge_3m), from the daemon's /metrics
     histogram and exactly from its flow log; classes the mix has no objects
     in show n=0;
-  * throughput of flows >= 3 MB (tcpscope_flow_throughput_bits_per_second);
+  * throughput of flows >= 3 MB (tcpscope_flow_throughput_bytes_per_second);
   * beside them, the proxy-log view nginx gives of the same objects
     ($request_time), which starts only once the request has arrived.
 
@@ -202,7 +202,10 @@ def run(args):
             ep_info["stats"] = json.loads(f.read_text())
 
     fct = parse_histograms(metrics, "tcpscope_flow_completion_seconds")
-    thr = parse_histograms(metrics, "tcpscope_flow_throughput_bits_per_second")
+    # Exported in bytes/s (Prometheus' base unit); reported here in bits/s
+    # beside the paths' bottlenecks, which are link rates.
+    thr = {labels: [(8 * le, c) for le, c in buckets]
+           for labels, buckets in parse_histograms(metrics, "tcpscope_flow_throughput_bytes_per_second").items()}
     flows_total = {}   # (peer_class, asn, cc, outcome) -> passive flows
     for m in re.finditer(r"^tcpscope_flows_total\{([^}]*)\} (\S+)$", metrics, re.M):
         d = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
