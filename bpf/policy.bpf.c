@@ -12,6 +12,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include <bpf/bpf_core_read.h>
 
 #include "flow_state.h"
 
@@ -243,6 +244,17 @@ int cc_policy(struct bpf_sock_ops *skops)
 	return 1;
 }
 
+/* CAP_NET_ADMIN in the caller's effective set. The kernel asks it of the
+ * socket's network namespace's user namespace; the effective set is the
+ * caller's own namespace's, which is that one but for a socket in a
+ * namespace the caller's user namespace does not own. */
+static __always_inline bool may_net_admin(void)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+
+	return BPF_CORE_READ(task, cred, cap_effective.val) & (1ULL << 12 /* CAP_NET_ADMIN */);
+}
+
 SEC("cgroup/setsockopt")
 int watch_setsockopt(struct bpf_sockopt *ctx)
 {
@@ -266,8 +278,17 @@ int watch_setsockopt(struct bpf_sockopt *ctx)
 		name.name[i] = p[i];
 	}
 	known = bpf_map_lookup_elem(&cc_names, &name);
-	app_cc = known && *known <= TCPSCOPE_MAX_CC_NAMES ? *known : 0;
-	bump(&app_cc_calls, app_cc * 2 + TCPSCOPE_APP_CC_OBSERVED);
+	app_cc = known ? *known & TCPSCOPE_CC_INDEX_MASK : 0;
+	if (app_cc > TCPSCOPE_MAX_CC_NAMES)
+		app_cc = 0;
+	/* This hook runs before the kernel's checks: a restricted algorithm
+	 * (not in tcp_allowed_congestion_control) named by a caller without
+	 * CAP_NET_ADMIN fails with EPERM and changes nothing. */
+	if (app_cc && !(*known & TCPSCOPE_CC_ALLOWED) && !may_net_admin()) {
+		bump(&app_cc_calls, app_cc * TCPSCOPE_APP_CC_ACTIONS + TCPSCOPE_APP_CC_REFUSED);
+		return 1;
+	}
+	bump(&app_cc_calls, app_cc * TCPSCOPE_APP_CC_ACTIONS + TCPSCOPE_APP_CC_OBSERVED);
 	/* A name the kernel does not offer: the call fails (ENOENT), nothing
 	 * changes for the socket. */
 	if (!app_cc || !ctx->sk)
@@ -286,7 +307,7 @@ int watch_setsockopt(struct bpf_sockopt *ctx)
 		/* The policy already chose for this (established) socket: the call
 		 * succeeds for the application but the kernel does not apply it. */
 		sp->overridden = 1;
-		bump(&app_cc_calls, app_cc * 2 + TCPSCOPE_APP_CC_OVERRIDDEN);
+		bump(&app_cc_calls, app_cc * TCPSCOPE_APP_CC_ACTIONS + TCPSCOPE_APP_CC_OVERRIDDEN);
 		ctx->optlen = -1;
 		return 1;
 	}
@@ -321,9 +342,10 @@ int guard_sysctl(struct bpf_sysctl *ctx)
 {
 	struct tcpscope_policy_state *ps;
 	struct tcpscope_sysctl_event *ev;
+	struct task_struct *task;
 	__u64 w[4] = {};
-	__u32 idx;
-	bool deny;
+	__u32 idx, netns;
+	bool deny, other;
 	int len;
 
 	if (!ctx->write)
@@ -339,15 +361,23 @@ int guard_sysctl(struct bpf_sysctl *ctx)
 		idx = 1;
 	else
 		return 1;
+	/* The namespace whose sysctl this is: the writer's (the kernel looks
+	 * the table up in the opener's, and the two are the same but for a
+	 * descriptor passed between namespaces). */
+	task = (struct task_struct *)bpf_get_current_task();
+	netns = BPF_CORE_READ(task, nsproxy, net_ns, ns.inum);
 	ps = state();
-	deny = ps && ps->loaded && ps->sysctl_guard == TCPSCOPE_SYSCTL_DENY;
-	bump(&sysctl_writes, idx * 2 + (deny ? 1 : 0));
+	other = !ps || netns != ps->host_netns;
+	deny = ps && ps->loaded && ps->sysctl_guard == TCPSCOPE_SYSCTL_DENY && !other;
+	bump(&sysctl_writes, TCPSCOPE_SYSCTL_SLOT(idx, other, deny));
 
 	ev = bpf_ringbuf_reserve(&sysctl_log, sizeof(*ev), 0);
 	if (ev) {
 		ev->pid = bpf_get_current_pid_tgid() >> 32;
 		ev->name_idx = idx;
 		ev->denied = deny;
+		ev->netns = netns;
+		ev->other_netns = other;
 		bpf_get_current_comm(ev->comm, sizeof(ev->comm));
 		len = bpf_sysctl_get_new_value(ctx, ev->value, sizeof(ev->value));
 		ev->truncated = len == -E2BIG;

@@ -533,6 +533,8 @@ bool AsnDatabaseBuilder::parse_line(std::string_view line, std::string* why) {
   return false;
 }
 
+constexpr size_t kMaxPrefixLineBytes = 64 * 1024;  // pfx2as lines are under 100 bytes, with an org a few hundred
+
 bool AsnDatabaseBuilder::load_prefix_file(const std::string& path, std::string* error) {
   // gzopen reads plain files transparently, so .gz needs no special case.
   errno = 0;
@@ -572,6 +574,14 @@ bool AsnDatabaseBuilder::load_prefix_file(const std::string& path, std::string* 
       break;
     }
     line.append(buf, n);
+    if (line.size() > kMaxPrefixLineBytes) {
+      // Not a prefix file: a gzip bomb of one line would otherwise be read
+      // whole into memory.
+      *error = path + ":" + std::to_string(line_no + 1) + ": line longer than " +
+               std::to_string(kMaxPrefixLineBytes) + " bytes (not a prefix file?)";
+      ok = false;
+      break;
+    }
     if (!line.empty() && line.back() == '\n') {
       ok = handle();
       line.clear();

@@ -89,12 +89,22 @@ tcpscope_remote_key remote_key(const IpAddr& addr, int len) {
   return k;
 }
 
-std::vector<std::string> loaded_congestion_controls() {
+namespace {
+std::vector<std::string> words_of(const char* path) {
   std::vector<std::string> out;
-  std::ifstream in("/proc/sys/net/ipv4/tcp_available_congestion_control");
+  std::ifstream in(path);
   std::string name;
   while (in >> name) out.push_back(name);
   return out;
+}
+}  // namespace
+
+std::vector<std::string> loaded_congestion_controls() {
+  return words_of("/proc/sys/net/ipv4/tcp_available_congestion_control");
+}
+
+std::vector<std::string> allowed_congestion_controls() {
+  return words_of("/proc/sys/net/ipv4/tcp_allowed_congestion_control");
 }
 
 std::vector<std::pair<std::string, std::string>> unloaded_module_congestion_controls(

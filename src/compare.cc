@@ -1,4 +1,5 @@
 #include "compare.h"
+#include "utf8_text.h"
 
 #include <algorithm>
 #include <cmath>
@@ -291,8 +292,9 @@ std::string format_compare_table(const CompareResult& r) {
   for (const char* h : {"diff", "95% CI", "p", "q", "P(B better)", "verdict"}) header.push_back(h);
   std::vector<std::vector<std::string>> rows;
   for (const auto& g : r.groups) {
-    std::vector<std::string> row = {g.group};
-    if (sized) row.push_back(g.size_class.value_or("-"));
+    // A group may be a process or AS name: shown, never obeyed by the terminal.
+    std::vector<std::string> row = {printable_text(g.group)};
+    if (sized) row.push_back(printable_text(g.size_class.value_or("-")));
     row.push_back(std::to_string(g.a.n));
     row.push_back(std::to_string(g.b.n));
     for (const ArmSummary* s : {&g.a, &g.b}) {

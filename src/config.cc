@@ -156,9 +156,10 @@ class ConfigParser {
  public:
   ConfigParser(std::string file, const std::vector<std::string>& available_cc,
                std::vector<ConfigError>* errors)
-      : file_(std::move(file)), available_cc_(available_cc), errors_(errors) {}
+      : file_(std::move(file)), available_cc_(available_cc), errors_(errors), first_error_(errors->size()) {}
 
   Config parse(const std::string& text);
+  size_t unlisted_errors() const { return unlisted_errors_; }
 
  private:
   // Where a node is, 1-based. A null node's mark points at the next token
@@ -168,8 +169,14 @@ class ConfigParser {
     return n.Mark().line + 1;
   }
 
+  // A file of a million bad entries (or of aliases to them) gets a page of
+  // errors, not a million log lines on a SIGHUP.
+  static constexpr size_t kMaxErrors = 50;
   void error(int line, std::string message) {
-    errors_->push_back(ConfigError{file_, line, std::move(message)});
+    if (errors_->size() - first_error_ < kMaxErrors)
+      errors_->push_back(ConfigError{file_, line, std::move(message)});
+    else
+      ++unlisted_errors_;
   }
 
   // The entries of a mapping in document order. Reports a value that is not a
@@ -208,6 +215,8 @@ class ConfigParser {
   std::string file_;
   const std::vector<std::string>& available_cc_;
   std::vector<ConfigError>* errors_;
+  size_t first_error_;
+  size_t unlisted_errors_ = 0;
 
   // Filled while parsing, checked at the end.
   struct PeerClassRef {
@@ -458,7 +467,7 @@ void ConfigParser::parse_asn(const Entry& e, AsnConfig* asn) {
 }
 
 void ConfigParser::parse_http(const Entry& e, HttpConfig* http) {
-  // basic_auth_password is known only to say why it is refused.
+  // basic_auth_password and tls_certificate are known only to say why they are refused.
   static const std::vector<std::string> kKeys = {"tls_certificate", "basic_auth_user",
                                                  "basic_auth_password_sha256", "basic_auth_password"};
   int user_line = 0, digest_line = 0;
@@ -466,14 +475,8 @@ void ConfigParser::parse_http(const Entry& e, HttpConfig* http) {
     if (f.value.IsNull()) continue;
     const int vline = line_of(f.value, f.line);
     if (f.key == "tls_certificate") {
-      if (auto s = string_value(f, "http.tls_certificate")) {
-        if (s->empty() || (*s)[0] != '/') {
-          error(vline, "http.tls_certificate must be an absolute path to a PEM file with the "
-                       "private key and the certificate, got " + quoted(*s));
-        } else {
-          http->tls_certificate = *s;
-        }
-      }
+      error(f.line, "http.tls_certificate: tcpscope serves plain HTTP only; keep listen on a loopback address "
+                    "and put a TLS proxy in front (README \"Security\")");
     } else if (f.key == "basic_auth_user") {
       user_line = f.line;
       if (auto s = string_value(f, "http.basic_auth_user")) {
@@ -1006,10 +1009,14 @@ Config parse_config(const std::string& yaml_text, const std::string& file_name,
                     const std::vector<std::string>& available_cc,
                     std::vector<ConfigError>* errors) {
   const size_t first_new = errors->size();
-  Config c = ConfigParser(file_name, available_cc, errors).parse(yaml_text);
+  ConfigParser parser(file_name, available_cc, errors);
+  Config c = parser.parse(yaml_text);
   // Found section by section; reported top to bottom.
   std::stable_sort(errors->begin() + first_new, errors->end(),
                    [](const ConfigError& a, const ConfigError& b) { return a.line < b.line; });
+  if (parser.unlisted_errors())
+    errors->push_back(ConfigError{file_name, 0, "and " + std::to_string(parser.unlisted_errors()) +
+                                                    " more errors, not listed"});
   return c;
 }
 

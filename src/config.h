@@ -78,17 +78,13 @@ struct CcPolicy {
   std::vector<CcRule> rules;
 };
 
-// `http:` the endpoint's TLS and basic authentication (README "Security").
-// Both are off by default: the default listen address is loopback.
+// `http:` the endpoint's basic authentication (README "Security"), off by
+// default: the default listen address is loopback. TLS is a proxy's job.
 struct HttpConfig {
-  // One PEM file with the private key and the certificate (chain after it):
-  // civetweb reads both from one file. "" = plain HTTP.
-  std::string tls_certificate;
   // Basic authentication for /metrics and /api/*; /healthz stays open.
   // "" = none. The password is given only as its SHA-256 (64 hex digits).
   std::string basic_auth_user;
   std::string basic_auth_password_sha256;
-  bool tls() const { return !tls_certificate.empty(); }
   bool basic_auth() const { return !basic_auth_user.empty(); }
 };
 

@@ -17,7 +17,6 @@ const std::vector<ReloadRule>& reload_rules() {
       NEXT_START("flow_log", flow_log),                    // a SIGHUP reopens the same path (logrotate)
       NEXT_START("cgroup", cgroup),                        // the policy programs are attached there
       NEXT_START("ring_buffer_bytes", ring_buffer_bytes),  // the map is sized at load
-      NEXT_START("http.tls_certificate", http.tls_certificate),  // civetweb reads it at start
       APPLIED("http.basic_auth_user", http.basic_auth_user),
       APPLIED("http.basic_auth_password_sha256", http.basic_auth_password_sha256),
       APPLIED("asn", asn),

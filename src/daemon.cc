@@ -153,7 +153,7 @@ class Daemon {
   void apply_reload(PreparedReload& r);
   void start_snapshot();
   void finish_snapshot();
-  std::string open_flows_json() const;
+  std::string open_flows_json(const std::string& query) const;
   std::pair<bool, std::string> health() const;
 
   RunOptions opts_;
@@ -216,7 +216,7 @@ int Daemon::start() {
   if (!http_) return fail(error);
   http_->serve_metrics(registry_);
   http_->set_health([this] { return health(); });
-  http_->handle_json("/api/v1/flows", [this](const std::string&) { return open_flows_json(); });
+  http_->handle_json("/api/v1/flows", [this](const std::string& q) { return open_flows_json(q); });
   http_->handle_json("/api/v1/distributions",
                      [this](const std::string& q) { return distributions_->handle_query(q); });
 
@@ -425,7 +425,9 @@ void Daemon::start_snapshot() {
   const int link = probe_->snapshot_link_fd();
   if (link < 0 || snapshot_.running()) return;
   snapshot_.start([link, rotation = &snapshot_rotation_] {
-    return snapshot_all_namespaces(link, kSnapshotBudget, rotation);
+    FlowSnapshot snap = snapshot_all_namespaces(link, kSnapshotBudget, rotation);
+    sort_by_flow_identity(&snap.flows);  // here, off the ring's loop
+    return snap;
   });
 }
 
@@ -454,8 +456,9 @@ void Daemon::finish_snapshot() {
   }
 }
 
-std::string Daemon::open_flows_json() const {
-  return std::atomic_load(&open_flows_)->to_json();
+std::string Daemon::open_flows_json(const std::string& query) const {
+  const FlowsPage page = parse_flows_query(query);
+  return std::atomic_load(&open_flows_)->to_json(page.offset, page.limit);
 }
 
 std::pair<bool, std::string> Daemon::health() const {

@@ -54,8 +54,9 @@ struct FlowDistributions::Entry {
 };
 
 struct FlowDistributions::Generation {
-  explicit Generation(Clock::time_point t) : start(t) {}
+  Generation(Clock::time_point t, uint64_t n) : start(t), serial(n) {}
   Clock::time_point start;
+  uint64_t serial;
   std::unordered_map<uint64_t, Entry> entries;
   uint64_t flows = 0;
   uint64_t folded_flows = 0;  // counted under asn "other": key table full
@@ -64,9 +65,9 @@ struct FlowDistributions::Generation {
 FlowDistributions::FlowDistributions(FlowDistributionsOptions options)
     : options_(std::move(options)),
       metric_options_{options_.size_classes_bytes, options_.throughput_min_bytes},
-      size_class_names_(size_class_names(options_.size_classes_bytes)),
-      arm_names_{"null"},  // id 0: no arm (the flow log's null)
-      current_(std::make_unique<Generation>(Clock::now())) {
+      current_(std::make_unique<Generation>(Clock::now(), ++generations_made_)) {
+  names_.size_classes = size_class_names(options_.size_classes_bytes);
+  names_.arms = {"null"};  // id 0: no arm (the flow log's null)
   // Fail at start, not at the first flow, on an impossible accuracy.
   FlowSketch probe(options_.relative_accuracy, options_.max_buckets);
 }
@@ -86,7 +87,7 @@ void FlowDistributions::rotate_if_due(Clock::time_point now) {
   const auto window = std::chrono::duration<double>(options_.window_s);
   if (options_.window_s <= 0 || now - current_->start < window) return;
   previous_ = std::move(current_);
-  current_ = std::make_unique<Generation>(now);
+  current_ = std::make_unique<Generation>(now, ++generations_made_);
 }
 
 FlowDistributions::Entry* FlowDistributions::entry_for(uint64_t key, uint64_t folded_key, bool top_asn) {
@@ -134,9 +135,9 @@ void FlowDistributions::add_at(const FlowRecord& flow, AsnLabel asn_label, Clock
     values[m] = metric_value(static_cast<CompareMetric>(m), in, metric_options_);
   const uint32_t sc = std::min(size_class_index(in.bytes, options_.size_classes_bytes), kMaxSizeClass);
   rotate_if_due(now);
-  const uint8_t cls = intern(&class_names_, flow.peer_class);
-  const uint8_t cc = intern(&cc_names_, flow.cc);
-  const uint8_t arm = flow.arm ? intern(&arm_names_, *flow.arm) : 0;
+  const uint8_t cls = intern(&names_.classes, flow.peer_class);
+  const uint8_t cc = intern(&names_.ccs, flow.cc);
+  const uint8_t arm = flow.arm ? intern(&names_.arms, *flow.arm) : 0;
   Entry* e = entry_for(pack_key(cls, cc, arm, sc, false, flow.asn), pack_key(cls, cc, arm, sc, true, 0), top_asn);
   if (!e) {
     ++dropped_flows_;
@@ -165,21 +166,21 @@ bool FlowDistributions::update_options(FlowDistributionsOptions options) {
   options_ = std::move(options);
   metric_options_ = MetricOptions{options_.size_classes_bytes, options_.throughput_min_bytes};
   if (reset) {
-    size_class_names_ = size_class_names(options_.size_classes_bytes);
+    names_.size_classes = size_class_names(options_.size_classes_bytes);
     previous_.reset();
-    current_ = std::make_unique<Generation>(Clock::now());
+    current_ = std::make_unique<Generation>(Clock::now(), ++generations_made_);
   }
   return reset;
 }
 
-std::string FlowDistributions::key_field(uint64_t key, const std::string& field) const {
-  if (field == "peer_class") return interned_name(class_names_, key_class(key));
-  if (field == "cc") return interned_name(cc_names_, key_cc(key));
-  if (field == "arm") return interned_name(arm_names_, key_arm(key));
+std::string FlowDistributions::KeyNames::field(uint64_t key, const std::string& field) const {
+  if (field == "peer_class") return interned_name(classes, key_class(key));
+  if (field == "cc") return interned_name(ccs, key_cc(key));
+  if (field == "arm") return interned_name(arms, key_arm(key));
   if (field == "asn") return key_other(key) ? kOverflowName : std::to_string(key_asn(key));
   if (field == "size_class") {
     const uint32_t sc = key_size_class(key);
-    return sc < size_class_names_.size() ? size_class_names_[sc] : "?";
+    return sc < size_classes.size() ? size_classes[sc] : "?";
   }
   return "";
 }
@@ -208,31 +209,64 @@ FlowDistributions::QueryResult FlowDistributions::query_at(CompareMetric metric,
   const int mi = static_cast<int>(metric);
   const bool sized = split_by_size_class(metric);
   QueryResult out;
+
+  // Under the lock: the keys with a sketch of this metric, and their names.
+  struct Item {
+    uint64_t generation, key;
+    bool in_a = false, in_b = false;
+    std::map<std::pair<std::string, uint32_t>, Group>::iterator group;
+  };
+  std::vector<Item> items;
+  KeyNames names;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rotate_if_due(now);
+    const Generation* oldest = previous_ ? previous_.get() : current_.get();
+    out.covers_s = std::chrono::duration<double>(now - oldest->start).count();
+    names = names_;
+    for (const Generation* gen : {previous_.get(), current_.get()}) {
+      if (!gen) continue;
+      out.folded_flows += gen->folded_flows;
+      for (const auto& [key, entry] : gen->entries)
+        if (entry.sketch[mi] && !entry.sketch[mi]->empty()) items.push_back(Item{gen->serial, key});
+    }
+  }
+
+  // Without it: which keys each selection takes, and their groups.
   std::map<std::pair<std::string, uint32_t>, Group> groups;
-  std::lock_guard<std::mutex> lock(mu_);
-  rotate_if_due(now);
-  const Generation* oldest = previous_ ? previous_.get() : current_.get();
-  out.covers_s = std::chrono::duration<double>(now - oldest->start).count();
-  for (const Generation* gen : {previous_.get(), current_.get()}) {
-    if (!gen) continue;
-    out.folded_flows += gen->folded_flows;
-    for (const auto& [key, entry] : gen->entries) {
-      const FlowSketch* s = entry.sketch[mi].get();
-      if (!s || s->empty()) continue;
-      auto get = [&, k = key](const std::string& f) -> std::optional<std::string> { return key_field(k, f); };
-      const bool in_a = a.matches(get);
-      const bool in_b = b.matches(get);
-      if (!in_a && !in_b) continue;
-      const std::string group = by == "all" ? "all" : key_field(key, by);
-      const uint32_t sc = sized ? key_size_class(key) : 0;
-      auto it = groups.find({group, sc});
-      if (it == groups.end()) {
-        Group g{group, std::nullopt, sc, new_sketch(metric), new_sketch(metric)};
-        if (sized) g.size_class = key_field(key, "size_class");
-        it = groups.emplace(std::make_pair(group, sc), std::move(g)).first;
-      }
-      if (in_a) it->second.a.merge(*s);
-      if (in_b) it->second.b.merge(*s);
+  size_t kept_items = 0;
+  for (Item& item : items) {
+    auto get = [&, k = item.key](const std::string& f) -> std::optional<std::string> { return names.field(k, f); };
+    item.in_a = a.matches(get);
+    item.in_b = b.matches(get);
+    if (!item.in_a && !item.in_b) continue;
+    const std::string group = by == "all" ? "all" : names.field(item.key, by);
+    const uint32_t sc = sized ? key_size_class(item.key) : 0;
+    auto it = groups.find({group, sc});
+    if (it == groups.end()) {
+      Group g{group, std::nullopt, sc, new_sketch(metric), new_sketch(metric)};
+      if (sized) g.size_class = names.field(item.key, "size_class");
+      it = groups.emplace(std::make_pair(group, sc), std::move(g)).first;
+    }
+    item.group = it;
+    items[kept_items++] = item;
+  }
+  items.resize(kept_items);
+
+  // Under the lock again, a few merges at a time: the sketches may have
+  // grown since (they are merged as they are now), or gone with a rotation.
+  for (size_t i = 0; i < items.size(); i += kMergesPerLock) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t k = i; k < std::min(items.size(), i + kMergesPerLock); ++k) {
+      const Item& item = items[k];
+      const Generation* gen = current_->serial == item.generation ? current_.get()
+                              : previous_ && previous_->serial == item.generation ? previous_.get()
+                                                                                   : nullptr;
+      if (!gen) continue;
+      auto e = gen->entries.find(item.key);
+      if (e == gen->entries.end() || !e->second.sketch[mi]) continue;
+      if (item.in_a) item.group->second.a.merge(*e->second.sketch[mi]);
+      if (item.in_b) item.group->second.b.merge(*e->second.sketch[mi]);
     }
   }
   for (auto& [k, g] : groups) out.groups.push_back(std::move(g));
@@ -241,6 +275,9 @@ FlowDistributions::QueryResult FlowDistributions::query_at(CompareMetric metric,
 
 std::string FlowDistributions::handle_query(const std::string& query_string) {
   const auto params = parse_query_string(query_string);
+  for (const auto& [name, value] : params)
+    if (name != "metric" && name != "by" && name != "a" && name != "b")
+      throw std::invalid_argument("unknown query parameter \"" + name + "\" (metric, by, a, b)");
   auto param = [&](const char* name, const char* fallback) -> std::string {
     auto it = params.find(name);
     if (it != params.end() && !it->second.empty()) return it->second;
@@ -257,6 +294,11 @@ std::string FlowDistributions::handle_query(const std::string& query_string) {
   if (!a) throw std::invalid_argument("selection a: " + why);
   const auto b = Selection::parse(param("b", nullptr), &why);
   if (!b) throw std::invalid_argument("selection b: " + why);
+  for (const auto* sel : {&*a, &*b})
+    if (sel->terms().size() > kMaxSelectionTerms)
+      throw std::invalid_argument("selection \"" + sel->text().substr(0, 60) + "...\" has " +
+                                  std::to_string(sel->terms().size()) + " terms; at most " +
+                                  std::to_string(kMaxSelectionTerms));
 
   QueryResult res = query(*metric, by, *a, *b);
   const Stats st = stats();
@@ -273,7 +315,7 @@ std::string FlowDistributions::handle_query(const std::string& query_string) {
   uint32_t max_buckets = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);  // a reload may change them
-    size_classes = size_class_names_;
+    size_classes = names_.size_classes;
     o = options_;
     max_buckets = new_sketch(*metric).max_buckets();
   }

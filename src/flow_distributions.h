@@ -41,7 +41,11 @@
 // (an ASN that left the top-N) disappear after at most 2 window_s.
 //
 // Threading: add() (the ring reader) and the queries (HTTP threads) take
-// one mutex. add() costs a few hundred ns (bench/compare_bench.cc).
+// one mutex. add() costs a few hundred ns (bench/compare_bench.cc). A query
+// holds it only to copy the key list and then to merge matching sketches,
+// kMergesPerLock at a time; matching keys against its selections (strings
+// per key and term) runs outside it, so a query never stalls the drain for
+// more than about a hundred sketch merges.
 #pragma once
 
 #include <chrono>
@@ -119,6 +123,9 @@ class FlowDistributions {
   QueryResult query(CompareMetric metric, const std::string& by, const Selection& a, const Selection& b);
   QueryResult query_at(CompareMetric metric, const std::string& by, const Selection& a, const Selection& b,
                        Clock::time_point now);
+  // Terms a selection of a query may have (past it: 400).
+  static constexpr size_t kMaxSelectionTerms = 32;
+  static constexpr size_t kMergesPerLock = 128;
 
   // GET /api/v1/distributions?metric=fct&by=asn&a=cc%3Dcubic&b=cc%3Dbbr
   // (a and b URL-encoded selections; metric defaults to fct, by to
@@ -145,14 +152,19 @@ class FlowDistributions {
   Entry* entry_for(uint64_t key, uint64_t folded_key, bool top_asn);
   size_t reserve_keys() const;
   FlowSketch new_sketch(CompareMetric m) const;
-  std::string key_field(uint64_t key, const std::string& field) const;
+  // Interned names: a key's fields as text. Queries copy them, and match
+  // keys against selections, outside mu_.
+  struct KeyNames {
+    std::vector<std::string> classes, ccs, arms, size_classes;
+    std::string field(uint64_t key, const std::string& field) const;
+  };
 
   FlowDistributionsOptions options_;
   MetricOptions metric_options_;  // the part of options_ metric_value() reads
-  std::vector<std::string> size_class_names_;
 
   mutable std::mutex mu_;
-  std::vector<std::string> class_names_, cc_names_, arm_names_;
+  KeyNames names_;
+  uint64_t generations_made_ = 0;  // a generation's serial: a query finds its keys' again by it
   std::unique_ptr<Generation> current_, previous_;
   uint64_t dropped_flows_ = 0;
 };

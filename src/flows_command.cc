@@ -11,7 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <unordered_set>
+
 #include "http_client.h"
+#include "open_flows.h"
+#include "utf8_text.h"
 
 namespace tcpscope {
 
@@ -30,6 +34,7 @@ namespace {
 
 constexpr const char* kDefaultServer = "http://127.0.0.1:9810";
 constexpr const char* kFlowsPath = "/api/v1/flows";
+constexpr size_t kMaxFlowsPages = 1000;  // 10M flows
 
 int64_t realtime_ns() {
   timespec ts{};
@@ -201,6 +206,8 @@ std::string format_flows_table(const nlohmann::json& flows, const FlowsViewOptio
                     partial || start <= 0 ? "?" : human_age(static_cast<double>(o.now_ns) - start),
                     human_bytes(num(r, "bytes_acked")), human_bytes(num(r, "bytes_received")),
                     human_us(num(r, "srtt_us")), text(r, "cwnd"), text(r, "retrans_segs"), rate_buf, process});
+    // Process and AS names are anyone's choice: shown, never obeyed.
+    for (std::string& cell : rows.back()) cell = printable_text(cell);
   }
   std::vector<size_t> width(header.size());
   for (size_t c = 0; c < header.size(); ++c) {
@@ -320,25 +327,44 @@ int flows_command(const std::vector<std::string>& args, std::ostream& out, std::
   // One fetch and render; false (after printing why) when the daemon could
   // not be read.
   auto once = [&](bool watching) -> bool {
-    HttpResponse resp;
-    std::string error;
-    if (!http_get(url, timeout_ms, &resp, &error)) {
-      err << "tcpscope flows: " << error << "\n";
-      return false;
-    }
-    if (resp.status == 401) {
-      err << "tcpscope flows: GET " << redact_url(url) << ": 401: the daemon wants credentials: give --server "
-          << "http://USER:PASSWORD@HOST:PORT or set TCPSCOPE_BASIC_AUTH=USER:PASSWORD\n";
-      return false;
-    }
-    if (resp.status != 200) {
-      err << "tcpscope flows: GET " << redact_url(url) << ": HTTP " << resp.status << "\n";
-      return false;
-    }
-    const nlohmann::json flows = nlohmann::json::parse(resp.body, nullptr, false);
-    if (!flows.is_array()) {
-      err << "tcpscope flows: GET " << redact_url(url) << ": answer is not a JSON array\n";
-      return false;
+    // The daemon answers kMaxFlowsPage flows at a time, in an order that
+    // holds from one snapshot to the next; a page that is not full is the
+    // last. Each page comes from the snapshot current when it is asked for.
+    nlohmann::json flows = nlohmann::json::array();
+    std::unordered_set<std::string> seen;
+    size_t offset = 0;
+    for (size_t page = 0; page < kMaxFlowsPages; ++page) {
+      const std::string page_url = url + "?offset=" + std::to_string(offset) +
+                                   "&limit=" + std::to_string(kMaxFlowsPage);
+      HttpResponse resp;
+      std::string error;
+      if (!http_get(page_url, timeout_ms, &resp, &error)) {
+        err << "tcpscope flows: " << error << "\n";
+        return false;
+      }
+      if (resp.status == 401) {
+        err << "tcpscope flows: GET " << redact_url(url) << ": 401: the daemon wants credentials: give --server "
+            << "http://USER:PASSWORD@HOST:PORT or set TCPSCOPE_BASIC_AUTH=USER:PASSWORD\n";
+        return false;
+      }
+      if (resp.status != 200) {
+        err << "tcpscope flows: GET " << redact_url(url) << ": HTTP " << resp.status << "\n";
+        return false;
+      }
+      nlohmann::json part = nlohmann::json::parse(resp.body, nullptr, false);
+      if (!part.is_array()) {
+        err << "tcpscope flows: GET " << redact_url(url) << ": answer is not a JSON array\n";
+        return false;
+      }
+      const size_t n = part.size();
+      for (auto& f : part) {
+        // A flow may come twice when flows before it closed between pages.
+        const std::string id = text(f, "netns") + "/" + text(f, "dir") + "/" + text(f, "laddr") + "/" +
+                               text(f, "lport") + "/" + text(f, "raddr") + "/" + text(f, "rport");
+        if (seen.insert(id).second) flows.push_back(std::move(f));
+      }
+      offset += n;
+      if (n != kMaxFlowsPage) break;
     }
     o.now_ns = realtime_ns();
     const nlohmann::json shown = select_flows(flows, o);

@@ -1,6 +1,12 @@
 #include "open_flows.h"
 
+#include <algorithm>
+#include <cstring>
+#include <tuple>
+#include <stdexcept>
+
 #include "flow_json.h"
+#include "http_client.h"
 
 namespace tcpscope {
 
@@ -28,10 +34,38 @@ FlowRecord OpenFlows::record(size_t i) const {
   return r;
 }
 
-std::string OpenFlows::to_json() const {
+void sort_by_flow_identity(std::vector<tcpscope_flow_event>* flows) {
+  std::sort(flows->begin(), flows->end(), [](const tcpscope_flow_event& a, const tcpscope_flow_event& b) {
+    if (std::tie(a.netns, a.dir, a.family, a.sport, a.dport) != std::tie(b.netns, b.dir, b.family, b.sport, b.dport))
+      return std::tie(a.netns, a.dir, a.family, a.sport, a.dport) < std::tie(b.netns, b.dir, b.family, b.sport, b.dport);
+    if (const int c = std::memcmp(a.saddr, b.saddr, sizeof(a.saddr))) return c < 0;
+    return std::memcmp(a.daddr, b.daddr, sizeof(a.daddr)) < 0;
+  });
+}
+
+FlowsPage parse_flows_query(const std::string& query) {
+  FlowsPage page;
+  for (const auto& [name, value] : parse_query_string(query)) {
+    const bool digits = !value.empty() && value.size() <= 9 && value.find_first_not_of("0123456789") == std::string::npos;
+    if (name != "offset" && name != "limit")
+      throw std::invalid_argument("unknown query parameter \"" + name + "\" (offset, limit)");
+    if (!digits) throw std::invalid_argument(name + " must be a number, got \"" + value.substr(0, 20) + "\"");
+    const size_t n = std::stoul(value);
+    if (name == "offset") page.offset = n;
+    if (name == "limit") {
+      if (n < 1 || n > kMaxFlowsPage)
+        throw std::invalid_argument("limit must be 1 to " + std::to_string(kMaxFlowsPage));
+      page.limit = n;
+    }
+  }
+  return page;
+}
+
+std::string OpenFlows::to_json(size_t offset, size_t limit) const {
   std::string out = "[";
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    if (i) out += ",";
+  const size_t end = offset + std::min(limit, entries_.size() - std::min(offset, entries_.size()));
+  for (size_t i = offset; i < end; ++i) {
+    if (i > offset) out += ",";
     append_flow_json(record(i), &out);
     out.pop_back();  // the record's newline
   }

@@ -5,6 +5,7 @@
 // decoded again only when asked for. A decoded FlowRecord costs ~650 bytes
 // of heap, which at 1M open flows was the daemon's largest memory term
 // (bench/README.md, "Memory").
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -16,6 +17,22 @@
 #include "tcpscope/flow_event.h"
 
 namespace tcpscope {
+
+// GET /api/v1/flows?offset=N&limit=M pages through the list: at most
+// kMaxFlowsPage flows an answer (about 10 MB), so that a million open flows
+// do not become a gigabyte per request. Throws std::invalid_argument (400)
+// on any other parameter or a bad number.
+constexpr size_t kMaxFlowsPage = 10000;
+struct FlowsPage {
+  size_t offset = 0;
+  size_t limit = kMaxFlowsPage;
+};
+FlowsPage parse_flows_query(const std::string& query);
+
+// Orders a snapshot's flows by who they are (network namespace, direction,
+// addresses, ports), so that pages of successive snapshots line up: a flow
+// open in both is on a page once, unless flows before it opened or closed.
+void sort_by_flow_identity(std::vector<tcpscope_flow_event>* flows);
 
 class OpenFlows {
  public:
@@ -30,8 +47,9 @@ class OpenFlows {
   size_t size() const { return entries_.size(); }
   // The i-th flow exactly as it was added.
   FlowRecord record(size_t i) const;
-  // The JSON array of /api/v1/flows: one flow-log object per open flow.
-  std::string to_json() const;
+  // The JSON array of /api/v1/flows: one flow-log object per open flow, of
+  // at most `limit` flows from the `offset`-th on.
+  std::string to_json(size_t offset = 0, size_t limit = SIZE_MAX) const;
 
  private:
   // 0 is "no value" (an empty string or nullopt).

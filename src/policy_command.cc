@@ -62,7 +62,7 @@ std::string render_policy(const std::string& json_text) {
   o << "\nsysctl writes:\n";
   for (const auto& [name, v] : j["sysctl_writes"].items())
     o << "  " << std::setw(42) << name << "observed " << v.value("observed", 0) << "  denied "
-      << v.value("denied", 0) << "\n";
+      << v.value("denied", 0) << "  in other network namespaces " << v.value("observed_other_netns", 0) << "\n";
   return o.str();
 }
 

@@ -24,7 +24,7 @@ PolicyMetrics::PolicyMetrics(std::shared_ptr<prometheus::Registry> registry)
                    .Register(*registry_)),
       sysctl_(&prometheus::BuildCounter()
                    .Name("tcpscope_sysctl_writes_total")
-                   .Help("Writes to the congestion-control sysctls: observed, or denied by sysctl_guard: deny.")
+                   .Help("Writes to the congestion-control sysctls, in the host's network namespace or another: observed, or denied by sysctl_guard: deny (the host's only).")
                    .Register(*registry_)) {}
 
 void PolicyMetrics::advance(Tracked* t, uint64_t total) {
@@ -64,9 +64,10 @@ void PolicyMetrics::set_app_cc(const std::string& cc, const std::string& action,
   advance(&t, total);
 }
 
-void PolicyMetrics::set_sysctl_writes(const std::string& name, const std::string& action, uint64_t total) {
-  Tracked& t = tracked_["sysctl/" + name + "/" + action];
-  if (!t.counter) t.counter = &sysctl_->Add({{"name", name}, {"action", action}});
+void PolicyMetrics::set_sysctl_writes(const std::string& name, const std::string& action, const std::string& netns,
+                                      uint64_t total) {
+  Tracked& t = tracked_["sysctl/" + name + "/" + action + "/" + netns];
+  if (!t.counter) t.counter = &sysctl_->Add({{"name", name}, {"action", action}, {"netns", netns}});
   advance(&t, total);
 }
 

@@ -32,7 +32,9 @@ class PolicyMetrics {
   // tcpscope_app_cc_setsockopt_total{cc, action}
   void set_app_cc(const std::string& cc, const std::string& action, uint64_t total);
   // tcpscope_sysctl_writes_total{name, action}
-  void set_sysctl_writes(const std::string& name, const std::string& action, uint64_t total);
+  // netns: "host" (the initial network namespace) or "other".
+  void set_sysctl_writes(const std::string& name, const std::string& action, const std::string& netns,
+                         uint64_t total);
 
  private:
   struct Tracked {

@@ -68,7 +68,9 @@ struct tcpscope_policy_state {
 	 * bits) each generation holds: sockets are tagged with it, so a record
 	 * names the rule that chose its CC even after several reloads. */
 	__u32 install_id[TCPSCOPE_POLICY_GENERATIONS];
-	__u32 pad;
+	/* Inode of the initial network namespace. sysctl_guard: deny refuses
+	 * only writes there: another namespace's CC sysctls are its own. */
+	__u32 host_netns;
 	/* The rules mask of an address no trie entry covers (the daemon also
 	 * loads ::/0 into the trie, so this is a fallback). */
 	__u64 default_rules[TCPSCOPE_POLICY_GENERATIONS];
@@ -100,17 +102,23 @@ struct tcpscope_sock_policy {
 
 /* Congestion controls an application may name, as the kernel offers them
  * (the daemon keeps cc_names in step with tcp_available_congestion_control):
- * name -> index + 1. Any other name (a typo, a module never loaded: the call
+ * name -> index + 1, with TCPSCOPE_CC_ALLOWED set when it is also in
+ * tcp_allowed_congestion_control (any caller may choose it; the others need
+ * CAP_NET_ADMIN). Any other name (a typo, a module never loaded: the call
  * fails) is counted as "other", so the label values stay bounded. */
 #define TCPSCOPE_MAX_CC_NAMES 31
+#define TCPSCOPE_CC_ALLOWED 0x80000000u
+#define TCPSCOPE_CC_INDEX_MASK 0xffffu
 struct tcpscope_cc_name {
 	char name[16];
 };
 
-#define TCPSCOPE_APP_CC_OBSERVED 0
-#define TCPSCOPE_APP_CC_OVERRIDDEN 1
-/* app_cc_calls: (cc index + 1, 0 = other) * 2 + TCPSCOPE_APP_CC_*. */
-#define TCPSCOPE_APP_CC_SLOTS ((TCPSCOPE_MAX_CC_NAMES + 1) * 2)
+#define TCPSCOPE_APP_CC_OBSERVED 0   /* the kernel takes it */
+#define TCPSCOPE_APP_CC_OVERRIDDEN 1 /* taken by the call, not applied (app_override: enforce) */
+#define TCPSCOPE_APP_CC_REFUSED 2    /* the kernel refuses it: restricted, caller without CAP_NET_ADMIN */
+#define TCPSCOPE_APP_CC_ACTIONS 3
+/* app_cc_calls: (cc index + 1, 0 = other) * TCPSCOPE_APP_CC_ACTIONS + TCPSCOPE_APP_CC_*. */
+#define TCPSCOPE_APP_CC_SLOTS ((TCPSCOPE_MAX_CC_NAMES + 1) * TCPSCOPE_APP_CC_ACTIONS)
 
 /* One write to a CC sysctl, for the daemon's log (ring buffer sysctl_log). */
 struct tcpscope_sysctl_event {
@@ -118,22 +126,28 @@ struct tcpscope_sysctl_event {
 	__u32 name_idx; /* 0 tcp_congestion_control, 1 tcp_allowed_congestion_control */
 	__u32 denied;
 	__u32 truncated; /* the value was longer than `value` */
+	__u32 netns;     /* inode of the writer's network namespace */
+	__u32 other_netns; /* 1 unless that is the initial one */
 	char comm[16];
 	char value[64];
 };
 
-/* sysctl_writes: name index (0 tcp_congestion_control, 1
- * tcp_allowed_congestion_control) * 2 + (1 if denied). */
-#define TCPSCOPE_SYSCTL_SLOTS 4
+/* sysctl_writes: ((name index (0 tcp_congestion_control, 1
+ * tcp_allowed_congestion_control) * 2 + (1 if not the initial network
+ * namespace)) * 2 + (1 if denied). */
+#define TCPSCOPE_SYSCTL_SLOT(name_idx, other_netns, denied) (((name_idx) * 2 + (other_netns)) * 2 + (denied))
+#define TCPSCOPE_SYSCTL_SLOTS 8
 
 #ifdef __cplusplus
 static_assert(sizeof(struct tcpscope_remote_info) == 16, "tcpscope_remote_info layout");
 static_assert(sizeof(struct tcpscope_rule) == 208, "tcpscope_rule layout");
 static_assert(sizeof(struct tcpscope_sock_policy) == 8, "tcpscope_sock_policy layout");
+static_assert(sizeof(struct tcpscope_sysctl_event) == 104, "tcpscope_sysctl_event layout");
 #else
 _Static_assert(sizeof(struct tcpscope_remote_info) == 16, "tcpscope_remote_info layout");
 _Static_assert(sizeof(struct tcpscope_rule) == 208, "tcpscope_rule layout");
 _Static_assert(sizeof(struct tcpscope_sock_policy) == 8, "tcpscope_sock_policy layout");
+_Static_assert(sizeof(struct tcpscope_sysctl_event) == 104, "tcpscope_sysctl_event layout");
 #endif
 
 #endif /* TCPSCOPE_POLICY_H */

@@ -14,8 +14,21 @@
 
 #include "asn_db.h"
 #include "kernel/flow_probe.h"
+#include "utf8_text.h"
 
 namespace tcpscope {
+
+namespace {
+const char* app_cc_action_name(uint32_t action) {
+  switch (action) {
+    case TCPSCOPE_APP_CC_OVERRIDDEN: return "overridden";
+    case TCPSCOPE_APP_CC_REFUSED: return "refused";
+    default: return "observed";
+  }
+}
+
+const char* const kSysctlNames[] = {"net.ipv4.tcp_congestion_control", "net.ipv4.tcp_allowed_congestion_control"};
+}  // namespace
 
 bool ensure_congestion_controls(const std::vector<std::string>& names, std::string* error) {
   for (const auto& name : names) {
@@ -51,7 +64,7 @@ bool PolicyController::load(const Config& config, const AsnDatabase* asn_db, std
   int gen = maps_.install(*policy, install, error);
   if (gen < 0) return false;
   next_install_ = next_install_ == 0xffff ? 1 : next_install_ + 1;
-  maps_.sync_cc_names(loaded_congestion_controls());
+  maps_.sync_cc_names(loaded_congestion_controls(), allowed_congestion_controls());
   metrics_.forget_slots(std::to_string(gen) + "/");
 
   auto labels = std::make_shared<Labels>();
@@ -104,14 +117,15 @@ void PolicyController::update_metrics() {
   }
   // A module an application loaded since (setsockopt autoloads for
   // CAP_NET_ADMIN callers) is counted under its name from now on.
-  maps_.sync_cc_names(loaded_congestion_controls());
+  maps_.sync_cc_names(loaded_congestion_controls(), allowed_congestion_controls());
   for (const auto& c : maps_.app_cc_calls())
-    metrics_.set_app_cc(c.cc, c.action == TCPSCOPE_APP_CC_OVERRIDDEN ? "overridden" : "observed", c.calls);
+    metrics_.set_app_cc(c.cc, app_cc_action_name(c.action), c.calls);
   auto sysctl = maps_.sysctl_writes();
-  static const char* kNames[] = {"net.ipv4.tcp_congestion_control", "net.ipv4.tcp_allowed_congestion_control"};
   for (int n = 0; n < 2; ++n)
-    for (int denied = 0; denied < 2; ++denied)
-      if (sysctl[n * 2 + denied]) metrics_.set_sysctl_writes(kNames[n], denied ? "denied" : "observed", sysctl[n * 2 + denied]);
+    for (int other = 0; other < 2; ++other)
+      for (int denied = 0; denied < 2; ++denied)
+        if (uint64_t total = sysctl[TCPSCOPE_SYSCTL_SLOT(n, other, denied)])
+          metrics_.set_sysctl_writes(kSysctlNames[n], denied ? "denied" : "observed", other ? "other" : "host", total);
 
   auto now = std::chrono::steady_clock::now();
   log_tokens_ = std::min(kLogBurst, log_tokens_ + std::chrono::duration<double>(now - log_refill_).count() /
@@ -139,18 +153,15 @@ void PolicyController::log_sysctl_write(const tcpscope_sysctl_event& ev) {
   }
   log_tokens_ -= 1;
   // What a process wrote goes to the log: control bytes become '?'.
-  auto printable = [](std::string text) {
-    for (char& c : text)
-      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
-    return text;
-  };
   std::string value(ev.value);
   while (!value.empty() && (value.back() == '\n' || value.back() == ' ' || value.back() == '\t')) value.pop_back();
-  value = printable(std::move(value));
-  const std::string comm = printable(ev.comm);
-  std::fprintf(stderr, "tcpscope: sysctl: write net.ipv4.%s=\"%s\"%s by pid %u (%s): %s\n",
+  value = printable_text(value);
+  const std::string comm = printable_text(ev.comm);
+  const std::string where =
+      ev.other_netns ? "network namespace " + std::to_string(ev.netns) + " (not the host's)" : "the host's network namespace";
+  std::fprintf(stderr, "tcpscope: sysctl: write net.ipv4.%s=\"%s\"%s by pid %u (%s) in %s: %s\n",
                ev.name_idx ? "tcp_allowed_congestion_control" : "tcp_congestion_control", value.c_str(),
-               ev.truncated ? "..." : "", ev.pid, comm.c_str(),
+               ev.truncated ? "..." : "", ev.pid, comm.c_str(), where.c_str(),
                ev.denied ? "denied (sysctl_guard: deny)" : "observed");
 }
 
@@ -198,13 +209,17 @@ std::string PolicyController::to_json() const {
   }
   nlohmann::json app = nlohmann::json::array();
   for (const auto& c : maps_.app_cc_calls())
-    app.push_back({{"cc", c.cc}, {"action", c.action == TCPSCOPE_APP_CC_OVERRIDDEN ? "overridden" : "observed"},
+    app.push_back({{"cc", c.cc}, {"action", app_cc_action_name(c.action)},
                    {"calls", c.calls}});
   j["app_cc_setsockopt"] = app;
   j["install"] = active_install_;
   auto sysctl = maps_.sysctl_writes();
-  j["sysctl_writes"] = {{"net.ipv4.tcp_congestion_control", {{"observed", sysctl[0]}, {"denied", sysctl[1]}}},
-                        {"net.ipv4.tcp_allowed_congestion_control", {{"observed", sysctl[2]}, {"denied", sysctl[3]}}}};
+  // observed/denied: the host's; other namespaces' writes are never denied.
+  for (int n = 0; n < 2; ++n)
+    j["sysctl_writes"][kSysctlNames[n]] = {
+        {"observed", sysctl[TCPSCOPE_SYSCTL_SLOT(n, 0, 0)]},
+        {"denied", sysctl[TCPSCOPE_SYSCTL_SLOT(n, 0, 1)]},
+        {"observed_other_netns", sysctl[TCPSCOPE_SYSCTL_SLOT(n, 1, 0)] + sysctl[TCPSCOPE_SYSCTL_SLOT(n, 1, 1)]}};
   return j.dump(2) + "\n";
 }
 

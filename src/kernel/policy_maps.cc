@@ -4,6 +4,7 @@
 #include <bpf/libbpf.h>
 #include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -15,6 +16,14 @@
 namespace tcpscope {
 
 namespace {
+
+// The initial network namespace's inode: pid 1's (the daemon may run in a
+// namespace of its own), else the daemon's.
+uint32_t host_netns_inode() {
+  struct stat st {};
+  if (stat("/proc/1/ns/net", &st) == 0 || stat("/proc/self/ns/net", &st) == 0) return static_cast<uint32_t>(st.st_ino);
+  return 0;
+}
 
 std::string errno_text(int err) {
   err = err < 0 ? -err : err;
@@ -94,6 +103,7 @@ int PolicyMaps::install(const CompiledPolicy& policy, uint16_t install_id, std::
   st.default_rules[gen] = policy.default_rules;
   st.app_override = policy.app_override;
   st.sysctl_guard = policy.sysctl_guard;
+  if (!st.host_netns) st.host_netns = host_netns_inode();  // read while every capability is held
   st.loaded = 1;
   if (bpf_map_update_elem(state_fd, &zero, &st, BPF_ANY) != 0) {
     *error = "updating policy_state: " + errno_text(errno);
@@ -135,9 +145,10 @@ uint64_t PolicyMaps::revoked(uint32_t gen, uint32_t rule, uint32_t arm) const {
   return percpu_sum(bpf_map__fd(probe_.skeleton()->maps.cc_revoked), TCPSCOPE_ASSIGN_SLOT(gen, rule, arm));
 }
 
-void PolicyMaps::sync_cc_names(const std::vector<std::string>& available) {
-  if (available == synced_names_) return;  // read every tick, changes rarely
+void PolicyMaps::sync_cc_names(const std::vector<std::string>& available, const std::vector<std::string>& allowed) {
+  if (available == synced_names_ && allowed == synced_allowed_) return;  // read every tick, changes rarely
   synced_names_ = available;
+  synced_allowed_ = allowed;
   int fd = bpf_map__fd(probe_.skeleton()->maps.cc_names);
   auto key_of = [](const std::string& name) {
     tcpscope_cc_name k{};
@@ -155,6 +166,7 @@ void PolicyMaps::sync_cc_names(const std::vector<std::string>& available) {
       cc_names_.push_back(name);
       idx = static_cast<uint32_t>(cc_names_.size());
     }
+    if (std::find(allowed.begin(), allowed.end(), name) != allowed.end()) idx |= TCPSCOPE_CC_ALLOWED;
     tcpscope_cc_name k = key_of(name);
     bpf_map_update_elem(fd, &k, &idx, BPF_ANY);
   }
@@ -170,8 +182,8 @@ std::vector<PolicyMaps::AppCcCount> PolicyMaps::app_cc_calls() const {
   std::vector<AppCcCount> out;
   int fd = bpf_map__fd(probe_.skeleton()->maps.app_cc_calls);
   for (uint32_t idx = 0; idx <= cc_names_.size() && idx <= TCPSCOPE_MAX_CC_NAMES; ++idx)
-    for (uint32_t action : {TCPSCOPE_APP_CC_OBSERVED, TCPSCOPE_APP_CC_OVERRIDDEN}) {
-      uint64_t v = percpu_sum(fd, idx * 2 + action);
+    for (uint32_t action : {TCPSCOPE_APP_CC_OBSERVED, TCPSCOPE_APP_CC_OVERRIDDEN, TCPSCOPE_APP_CC_REFUSED}) {
+      uint64_t v = percpu_sum(fd, idx * TCPSCOPE_APP_CC_ACTIONS + action);
       if (v) out.push_back({idx ? cc_names_[idx - 1] : "other", action, v});
     }
   return out;

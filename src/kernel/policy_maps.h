@@ -38,9 +38,10 @@ class PolicyMaps {
   uint64_t revoked(uint32_t gen, uint32_t rule, uint32_t arm) const;
 
   // The CCs an application's TCP_CONGESTION is counted under: the kernel's
-  // available ones. Indexes are never reused, so a name keeps its counter;
-  // a name past TCPSCOPE_MAX_CC_NAMES is counted as "other".
-  void sync_cc_names(const std::vector<std::string>& available);
+  // available ones, and which of them any caller may choose (allowed).
+  // Indexes are never reused, so a name keeps its counter; a name past
+  // TCPSCOPE_MAX_CC_NAMES is counted as "other".
+  void sync_cc_names(const std::vector<std::string>& available, const std::vector<std::string>& allowed);
   struct AppCcCount {
     std::string cc;   // "other" for names the kernel does not offer
     uint32_t action;  // TCPSCOPE_APP_CC_*
@@ -63,7 +64,7 @@ class PolicyMaps {
   FlowProbe& probe_;
   bool installed_once_ = false;
   std::vector<std::string> cc_names_;  // index + 1 in the kernel's cc_names
-  std::vector<std::string> synced_names_;  // the last list written
+  std::vector<std::string> synced_names_, synced_allowed_;  // the last lists written
   ring_buffer* sysctl_ring_ = nullptr;
   std::function<void(const tcpscope_sysctl_event&)> sysctl_sink_;
 };

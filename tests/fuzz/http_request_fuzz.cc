@@ -1,6 +1,6 @@
 // libFuzzer target: the HTTP request path of the daemon's endpoint. Each
 // input is sent as raw bytes over a real TCP connection to an HttpServer in
-// this process (civetweb parses the request; tcpscope's handler routes it,
+// this process (http_request.cc parses the request; the server routes it,
 // checks basic auth, refuses bodies and other methods), then the write side
 // is shut and the answer read. The first input byte picks the server: even =
 // plain, odd = with basic auth. Failures: a sanitizer report on any thread,
@@ -138,8 +138,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   tcpscope::HttpServer* server = (data[0] & 1) ? servers().auth : servers().plain;
   const std::string reply = exchange(server->port(), data + 1, size - 1);
-  // civetweb answers whatever it could parse; it may also just close (e.g.
-  // nothing but whitespace). What comes back must be HTTP.
+  // The server answers whatever it could parse; it may also just close (e.g.
+  // half a request, then the end of the stream). What comes back must be HTTP.
   if (!reply.empty() && reply.rfind("HTTP/", 0) != 0) fail("answer is not HTTP: " + reply.substr(0, 80));
   if (++count % kHealthEvery == 0) {
     check_healthy(servers().plain->port());

@@ -50,7 +50,7 @@ for t in "${TARGETS[@]}"; do
   [[ $t == config ]] && seeds+=("$ROOT/tests/data/configs")
   args=(-max_total_time="$SECONDS_EACH" -runs=50000000 -timeout=15 -rss_limit_mb=2048
         -print_final_stats=1 -seed="$SEED" -artifact_prefix="$BUILD/artifacts/$t/")
-  # Requests past civetweb's 8 KiB limit from the start, not after growing slowly.
+  # Requests past the server's 8 KiB head limit from the start, not after growing slowly.
   [[ $t == http_request ]] && args+=(-max_len=12000 -len_control=0)
   # Allocations inside libmaxminddb (no frame pointers) need the slow
   # unwinder for the suppression to see MMDB_open; elsewhere it costs 5x.

@@ -4,6 +4,7 @@ that set TCP_CONGESTION themselves; the sysctl guard; and a daemon killed
 with SIGKILL leaves every connection working. The programs attach to a cgroup
 the test creates, and only the test's processes run in it."""
 import json
+import os
 import re
 import shutil
 import signal
@@ -83,8 +84,9 @@ def echo_server(net, tmp, addr, port):
 
 
 class HeldClient:
-    def __init__(self, net, addr, port):
-        self.p = subprocess.Popen(net._wrap(net.cli, [sys.executable, "-c", HELD_CLIENT, addr, str(port)]),
+    def __init__(self, net, addr, port, user=None):
+        as_user = ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups"] if user else []
+        self.p = subprocess.Popen(net._wrap(net.cli, [*as_user, sys.executable, "-c", HELD_CLIENT, addr, str(port)]),
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         net.procs.append(self.p)
         self.lport = int(self.p.stdout.readline())
@@ -367,6 +369,37 @@ cc_policy:
         assert d.stop() == 0, d.stderr_text()
 
 
+def test_application_cc_the_kernel_refuses_is_counted_as_refused(net, tmp_path, test_cgroup):
+    """An unprivileged application naming an algorithm outside
+    tcp_allowed_congestion_control gets EPERM from the kernel: counted as
+    refused, not as the application's choice, and its flow's record says the
+    application set nothing. Root naming the same one is observed."""
+    available = open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
+    allowed = open("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read().split()
+    restricted = [c for c in available if c not in allowed]
+    if not restricted:
+        pytest.skip(f"every available algorithm is allowed here ({' '.join(available)})")
+    cc = restricted[0]
+    net.cgroup = test_cgroup
+    d = start_daemon(tmp_path, test_cgroup, "")
+    try:
+        echo_server(net, tmp_path, net.srv_v4, 7003)
+        user = HeldClient(net, net.srv_v4, 7003, user="nobody")
+        assert user.cmd(f"cc {cc}") == "err 1"  # EPERM
+        root = HeldClient(net, net.srv_v4, 7003)
+        assert root.cmd(f"cc {cc}") == "ok"
+        user.close()
+        root.close()
+        recs = {r["lport"]: r for r in d.wait_records(net, 4) if r["dir"] == "active"}
+        assert recs[user.lport]["app_set_cc"] is False, recs[user.lport]
+        assert (recs[root.lport]["cc"], recs[root.lport]["app_set_cc"]) == (cc, True), recs[root.lport]
+        wait_for(lambda: d.metric_value("tcpscope_app_cc_setsockopt_total", {"cc": cc, "action": "refused"}) == 1,
+                 5, what="the refused call to be counted")
+        assert d.metric_value("tcpscope_app_cc_setsockopt_total", {"cc": cc, "action": "observed"}) == 1
+    finally:
+        assert d.stop() == 0, d.stderr_text()
+
+
 def test_sysctl_guard_observe_counts_and_logs(net, tmp_path, test_cgroup):
     net.cgroup = test_cgroup
     d = start_daemon(tmp_path, test_cgroup, """
@@ -378,51 +411,72 @@ cc_policy:
         assert r.returncode == 0, r.stderr
         assert net.ns(net.cli, "cat", "/proc/sys/net/ipv4/tcp_congestion_control").stdout.strip() == "reno"
         wait_for(lambda: d.metric_value("tcpscope_sysctl_writes_total",
-                                        {"name": "net.ipv4.tcp_congestion_control", "action": "observed"}) == 1,
+                                        {"name": "net.ipv4.tcp_congestion_control", "action": "observed",
+                                         "netns": "other"}) == 1,
                  5, what="the observed write to be counted")
         line = wait_for(lambda: next((l for l in d.stderr_text().splitlines() if "sysctl: write" in l), None),
                         5, what="the write in the log")
-        assert re.search(r'net\.ipv4\.tcp_congestion_control="reno" by pid \d+ \(sysctl\): observed', line), line
+        netns = os.stat(f"/run/netns/{net.cli}").st_ino
+        assert re.search(r'net\.ipv4\.tcp_congestion_control="reno" by pid \d+ \(sysctl\) in network namespace '
+                         rf'{netns} \(not the host\'s\): observed', line), line
+        assert d.metric_value("tcpscope_sysctl_writes_total", {"netns": "host"}) is None
         assert d.metric_value("tcpscope_sysctl_writes_total", {"action": "denied"}) is None
     finally:
         assert d.stop() == 0, d.stderr_text()
 
 
-def test_sysctl_guard_denies_while_running(net, tmp_path, test_cgroup):
+def in_cgroup(cgroup, *cmd):
+    """Runs cmd as a process of `cgroup`, where the sysctl hook is attached."""
+    return sh("sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(cgroup), *cmd, check=False)
+
+
+def test_sysctl_guard_denies_the_hosts_writes_only(net, tmp_path, test_cgroup):
+    """sysctl_guard: deny refuses writes to the host's CC sysctls; another
+    network namespace's are its own (a container runtime's, or any user's
+    `unshare -rn`): observed and counted as netns="other", never denied,
+    and they cannot pass for the host's in the counters or the log."""
     net.cgroup = test_cgroup
-    # Inside the test's namespace, so the host's own setting is never touched;
-    # a non-init namespace may only choose an allowed algorithm, e.g. reno.
-    write = lambda: net.ns(net.cli, "sysctl", "-w", "net.ipv4.tcp_congestion_control=reno", check=False)
+    cc = "/proc/sys/net/ipv4/tcp_congestion_control"
+    allowed = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+    host_cc, host_allowed = open(cc).read().strip(), open(allowed).read().strip()
     d = start_daemon(tmp_path, test_cgroup, """
 cc_policy:
   sysctl_guard: deny
 """)
     try:
-        r = write()
-        assert r.returncode != 0 and "Operation not permitted" in r.stderr, (r.returncode, r.stderr)
+        # The host's: the values they already have, so even a guard that
+        # failed would change nothing.
+        for name, value in (("net.ipv4.tcp_congestion_control", host_cc),
+                            ("net.ipv4.tcp_allowed_congestion_control", host_allowed)):
+            r = in_cgroup(test_cgroup, "sysctl", "-w", f"{name}={value}")
+            assert r.returncode != 0 and "Operation not permitted" in r.stderr, (name, r.returncode, r.stderr)
+            wait_for(lambda: d.metric_value("tcpscope_sysctl_writes_total",
+                                            {"name": name, "action": "denied", "netns": "host"}) == 1,
+                     5, what=f"the denied write to {name} to be counted")
+        assert open(cc).read().strip() == host_cc and open(allowed).read().strip() == host_allowed
+        # The test's namespace (root in it, as a container runtime would be).
+        r = net.ns(net.cli, "sysctl", "-w", "net.ipv4.tcp_congestion_control=reno", check=False)
+        assert r.returncode == 0, r.stderr
+        # An unprivileged user's own namespace.
+        r = in_cgroup(test_cgroup, "setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                      "unshare", "-rn", "sh", "-c", f"echo reno > {cc} && cat {cc}")
+        assert r.returncode == 0 and r.stdout.strip() == "reno", (r.returncode, r.stdout, r.stderr)
         wait_for(lambda: d.metric_value("tcpscope_sysctl_writes_total",
-                                        {"name": "net.ipv4.tcp_congestion_control", "action": "denied"}),
-                 5, what="the denied write to be counted")
-        # tcp_allowed_congestion_control exists (writable) only in the initial
-        # namespace: a process of the test cgroup writes there the value it
-        # already has, so even a guard that failed would change nothing.
-        allowed = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
-        current = open(allowed).read().strip()
-        r = sh("sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec sysctl -w "$1"', str(test_cgroup),
-               f"net.ipv4.tcp_allowed_congestion_control={current}", check=False)
-        assert r.returncode != 0 and "Operation not permitted" in r.stderr, (r.returncode, r.stderr)
-        assert open(allowed).read().strip() == current
-        wait_for(lambda: d.metric_value("tcpscope_sysctl_writes_total",
-                                        {"name": "net.ipv4.tcp_allowed_congestion_control", "action": "denied"}) == 1,
-                 5, what="the denied write to tcp_allowed_congestion_control to be counted")
-        log = wait_for(lambda: [l for l in d.stderr_text().splitlines() if "sysctl: write" in l and "denied" in l]
-                       if d.stderr_text().count("sysctl: write") >= 2 else None, 5, what="both writes in the log")
-        assert any('tcp_congestion_control="reno"' in l and "(sysctl)" in l for l in log), log
-        assert any(f'tcp_allowed_congestion_control="{current}"' in l for l in log), log
+                                        {"name": "net.ipv4.tcp_congestion_control", "action": "observed",
+                                         "netns": "other"}) == 2,
+                 5, what="both other-namespace writes to be counted as observed")
+        assert d.metric_value("tcpscope_sysctl_writes_total", {"action": "denied", "netns": "other"}) is None
+        assert d.metric_value("tcpscope_sysctl_writes_total", {"action": "observed", "netns": "host"}) is None
+        assert open(cc).read().strip() == host_cc
+        log = wait_for(lambda: [l for l in d.stderr_text().splitlines() if "sysctl: write" in l]
+                       if d.stderr_text().count("sysctl: write") >= 4 else None, 5, what="four writes in the log")
+        assert sum("in the host's network namespace: denied (sysctl_guard: deny)" in l for l in log) == 2, log
+        assert sum("(not the host's): observed" in l for l in log) == 2, log
+        policy = json.loads(sh(str(TCPSCOPE), "policy", "show", "--server", d.url, "--json").stdout)
+        assert policy["sysctl_writes"]["net.ipv4.tcp_congestion_control"] == {
+            "observed": 0, "denied": 1, "observed_other_netns": 2}, policy["sysctl_writes"]
     finally:
         assert d.stop() == 0, d.stderr_text()
-    r = write()
-    assert r.returncode == 0, r.stderr
 
 
 def test_sigkill_leaves_connections_working_and_nothing_attached(net, tmp_path, test_cgroup):

@@ -253,6 +253,20 @@ TEST(AsnPrefixFile, GzipCompressed) {
   EXPECT_NE(error.find("unexpected end of file"), std::string::npos) << error;
 }
 
+// 256 MiB of one line, 250 KiB compressed: refused at the line limit, not
+// read whole into memory.
+TEST(AsnPrefixFile, GzipBombOfOneLineIsRefusedAtTheLineLimit) {
+  TempDir dir;
+  const std::string gz = dir.file("bomb.tsv.gz");
+  gzFile out = gzopen(gz.c_str(), "wb9");
+  ASSERT_NE(out, nullptr);
+  const std::string chunk(1 << 20, 'a');
+  for (int i = 0; i < 256; ++i) ASSERT_EQ(gzwrite(out, chunk.data(), unsigned(chunk.size())), int(chunk.size()));
+  ASSERT_EQ(gzclose(out), Z_OK);
+  const std::string error = load_error("", gz);
+  EXPECT_EQ(error, gz + ":1: line longer than 65536 bytes (not a prefix file?)");
+}
+
 struct BadLine {
   const char* content;
   const char* message;  // expected after "bad.tsv:LINE: "

@@ -5,7 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <thread>
 #include <map>
 #include <random>
 #include <stdexcept>
@@ -187,6 +192,11 @@ TEST(FlowDistributions, QueriesOnlyTheFieldsItKeeps) {
   EXPECT_THROW(d.handle_query("metric=fct&a=cc%3Dbbr"), std::invalid_argument);              // no b
   EXPECT_THROW(d.handle_query("metric=speed&a=cc%3Dbbr&b=cc%3Dcubic"), std::invalid_argument);  // bad metric
   EXPECT_THROW(d.handle_query("a=cc&b=cc%3Dcubic"), std::invalid_argument);                     // bad selection
+  EXPECT_THROW(d.handle_query("a=cc%3Dbbr&b=cc%3Dcubic&window=1h"), std::invalid_argument);       // unknown parameter
+  std::string many = "a=cc%3Dbbr&b=asn%3D1";
+  for (size_t i = 2; i <= FlowDistributions::kMaxSelectionTerms; ++i) many += "%2Casn%3D" + std::to_string(i);
+  EXPECT_NO_THROW(d.handle_query(many));
+  EXPECT_THROW(d.handle_query(many + "%2Casn%3D99"), std::invalid_argument);  // one term too many
   try {
     d.handle_query("by=dir&a=cc%3Dbbr&b=cc%3Dcubic");
     FAIL() << "by=dir accepted";
@@ -424,6 +434,54 @@ TEST(FlowDistributions, SkipsFlowsNoMetricCounts) {
   for (const auto& f : {refused, partial, empty}) d.add(f, "1");
   EXPECT_EQ(d.stats().keys, 0u);
   EXPECT_EQ(d.stats().flows, 0u);
+}
+
+}  // namespace
+}  // namespace tcpscope
+
+namespace tcpscope {
+namespace {
+
+// The ring reader adds flows while maximal queries run: a query matches its
+// 32-term selections against every key outside the lock, so add() waits at
+// most for a few merges, never for a whole query.
+TEST(FlowDistributions, MaximalQueriesDoNotHoldUpAdd) {
+  FlowDistributionsOptions o;
+  o.max_keys = 4096;
+  FlowDistributions d(o);
+  for (uint32_t asn = 1; asn <= 5000; ++asn) d.add(small_flow(asn, asn % 2 ? "bbr" : "cubic", 1000 + asn), "1");
+  // Every term holds for almost every key: each key is tested against all 32.
+  std::string terms = "asn!%3D1";
+  for (size_t i = 2; i <= FlowDistributions::kMaxSelectionTerms; ++i) terms += "%2Casn!%3D" + std::to_string(i);
+  const std::string query = "metric=fct&by=asn&a=" + terms + "&b=" + terms;
+  std::atomic<bool> done{false};
+  std::atomic<int> queries{0};
+  double query_ms = 0;
+  std::thread reader([&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (!done && queries < 50) {
+      d.handle_query(query);
+      ++queries;
+    }
+    query_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+               std::max(1, queries.load());
+  });
+  std::vector<double> add_ms;
+  for (int i = 0; i < 2000000 && queries < 50; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    d.add(small_flow(1 + i % 5000, "bbr", 2000), "1");
+    add_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  done = true;
+  reader.join();
+  ASSERT_GT(queries.load(), 0);
+  // Holding the lock for a whole query would make about one add() per query
+  // wait half a query or more; preemption on a busy machine makes a few.
+  const auto long_waits = std::count_if(add_ms.begin(), add_ms.end(), [&](double ms) { return ms >= query_ms / 2; });
+  std::printf("%d queries, %.1f ms each; %zu add() calls, %ld waited >= %.1f ms, slowest %.2f ms\n",
+              queries.load(), query_ms, add_ms.size(), static_cast<long>(long_waits), query_ms / 2,
+              *std::max_element(add_ms.begin(), add_ms.end()));
+  EXPECT_LE(long_waits, queries / 10);
 }
 
 }  // namespace

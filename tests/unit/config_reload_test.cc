@@ -27,7 +27,6 @@ const std::map<std::string, std::function<void(Config&)>>& changes() {
       {"flow_log", [](Config& c) { c.flow_log = "/var/log/elsewhere.ndjson"; }},
       {"cgroup", [](Config& c) { c.cgroup = "/sys/fs/cgroup/other"; }},
       {"ring_buffer_bytes", [](Config& c) { c.ring_buffer_bytes = 1u << 20; }},
-      {"http.tls_certificate", [](Config& c) { c.http.tls_certificate = "/etc/tcpscope/tls.pem"; }},
       {"http.basic_auth_user", [](Config& c) { c.http.basic_auth_user = "prometheus"; }},
       {"http.basic_auth_password_sha256", [](Config& c) { c.http.basic_auth_password_sha256 = std::string(64, 'a'); }},
       {"asn", [](Config& c) { c.asn.top_n = 7; }},

@@ -1,4 +1,4 @@
-// The `http:` section of the config (TLS and basic auth for the endpoint).
+// The `http:` section of the config (basic auth for the endpoint).
 // Its error cases are in the corpus: tests/data/configs/bad_http*.yaml.
 #include <gtest/gtest.h>
 
@@ -14,22 +14,18 @@ TEST(HttpConfigTest, OffByDefault) {
   std::vector<ConfigError> errors;
   Config c = parse_config("listen: 127.0.0.1:9810\n", "t.yaml", kCc, &errors);
   ASSERT_TRUE(errors.empty());
-  EXPECT_FALSE(c.http.tls());
   EXPECT_FALSE(c.http.basic_auth());
 }
 
-TEST(HttpConfigTest, ReadsTlsAndBasicAuth) {
+TEST(HttpConfigTest, ReadsBasicAuth) {
   const std::string digest = to_hex(sha256("s3cret"));
   std::vector<ConfigError> errors;
   Config c = parse_config("listen: 0.0.0.0:9810\n"
                           "http:\n"
-                          "  tls_certificate: /etc/tcpscope/tls.pem\n"
                           "  basic_auth_user: prometheus\n"
                           "  basic_auth_password_sha256: " + digest + "\n",
                           "t.yaml", kCc, &errors);
   ASSERT_TRUE(errors.empty()) << errors[0].to_string();
-  EXPECT_TRUE(c.http.tls());
-  EXPECT_EQ(c.http.tls_certificate, "/etc/tcpscope/tls.pem");
   EXPECT_TRUE(c.http.basic_auth());
   EXPECT_EQ(c.http.basic_auth_user, "prometheus");
   EXPECT_EQ(c.http.basic_auth_password_sha256, digest);
@@ -37,9 +33,8 @@ TEST(HttpConfigTest, ReadsTlsAndBasicAuth) {
 
 TEST(HttpConfigTest, NullsKeepTheDefaults) {
   std::vector<ConfigError> errors;
-  Config c = parse_config("http:\n  tls_certificate:\n  basic_auth_user: ~\n", "t.yaml", kCc, &errors);
+  Config c = parse_config("http:\n  basic_auth_user: ~\n", "t.yaml", kCc, &errors);
   ASSERT_TRUE(errors.empty()) << errors[0].to_string();
-  EXPECT_FALSE(c.http.tls());
   EXPECT_FALSE(c.http.basic_auth());
 }
 

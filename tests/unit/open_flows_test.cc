@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <random>
+#include <stdexcept>
 
 #include "flow_json.h"
 
@@ -62,6 +63,37 @@ TEST(OpenFlows, GivesBackEveryFlowAsAdded) {
 }
 
 TEST(OpenFlows, EmptyIsAnEmptyArray) { EXPECT_EQ(OpenFlows().to_json(), "[]\n"); }
+
+TEST(OpenFlows, PagesJoinIntoTheWholeList) {
+  std::mt19937_64 rng(11);
+  const MonotonicToRealtime clock(1'700'000'000'000'000'000);
+  OpenFlows table(clock);
+  for (int i = 0; i < 25; ++i) {
+    const tcpscope_flow_event ev = random_event(rng);
+    table.add(ev, decode_flow_event(ev, clock));
+  }
+  const std::string whole = table.to_json();
+  std::string joined = "[";
+  for (size_t offset = 0; offset < 30; offset += 10) {
+    std::string page = table.to_json(offset, 10);
+    page = page.substr(1, page.size() - 3);  // without [ and ]\n
+    if (page.empty()) continue;
+    joined += (offset ? "," : "") + page;
+  }
+  EXPECT_EQ(joined + "]\n", whole);
+  EXPECT_EQ(table.to_json(25, 10), "[]\n");
+  EXPECT_EQ(table.to_json(1000, 10), "[]\n");
+}
+
+TEST(OpenFlows, QueryIsOffsetAndLimitOnly) {
+  EXPECT_EQ(parse_flows_query("").limit, kMaxFlowsPage);
+  const FlowsPage p = parse_flows_query("offset=20&limit=5");
+  EXPECT_EQ(p.offset, 20u);
+  EXPECT_EQ(p.limit, 5u);
+  for (const char* bad : {"limit=0", "limit=10001", "offset=-1", "offset=1e3", "limit=", "peer_class=client",
+                          "offset=99999999999"})
+    EXPECT_THROW(parse_flows_query(bad), std::invalid_argument) << bad;
+}
 
 }  // namespace
 }  // namespace tcpscope

@@ -1,0 +1,347 @@
+"""Hostile HTTP clients against a daemon under load (issue 15): a thousand
+slow clients of five kinds, from many addresses and from the scraper's own,
+while connections churn; all the while a scrape every second must be
+answered within a second, and no flow record may be lost.
+
+Each test makes its own namespaces and daemon and removes them, whatever
+happens."""
+import base64
+import errno
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+import urllib.parse
+
+import pytest
+
+from conftest import TCPSCOPE, Daemon, loadgen_binary, wait_for
+from test_reliability import churn, config_for, flows_of, http_get, raw_exchange
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (BPF, namespaces)")
+
+KINDS = ("half-sent", "byte-a-second", "connect-and-wait", "keep-alive-poller", "slow-reader")
+REQUEST = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+class SlowClient:
+    def __init__(self, kind, source, port):
+        self.kind, self.source, self.port = kind, source, port
+        self.sock = None
+        self.next_at = 0.0      # the next action
+        self.sent = 0           # bytes of REQUEST sent (byte-a-second)
+        self.connects = 0
+        self.closed_by_server = 0
+
+    def connect(self, now):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if self.kind == "slow-reader":
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+        s.setblocking(False)
+        s.bind((self.source, 0))
+        rc = s.connect_ex(("127.0.0.1", self.port))
+        if rc not in (0, errno.EINPROGRESS):
+            s.close()
+            self.next_at = now + 1
+            return
+        self.sock, self.sent, self.connects = s, 0, self.connects + 1
+        self.next_at = now + 0.05
+
+    def drop(self, now):
+        self.sock.close()
+        self.sock = None
+        self.closed_by_server += 1
+        self.next_at = now + 1  # reconnect, at most once a second
+
+    def step(self, now):
+        if now < self.next_at:
+            return
+        if self.sock is None:
+            return self.connect(now)
+        try:
+            if self.kind != "slow-reader" or self.sent:
+                # Anything the server sends back (a 408, /healthz answers) is
+                # read and dropped; an end of stream means it closed us.
+                data = self.sock.recv(100 if self.kind == "slow-reader" else 65536)
+                if data == b"":
+                    return self.drop(now)
+        except BlockingIOError:
+            pass
+        except OSError:
+            return self.drop(now)
+        try:
+            if self.kind == "half-sent" and not self.sent:
+                self.sent = self.sock.send(REQUEST[:-2])
+            elif self.kind == "byte-a-second" and self.sent < len(REQUEST):
+                self.sent += self.sock.send(REQUEST[self.sent:self.sent + 1])
+            elif self.kind == "keep-alive-poller":
+                self.sock.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            elif self.kind == "slow-reader" and not self.sent:
+                self.sent = self.sock.send(REQUEST)
+        except BlockingIOError:
+            pass
+        except OSError:
+            return self.drop(now)
+        self.next_at = now + (0.5 if self.kind == "keep-alive-poller" else 1.0)
+
+
+def run_slow_clients(clients, stop, deadline_s):
+    t_end = time.monotonic() + deadline_s
+    while not stop.is_set() and time.monotonic() < t_end:
+        now = time.monotonic()
+        for c in clients:
+            c.step(now)
+        time.sleep(0.02)
+    for c in clients:
+        if c.sock is not None:
+            c.sock.close()
+
+
+def scrapes_during(d, seconds):
+    """One scrape a second for `seconds`: [(status, seconds taken, complete)]."""
+    out = []
+    for _ in range(int(seconds)):
+        t0 = time.monotonic()
+        try:
+            status, _, body = http_get(d.url + "/metrics", timeout=5)
+            complete = body.endswith("\n") and "tcpscope_build_info" in body
+        except OSError as e:
+            status, complete = repr(e), False
+        took = time.monotonic() - t0
+        out.append((status, took, complete))
+        time.sleep(max(0.0, 1.0 - took))
+    return out
+
+
+@pytest.mark.parametrize("sources", [20, 1], ids=["from-20-addresses", "from-the-scrapers-address"])
+def test_a_thousand_slow_clients_do_not_delay_scrapes(net, tmp_path, sources):
+    """1,000 slow clients, 200 of each kind: from 20 addresses (50 each,
+    under the per-peer cap: the daemon holds them all), or all from
+    127.0.0.1, the scraper's own address (the cap replaces the oldest idle
+    ones). Connections churn through the daemon meanwhile."""
+    cfg = config_for(tmp_path, net)
+    d = Daemon(tmp_path, extra_args=("--config", str(cfg)))
+    stop = threading.Event()
+    try:
+        addresses = [f"127.0.0.{11 + i}" for i in range(sources)] if sources > 1 else ["127.0.0.1"]
+        clients = [SlowClient(KINDS[i % len(KINDS)], addresses[i % len(addresses)], d.port) for i in range(1000)]
+        attacker = threading.Thread(target=run_slow_clients, args=(clients, stop, 90), daemon=True)
+        connections = [0]
+
+        def load():
+            port = 8080
+            while not stop.is_set() and port < 8200:
+                connections[0] += churn(net, tmp_path, 100, parallel=4, port=port)
+                port += 1
+
+        loader = threading.Thread(target=load, daemon=True)
+        attacker.start()
+        loader.start()
+        time.sleep(3)  # every kind connected and settled into its pattern
+        held = sum(1 for c in clients if c.sock is not None)
+        scrapes = scrapes_during(d, 15)
+        stop.set()
+        attacker.join(timeout=30)
+        loader.join(timeout=120)
+        assert not loader.is_alive() and not attacker.is_alive()
+
+        slow = [s for s in scrapes if s[0] != 200 or not s[2] or s[1] >= 1.0]
+        worst = max(s[1] for s in scrapes)
+        rejected = {r: d.metric_value("tcpscope_http_rejected_total", {"reason": r}) or 0
+                    for r in ("head_timeout", "response_timeout", "connection_limit", "malformed", "busy")}
+        print(f"\n{sources} source address(es): {held} of 1000 slow clients connected at the start, "
+              f"{sum(c.connects for c in clients)} connections made, "
+              f"{sum(c.closed_by_server for c in clients)} closed by the daemon; 15 scrapes, slowest "
+              f"{worst * 1000:.0f} ms; rejected {rejected}; {connections[0]} churn connections")
+        assert not slow, slow
+        if sources == 1:
+            assert rejected["connection_limit"] > 0  # the cap replaced the oldest idle ones
+        else:
+            assert rejected["head_timeout"] > 0  # each held until its deadline
+        wait_for(lambda: flows_of(d) == 2 * connections[0], 30,
+                 what=f"{2 * connections[0]} flows (have {flows_of(d)})")
+        assert d.metric_value("tcpscope_records_lost_total") == 0
+    finally:
+        stop.set()
+        assert d.stop() == 0, d.stderr_text()
+
+
+def vm_rss_kib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def test_sixteen_parallel_flow_listings_of_204k_open_flows_keep_memory_flat(net, tmp_path):
+    """102,000 connections held open between the test's namespaces: 204,000
+    open flows in the daemon's snapshot. 16 clients list them at once, twice:
+    each answer is a page of at most 10,000 flows (about 10 MB), so the
+    daemon's memory grows by a few pages, not by 16 copies of the whole list
+    (about 200 MB each). `tcpscope flows` pages through all of them."""
+    # A process may hold no more descriptors than RLIMIT_NOFILE (20,000 here).
+    pairs, per = 6, 17_000
+    n = pairs * per
+    cfg = config_for(tmp_path, net)
+    d = Daemon(tmp_path, extra_args=("--config", str(cfg)))
+    try:
+        lg = loadgen_binary()
+        clients = []
+        for i in range(pairs):
+            port = str(9000 + i)
+            sready, cready = tmp_path / f"hold-serve-{i}.ready", tmp_path / f"hold-{i}.ready"
+            srv = net.spawn(net.srv, lg, "hold-serve", "--bind", net.srv_v4, "--ports", port, "--ready", str(sready),
+                            "--max-fds", str(per + 500))
+            wait_for(lambda: sready.exists() or srv.poll() is not None, 10, what="a holding server")
+            assert srv.poll() is None, srv.stderr.read()
+            clients.append((net.spawn(net.cli, lg, "hold", "--addr", net.srv_v4, "--ports", port, "--count", str(per),
+                                      "--ready", str(cready)), cready))
+        for cli, cready in clients:
+            wait_for(lambda: cready.exists() or cli.poll() is not None, 300, what=f"{per} connections")
+            assert cli.poll() is None, cli.stderr.read()
+        wait_for(lambda: (d.metric_value("tcpscope_snapshot_flows") or 0) >= 2 * n, 60, interval=0.5,
+                 what=f"{2 * n} open flows in the snapshot")
+
+        rss0 = vm_rss_kib(d.proc.pid)
+        peak = [rss0]
+        stop = threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                peak[0] = max(peak[0], vm_rss_kib(d.proc.pid))
+                time.sleep(0.01)
+
+        sizes, errors = [], []
+
+        def listing():
+            for _ in range(2):
+                try:
+                    status, _, body = http_get(d.url + "/api/v1/flows", timeout=60)
+                    sizes.append((status, len(body)))
+                except OSError as e:
+                    errors.append(repr(e))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        clients = [threading.Thread(target=listing) for _ in range(16)]
+        t0 = time.monotonic()
+        for t in clients:
+            t.start()
+        for t in clients:
+            t.join(timeout=300)
+        took = time.monotonic() - t0
+        stop.set()
+        sampler.join()
+        assert not errors, errors[:3]
+        assert len(sizes) == 32 and all(s == 200 for s, _ in sizes), sizes[:3]
+        page = max(b for _, b in sizes)
+        grew_mib = (peak[0] - rss0) / 1024
+        print(f"\n{2 * n} open flows: 32 listings (16 at once) in {took:.1f} s, {page / 1e6:.1f} MB a page; "
+              f"RSS {rss0 / 1024:.0f} MiB before, peak {peak[0] / 1024:.0f} MiB (+{grew_mib:.0f} MiB); "
+              f"the whole list would be {page * 2 * n / 10_000 / 1e6:.0f} MB an answer")
+        assert page < 16e6
+        assert grew_mib < 250, grew_mib
+
+        # The CLI pages through everything: the server side of port 9000's connections.
+        r = subprocess.run([str(TCPSCOPE), "flows", "--json", "--server", d.url, "--filter", "lport=9000"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert len(json.loads(r.stdout)) == per, r.stderr
+    finally:
+        assert d.stop() == 0, d.stderr_text()
+
+
+def test_thirty_two_maximal_distribution_queries_during_churn_lose_no_record(net, tmp_path):
+    """32 clients asking /api/v1/distributions with selections of the most
+    terms allowed (32 each) without pause while connections churn: every
+    record is drained (the queries match keys outside the lock the drain
+    takes, and only two run at once); one term more, or an unknown
+    parameter, is a 400."""
+    cfg = config_for(tmp_path, net)
+    d = Daemon(tmp_path, extra_args=("--config", str(cfg)))
+    stop = threading.Event()
+    try:
+        terms = ",".join(f"asn!={i}" for i in range(1, 33))
+        query = "/api/v1/distributions?" + urllib.parse.urlencode({"metric": "fct", "by": "asn", "a": terms,
+                                                                   "b": terms})
+        answers, failures = [], []
+
+        def asker():
+            while not stop.is_set():
+                try:
+                    status, _, _ = http_get(d.url + query, timeout=30)
+                    (answers if status == 200 else failures).append(status)
+                except OSError as e:
+                    failures.append(repr(e))
+
+        askers = [threading.Thread(target=asker) for _ in range(32)]
+        for t in askers:
+            t.start()
+        connections, port, t0 = 0, 8080, time.monotonic()
+        while time.monotonic() - t0 < 15:
+            connections += churn(net, tmp_path, 200, parallel=4, port=port)
+            port += 1
+        stop.set()
+        for t in askers:
+            t.join(timeout=60)
+        print(f"\n{len(answers)} maximal queries answered during {connections} connections; "
+              f"{len(failures)} failed")
+        assert answers and not failures, failures[:5]
+        wait_for(lambda: flows_of(d) == 2 * connections, 30, what=f"{2 * connections} flows (have {flows_of(d)})")
+        assert d.metric_value("tcpscope_records_lost_total") == 0
+
+        status, _, body = http_get(d.url + "/api/v1/distributions?" + urllib.parse.urlencode(
+            {"by": "asn", "a": terms + ",asn!=33", "b": "cc=bbr"}))
+        assert status == 400 and "at most 32" in body, (status, body)
+        status, _, body = http_get(d.url + "/api/v1/distributions?a=cc%3Dbbr&b=cc%3Dcubic&window=1h")
+        assert status == 400 and 'unknown query parameter \\"window\\"' in body, (status, body)
+        status, _, _ = http_get(d.url + "/api/v1/distributions?a=as_org%3D%ff&b=cc%3Dcubic")
+        assert status == 400  # not UTF-8
+    finally:
+        stop.set()
+        assert d.stop() == 0, d.stderr_text()
+
+
+def test_smuggling_shapes_and_path_tricks_with_basic_auth(tmp_path):
+    """With basic auth on, request shapes that two parsers may read
+    differently are refused, and no spelling of a path reaches /metrics or
+    the API without credentials: escapes are decoded before the check, and
+    only the exact path /healthz is open."""
+    digest = hashlib.sha256(b"s3cret").hexdigest()
+    cfg = tmp_path / "auth.yaml"
+    cfg.write_text(f"http:\n  basic_auth_user: prometheus\n  basic_auth_password_sha256: {digest}\n")
+    d = Daemon(tmp_path, extra_args=("--config", str(cfg)))
+    good = "Authorization: Basic " + base64.b64encode(b"prometheus:s3cret").decode() + "\r\n"
+    try:
+        cases = [
+            ("GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999\r\n\r\n", 413),
+            ("GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 413),
+            ("GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 5\r\n\r\n", 400),
+            ("GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            ("GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n\r\n", 400),
+            ("GET /metrics HTTP/1.1\r\nHost: x\r\n " + good + "\r\n", 400),  # a folded header
+            ("GET http://x/metrics HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+            ("GET /%6detrics HTTP/1.1\r\nHost: x\r\n\r\n", 401),
+            ("GET /healthz/../metrics HTTP/1.1\r\nHost: x\r\n\r\n", 401),
+            ("GET /healthz/%2e%2e/metrics HTTP/1.1\r\nHost: x\r\n\r\n", 401),
+            ("GET /%2e%2e/%2e%2e/etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n", 401),
+            ("GET /api/v1/flows%00 HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+            ("GET /healthz%3f HTTP/1.1\r\nHost: x\r\n\r\n", 401),  # "/healthz?" is not /healthz
+            ("GET /%68ealthz HTTP/1.1\r\nHost: x\r\n\r\n", 200),  # it is /healthz
+            ("GET /%6detrics HTTP/1.1\r\nHost: x\r\n" + good + "\r\n", 200),
+            ("GET /healthz/../metrics HTTP/1.1\r\nHost: x\r\n" + good + "\r\n", 404),
+        ]
+        for request, want in cases:
+            request = request.replace("Host: x\r\n", "Host: x\r\nConnection: close\r\n", 1)
+            reply, took = raw_exchange(d.port, request.encode())
+            status = int(reply[9:12]) if reply.startswith(b"HTTP/1.1 ") else None
+            assert status == want, (request[:70], reply[:120])
+            assert took < 3, (request[:70], took)
+        status, _, text = http_get(d.url + "/metrics", {"Authorization": good.split(": ", 1)[1].strip()})
+        assert status == 200
+        assert 'tcpscope_http_rejected_total{reason="malformed"} 8' in text, text[-2000:]
+    finally:
+        assert d.stop() == 0, d.stderr_text()
