@@ -11,7 +11,7 @@ BUILD_DIR=${TCPSCOPE_BUILD:-build}
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev
-  prometheus-cpp-dev libcivetweb-dev libyaml-cpp-dev libmaxminddb-dev nlohmann-json3-dev
+  prometheus-cpp-dev libyaml-cpp-dev libmaxminddb-dev nlohmann-json3-dev
   libgtest-dev libbenchmark-dev
   libclang-rt-14-dev  # clang's sanitizer and libFuzzer runtimes (tests/sanitize.sh, tests/fuzz/run.sh)
   iproute2 nftables procps curl python3 python3-pytest

@@ -922,7 +922,7 @@ std::string ConfigError::to_string() const {
   return file + (line > 0 ? ":" + std::to_string(line) : "") + ": " + message;
 }
 
-std::optional<ListenAddress> parse_listen_address(const std::string& text, std::string* why) {
+std::optional<ListenAddress> parse_listen_address(const std::string& text, std::string* why, int min_port) {
   auto fail = [&](const std::string& reason) -> std::optional<ListenAddress> {
     if (why) *why = reason;
     return std::nullopt;
@@ -959,10 +959,10 @@ std::optional<ListenAddress> parse_listen_address(const std::string& text, std::
   out.addr = *IpAddr::parse(host);
   if (port.empty() || port.size() > 5 ||
       !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-    return fail("port " + quoted(port) + " is not a number in 1..65535");
+    return fail("port " + quoted(port) + " is not a number in " + std::to_string(min_port) + "..65535");
   }
   const int p = std::stoi(port);
-  if (p < 1 || p > 65535) return fail("port " + port + " is out of range 1..65535");
+  if (p < min_port || p > 65535) return fail("port " + port + " is out of range " + std::to_string(min_port) + "..65535");
   out.port = static_cast<uint16_t>(p);
   return out;
 }

@@ -151,12 +151,13 @@ Config load_effective_config(const std::string& path, const ConfigOverrides& ove
 std::vector<std::string> size_class_names(const std::vector<uint64_t>& boundaries);
 
 // The `listen` value: "127.0.0.1:9810" or "[::1]:9810" (an IP literal, no host
-// names; port 1..65535). For `--listen` overrides, which must obey the same rule.
+// names; port min_port..65535). For `--listen` overrides, which must obey the
+// same rule, and for the HTTP server, which also takes port 0 (any free one).
 struct ListenAddress {
   IpAddr addr;
   uint16_t port = 0;
 };
-std::optional<ListenAddress> parse_listen_address(const std::string& text, std::string* why);
+std::optional<ListenAddress> parse_listen_address(const std::string& text, std::string* why, int min_port = 1);
 
 // Every congestion control the policy can assign (rule cc and experiment arms),
 // each once, in order of first use. A BPF program cannot make the kernel load a

@@ -43,6 +43,7 @@ constexpr int kLingerMs = 1000;            // reading what a refused client stil
 constexpr size_t kLingerBytes = 64 * 1024;
 constexpr int kStalledWriteMs = 1000;      // a response not taken for this long may be replaced
 constexpr int kExpiryPeriodMs = 100;
+constexpr int kAcceptPauseMs = 100;        // after accept() fails for want of descriptors or memory
 constexpr int kFdReserve = 64;             // descriptors kept for BPF objects, files, the flow log
 
 constexpr uint64_t kListenerId = 0;
@@ -54,42 +55,25 @@ int64_t now_ms() {
   return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
-// Checks "HOST:PORT" with HOST an IPv4 literal or a bracketed IPv6 literal,
-// and fills the socket address.
+// The socket address of a `listen` value (config.h's one parser; port 0:
+// any free port).
 bool parse_listen(const std::string& listen, sockaddr_storage* sa, socklen_t* len, std::string* why) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos || colon + 1 == listen.size()) {
-    *why = "expected HOST:PORT, e.g. 127.0.0.1:9810 or [::1]:9810";
-    return false;
-  }
-  const std::string port = listen.substr(colon + 1);
-  if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos || std::stoul(port) > 65535) {
-    *why = "invalid port \"" + port + "\"";
-    return false;
-  }
-  const uint16_t port_n = htons(static_cast<uint16_t>(std::stoul(port)));
-  std::string host = listen.substr(0, colon);
+  const auto a = parse_listen_address(listen, why, 0);
+  if (!a) return false;
   std::memset(sa, 0, sizeof(*sa));
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
+  if (a->addr.family == 6) {
     auto* a6 = reinterpret_cast<sockaddr_in6*>(sa);
-    if (inet_pton(AF_INET6, host.c_str(), &a6->sin6_addr) != 1) {
-      *why = "invalid IPv6 address \"" + host + "\"";
-      return false;
-    }
     a6->sin6_family = AF_INET6;
-    a6->sin6_port = port_n;
+    a6->sin6_port = htons(a->port);
+    std::memcpy(&a6->sin6_addr, a->addr.bytes.data(), 16);
     *len = sizeof(sockaddr_in6);
-    return true;
+  } else {
+    auto* a4 = reinterpret_cast<sockaddr_in*>(sa);
+    a4->sin_family = AF_INET;
+    a4->sin_port = htons(a->port);
+    std::memcpy(&a4->sin_addr, a->addr.bytes.data(), 4);
+    *len = sizeof(sockaddr_in);
   }
-  auto* a4 = reinterpret_cast<sockaddr_in*>(sa);
-  if (inet_pton(AF_INET, host.c_str(), &a4->sin_addr) != 1) {
-    *why = "invalid host \"" + host + "\" (expected an IPv4 address or [IPv6 address])";
-    return false;
-  }
-  a4->sin_family = AF_INET;
-  a4->sin_port = port_n;
-  *len = sizeof(sockaddr_in);
   return true;
 }
 
@@ -170,7 +154,6 @@ struct HttpServer::Connection {
   std::shared_ptr<const std::string> body;  // shared with the other requests it answers
   size_t out_sent = 0;                      // of head, then body
   size_t out_size() const { return head.size() + (body ? body->size() : 0); }
-  int64_t accepted_ms = 0;
   int64_t state_since_ms = 0;
   int64_t deadline_ms = 0;
   int requests = 0;
@@ -383,6 +366,13 @@ void HttpServer::run_io() {
       expire(now);
       last_expiry_ms_ = now;
     }
+    if (accept_paused_until_ms_ && now >= accept_paused_until_ms_) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = kListenerId;
+      epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+      accept_paused_until_ms_ = 0;
+    }
   }
 }
 
@@ -409,7 +399,14 @@ void HttpServer::accept_all(int64_t now) {
     const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) log(std::string("accept: ") + std::strerror(errno));
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      // Out of descriptors or memory: the pending connection stays in the
+      // backlog and the listener readable; stop watching it for a moment
+      // rather than spin on it.
+      log(std::string("accept: ") + std::strerror(errno) + "; not accepting for " +
+          std::to_string(kAcceptPauseMs) + " ms");
+      epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+      accept_paused_until_ms_ = now + kAcceptPauseMs;
       return;
     }
     auto [peer, peer_text] = peer_of(sa);
@@ -425,7 +422,7 @@ void HttpServer::accept_all(int64_t now) {
     c->fd = fd;
     c->peer = peer;
     c->peer_text = peer_text;
-    c->accepted_ms = c->state_since_ms = now;
+    c->state_since_ms = now;
     c->deadline_ms = now + limits_.head_deadline_ms;
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;

@@ -15,12 +15,12 @@
 // the JSON API others, so slow queries never delay a scrape. A worker
 // answers every request queued for the same path and query with one result,
 // made after they all arrived: a flood of /metrics costs one serialisation
-// at a time. Each peer address has a
-// connection cap; at the cap (or the total cap) a new connection replaces the
-// peer's oldest one that is done, idle or still sending its request, or
-// stalled reading its response, so a flood from an address cannot lock out a
-// scraper at the same address. Responses wait in memory up to a total
-// budget; past it, 503. What is refused and why is counted
+// at a time. Each peer address has a connection cap; at the cap (or the
+// total cap) a new connection replaces the peer's oldest one that is done,
+// idle or still sending its request, or still taking its response after a
+// second, so a flood from an address cannot lock out a scraper at the same
+// address. Responses wait in memory up to a total budget; past it, 503.
+// What is refused and why is counted
 // (tcpscope_http_rejected_total{reason}, served with /metrics).
 //
 // Handlers run on the worker threads; everything they read is set through
@@ -179,6 +179,7 @@ class HttpServer {
   uint64_t next_id_ = 2;  // 0: the listener, 1: wake_fd_
   size_t pending_output_ = 0;
   int64_t last_expiry_ms_ = 0;
+  int64_t accept_paused_until_ms_ = 0;  // 0: the listener is watched
 
   std::mutex done_mu_;
   std::vector<Done> done_;

@@ -19,7 +19,7 @@ import urllib.parse
 import pytest
 
 from conftest import TCPSCOPE, Daemon, loadgen_binary, wait_for
-from test_reliability import churn, config_for, flows_of, http_get, raw_exchange
+from test_reliability import churn_for, config_for, flows_of, http_get, raw_exchange
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (BPF, namespaces)")
 
@@ -132,10 +132,7 @@ def test_a_thousand_slow_clients_do_not_delay_scrapes(net, tmp_path, sources):
         connections = [0]
 
         def load():
-            port = 8080
-            while not stop.is_set() and port < 8200:
-                connections[0] += churn(net, tmp_path, 100, parallel=4, port=port)
-                port += 1
+            connections[0] = churn_for(net, tmp_path, 60, stop=stop)
 
         loader = threading.Thread(target=load, daemon=True)
         attacker.start()
@@ -280,10 +277,7 @@ def test_thirty_two_maximal_distribution_queries_during_churn_lose_no_record(net
         askers = [threading.Thread(target=asker) for _ in range(32)]
         for t in askers:
             t.start()
-        connections, port, t0 = 0, 8080, time.monotonic()
-        while time.monotonic() - t0 < 15:
-            connections += churn(net, tmp_path, 200, parallel=4, port=port)
-            port += 1
+        connections = churn_for(net, tmp_path, 15)
         stop.set()
         for t in askers:
             t.join(timeout=60)

@@ -79,6 +79,16 @@ def churn(net, tmp, count, parallel=4, port=8080, resp=2000):
     return len(out)
 
 
+def churn_for(net, tmp, seconds, parallel=4, first_port=8080, stop=None):
+    """Rounds of 200 connections for `seconds` (or until `stop` is set), each
+    round on a port of its own; returns the number of connections made."""
+    connections, port, t0 = 0, first_port, time.monotonic()
+    while time.monotonic() - t0 < seconds and not (stop and stop.is_set()):
+        connections += churn(net, tmp, 200, parallel=parallel, port=port)
+        port += 1
+    return connections
+
+
 def flows_of(d, name="relclass"):
     return d.metric_value("tcpscope_flows_total", {"peer_class": name}) or 0
 
@@ -712,12 +722,7 @@ def test_fifty_scrapers_during_churn_all_answered_no_record_lost(net, tmp_path):
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=50) as pool:
             futures = [pool.submit(scraper) for _ in range(50)]
-            t0 = time.monotonic()
-            connections = 0
-            port = 8080
-            while time.monotonic() - t0 < 20:
-                connections += churn(net, tmp_path, 200, parallel=8, port=port)
-                port += 1
+            connections = churn_for(net, tmp_path, 20, parallel=8)
             stop.set()
             for f in futures:
                 f.result(timeout=30)

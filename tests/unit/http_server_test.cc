@@ -29,12 +29,14 @@ struct Response {
 };
 
 // A connected socket to 127.0.0.1:port with a receive timeout so that a
-// server that never answers fails the test instead of hanging it.
-int connect_to(int port) {
+// server that never answers fails the test instead of hanging it;
+// receive_buffer > 0: that small a receive buffer (a slow reader).
+int connect_to(int port, int receive_buffer = 0) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw std::runtime_error(std::string("socket: ") + strerror(errno));
   timeval tv{5, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  if (receive_buffer > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(static_cast<uint16_t>(port));
@@ -577,14 +579,7 @@ TEST(HttpServerSecurityTest, SlowReaderIsClosedAtTheResponseDeadline) {
   auto server = start_with(limits);
   ASSERT_TRUE(server);
   server->handle_json("/api/v1/big", [](const std::string&) { return "\"" + std::string(16 << 20, 'x') + "\""; });
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const int small = 4096;
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<uint16_t>(server->port()));
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  int fd = connect_to(server->port(), 4096);
   send_all(fd, "GET /api/v1/big HTTP/1.1\r\nHost: x\r\n\r\n");
   const auto t0 = std::chrono::steady_clock::now();
   size_t got = 0;
