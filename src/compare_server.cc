@@ -6,6 +6,7 @@
 
 #include "flow_sketch.h"
 #include "http_client.h"
+#include "url_query.h"
 
 namespace tcpscope {
 

@@ -8,7 +8,7 @@
 
 #include "config.h"
 #include "flow_record.h"
-#include "http_client.h"
+#include "url_query.h"
 
 namespace tcpscope {
 

@@ -3,7 +3,6 @@
 // only (the daemon serves nothing else), one request per connection.
 #pragma once
 
-#include <map>
 #include <string>
 #include <string_view>
 
@@ -45,12 +44,5 @@ std::string join_url(const std::string& base, const std::string& path);
 
 // Standard base64 (RFC 4648) with padding.
 std::string base64_encode(std::string_view s);
-
-// Percent-encoding of a query value: RFC 3986 unreserved characters stay.
-std::string url_encode(std::string_view s);
-// %XX and '+' (space) decoding; malformed escapes are kept as they are.
-std::string url_decode(std::string_view s);
-// "a=1&b=x%3Dy" -> {a: "1", b: "x=y"}; a repeated key keeps the last value.
-std::map<std::string, std::string> parse_query_string(std::string_view query);
 
 }  // namespace tcpscope

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cstdint>
 
+#include "url_query.h"
 #include "utf8_text.h"
 
 namespace tcpscope {
@@ -34,34 +35,10 @@ bool iequals(std::string_view a, std::string_view b) {
   return true;
 }
 
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// Percent-decoding; false on a malformed escape or a decoded NUL.
-bool percent_decode(std::string_view in, std::string* out) {
-  out->clear();
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i] != '%') {
-      out->push_back(in[i]);
-      continue;
-    }
-    if (i + 2 >= in.size()) return false;
-    const int hi = hex_value(in[i + 1]), lo = hex_value(in[i + 2]);
-    if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) return false;
-    out->push_back(static_cast<char>(hi * 16 + lo));
-    i += 2;
-  }
-  return true;
-}
-
 // A query's escapes must decode to text: the handlers put its values in JSON.
 bool query_is_valid_text(std::string_view query) {
   std::string decoded;
-  if (!percent_decode(query, &decoded)) return false;
+  if (!percent_decode_strict(query, &decoded)) return false;
   return valid_utf8(decoded);
 }
 
@@ -104,7 +81,7 @@ HttpParse parse_http_request(std::string_view buf, size_t max_head_bytes, HttpRe
   HttpRequest r;
   r.method = std::string(method);
   const size_t q = target.find('?');
-  if (!percent_decode(target.substr(0, q), &r.path)) return bad(400);
+  if (!percent_decode_strict(target.substr(0, q), &r.path)) return bad(400);
   if (q != std::string_view::npos) {
     r.query = std::string(target.substr(q + 1));
     if (!query_is_valid_text(r.query)) return bad(400);

@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "flow_json.h"
-#include "http_client.h"
+#include "url_query.h"
 
 namespace tcpscope {
 

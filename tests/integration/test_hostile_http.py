@@ -7,11 +7,14 @@ Each test makes its own namespaces and daemon and removes them, whatever
 happens."""
 import base64
 import errno
+import gzip
 import hashlib
 import json
 import os
+import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -337,5 +340,72 @@ def test_smuggling_shapes_and_path_tricks_with_basic_auth(tmp_path):
         status, _, text = http_get(d.url + "/metrics", {"Authorization": good.split(": ", 1)[1].strip()})
         assert status == 200
         assert 'tcpscope_http_rejected_total{reason="malformed"} 8' in text, text[-2000:]
+    finally:
+        assert d.stop() == 0, d.stderr_text()
+
+
+def alias_bomb_config(path, good_config):
+    """A config whose peer classes list 200,000 aliases of a list that
+    expands to 10^8 prefixes (800 KB of YAML): a billion-laughs shape."""
+    text = good_config + "peer_classes:\n  - name: a\n    prefixes: &a0 [" + ",".join(['"198.18.0.0/15"'] * 10) + "]\n"
+    for i in range(1, 9):
+        text += f"  - name: n{i}\n    prefixes: &a{i} [" + ",".join([f"*a{i - 1}"] * 10) + "]\n"
+    text += "  - name: big\n    prefixes: [" + ",".join(["*a8"] * 200_000) + "]\n"
+    path.write_text(text)
+
+
+def test_yaml_alias_bomb_and_gzip_bomb_at_start_and_at_sighup(net, tmp_path):
+    """The bombs of issue 15. A YAML alias bomb costs what its text costs
+    (aliases are shared, never expanded; its 200,000 wrong entries give 50
+    error lines and one "and N more"), at check-config and at a SIGHUP to a
+    running daemon, which keeps its config. A prefix file of one 256 MiB line,
+    250 KiB gzipped, is refused at the 64 KiB line limit, the old ASN data
+    kept."""
+    bomb = tmp_path / "bomb.yaml"
+    alias_bomb_config(bomb, "")
+    # The peak memory of check-config alone: a fresh parent's children's.
+    measure = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
+               "print('maxrss_kib=%d' % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
+               "sys.exit(r.returncode)")
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", measure, str(TCPSCOPE), "check-config", str(bomb)],
+                       capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - t0
+    lines = [l for l in r.stdout.splitlines() + r.stderr.splitlines() if l.startswith(str(bomb))]
+    maxrss = int(r.stderr.rsplit("maxrss_kib=", 1)[1].split()[0])
+    print(f"\nalias bomb: check-config {took:.2f} s, {maxrss / 1024:.0f} MiB, {len(lines)} lines")
+    assert r.returncode == 2 and len(lines) == 51 and lines[-1].endswith("more errors, not listed"), lines[-3:]
+    assert took < 10 and maxrss < 256 * 1024
+
+    gz = tmp_path / "pfx2as.gz"
+    with gzip.open(gz, "wb", compresslevel=9) as f:
+        chunk = b"a" * (1 << 20)
+        for _ in range(256):
+            f.write(chunk)
+    good = tmp_path / "good.tsv"
+    good.write_text(f"{net.cli_v4}\t32\t64999\n")
+    cfg = config_for(tmp_path, net, extra=f"asn:\n  prefix_file: {good}\n")
+    base = cfg.read_text()
+    d = Daemon(tmp_path, extra_args=("--config", str(cfg)))
+    try:
+        rss0 = vm_rss_kib(d.proc.pid)
+        alias_bomb_config(cfg, "")
+        d.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: d.metric_value("tcpscope_config_reloads_total", {"result": "failed"}) == 1, 30,
+                 what="the alias bomb's reload to fail")
+        cfg.write_text(base.replace(str(good), str(gz)))
+        d.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: d.metric_value("tcpscope_config_reloads_total", {"result": "failed"}) == 2, 30,
+                 what="the gzip bomb's reload to fail")
+        log = d.stderr_text()
+        assert f"{gz}:1: line longer than 65536 bytes (not a prefix file?)" in log, log[-2000:]
+        assert log.count(str(cfg) + ":") <= 52, log.count(str(cfg) + ":")
+        rss1 = vm_rss_kib(d.proc.pid)
+        print(f"daemon RSS {rss0 / 1024:.0f} MiB before both bombs, {rss1 / 1024:.0f} MiB after")
+        assert rss1 - rss0 < 128 * 1024
+        # The old config and ASN data are still in force.
+        churn_for(net, tmp_path, 0.1)
+        wait_for(lambda: d.metric_value("tcpscope_flows_total", {"peer_class": "relclass", "asn": "64999"}), 10,
+                 what="flows classified and enriched by the config and data from before the bombs")
     finally:
         assert d.stop() == 0, d.stderr_text()

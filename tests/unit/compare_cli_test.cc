@@ -17,6 +17,7 @@
 #include "flow_record.h"
 #include "flows_command.h"
 #include "http_client.h"
+#include "url_query.h"
 #include "http_auth.h"
 #include "http_server.h"
 
