@@ -218,8 +218,10 @@ FlowDistributions::QueryResult FlowDistributions::query_at(CompareMetric metric,
   };
   std::vector<Item> items;
   KeyNames names;
+  std::optional<FlowSketch> empty;  // as options_ (which a reload may change) make them
   {
     std::lock_guard<std::mutex> lock(mu_);
+    empty = new_sketch(metric);
     rotate_if_due(now);
     const Generation* oldest = previous_ ? previous_.get() : current_.get();
     out.covers_s = std::chrono::duration<double>(now - oldest->start).count();
@@ -244,7 +246,7 @@ FlowDistributions::QueryResult FlowDistributions::query_at(CompareMetric metric,
     const uint32_t sc = sized ? key_size_class(item.key) : 0;
     auto it = groups.find({group, sc});
     if (it == groups.end()) {
-      Group g{group, std::nullopt, sc, new_sketch(metric), new_sketch(metric)};
+      Group g{group, std::nullopt, sc, *empty, *empty};
       if (sized) g.size_class = names.field(item.key, "size_class");
       it = groups.emplace(std::make_pair(group, sc), std::move(g)).first;
     }
