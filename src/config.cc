@@ -11,6 +11,7 @@
 //   - cross references (rule -> peer class) are checked after the whole file
 //     is read, because sections may come in any order.
 #include "config.h"
+#include "utf8_text.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -1081,6 +1082,5 @@ std::vector<std::string> referenced_congestion_controls(const Config& config) {
   return out;
 }
 
-std::string clipped(const std::string& s) { return s.size() <= 40 ? s : s.substr(0, 40) + "..."; }
 
 }  // namespace tcpscope

@@ -8,7 +8,7 @@
 
 #include <cstring>
 
-#include "config.h"
+#include "utf8_text.h"
 
 namespace tcpscope {
 

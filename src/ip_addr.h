@@ -1,4 +1,5 @@
-// An IPv4 or IPv6 address in network byte order, cheap to copy and compare.
+// An IPv4 or IPv6 address in network byte order, cheap to copy and compare,
+// and a prefix of one.
 #pragma once
 
 #include <array>
@@ -30,5 +31,24 @@ struct IpAddr {
   bool operator==(const IpAddr& o) const { return family == o.family && bytes == o.bytes; }
   bool operator!=(const IpAddr& o) const { return !(*this == o); }
 };
+
+struct Prefix {
+  IpAddr addr;  // host bits cleared
+  int len = 0;  // 0..32 for IPv4, 0..128 for IPv6
+  std::string to_string() const;
+  // "10.0.0.0/8", "fd00::/8"; a bare address is a host prefix. nullopt if malformed.
+  static std::optional<Prefix> parse(const std::string& text);
+  // ::ffff:a.b.c.d/len (len >= 96) -> a.b.c.d/(len - 96); any other prefix
+  // unchanged. Flow addresses are reported unmapped and looked up as IPv4,
+  // so a prefix inside ::ffff:0:0/96 is kept in this form.
+  Prefix unmapped() const;
+};
+
+// Prefix::parse that also says why the text is not a prefix (bad address,
+// length out of range, host bits set), for error messages. Prefix::parse and
+// this function reject host bits ("10.1.2.3/8") instead of clearing them, and
+// fold IPv4-mapped prefixes (::ffff:10.0.0.0/104 -> 10.0.0.0/8) because flow
+// addresses are reported unmapped.
+std::optional<Prefix> parse_prefix(const std::string& text, std::string* why);
 
 }  // namespace tcpscope

@@ -65,4 +65,6 @@ std::string printable_text(std::string_view s) {
   return out;
 }
 
+std::string clipped(const std::string& s) { return s.size() <= 40 ? s : s.substr(0, 40) + "..."; }
+
 }  // namespace tcpscope

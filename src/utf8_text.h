@@ -1,6 +1,7 @@
-// Text from the network or from other processes (process names, AS
-// organisation names, query strings) on its way to a terminal, a log line or
-// JSON: UTF-8 validity, and a form a terminal shows rather than obeys.
+// Text from the network, from other processes (process names, AS
+// organisation names, query strings) or from files on its way to a terminal,
+// a log line or JSON: UTF-8 validity, a form a terminal shows rather than
+// obeys, and a length fit for a message.
 #pragma once
 
 #include <string>
@@ -15,5 +16,9 @@ bool valid_utf8(std::string_view s);
 // part of valid UTF-8 replaced by '?': an escape sequence in a process name
 // cannot move the cursor, recolour or retitle the reader's terminal.
 std::string printable_text(std::string_view s);
+
+// A value echoed in an error message, cut to 40 bytes: a 10 kB scalar or
+// line must not make a 10 kB message.
+std::string clipped(const std::string& s);
 
 }  // namespace tcpscope
