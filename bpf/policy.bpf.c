@@ -225,7 +225,7 @@ static __always_inline void apply_policy(struct bpf_sock_ops *skops)
 		if (sp->app_set_cc) {
 			/* enforce: counted under the name the application asked for */
 			sp->overridden = 1;
-			bump(&app_cc_calls, sp->app_cc * 2 + TCPSCOPE_APP_CC_OVERRIDDEN);
+			bump(&app_cc_calls, TCPSCOPE_APP_CC_SLOT(sp->app_cc, TCPSCOPE_APP_CC_OVERRIDDEN));
 		}
 		bump(&cc_assignments, TCPSCOPE_ASSIGN_SLOT(gen, i, arm));
 		return;
@@ -285,10 +285,10 @@ int watch_setsockopt(struct bpf_sockopt *ctx)
 	 * (not in tcp_allowed_congestion_control) named by a caller without
 	 * CAP_NET_ADMIN fails with EPERM and changes nothing. */
 	if (app_cc && !(*known & TCPSCOPE_CC_ALLOWED) && !may_net_admin()) {
-		bump(&app_cc_calls, app_cc * TCPSCOPE_APP_CC_ACTIONS + TCPSCOPE_APP_CC_REFUSED);
+		bump(&app_cc_calls, TCPSCOPE_APP_CC_SLOT(app_cc, TCPSCOPE_APP_CC_REFUSED));
 		return 1;
 	}
-	bump(&app_cc_calls, app_cc * TCPSCOPE_APP_CC_ACTIONS + TCPSCOPE_APP_CC_OBSERVED);
+	bump(&app_cc_calls, TCPSCOPE_APP_CC_SLOT(app_cc, TCPSCOPE_APP_CC_OBSERVED));
 	/* A name the kernel does not offer: the call fails (ENOENT), nothing
 	 * changes for the socket. */
 	if (!app_cc || !ctx->sk)
@@ -307,7 +307,7 @@ int watch_setsockopt(struct bpf_sockopt *ctx)
 		/* The policy already chose for this (established) socket: the call
 		 * succeeds for the application but the kernel does not apply it. */
 		sp->overridden = 1;
-		bump(&app_cc_calls, app_cc * TCPSCOPE_APP_CC_ACTIONS + TCPSCOPE_APP_CC_OVERRIDDEN);
+		bump(&app_cc_calls, TCPSCOPE_APP_CC_SLOT(app_cc, TCPSCOPE_APP_CC_OVERRIDDEN));
 		ctx->optlen = -1;
 		return 1;
 	}

@@ -117,7 +117,8 @@ struct tcpscope_cc_name {
 #define TCPSCOPE_APP_CC_OVERRIDDEN 1 /* taken by the call, not applied (app_override: enforce) */
 #define TCPSCOPE_APP_CC_REFUSED 2    /* the kernel refuses it: restricted, caller without CAP_NET_ADMIN */
 #define TCPSCOPE_APP_CC_ACTIONS 3
-/* app_cc_calls: (cc index + 1, 0 = other) * TCPSCOPE_APP_CC_ACTIONS + TCPSCOPE_APP_CC_*. */
+/* app_cc_calls' slot of (cc index + 1, 0 = other) and TCPSCOPE_APP_CC_*. */
+#define TCPSCOPE_APP_CC_SLOT(cc, action) ((cc) * TCPSCOPE_APP_CC_ACTIONS + (action))
 #define TCPSCOPE_APP_CC_SLOTS ((TCPSCOPE_MAX_CC_NAMES + 1) * TCPSCOPE_APP_CC_ACTIONS)
 
 /* One write to a CC sysctl, for the daemon's log (ring buffer sysctl_log). */

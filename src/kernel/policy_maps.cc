@@ -183,7 +183,7 @@ std::vector<PolicyMaps::AppCcCount> PolicyMaps::app_cc_calls() const {
   int fd = bpf_map__fd(probe_.skeleton()->maps.app_cc_calls);
   for (uint32_t idx = 0; idx <= cc_names_.size() && idx <= TCPSCOPE_MAX_CC_NAMES; ++idx)
     for (uint32_t action : {TCPSCOPE_APP_CC_OBSERVED, TCPSCOPE_APP_CC_OVERRIDDEN, TCPSCOPE_APP_CC_REFUSED}) {
-      uint64_t v = percpu_sum(fd, idx * TCPSCOPE_APP_CC_ACTIONS + action);
+      uint64_t v = percpu_sum(fd, TCPSCOPE_APP_CC_SLOT(idx, action));
       if (v) out.push_back({idx ? cc_names_[idx - 1] : "other", action, v});
     }
   return out;

@@ -49,8 +49,8 @@ class PolicyMaps {
   };
   std::vector<AppCcCount> app_cc_calls() const;
 
-  // Index: name (0 tcp_congestion_control, 1 tcp_allowed_congestion_control)
-  // * 2 + denied; the last one counts writes the log (below) lost.
+  // Index: TCPSCOPE_SYSCTL_SLOT(name, other namespace, denied); the last one
+  // counts writes the log (below) lost.
   std::array<uint64_t, TCPSCOPE_SYSCTL_SLOTS + 1> sysctl_writes() const;
   // Hands every sysctl write logged since the last call to `f`.
   void drain_sysctl_log(const std::function<void(const tcpscope_sysctl_event&)>& f);

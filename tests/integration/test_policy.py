@@ -231,6 +231,20 @@ cc_policy:
         overridden = d.metric_value("tcpscope_app_cc_setsockopt_total", {"action": "overridden"}) or 0
         assert observed and observed >= 1
         assert (overridden >= 1) == (mode == "enforce")
+        assert overridden == (d.metric_value("tcpscope_app_cc_setsockopt_total",
+                                             {"cc": "bbr", "action": "overridden"}) or 0)
+        if mode == "enforce":
+            # Chosen before connect(): the rule overrides it at connect, and
+            # counts it under the name the application asked for.
+            echo_server(net, tmp_path, net.srv_v4, 7004)
+            code = ("import socket,sys; s=socket.socket(); "
+                    "s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b'bbr'); "
+                    "s.connect((sys.argv[1], 7004)); s.sendall(b'x'); s.recv(1); s.close()")
+            net.ns(net.cli, sys.executable, "-c", code, net.srv_v4)
+            wait_for(lambda: d.metric_value("tcpscope_app_cc_setsockopt_total",
+                                            {"cc": "bbr", "action": "overridden"}) == overridden + 1,
+                     5, what="the pre-connect choice counted as overridden under bbr")
+        assert d.metric_value("tcpscope_app_cc_setsockopt_total", {"action": "refused"}) is None
     finally:
         assert d.stop() == 0, d.stderr_text()
 
