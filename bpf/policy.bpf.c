@@ -187,7 +187,7 @@ static __always_inline void apply_policy(struct bpf_sock_ops *skops)
 	/* The rules whose class, ASN and prefix conditions hold for this peer,
 	 * decided by the daemon: only their local ports are left to check. */
 	mask = info ? info->rules : ps->default_rules[gen];
-	install = ps->install_id[gen] & 0xffff;
+	install = ps->install_id[gen] & TCPSCOPE_INSTALL_MASK;
 	lport = (__u16)skops->local_port;
 
 	for (int k = 0; k < TCPSCOPE_MAX_RULES; k++) {
@@ -319,7 +319,7 @@ int watch_setsockopt(struct bpf_sockopt *ctx)
 		__u32 arm = sp->arm ? sp->arm - 1 : 0;
 
 		for (__u32 g = 0; g < TCPSCOPE_POLICY_GENERATIONS; g++) {
-			if ((ps->install_id[g] & 0xffff) == install && idx < ps->n_rules[g] &&
+			if ((ps->install_id[g] & TCPSCOPE_INSTALL_MASK) == install && idx < ps->n_rules[g] &&
 			    idx < TCPSCOPE_MAX_RULES && arm < TCPSCOPE_MAX_ARMS) {
 				bump(&cc_revoked, TCPSCOPE_ASSIGN_SLOT(g, idx, arm));
 				break;
@@ -331,11 +331,14 @@ int watch_setsockopt(struct bpf_sockopt *ctx)
 	return 1;
 }
 
-/* Eight characters of a string literal as one little-endian word. The
+/* Characters o..o+7 of a string literal as one little-endian word. The
  * optimizer folds it to an immediate: this file keeps no .rodata, which the
  * object linker would have to merge with flow.bpf.c's. */
-#define WORD8(s) ((__u64)(s)[0] | (__u64)(s)[1] << 8 | (__u64)(s)[2] << 16 | (__u64)(s)[3] << 24 | \
-		  (__u64)(s)[4] << 32 | (__u64)(s)[5] << 40 | (__u64)(s)[6] << 48 | (__u64)(s)[7] << 56)
+#define CC_WORDS TCPSCOPE_SYSCTL_CC "\0"
+#define ALLOWED_WORDS TCPSCOPE_SYSCTL_ALLOWED_CC "\0"
+#define WORD8(s, o) ((__u64)(s)[(o)] | (__u64)(s)[(o) + 1] << 8 | (__u64)(s)[(o) + 2] << 16 | \
+		     (__u64)(s)[(o) + 3] << 24 | (__u64)(s)[(o) + 4] << 32 | (__u64)(s)[(o) + 5] << 40 | \
+		     (__u64)(s)[(o) + 6] << 48 | (__u64)(s)[(o) + 7] << 56)
 
 SEC("cgroup/sysctl")
 int guard_sysctl(struct bpf_sysctl *ctx)
@@ -350,14 +353,15 @@ int guard_sysctl(struct bpf_sysctl *ctx)
 
 	if (!ctx->write)
 		return 1;
-	/* Base names are unique to net/ipv4: tcp_congestion_control (22
-	 * characters) and tcp_allowed_congestion_control (30). */
+	/* Base names are unique to net/ipv4 (policy.h names them). Each name
+	 * with two NULs after it fills whole words: 22 characters in 3, 30 in 4. */
 	len = bpf_sysctl_get_name(ctx, (char *)w, sizeof(w), BPF_F_SYSCTL_BASE_NAME);
-	if (len == 22 && w[0] == WORD8("tcp_cong") && w[1] == WORD8("estion_c") &&
-	    w[2] == WORD8("ontrol\0\0"))
+	if (len == sizeof(TCPSCOPE_SYSCTL_CC) - 1 && w[0] == WORD8(CC_WORDS, 0) && w[1] == WORD8(CC_WORDS, 8) &&
+	    w[2] == WORD8(CC_WORDS, 16))
 		idx = 0;
-	else if (len == 30 && w[0] == WORD8("tcp_allo") && w[1] == WORD8("wed_cong") &&
-		 w[2] == WORD8("estion_c") && w[3] == WORD8("ontrol\0\0"))
+	else if (len == sizeof(TCPSCOPE_SYSCTL_ALLOWED_CC) - 1 && w[0] == WORD8(ALLOWED_WORDS, 0) &&
+		 w[1] == WORD8(ALLOWED_WORDS, 8) && w[2] == WORD8(ALLOWED_WORDS, 16) &&
+		 w[3] == WORD8(ALLOWED_WORDS, 24))
 		idx = 1;
 	else
 		return 1;

@@ -18,7 +18,7 @@ namespace {
 
 constexpr size_t kDirs = 2;
 constexpr size_t kOutcomes = 5;
-constexpr size_t kCaStates = 5;
+constexpr size_t kCaStates = TCPSCOPE_CA_STATES;
 // Order of FlowRecord::ca_state_us (the kernel's TCP_CA_* order).
 constexpr const char* kCaStateNames[kCaStates] = {"open", "disorder", "cwr", "recovery", "loss"};
 // Interned label ids are 8 bits; the last id collects any excess values.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ip_addr.h"
+#include "tcpscope/flow_event.h"
 
 namespace tcpscope {
 
@@ -39,7 +40,7 @@ struct FlowRecord {
   uint64_t delivery_rate_bps = 0, pacing_rate_bps = 0;
   // Microseconds spent in each congestion-avoidance state, in the kernel's
   // order: Open, Disorder, CWR, Recovery, Loss.
-  std::array<uint64_t, 5> ca_state_us{};
+  std::array<uint64_t, TCPSCOPE_CA_STATES> ca_state_us{};
 
   // Filled in by the enricher (empty / 0 / nullopt until then).
   std::string peer_class;

@@ -54,7 +54,7 @@ struct tcpscope_flow_event {
 	__u64 bytes_retrans;
 	__u64 pacing_rate;    /* bytes per second */
 	__u64 cgroup_id;
-	__u64 ca_state_ns[5];   /* time in Open, Disorder, CWR, Recovery, Loss */
+	__u64 ca_state_ns[TCPSCOPE_CA_STATES]; /* time in Open, Disorder, CWR, Recovery, Loss */
 	__u8 saddr[16];       /* network order; IPv4 in the first 4 bytes */
 	__u8 daddr[16];
 	__u32 netns;

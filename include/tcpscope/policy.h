@@ -15,6 +15,8 @@
 #include <linux/types.h>
 #endif
 
+#include "flow_event.h" /* TCPSCOPE_CC_NAME_LEN, TCPSCOPE_COMM_LEN */
+
 #define TCPSCOPE_MAX_RULES 64
 #define TCPSCOPE_MAX_ARMS 8
 #define TCPSCOPE_MAX_LPORTS 16
@@ -50,7 +52,7 @@ struct tcpscope_rule {
 	__u32 n_lports;
 	__u32 n_arms;     /* 1 for a plain `cc:` rule */
 	__u32 cum_weight[TCPSCOPE_MAX_ARMS]; /* cumulative percent; the last is 100 */
-	char cc[TCPSCOPE_MAX_ARMS][16];
+	char cc[TCPSCOPE_MAX_ARMS][TCPSCOPE_CC_NAME_LEN];
 };
 
 #define TCPSCOPE_APP_RESPECT 0
@@ -88,9 +90,10 @@ struct tcpscope_sock_policy {
 	__u8 app_cc;  /* the application's CC: index into cc_names + 1, 0 = other */
 };
 
+#define TCPSCOPE_INSTALL_MASK 0xffffu /* install ids wrap in 16 bits, never 0 */
 #define TCPSCOPE_RULE_TAG(install_id, idx) (((__u32)(install_id) << 16) | ((idx) + 1))
 #define TCPSCOPE_RULE_TAG_INSTALL(tag) ((tag) >> 16)
-#define TCPSCOPE_RULE_TAG_INDEX(tag) (((tag) & 0xffff) - 1)
+#define TCPSCOPE_RULE_TAG_INDEX(tag) (((tag) & TCPSCOPE_INSTALL_MASK) - 1)
 
 /* Indexes of cc_assignments (and cc_revoked): one per generation, rule, arm. */
 #define TCPSCOPE_ASSIGN_SLOT(gen, rule, arm) \
@@ -110,7 +113,7 @@ struct tcpscope_sock_policy {
 #define TCPSCOPE_CC_ALLOWED 0x80000000u
 #define TCPSCOPE_CC_INDEX_MASK 0xffffu
 struct tcpscope_cc_name {
-	char name[16];
+	char name[TCPSCOPE_CC_NAME_LEN];
 };
 
 #define TCPSCOPE_APP_CC_OBSERVED 0   /* the kernel takes it */
@@ -129,13 +132,16 @@ struct tcpscope_sysctl_event {
 	__u32 truncated; /* the value was longer than `value` */
 	__u32 netns;     /* inode of the writer's network namespace */
 	__u32 other_netns; /* 1 unless that is the initial one */
-	char comm[16];
+	char comm[TCPSCOPE_COMM_LEN];
 	char value[64];
 };
 
 /* sysctl_writes: ((name index (0 tcp_congestion_control, 1
  * tcp_allowed_congestion_control) * 2 + (1 if not the initial network
  * namespace)) * 2 + (1 if denied). */
+/* The sysctls' base names, index 0 and 1 (under net.ipv4). */
+#define TCPSCOPE_SYSCTL_CC "tcp_congestion_control"
+#define TCPSCOPE_SYSCTL_ALLOWED_CC "tcp_allowed_congestion_control"
 #define TCPSCOPE_SYSCTL_SLOT(name_idx, other_netns, denied) (((name_idx) * 2 + (other_netns)) * 2 + (denied))
 #define TCPSCOPE_SYSCTL_SLOTS 8
 
@@ -144,11 +150,17 @@ static_assert(sizeof(struct tcpscope_remote_info) == 16, "tcpscope_remote_info l
 static_assert(sizeof(struct tcpscope_rule) == 208, "tcpscope_rule layout");
 static_assert(sizeof(struct tcpscope_sock_policy) == 8, "tcpscope_sock_policy layout");
 static_assert(sizeof(struct tcpscope_sysctl_event) == 104, "tcpscope_sysctl_event layout");
+static_assert(sizeof(struct tcpscope_remote_key) == 20, "tcpscope_remote_key layout");
+static_assert(sizeof(struct tcpscope_policy_state) == 56, "tcpscope_policy_state layout");
+static_assert(sizeof(struct tcpscope_cc_name) == TCPSCOPE_CC_NAME_LEN, "tcpscope_cc_name layout");
 #else
 _Static_assert(sizeof(struct tcpscope_remote_info) == 16, "tcpscope_remote_info layout");
 _Static_assert(sizeof(struct tcpscope_rule) == 208, "tcpscope_rule layout");
 _Static_assert(sizeof(struct tcpscope_sock_policy) == 8, "tcpscope_sock_policy layout");
 _Static_assert(sizeof(struct tcpscope_sysctl_event) == 104, "tcpscope_sysctl_event layout");
+_Static_assert(sizeof(struct tcpscope_remote_key) == 20, "tcpscope_remote_key layout");
+_Static_assert(sizeof(struct tcpscope_policy_state) == 56, "tcpscope_policy_state layout");
+_Static_assert(sizeof(struct tcpscope_cc_name) == TCPSCOPE_CC_NAME_LEN, "tcpscope_cc_name layout");
 #endif
 
 #endif /* TCPSCOPE_POLICY_H */

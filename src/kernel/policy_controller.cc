@@ -27,7 +27,7 @@ const char* app_cc_action_name(uint32_t action) {
   }
 }
 
-const char* const kSysctlNames[] = {"net.ipv4.tcp_congestion_control", "net.ipv4.tcp_allowed_congestion_control"};
+const char* const kSysctlNames[] = {"net.ipv4." TCPSCOPE_SYSCTL_CC, "net.ipv4." TCPSCOPE_SYSCTL_ALLOWED_CC};
 }  // namespace
 
 bool ensure_congestion_controls(const std::vector<std::string>& names, std::string* error) {
@@ -63,7 +63,7 @@ bool PolicyController::load(const Config& config, const AsnDatabase* asn_db, std
   const uint16_t install = next_install_;
   int gen = maps_.install(*policy, install, error);
   if (gen < 0) return false;
-  next_install_ = next_install_ == 0xffff ? 1 : next_install_ + 1;
+  next_install_ = next_install_ == TCPSCOPE_INSTALL_MASK ? 1 : next_install_ + 1;
   maps_.sync_cc_names(loaded_congestion_controls(), allowed_congestion_controls());
   metrics_.forget_slots(std::to_string(gen) + "/");
 
@@ -160,7 +160,7 @@ void PolicyController::log_sysctl_write(const tcpscope_sysctl_event& ev) {
   const std::string where =
       ev.other_netns ? "network namespace " + std::to_string(ev.netns) + " (not the host's)" : "the host's network namespace";
   std::fprintf(stderr, "tcpscope: sysctl: write net.ipv4.%s=\"%s\"%s by pid %u (%s) in %s: %s\n",
-               ev.name_idx ? "tcp_allowed_congestion_control" : "tcp_congestion_control", value.c_str(),
+               ev.name_idx ? TCPSCOPE_SYSCTL_ALLOWED_CC : TCPSCOPE_SYSCTL_CC, value.c_str(),
                ev.truncated ? "..." : "", ev.pid, comm.c_str(), where.c_str(),
                ev.denied ? "denied (sysctl_guard: deny)" : "observed");
 }
