@@ -23,23 +23,25 @@ namespace tcpscope {
 
 namespace {
 
-// Tracepoints each program needs; inet_sock_set_state is the one we cannot do without.
+// Tracepoints each program needs; inet_sock_set_state is the one we cannot do
+// without. Programs by their skeleton field: a rename is a compile error.
+using Programs = decltype(tcpscope_bpf::progs);
 struct ProgramHook {
-  const char* program;
+  bpf_program* Programs::*program;
   const char* tracepoint;
   bool required;
   const char* loses;  // what the records lose on a kernel without it
 };
 constexpr ProgramHook kHooks[] = {
-    {"on_state_change", "inet_sock_set_state", true, ""},
-    {"on_state_change_nested", "inet_sock_set_state", true, ""},
-    {"on_data_ready", "sk_data_ready", false, "receive-side FCT ends at the application's last read"},
-    {"on_data_ready_twin", "sk_data_ready", false, "receive-side FCT ends at the application's last read"},
-    {"on_sendmsg", "tcp_sendmsg_locked", false, "owner of accepted sockets that write first; cwnd samples"},
-    {"on_recvmsg", "tcp_rcv_space_adjust", false, "owner of accepted sockets that only read"},
-    {"on_cong_state", "tcp_cong_state_set", false, "time per congestion state; cwnd before reductions"},
-    {"on_send_reset", "tcp_send_reset", false, "resets sent by the kernel after close"},
-    {"on_receive_reset", "tcp_receive_reset", false, "resets received before the handshake"},
+    {&Programs::on_state_change, "inet_sock_set_state", true, ""},
+    {&Programs::on_state_change_nested, "inet_sock_set_state", true, ""},
+    {&Programs::on_data_ready, "sk_data_ready", false, "receive-side FCT ends at the application's last read"},
+    {&Programs::on_data_ready_twin, "sk_data_ready", false, "receive-side FCT ends at the application's last read"},
+    {&Programs::on_sendmsg, "tcp_sendmsg_locked", false, "owner of accepted sockets that write first; cwnd samples"},
+    {&Programs::on_recvmsg, "tcp_rcv_space_adjust", false, "owner of accepted sockets that only read"},
+    {&Programs::on_cong_state, "tcp_cong_state_set", false, "time per congestion state; cwnd before reductions"},
+    {&Programs::on_send_reset, "tcp_send_reset", false, "resets sent by the kernel after close"},
+    {&Programs::on_receive_reset, "tcp_receive_reset", false, "resets received before the handshake"},
 };
 
 // libbpf's messages (the verifier log among them) are collected while we load,
@@ -117,9 +119,10 @@ KernelFeatures probe_kernel_features() {
   f.ringbuf = libbpf_probe_bpf_map_type(BPF_MAP_TYPE_RINGBUF, nullptr) == 1;
   f.sk_storage = libbpf_probe_bpf_map_type(BPF_MAP_TYPE_SK_STORAGE, nullptr) == 1;
   btf* vmlinux = f.btf ? btf__load_vmlinux_btf() : nullptr;
-  for (const auto& hook : kHooks)
-    (tracepoint_exists(vmlinux, hook.tracepoint) ? f.tracepoints : f.missing_tracepoints)
-        .push_back(hook.tracepoint);
+  for (const auto& hook : kHooks) {
+    auto& list = tracepoint_exists(vmlinux, hook.tracepoint) ? f.tracepoints : f.missing_tracepoints;
+    if (std::find(list.begin(), list.end(), hook.tracepoint) == list.end()) list.push_back(hook.tracepoint);  // two programs may share one
+  }
   btf__free(vmlinux);
   return f;
 }
@@ -176,13 +179,13 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
   btf* vmlinux = btf__load_vmlinux_btf();
   for (const auto& hook : kHooks) {
     if (tracepoint_exists(vmlinux, hook.tracepoint)) continue;
+    bpf_program* prog = skel->progs.*hook.program;
     if (hook.required) {
       btf__free(vmlinux);
-      *error = std::string("kernel has no tracepoint ") + hook.tracepoint + " (needed by " + hook.program + ")";
+      *error = std::string("kernel has no tracepoint ") + hook.tracepoint + " (needed by " + bpf_program__name(prog) + ")";
       return nullptr;
     }
-    bpf_program* prog = bpf_object__find_program_by_name(skel->obj, hook.program);
-    if (prog) bpf_program__set_autoload(prog, false);
+    bpf_program__set_autoload(prog, false);
     std::string note = std::string(hook.tracepoint) + " (" + hook.loses + ")";
     if (std::find(probe->degraded_.begin(), probe->degraded_.end(), note) == probe->degraded_.end())
       probe->degraded_.push_back(note);
