@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -87,24 +86,6 @@ tcpscope_remote_key remote_key(const IpAddr& addr, int len) {
   m = masked(m, static_cast<int>(k.prefixlen));
   std::memcpy(k.addr, m.data(), 16);
   return k;
-}
-
-namespace {
-std::vector<std::string> words_of(const char* path) {
-  std::vector<std::string> out;
-  std::ifstream in(path);
-  std::string name;
-  while (in >> name) out.push_back(name);
-  return out;
-}
-}  // namespace
-
-std::vector<std::string> loaded_congestion_controls() {
-  return words_of("/proc/sys/net/ipv4/tcp_available_congestion_control");
-}
-
-std::vector<std::string> allowed_congestion_controls() {
-  return words_of("/proc/sys/net/ipv4/tcp_allowed_congestion_control");
 }
 
 std::vector<std::pair<std::string, std::string>> unloaded_module_congestion_controls(

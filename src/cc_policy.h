@@ -49,13 +49,6 @@ struct CompiledPolicy {
   std::vector<std::string> congestion_controls() const;
 };
 
-// The algorithms loaded in the running kernel
-// (/proc/sys/net/ipv4/tcp_available_congestion_control), as opposed to
-// kernel_congestion_controls(), which adds the modules found on disk.
-std::vector<std::string> loaded_congestion_controls();
-// The ones a caller without CAP_NET_ADMIN may choose (tcp_allowed_congestion_control).
-std::vector<std::string> allowed_congestion_controls();
-
 // The congestion controls `config` names that `loaded` lacks (present only as
 // modules on disk), each with the first rule naming it: the daemon loads them
 // at start, but under the packaged systemd unit (ProtectKernelModules=yes

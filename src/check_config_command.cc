@@ -2,6 +2,7 @@
 
 #include "cc_policy.h"
 #include "config.h"
+#include "congestion_controls.h"
 
 namespace tcpscope {
 

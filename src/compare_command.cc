@@ -22,6 +22,7 @@
 #include "http_client.h"
 #include "owned_file.h"
 #include "svg_plot.h"
+#include "congestion_controls.h"
 
 namespace tcpscope {
 

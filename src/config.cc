@@ -13,10 +13,8 @@
 #include "config.h"
 #include "utf8_text.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/utsname.h>
 #include <unistd.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
@@ -24,7 +22,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -965,44 +962,6 @@ std::optional<ListenAddress> parse_listen_address(const std::string& text, std::
   const int p = std::stoi(port);
   if (p < min_port || p > 65535) return fail("port " + port + " is out of range " + std::to_string(min_port) + "..65535");
   out.port = static_cast<uint16_t>(p);
-  return out;
-}
-
-std::vector<std::string> kernel_congestion_controls() {
-  std::vector<std::string> out;
-  auto add = [&](const std::string& name) {
-    if (!name.empty() && std::find(out.begin(), out.end(), name) == out.end()) {
-      out.push_back(name);
-    }
-  };
-  {
-    std::ifstream in("/proc/sys/net/ipv4/tcp_available_congestion_control");
-    std::string name;
-    while (in >> name) add(name);
-  }
-  // Not yet loaded but loadable: the kernel runs request_module("tcp_<name>")
-  // when a socket asks for an unknown CC (not from BPF: see config.h).
-  struct utsname u;
-  if (::uname(&u) != 0) return out;
-  const std::string dir = std::string("/lib/modules/") + u.release + "/kernel/net/ipv4";
-  std::vector<std::string> modules;
-  if (DIR* d = ::opendir(dir.c_str())) {
-    while (const dirent* ent = ::readdir(d)) {
-      const std::string file = ent->d_name;
-      const size_t ko = file.find(".ko");
-      if (file.rfind("tcp_", 0) != 0 || ko == std::string::npos) continue;
-      const std::string suffix = file.substr(ko);
-      if (suffix != ".ko" && suffix != ".ko.xz" && suffix != ".ko.zst" && suffix != ".ko.gz") {
-        continue;
-      }
-      const std::string name = file.substr(4, ko - 4);
-      if (name == "diag") continue;  // tcp_diag.ko is the sock_diag backend, not a CC
-      modules.push_back(name);
-    }
-    ::closedir(d);
-  }
-  std::sort(modules.begin(), modules.end());
-  for (const auto& m : modules) add(m);
   return out;
 }
 

@@ -91,9 +91,6 @@ struct ConfigError {
 // The keys a config file may have at its top level (each a Config member).
 const std::vector<std::string>& config_top_level_keys();
 
-// Available congestion control algorithms as the kernel offers them
-// (loaded, plus modules it can load on demand).
-std::vector<std::string> kernel_congestion_controls();
 
 // Parse YAML text. `available_cc` is the set a CC name must belong to.
 // Every problem found is appended to `errors`; the Config is only meaningful when none are.

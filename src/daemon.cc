@@ -42,6 +42,7 @@
 #include "output_status.h"
 #include "peer_classifier.h"
 #include "self_metrics.h"
+#include "congestion_controls.h"
 
 namespace tcpscope {
 
@@ -153,6 +154,7 @@ class Daemon {
   void apply_reload(PreparedReload& r);
   void start_snapshot();
   void finish_snapshot();
+  FlowRecord record_of(const tcpscope_flow_event& ev);
   std::string open_flows_json(const std::string& query) const;
   std::pair<bool, std::string> health() const;
 
@@ -249,10 +251,17 @@ int Daemon::start() {
   return 0;
 }
 
-void Daemon::on_event(const tcpscope_flow_event& ev) {
+// The record's path, for finished and open flows alike: decode, enrich, name
+// the rule that chose its CC.
+FlowRecord Daemon::record_of(const tcpscope_flow_event& ev) {
   FlowRecord flow = decode_flow_event(ev, clock_);
   lookups_ += enricher_->enrich(&flow);
   policy_->name_flow(ev, &flow);
+  return flow;
+}
+
+void Daemon::on_event(const tcpscope_flow_event& ev) {
+  const FlowRecord flow = record_of(ev);
   const bool asn_has_own_label = aggregator_->add(flow);
   // Sketches are keyed by the raw ASN (as the flow log); the metrics' label
   // only decides whether a new key may still be added when the table is full.
@@ -438,9 +447,7 @@ void Daemon::finish_snapshot() {
   flows->reserve(snap->flows.size());
   Aggregator::ActiveFlows active;
   for (const auto& ev : snap->flows) {
-    FlowRecord f = decode_flow_event(ev, clock_);
-    lookups_ += enricher_->enrich(&f);
-    policy_->name_flow(ev, &f);
+    const FlowRecord f = record_of(ev);
     ++active[{f.peer_class, f.cc}];
     flows->add(ev, f);
   }

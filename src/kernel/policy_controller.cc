@@ -15,6 +15,7 @@
 #include "asn_db.h"
 #include "kernel/flow_probe.h"
 #include "utf8_text.h"
+#include "congestion_controls.h"
 
 namespace tcpscope {
 

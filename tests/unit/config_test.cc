@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "check_config_command.h"
+#include "congestion_controls.h"
 
 namespace tcpscope {
 namespace {
