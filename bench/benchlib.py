@@ -18,6 +18,8 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from testlib import WaitTimeout, metric_value, remove_netns, wait_for  # noqa: E402  (shared with the tests)
 BUILD = Path(os.environ.get("TCPSCOPE_BUILD", ROOT / "build"))
 RESULTS = Path(os.environ.get("TCPSCOPE_BENCH_RESULTS", ROOT / "bench" / "results"))
 TICK = os.sysconf("SC_CLK_TCK")
@@ -130,16 +132,6 @@ def wait_cpu_idle(pid, limit_s=60):
         if now - last < 0.025:
             return
         last = now
-
-
-def wait_for(pred, timeout, what, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(interval)
-    raise RuntimeError(f"timed out after {timeout}s waiting for {what}")
 
 
 # ---------------------------------------------------------------- network
@@ -289,13 +281,7 @@ class NetPair:
                 p.wait(10)
             except subprocess.TimeoutExpired:
                 pass
-        for ns in (self.cli, self.srv):
-            for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
-            sh("ip", "netns", "del", ns, check=False)
+        remove_netns(self.cli, self.srv)
 
 
 class ChurnServer:
@@ -514,7 +500,7 @@ class Tcpscope:
         try:
             wait_for(lambda: "running:" in self.stderr_path.read_text() or self.p.poll() is not None,
                      300, "tcpscope start")
-        except RuntimeError:
+        except WaitTimeout:
             stop_process(self.p)
             raise
         if self.p.poll() is not None:
@@ -525,15 +511,9 @@ class Tcpscope:
         with urllib.request.urlopen(self.url + "/metrics", timeout=30) as r:
             return r.read().decode()
 
-    def metric(self, name, label=None):
-        """Sum of the samples of `name` (those whose labels contain `label`, e.g. 'asn="64497"')."""
-        total, found = 0.0, False
-        for line in self.metrics().splitlines():
-            m = re.match(r"^([a-zA-Z_:]+)(\{.*\})?\s+(\S+)$", line)
-            if m and m.group(1) == name and (label is None or label in (m.group(2) or "")):
-                total += float(m.group(3))
-                found = True
-        return total if found else None
+    def metric(self, name, labels=None):
+        """Sum of the samples of `name` whose labels include `labels` ({name: value})."""
+        return metric_value(self.metrics(), name, labels)
 
     def stop(self):
         rc = stop_process(self.p, timeout=60)

@@ -12,7 +12,6 @@ holding the load generator and the server, 1M-prefix ASN file, no flow log).
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path

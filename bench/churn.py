@@ -111,7 +111,7 @@ class TcpscopeObserver(Observer):
         self.start_seconds = self.d.start_seconds
         self.lost0 = self.d.metric("tcpscope_records_lost_total") or 0
         self.records0 = self.d.metric("tcpscope_records_total") or 0
-        self.ours0 = self.d.metric("tcpscope_flows_total", f'asn="{B.BENCH_ASN}"') or 0
+        self.ours0 = self.d.metric("tcpscope_flows_total", {"asn": B.BENCH_ASN}) or 0
         self.programs = sorted(p["name"] for p in B.bpf_programs_of(self.pid).values())
 
     def drained(self):
@@ -125,7 +125,7 @@ class TcpscopeObserver(Observer):
             last = n
             time.sleep(0.5)
         self.records1 = last
-        self.ours1 = self.d.metric("tcpscope_flows_total", f'asn="{B.BENCH_ASN}"') or 0
+        self.ours1 = self.d.metric("tcpscope_flows_total", {"asn": B.BENCH_ASN}) or 0
         self.lost1 = self.d.metric("tcpscope_records_lost_total") or 0
         self.dropped = self.d.metric("tcpscope_flow_log_dropped_total") or 0
         # A tracing program that fires while the same program is already

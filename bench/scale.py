@@ -122,7 +122,7 @@ def measure_phase(tmp, n, cg, daemon=None, memcg=None):
                 return v if v >= 2 * n else None
             try:
                 B.wait_for(seen, 60, "a snapshot with every open flow", interval=1)
-            except RuntimeError:
+            except B.WaitTimeout:
                 pass
             out["snapshot_flows"] = daemon.metric("tcpscope_snapshot_flows")
             rss, hwm = B.proc_mem_kib(daemon.pid)

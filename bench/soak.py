@@ -32,6 +32,8 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from testlib import metric_value as metric, remove_netns  # noqa: E402  (shared with the tests)
 TRAFFIC = ROOT / "tests" / "integration" / "traffic.py"
 CLI_NS, SRV_NS = f"tsoak-c{os.getpid()}", f"tsoak-s{os.getpid()}"
 VETH_CLI, VETH_SRV = f"tsokc{os.getpid() % 100000}", f"tsoks{os.getpid() % 100000}"
@@ -62,16 +64,6 @@ def make_namespaces():
         sh(*in_ns(ns, "sysctl", "-qw", "net.ipv4.ip_local_port_range=10000 65000"))
 
 
-def remove_namespaces():
-    for ns in (CLI_NS, SRV_NS):
-        for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                pass
-        sh("ip", "netns", "del", ns, check=False)
-
-
 def free_port():
     import socket
     with socket.socket() as s:
@@ -86,19 +78,6 @@ def scrape(url, timeout=10):
             return r.status, r.read().decode(), time.monotonic() - t0
     except urllib.error.HTTPError as e:  # an answer all the same (e.g. /healthz 503)
         return e.code, e.read().decode(errors="replace"), time.monotonic() - t0
-
-
-def metric(text, name, labels=None):
-    total, found = 0.0, False
-    for line in text.splitlines():
-        m = re.match(r"^([a-zA-Z_:]+)(\{.*\})?\s+(\S+)$", line)
-        if not m or m.group(1) != name:
-            continue
-        if labels and not all(f'{k}="{v}"' in (m.group(2) or "") for k, v in labels.items()):
-            continue
-        total += float(m.group(3))
-        found = True
-    return total if found else None
 
 
 def proc_sample(pid):
@@ -300,7 +279,7 @@ def main():
             except subprocess.TimeoutExpired:
                 daemon.kill()
                 print("  daemon did not stop within 30 s of SIGTERM")
-        remove_namespaces()
+        remove_netns(CLI_NS, SRV_NS)
         subprocess.run(["rm", "-rf", str(tmp)])
 
 

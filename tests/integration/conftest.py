@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+from testlib import RECORD_BYTES, metric_value, remove_netns, wait_for  # noqa: E402,F401  (shared with bench/ and tests/lab)
 BUILD = Path(os.environ.get("TCPSCOPE_BUILD", ROOT / "build"))
 TCPSCOPE = BUILD / "tcpscope"
 TRAFFIC = Path(__file__).with_name("traffic.py")
@@ -40,16 +42,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_for(pred, timeout, interval=0.05, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def loadgen_binary():
@@ -130,19 +122,7 @@ class Daemon:
             return r.read().decode()
 
     def metric_value(self, name, labels=None):
-        total = 0.0
-        found = False
-        for line in self.metrics().splitlines():
-            if line.startswith("#") or not line.startswith(name):
-                continue
-            m = re.match(r"^([a-zA-Z_:]+)(\{.*\})?\s+(\S+)$", line)
-            if not m or m.group(1) != name:
-                continue
-            if labels and not all(f'{k}="{v}"' in (m.group(2) or "") for k, v in labels.items()):
-                continue
-            total += float(m.group(3))
-            found = True
-        return total if found else None
+        return metric_value(self.metrics(), name, labels)
 
     def stop(self, sig=signal.SIGTERM, timeout=20):
         if self.proc.poll() is None:
@@ -255,14 +235,7 @@ class NetPair:
             if p.poll() is None:
                 p.kill()
             p.wait()
-        for ns in (self.cli, self.srv):
-            sh("ip", "netns", "pids", ns, check=False)
-            for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
-            sh("ip", "netns", "del", ns, check=False)
+        remove_netns(self.cli, self.srv)
 
 
 def read_jsonl(path):

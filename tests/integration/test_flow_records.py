@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, TCPSCOPE, Daemon, free_port, loadgen_binary, read_jsonl, wait_for
+from conftest import RECORD_BYTES, ROOT, TCPSCOPE, Daemon, free_port, loadgen_binary, read_jsonl, wait_for
 
 
 def by_tuple(records):
@@ -247,7 +247,6 @@ def test_reset_connection(daemon, net, tmp_path):
 # A ring this small holds about a thousand records: a burst of tens of
 # thousands only fits if the daemon keeps draining while it lasts.
 SMALL_RING_BYTES = 262144
-RECORD_BYTES = 256 + 8  # tcpscope_flow_event + the ring's record header
 
 
 def small_ring_config(tmp_path):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, TCPSCOPE, TRAFFIC, Daemon, free_port, loadgen_binary, sh, wait_for
+from conftest import RECORD_BYTES, ROOT, TCPSCOPE, TRAFFIC, Daemon, free_port, loadgen_binary, sh, wait_for
 
 MAKE_MMDB = ROOT / "tests" / "data" / "asn" / "make_test_mmdb.pl"
 OUR_ASNS = {64500, 64512, 64513, 64514, 65001}
@@ -386,7 +386,6 @@ def test_sighup_reloads_remapped_asn_and_refuses_a_corrupt_mmdb(lab, lab_daemon,
     assert lab_daemon.metric_value("tcpscope_flows_total", {"asn": "64513"}) == old
 
 
-RECORD_BYTES = 256 + 8  # struct tcpscope_flow_event + the ring's record header
 
 
 def test_sighup_under_churn_loses_no_record(net, tmp_path):

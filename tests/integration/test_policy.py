@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import TCPSCOPE, TRAFFIC, Daemon, read_jsonl, sh, wait_for
+from conftest import TCPSCOPE, TRAFFIC, Daemon, sh, wait_for
 
 
 def start_daemon(tmp, cgroup, config_text):

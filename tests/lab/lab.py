@@ -42,6 +42,8 @@ from pathlib import Path as FsPath
 from typing import Dict, List, Optional
 
 ROOT = FsPath(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+from testlib import remove_netns  # noqa: E402  (shared with bench/ and tests/integration)
 BUILD = FsPath(os.environ.get("TCPSCOPE_BUILD", ROOT / "build"))
 DELAYLINE = BUILD / "tcpscope_delayline"
 STATE_DIR = FsPath(os.environ.get("TCPSCOPE_LAB_STATE", "/run/tcpscope-lab"))
@@ -583,15 +585,7 @@ def teardown(state_file: FsPath):
             os.kill(pid, signal.SIGKILL)
             time.sleep(0.05)
         _reap(pid)   # ours (not `lab.py up`'s): no zombie left behind
-    for ns in state.get("namespaces", []):
-        if not ns.startswith(PREFIX):
-            continue
-        for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                pass
-        sh("ip", "netns", "del", ns, check=False)
+    remove_netns(*(ns for ns in state.get("namespaces", []) if ns.startswith(PREFIX)))
     if state.get("restore_allowed_cc"):
         try:
             ALLOWED_CC.write_text(state["restore_allowed_cc"])
@@ -621,12 +615,7 @@ def down_all(tag: Optional[str] = None) -> List[str]:
             name = ns.split(" ")[0]
             if name.startswith(PREFIX) and name[len(PREFIX):len(PREFIX) + 4].isalnum() \
                     and "-" in name:
-                for pid in sh("ip", "netns", "pids", name, check=False).stdout.split():
-                    try:
-                        os.kill(int(pid), signal.SIGKILL)
-                    except (ProcessLookupError, ValueError):
-                        pass
-                sh("ip", "netns", "del", name, check=False)
+                remove_netns(name)
                 removed.append(name)
     return removed
 

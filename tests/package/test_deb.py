@@ -19,6 +19,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -30,6 +31,8 @@ import pytest
 from unit_sandbox import Unit, proc_status, sandbox_command
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+from testlib import wait_for  # noqa: E402  (shared with bench/ and the other tests)
 BUILD = Path(os.environ.get("TCPSCOPE_BUILD", ROOT / "build"))
 UNIT_FILE = ROOT / "packaging/systemd/tcpscope.service"
 CONFFILE = Path("/etc/tcpscope/tcpscope.yaml")
@@ -110,16 +113,6 @@ def free_port():
 def http_get(url, timeout=5):
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return r.status, r.read().decode()
-
-
-def wait_for(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
 
 
 def bpf_ids_held_by(pid):
@@ -407,7 +400,7 @@ def test_lifecycle_confined_daemon_scrape_remove_purge(installed, tmp_path):
 
     # Scrape; the scrapes are TCP flows themselves, so records must follow.
     status, text = http_get(d.url + "/metrics")
-    assert status == 200 and f'tcpscope_build_info{{' in text and f'version="{project_version()}"' in text
+    assert status == 200 and 'tcpscope_build_info{' in text and f'version="{project_version()}"' in text
     flow_log = Path("/var/log/tcpscope/flows.ndjson")
 
     def logged_flow():

@@ -1,0 +1,63 @@
+"""What the benchmarks (bench/), the integration tests and the lab share:
+waiting for a condition, reading a Prometheus exposition, removing a network
+namespace with everything in it, and the size of one flow record in the ring.
+
+Imported by path (bench/benchlib.py, tests/integration/conftest.py,
+tests/package/test_deb.py put tests/ on sys.path); nothing here depends on
+pytest."""
+import os
+import re
+import signal
+import subprocess
+import time
+
+RECORD_BYTES = 256 + 8  # struct tcpscope_flow_event + the ring buffer's record header
+
+
+class WaitTimeout(AssertionError):
+    """A wait_for that ran out of time (an AssertionError, so pytest shows it as a failed check)."""
+
+
+def wait_for(pred, timeout, what="condition", interval=0.05):
+    """pred()'s first truthy value within `timeout` seconds; `what` (text, or a
+    callable for text known only at the end) names it in the timeout's message."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(interval)
+    raise WaitTimeout(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)$")
+
+
+def metric_value(text, name, labels=None):
+    """The sum of `name`'s samples in a Prometheus text exposition whose labels
+    include `labels` ({name: value}); None when there is none."""
+    total, found = 0.0, False
+    for line in text.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        m = _SAMPLE.match(line)
+        if not m or m.group(1) != name:
+            continue
+        if labels and not all(f'{k}="{v}"' in (m.group(2) or "") for k, v in labels.items()):
+            continue
+        total += float(m.group(3))
+        found = True
+    return total if found else None
+
+
+def remove_netns(*names):
+    """Kills every process in each named network namespace, then deletes it;
+    a namespace that is not there is skipped."""
+    for ns in names:
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, text=True)
