@@ -35,6 +35,13 @@ bool iequals(std::string_view a, std::string_view b) {
   return true;
 }
 
+// Without the optional whitespace (spaces, tabs) around a header value or a list item.
+std::string_view trim_ows(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
 // A query's escapes must decode to text: the handlers put its values in JSON.
 bool query_is_valid_text(std::string_view query) {
   std::string decoded;
@@ -98,11 +105,9 @@ HttpParse parse_http_request(std::string_view buf, size_t max_head_bytes, HttpRe
     const size_t colon = h.find(':');
     if (colon == std::string_view::npos || !is_token(h.substr(0, colon))) return bad(400);  // also folded lines
     const std::string_view name = h.substr(0, colon);
-    std::string_view value = h.substr(colon + 1);
-    for (unsigned char c : value)
+    for (unsigned char c : h.substr(colon + 1))
       if ((c < 0x20 && c != '\t') || c == 0x7f) return bad(400);
-    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
-    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+    const std::string_view value = trim_ows(h.substr(colon + 1));
     if (iequals(name, "Content-Length")) {
       if (seen_length || value.empty() || value.size() > 18) return bad(400);
       for (char c : value)
@@ -122,9 +127,7 @@ HttpParse parse_http_request(std::string_view buf, size_t max_head_bytes, HttpRe
       while (i <= value.size()) {
         size_t comma = value.find(',', i);
         if (comma == std::string_view::npos) comma = value.size();
-        std::string_view token = value.substr(i, comma - i);
-        while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
-        while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
+        const std::string_view token = trim_ows(value.substr(i, comma - i));
         if (iequals(token, "close")) r.keep_alive = false;
         if (iequals(token, "keep-alive") && !http11) r.keep_alive = true;
         i = comma + 1;

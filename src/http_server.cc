@@ -158,7 +158,6 @@ struct HttpServer::Connection {
   int64_t deadline_ms = 0;
   int requests = 0;
   bool keep_alive = true;
-  bool got_bytes = false;  // of the request being read
   bool peer_closed = false;  // the client shut down its side: answer what came, then close
   bool watched = true;     // in the epoll set
   size_t lingered = 0;
@@ -501,7 +500,6 @@ void HttpServer::on_readable(Connection& c, int64_t now) {
         continue;
       }
       c.in.append(buf, static_cast<size_t>(n));
-      c.got_bytes = true;
       if (c.in.size() >= limits_.max_head_bytes) break;
       continue;
     }
@@ -639,7 +637,6 @@ void HttpServer::on_writable(Connection& c, int64_t now) {
   }
   c.state = Connection::kReading;
   c.state_since_ms = now;
-  c.got_bytes = !c.in.empty();
   c.deadline_ms = now + (c.in.empty() ? limits_.idle_keep_alive_ms : limits_.head_deadline_ms);
   watch(c, EPOLLIN | EPOLLRDHUP);
   if (!c.in.empty()) next_request(c, now);
@@ -668,7 +665,7 @@ void HttpServer::expire(int64_t now) {
     auto it = connections_.find(id);
     if (it == connections_.end()) continue;
     Connection& c = *it->second;
-    if (c.state == Connection::kReading && (c.got_bytes || c.requests == 0)) {
+    if (c.state == Connection::kReading && (!c.in.empty() || c.requests == 0)) {
       // A request that did not arrive in time (or never began) gets 408 on
       // its way out; an idle kept-alive connection just closes.
       count(kHeadTimeout);

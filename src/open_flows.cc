@@ -35,9 +35,9 @@ FlowRecord OpenFlows::record(size_t i) const {
 }
 
 void sort_by_flow_identity(std::vector<tcpscope_flow_event>* flows) {
-  std::sort(flows->begin(), flows->end(), [](const tcpscope_flow_event& a, const tcpscope_flow_event& b) {
-    if (std::tie(a.netns, a.dir, a.family, a.sport, a.dport) != std::tie(b.netns, b.dir, b.family, b.sport, b.dport))
-      return std::tie(a.netns, a.dir, a.family, a.sport, a.dport) < std::tie(b.netns, b.dir, b.family, b.sport, b.dport);
+  auto key = [](const tcpscope_flow_event& e) { return std::tie(e.netns, e.dir, e.family, e.sport, e.dport); };
+  std::sort(flows->begin(), flows->end(), [&](const tcpscope_flow_event& a, const tcpscope_flow_event& b) {
+    if (key(a) != key(b)) return key(a) < key(b);
     if (const int c = std::memcmp(a.saddr, b.saddr, sizeof(a.saddr))) return c < 0;
     return std::memcmp(a.daddr, b.daddr, sizeof(a.daddr)) < 0;
   });
