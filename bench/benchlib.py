@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from testlib import WaitTimeout, metric_value, remove_netns, wait_for  # noqa: E402  (shared with the tests)
+from testlib import WaitTimeout, metric_value, proc_mem_kib, remove_netns, wait_for  # noqa: E402,F401  (shared with the tests; proc_mem_kib for the benchmarks)
 BUILD = Path(os.environ.get("TCPSCOPE_BUILD", ROOT / "build"))
 RESULTS = Path(os.environ.get("TCPSCOPE_BENCH_RESULTS", ROOT / "bench" / "results"))
 TICK = os.sysconf("SC_CLK_TCK")
@@ -79,17 +79,6 @@ def proc_cpu_seconds(pid):
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     # fields[0] is state (field 3); utime/stime/cutime/cstime are fields 14-17.
     return sum(int(fields[i]) for i in (11, 12, 13, 14)) / TICK
-
-
-def proc_mem_kib(pid):
-    """(VmRSS, VmHWM) in KiB."""
-    rss = hwm = 0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            rss = int(line.split()[1])
-        elif line.startswith("VmHWM:"):
-            hwm = int(line.split()[1])
-    return rss, hwm
 
 
 # A peer that attaches to a tracepoint by name (libbpf-tools, bcc) reads the

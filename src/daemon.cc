@@ -464,8 +464,7 @@ void Daemon::finish_snapshot() {
 }
 
 std::string Daemon::open_flows_json(const std::string& query) const {
-  const FlowsPage page = parse_flows_query(query);
-  return std::atomic_load(&open_flows_)->to_json(page.offset, page.limit);
+  return std::atomic_load(&open_flows_)->to_json(parse_flows_query(query));
 }
 
 std::pair<bool, std::string> Daemon::health() const {

@@ -18,10 +18,6 @@ int64_t clock_ns(clockid_t id) {
 // Reads a NUL-terminated kernel string that may fill its whole buffer.
 std::string bounded_string(const char* s, size_t cap) { return std::string(s, strnlen(s, cap)); }
 
-IpAddr address_of(const __u8 bytes[16], uint8_t family) {
-  return family == 4 ? IpAddr::v4(bytes) : IpAddr::v6(bytes).unmapped();
-}
-
 uint64_t delivery_rate_bps(const tcpscope_flow_event& ev) {
   // As tcp_info's tcpi_delivery_rate: delivered segments x mss over the sample interval.
   if (ev.rate_interval_us == 0) return 0;
@@ -46,6 +42,10 @@ int64_t flow_completion_us(const tcpscope_flow_event& ev) {
   return static_cast<int64_t>((end - ev.start_ns) / 1000);
 }
 
+IpAddr event_address(const __u8 bytes[16], uint8_t family) {
+  return family == 4 ? IpAddr::v4(bytes) : IpAddr::v6(bytes).unmapped();
+}
+
 FlowRecord decode_flow_event(const tcpscope_flow_event& ev, const MonotonicToRealtime& clock) {
   FlowRecord r;
   r.start_ns = clock.to_realtime(ev.start_ns);
@@ -53,8 +53,8 @@ FlowRecord decode_flow_event(const tcpscope_flow_event& ev, const MonotonicToRea
   r.duration_us = ev.end_ns > ev.start_ns ? static_cast<int64_t>((ev.end_ns - ev.start_ns) / 1000) : 0;
   r.fct_us = flow_completion_us(ev);
 
-  r.laddr = address_of(ev.saddr, ev.family);
-  r.raddr = address_of(ev.daddr, ev.family);
+  r.laddr = event_address(ev.saddr, ev.family);
+  r.raddr = event_address(ev.daddr, ev.family);
   r.lport = ev.sport;
   r.rport = ev.dport;
   r.dir = ev.dir == TCPSCOPE_DIR_PASSIVE ? Direction::kPassive : Direction::kActive;

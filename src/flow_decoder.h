@@ -25,6 +25,8 @@ class MonotonicToRealtime {
 };
 
 FlowRecord decode_flow_event(const tcpscope_flow_event& ev, const MonotonicToRealtime& clock);
+// A record's address as the decoder reports it (IPv4-mapped IPv6 unmapped).
+IpAddr event_address(const __u8 bytes[16], uint8_t family);
 
 // Flow completion time: first SYN to the last data byte acknowledged in
 // either direction. A flow that moved no data completes with its handshake;

@@ -11,10 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include <unordered_set>
-
 #include "http_client.h"
 #include "open_flows.h"
+#include "url_query.h"
 #include "utf8_text.h"
 
 namespace tcpscope {
@@ -327,15 +326,15 @@ int flows_command(const std::vector<std::string>& args, std::ostream& out, std::
   // One fetch and render; false (after printing why) when the daemon could
   // not be read.
   auto once = [&](bool watching) -> bool {
-    // The daemon answers kMaxFlowsPage flows at a time, in an order that
-    // holds from one snapshot to the next; a page that is not full is the
-    // last. Each page comes from the snapshot current when it is asked for.
+    // The daemon answers kMaxFlowsPage flows at a time in identity order;
+    // each next page starts after the last flow of the one before, so a flow
+    // comes once even when the snapshot changes between pages. A page that
+    // is not full is the last.
     nlohmann::json flows = nlohmann::json::array();
-    std::unordered_set<std::string> seen;
-    size_t offset = 0;
+    std::string after;  // the last flow's identity_text
     for (size_t page = 0; page < kMaxFlowsPages; ++page) {
-      const std::string page_url = url + "?offset=" + std::to_string(offset) +
-                                   "&limit=" + std::to_string(kMaxFlowsPage);
+      const std::string page_url = url + "?limit=" + std::to_string(kMaxFlowsPage) +
+                                   (after.empty() ? "" : "&after=" + url_encode(after));
       HttpResponse resp;
       std::string error;
       if (!http_get(page_url, timeout_ms, &resp, &error)) {
@@ -357,13 +356,12 @@ int flows_command(const std::vector<std::string>& args, std::ostream& out, std::
         return false;
       }
       const size_t n = part.size();
-      for (auto& f : part) {
-        // A flow may come twice when flows before it closed between pages.
-        const std::string id = text(f, "netns") + "/" + text(f, "dir") + "/" + text(f, "laddr") + "/" +
-                               text(f, "lport") + "/" + text(f, "raddr") + "/" + text(f, "rport");
-        if (seen.insert(id).second) flows.push_back(std::move(f));
+      if (n) {
+        const nlohmann::json& last = part.back();
+        after = text(last, "netns") + "," + text(last, "dir") + "," + text(last, "laddr") + "," +
+                text(last, "lport") + "," + text(last, "raddr") + "," + text(last, "rport");
       }
-      offset += n;
+      for (auto& f : part) flows.push_back(std::move(f));
       if (n != kMaxFlowsPage) break;
     }
     o.now_ns = realtime_ns();

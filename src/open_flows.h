@@ -18,20 +18,37 @@
 
 namespace tcpscope {
 
-// GET /api/v1/flows?offset=N&limit=M pages through the list: at most
+// Who a flow is, as its record says (netns, dir, laddr, lport, raddr,
+// rport); the open-flow list is kept in this order.
+struct FlowIdentity {
+  uint32_t netns = 0;
+  Direction dir = Direction::kActive;
+  IpAddr laddr;
+  uint16_t lport = 0;
+  IpAddr raddr;
+  uint16_t rport = 0;
+  bool operator<(const FlowIdentity& o) const;
+};
+FlowIdentity identity_of(const tcpscope_flow_event& ev);
+// "NETNS,DIR,LADDR,LPORT,RADDR,RPORT", e.g. "4026531840,passive,198.18.0.1,443,198.18.0.2,50000":
+// the fields of a flow-log record, for a page cursor.
+std::string identity_text(const FlowIdentity& id);
+std::optional<FlowIdentity> parse_identity(const std::string& text);
+
+// GET /api/v1/flows?after=IDENTITY&limit=M pages through the list: at most
 // kMaxFlowsPage flows an answer (about 10 MB), so that a million open flows
-// do not become a gigabyte per request. Throws std::invalid_argument (400)
-// on any other parameter or a bad number.
+// do not become a gigabyte per request; the next page starts after the last
+// flow of this one (its identity_text), so flows that open or close between
+// pages neither repeat nor hide others. Throws std::invalid_argument (400)
+// on any other parameter or a bad value.
 constexpr size_t kMaxFlowsPage = 10000;
 struct FlowsPage {
-  size_t offset = 0;
+  std::optional<FlowIdentity> after;  // none: from the first flow
   size_t limit = kMaxFlowsPage;
 };
 FlowsPage parse_flows_query(const std::string& query);
 
-// Orders a snapshot's flows by who they are (network namespace, direction,
-// addresses, ports), so that pages of successive snapshots line up: a flow
-// open in both is on a page once, unless flows before it opened or closed.
+// Orders a snapshot's flows by identity (the order OpenFlows::add wants).
 void sort_by_flow_identity(std::vector<tcpscope_flow_event>* flows);
 
 class OpenFlows {
@@ -41,15 +58,16 @@ class OpenFlows {
 
   void reserve(size_t n) { entries_.reserve(n); }
   // `flow` is `ev` decoded with this table's clock, then enriched and named:
-  // only those added fields are taken from it.
+  // only those added fields are taken from it. Flows come in identity order
+  // (sort_by_flow_identity), which paging relies on.
   void add(const tcpscope_flow_event& ev, const FlowRecord& flow);
 
   size_t size() const { return entries_.size(); }
   // The i-th flow exactly as it was added.
   FlowRecord record(size_t i) const;
-  // The JSON array of /api/v1/flows: one flow-log object per open flow, of
-  // at most `limit` flows from the `offset`-th on.
-  std::string to_json(size_t offset = 0, size_t limit = SIZE_MAX) const;
+  // The JSON array of /api/v1/flows: one flow-log object per open flow, at
+  // most page.limit of them, those after page.after.
+  std::string to_json(const FlowsPage& page = FlowsPage{std::nullopt, SIZE_MAX}) const;
 
  private:
   // 0 is "no value" (an empty string or nullopt).

@@ -1,6 +1,7 @@
 """What the benchmarks (bench/), the integration tests and the lab share:
-waiting for a condition, reading a Prometheus exposition, removing a network
-namespace with everything in it, and the size of one flow record in the ring.
+waiting for a condition, reading a Prometheus exposition, a process's memory,
+removing a network namespace with everything in it, and the size of one flow
+record in the ring.
 
 Imported by path (bench/benchlib.py, tests/integration/conftest.py,
 tests/package/test_deb.py put tests/ on sys.path); nothing here depends on
@@ -48,6 +49,18 @@ def metric_value(text, name, labels=None):
         total += float(m.group(3))
         found = True
     return total if found else None
+
+
+def proc_mem_kib(pid):
+    """(VmRSS, VmHWM) of a process in KiB."""
+    rss = hwm = 0
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1])
+            elif line.startswith("VmHWM:"):
+                hwm = int(line.split()[1])
+    return rss, hwm
 
 
 def remove_netns(*names):

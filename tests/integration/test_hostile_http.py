@@ -22,6 +22,7 @@ import urllib.parse
 import pytest
 
 from conftest import TCPSCOPE, Daemon, loadgen_binary, wait_for
+from testlib import proc_mem_kib
 from test_reliability import churn_for, config_for, flows_of, http_get, raw_exchange
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (BPF, namespaces)")
@@ -169,13 +170,6 @@ def test_a_thousand_slow_clients_do_not_delay_scrapes(net, tmp_path, sources):
         assert d.stop() == 0, d.stderr_text()
 
 
-def vm_rss_kib(pid):
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
 def test_sixteen_parallel_flow_listings_of_204k_open_flows_keep_memory_flat(net, tmp_path):
     """102,000 connections held open between the test's namespaces: 204,000
     open flows in the daemon's snapshot. 16 clients list them at once, twice:
@@ -205,13 +199,13 @@ def test_sixteen_parallel_flow_listings_of_204k_open_flows_keep_memory_flat(net,
         wait_for(lambda: (d.metric_value("tcpscope_snapshot_flows") or 0) >= 2 * n, 60, interval=0.5,
                  what=f"{2 * n} open flows in the snapshot")
 
-        rss0 = vm_rss_kib(d.proc.pid)
+        rss0 = proc_mem_kib(d.proc.pid)[0]
         peak = [rss0]
         stop = threading.Event()
 
         def sample():
             while not stop.is_set():
-                peak[0] = max(peak[0], vm_rss_kib(d.proc.pid))
+                peak[0] = max(peak[0], proc_mem_kib(d.proc.pid)[0])
                 time.sleep(0.01)
 
         sizes, errors = [], []
@@ -388,7 +382,7 @@ def test_yaml_alias_bomb_and_gzip_bomb_at_start_and_at_sighup(net, tmp_path):
     base = cfg.read_text()
     d = Daemon(tmp_path, extra_args=("--config", str(cfg)))
     try:
-        rss0 = vm_rss_kib(d.proc.pid)
+        rss0 = proc_mem_kib(d.proc.pid)[0]
         alias_bomb_config(cfg, "")
         d.proc.send_signal(signal.SIGHUP)
         wait_for(lambda: d.metric_value("tcpscope_config_reloads_total", {"result": "failed"}) == 1, 30,
@@ -400,7 +394,7 @@ def test_yaml_alias_bomb_and_gzip_bomb_at_start_and_at_sighup(net, tmp_path):
         log = d.stderr_text()
         assert f"{gz}:1: line longer than 65536 bytes (not a prefix file?)" in log, log[-2000:]
         assert log.count(str(cfg) + ":") <= 52, log.count(str(cfg) + ":")
-        rss1 = vm_rss_kib(d.proc.pid)
+        rss1 = proc_mem_kib(d.proc.pid)[0]
         print(f"daemon RSS {rss0 / 1024:.0f} MiB before both bombs, {rss1 / 1024:.0f} MiB after")
         assert rss1 - rss0 < 128 * 1024
         # The old config and ASN data are still in force.

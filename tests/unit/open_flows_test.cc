@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cstring>
 #include <random>
@@ -64,34 +65,62 @@ TEST(OpenFlows, GivesBackEveryFlowAsAdded) {
 
 TEST(OpenFlows, EmptyIsAnEmptyArray) { EXPECT_EQ(OpenFlows().to_json(), "[]\n"); }
 
+// The table as the daemon fills it: flows in identity order.
+OpenFlows sorted_table(std::vector<tcpscope_flow_event> events, const MonotonicToRealtime& clock) {
+  sort_by_flow_identity(&events);
+  OpenFlows table(clock);
+  for (const auto& ev : events) table.add(ev, decode_flow_event(ev, clock));
+  return table;
+}
+
+// The cursor a client makes of a page's last flow, from its JSON fields.
+std::string cursor_of(const nlohmann::json& flow) {
+  return std::to_string(flow["netns"].get<uint32_t>()) + "," + flow["dir"].get<std::string>() + "," +
+         flow["laddr"].get<std::string>() + "," + std::to_string(flow["lport"].get<int>()) + "," +
+         flow["raddr"].get<std::string>() + "," + std::to_string(flow["rport"].get<int>());
+}
+
 TEST(OpenFlows, PagesJoinIntoTheWholeList) {
   std::mt19937_64 rng(11);
   const MonotonicToRealtime clock(1'700'000'000'000'000'000);
-  OpenFlows table(clock);
-  for (int i = 0; i < 25; ++i) {
-    const tcpscope_flow_event ev = random_event(rng);
-    table.add(ev, decode_flow_event(ev, clock));
+  std::vector<tcpscope_flow_event> events;
+  for (int i = 0; i < 25; ++i) events.push_back(random_event(rng));
+  const OpenFlows table = sorted_table(events, clock);
+  const nlohmann::json whole = nlohmann::json::parse(table.to_json());
+  nlohmann::json joined = nlohmann::json::array();
+  FlowsPage page{std::nullopt, 10};
+  for (int n = 0; n < 10; ++n) {
+    const nlohmann::json part = nlohmann::json::parse(table.to_json(page));
+    for (const auto& f : part) joined.push_back(f);
+    if (part.size() < page.limit) break;
+    page.after = parse_identity(cursor_of(part.back()));
+    ASSERT_TRUE(page.after) << cursor_of(part.back());
   }
-  const std::string whole = table.to_json();
-  std::string joined = "[";
-  for (size_t offset = 0; offset < 30; offset += 10) {
-    std::string page = table.to_json(offset, 10);
-    page = page.substr(1, page.size() - 3);  // without [ and ]\n
-    if (page.empty()) continue;
-    joined += (offset ? "," : "") + page;
-  }
-  EXPECT_EQ(joined + "]\n", whole);
-  EXPECT_EQ(table.to_json(25, 10), "[]\n");
-  EXPECT_EQ(table.to_json(1000, 10), "[]\n");
+  EXPECT_EQ(joined, whole);
+
+  // The cursor's flow closed before the next snapshot: the next page starts
+  // at the first flow after it all the same, nothing repeated or skipped.
+  const std::string cursor = cursor_of(whole[9]);
+  std::vector<tcpscope_flow_event> later;
+  for (const auto& ev : events)
+    if (identity_text(identity_of(ev)) != cursor) later.push_back(ev);
+  ASSERT_EQ(later.size(), events.size() - 1);
+  const nlohmann::json next =
+      nlohmann::json::parse(sorted_table(later, clock).to_json(FlowsPage{parse_identity(cursor), 10}));
+  ASSERT_EQ(next.size(), 10u);
+  EXPECT_EQ(next[0], whole[10]);
 }
 
-TEST(OpenFlows, QueryIsOffsetAndLimitOnly) {
+TEST(OpenFlows, QueryIsAfterAndLimitOnly) {
   EXPECT_EQ(parse_flows_query("").limit, kMaxFlowsPage);
-  const FlowsPage p = parse_flows_query("offset=20&limit=5");
-  EXPECT_EQ(p.offset, 20u);
+  EXPECT_FALSE(parse_flows_query("").after);
+  const FlowsPage p = parse_flows_query("after=4026531840%2Cpassive%2Cfd00%3A%3A1%2C443%2C198.18.0.2%2C50000&limit=5");
+  ASSERT_TRUE(p.after);
+  EXPECT_EQ(identity_text(*p.after), "4026531840,passive,fd00::1,443,198.18.0.2,50000");
   EXPECT_EQ(p.limit, 5u);
-  for (const char* bad : {"limit=0", "limit=10001", "offset=-1", "offset=1e3", "limit=", "peer_class=client",
-                          "offset=99999999999"})
+  for (const char* bad : {"limit=0", "limit=10001", "limit=", "offset=20", "peer_class=client", "after=1,2,3",
+                          "after=1%2Csideways%2C1.2.3.4%2C1%2C1.2.3.4%2C2", "after=1%2Cactive%2Cx%2C1%2C1.2.3.4%2C2",
+                          "after=1%2Cactive%2C1.2.3.4%2C70000%2C1.2.3.4%2C2"})
     EXPECT_THROW(parse_flows_query(bad), std::invalid_argument) << bad;
 }
 
