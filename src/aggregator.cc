@@ -11,6 +11,7 @@
 #include <set>
 
 #include "config.h"
+#include "size_class.h"
 
 namespace tcpscope {
 
@@ -249,11 +250,6 @@ uint8_t Aggregator::intern(std::vector<std::string>* names, const std::string& n
   return static_cast<uint8_t>(names->size() - 1);
 }
 
-uint32_t Aggregator::size_class_index(uint64_t bytes) const {
-  const auto& b = options_.size_classes_bytes;
-  return static_cast<uint32_t>(std::upper_bound(b.begin(), b.end(), bytes) - b.begin());
-}
-
 Aggregator::Series* Aggregator::series_for(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other) {
   const uint64_t key = series_key(class_id, cc_id, asn, other);
   auto it = series_.find(key);
@@ -334,7 +330,7 @@ bool Aggregator::add(const FlowRecord& f) {
   // flow has no meaningful completion time, and a partial flow (opened before
   // the daemon attached) has an unknown start.
   if (f.outcome == Outcome::kOk && bytes > 0 && !f.partial) {
-    const uint32_t sc = size_class_index(bytes);
+    const uint32_t sc = size_class_index(bytes, options_.size_classes_bytes);
     if (!s->fct[sc]) s->fct[sc] = &fct_->Add(s->with("size_class", size_class_names_[sc]), fct_buckets_seconds());
     const uint64_t fct_us = f.fct_us > 0 ? static_cast<uint64_t>(f.fct_us) : 0;
     p.fct[sc].add(fct_buckets_seconds(), us_to_seconds(fct_us));
@@ -587,7 +583,7 @@ std::vector<uint32_t> Aggregator::top_asns() const {
 
 std::string Aggregator::size_class_label(uint64_t bytes) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return size_class_names_[size_class_index(bytes)];
+  return size_class_names_[size_class_index(bytes, options_.size_classes_bytes)];
 }
 
 size_t Aggregator::label_sets() const {

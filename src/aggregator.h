@@ -159,7 +159,6 @@ class Aggregator {
   using Clock = std::chrono::steady_clock;
 
   uint8_t intern(std::vector<std::string>* names, const std::string& name);
-  uint32_t size_class_index(uint64_t bytes) const;
   Series* series_for(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other);
   void recompute_locked();
   void publish_locked();

@@ -18,6 +18,7 @@
 #include "compare_flows.h"
 #include "compare_selection.h"
 #include "compare_server.h"
+#include "size_class.h"
 #include "config.h"
 #include "http_client.h"
 #include "owned_file.h"

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "config.h"
+#include "size_class.h"
 
 namespace tcpscope {
 

@@ -135,10 +135,6 @@ std::optional<double> metric_value(CompareMetric m, const MetricInputs& in, cons
   return std::nullopt;
 }
 
-uint32_t size_class_index(uint64_t bytes, const std::vector<uint64_t>& boundaries) {
-  return static_cast<uint32_t>(std::upper_bound(boundaries.begin(), boundaries.end(), bytes) - boundaries.begin());
-}
-
 MetricSpan metric_sketch_span(CompareMetric m) {
   switch (m) {
     case CompareMetric::kFct:

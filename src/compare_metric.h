@@ -72,9 +72,6 @@ MetricInputs metric_inputs(const FlowRecord& flow);
 // for it (see the table above).
 std::optional<double> metric_value(CompareMetric m, const MetricInputs& in, const MetricOptions& opts);
 
-// Index into size_class_names(boundaries) for a flow of `bytes` payload bytes.
-uint32_t size_class_index(uint64_t bytes, const std::vector<uint64_t>& boundaries);
-
 // The realistic range of the metric's values, which the daemon's sketches
 // (flow_sketch.h) cover at their stated relative error without collapsing:
 // 10 decades each. fct and rtt 1 us to 10^4 s (2.8 h: longer flows are

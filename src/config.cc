@@ -903,14 +903,6 @@ bool read_whole_file(const std::string& path, std::string* text, std::string* wh
   return ok;
 }
 
-std::string size_label(uint64_t bytes) {
-  if (bytes == 0) return "0";
-  if (bytes % 1000000000 == 0) return std::to_string(bytes / 1000000000) + "g";
-  if (bytes % 1000000 == 0) return std::to_string(bytes / 1000000) + "m";
-  if (bytes % 1000 == 0) return std::to_string(bytes / 1000) + "k";
-  return std::to_string(bytes);
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -1014,17 +1006,6 @@ Config load_effective_config(const std::string& path, const ConfigOverrides& ove
 const std::string& default_config_text() {
   static const std::string text(kDefaultConfigYaml);
   return text;
-}
-
-std::vector<std::string> size_class_names(const std::vector<uint64_t>& boundaries) {
-  if (boundaries.empty()) return {"all"};
-  std::vector<std::string> names;
-  names.push_back("lt_" + size_label(boundaries.front()));
-  for (size_t i = 1; i < boundaries.size(); ++i) {
-    names.push_back(size_label(boundaries[i - 1]) + "_" + size_label(boundaries[i]));
-  }
-  names.push_back("ge_" + size_label(boundaries.back()));
-  return names;
 }
 
 std::vector<std::string> referenced_congestion_controls(const Config& config) {

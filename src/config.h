@@ -120,10 +120,6 @@ void apply_overrides(const ConfigOverrides& overrides, Config* config, std::vect
 Config load_effective_config(const std::string& path, const ConfigOverrides& overrides,
                              const std::vector<std::string>& available_cc, std::vector<ConfigError>* errors);
 
-// Names for size classes from boundaries: [100000, 1000000, 3000000] ->
-// lt_100k, 100k_1m, 1m_3m, ge_3m (k = 1000, m = 1000000).
-std::vector<std::string> size_class_names(const std::vector<uint64_t>& boundaries);
-
 // The `listen` value: "127.0.0.1:9810" or "[::1]:9810" (an IP literal, no host
 // names; port min_port..65535). For `--listen` overrides, which must obey the
 // same rule, and for the HTTP server, which also takes port 0 (any free one).

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config.h"
+#include "size_class.h"
 #include "flow_record.h"
 #include "url_query.h"
 

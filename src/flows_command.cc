@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "http_client.h"
-#include "open_flows.h"
+#include "flow_identity.h"
 #include "url_query.h"
 #include "utf8_text.h"
 

@@ -703,23 +703,6 @@ TEST(DefaultConfigTest, OnlyObserves) {
   EXPECT_EQ(c.snapshot_interval_s, defaults.snapshot_interval_s);
 }
 
-TEST(SizeClassNamesTest, SpecDefault) {
-  EXPECT_EQ(size_class_names({100000, 1000000, 3000000}),
-            (std::vector<std::string>{"lt_100k", "100k_1m", "1m_3m", "ge_3m"}));
-}
-
-TEST(SizeClassNamesTest, UnitsOnlyWhenDivisible) {
-  EXPECT_EQ(size_class_names({1500}), (std::vector<std::string>{"lt_1500", "ge_1500"}));
-  EXPECT_EQ(size_class_names({1500000, 2000000000, 2500000000}),
-            (std::vector<std::string>{"lt_1500k", "1500k_2g", "2g_2500m", "ge_2500m"}));
-  EXPECT_EQ(size_class_names({999, 1000, 1000000000000}),
-            (std::vector<std::string>{"lt_999", "999_1k", "1k_1000g", "ge_1000g"}));
-}
-
-TEST(SizeClassNamesTest, NoBoundariesIsOneClass) {
-  EXPECT_EQ(size_class_names({}), std::vector<std::string>{"all"});
-}
-
 TEST(ListenAddressTest, ParsesIpv4AndBracketedIpv6) {
   std::string why;
   auto a = parse_listen_address("127.0.0.1:9810", &why);
