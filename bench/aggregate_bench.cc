@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "aggregator.h"
+#include "aggregate/aggregator.h"
 
 namespace tcpscope {
 namespace {

@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "compare.h"
-#include "compare_flows.h"
-#include "compare_selection.h"
-#include "flow_distributions.h"
-#include "flow_json.h"
-#include "flow_record.h"
-#include "flow_sketch.h"
+#include "compare/compare.h"
+#include "compare/compare_flows.h"
+#include "compare/compare_selection.h"
+#include "aggregate/flow_distributions.h"
+#include "record/flow_json.h"
+#include "record/flow_record.h"
+#include "compare/flow_sketch.h"
 
 namespace tcpscope {
 namespace {

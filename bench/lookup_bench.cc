@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "asn_db.h"
-#include "peer_classifier.h"
-#include "prefix_trie.h"
+#include "enrich/asn_db.h"
+#include "enrich/peer_classifier.h"
+#include "net/prefix_trie.h"
 
 namespace tcpscope {
 namespace {

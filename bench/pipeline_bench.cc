@@ -28,12 +28,12 @@
 #include <string>
 #include <vector>
 
-#include "aggregator.h"
-#include "asn_db.h"
-#include "enricher.h"
-#include "flow_decoder.h"
-#include "flow_json.h"
-#include "peer_classifier.h"
+#include "aggregate/aggregator.h"
+#include "enrich/asn_db.h"
+#include "enrich/enricher.h"
+#include "record/flow_decoder.h"
+#include "record/flow_json.h"
+#include "enrich/peer_classifier.h"
 
 namespace tcpscope {
 namespace {

@@ -5,12 +5,12 @@
 #include <string>
 #include <vector>
 
-#include "check_config_command.h"
-#include "compare_command.h"
-#include "daemon.h"
-#include "flows_command.h"
+#include "cli/check_config_command.h"
+#include "cli/compare_command.h"
+#include "daemon/daemon.h"
+#include "cli/flows_command.h"
 #include "kernel/flow_probe.h"
-#include "policy_command.h"
+#include "cli/policy_command.h"
 
 namespace {
 

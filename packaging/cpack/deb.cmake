@@ -52,7 +52,9 @@ add_custom_target(tcpscope_package_files ALL
 # The shipped binary gets what dpkg-buildflags would give it on Debian:
 # fortified libc calls, a stack protector, full RELRO (lintian's hardening
 # checks).
-foreach(target tcpscope tcpscope_core tcpscope_kernel)
+get_property(tcpscope_stages GLOBAL PROPERTY TCPSCOPE_STAGES)
+list(TRANSFORM tcpscope_stages PREPEND tcpscope_)
+foreach(target tcpscope ${tcpscope_stages})
   target_compile_options(${target} PRIVATE -fstack-protector-strong)
   target_compile_definitions(${target} PRIVATE $<$<NOT:$<CONFIG:Debug>>:_FORTIFY_SOURCE=2>)
 endforeach()
@@ -66,7 +68,7 @@ install(FILES ${TCPSCOPE_PKG_OUT}/changelog.gz ${TCPSCOPE_PKG_DIR}/cpack/copyrig
 install(FILES ${TCPSCOPE_PKG_DIR}/cpack/lintian-overrides
         DESTINATION share/lintian/overrides RENAME tcpscope)
 # The embedded default is the shipped config: one text, two uses.
-install(FILES ${CMAKE_SOURCE_DIR}/src/default_config.yaml
+install(FILES ${CMAKE_SOURCE_DIR}/src/config/default_config.yaml
         DESTINATION /etc/tcpscope RENAME tcpscope.yaml)
 install(FILES ${TCPSCOPE_PKG_DIR}/cpack/logrotate DESTINATION /etc/logrotate.d RENAME tcpscope)
 # Debian 12 keeps units in /lib (the /usr-merge moratorium).

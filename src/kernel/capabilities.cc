@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "kernel/flow_probe.h"
-#include "process_capabilities.h"
+#include "os/process_capabilities.h"
 #include "tcpscope.skel.h"
 
 namespace tcpscope {

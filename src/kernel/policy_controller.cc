@@ -12,10 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "asn_db.h"
+#include "enrich/asn_db.h"
 #include "kernel/flow_probe.h"
-#include "utf8_text.h"
-#include "congestion_controls.h"
+#include "text/utf8_text.h"
+#include "os/congestion_controls.h"
 
 namespace tcpscope {
 

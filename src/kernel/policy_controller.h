@@ -17,10 +17,10 @@
 
 #include <optional>
 
-#include "cc_policy.h"
-#include "flow_record.h"
+#include "policy/cc_policy.h"
+#include "record/flow_record.h"
 #include "kernel/policy_maps.h"
-#include "policy_metrics.h"
+#include "policy/policy_metrics.h"
 #include "tcpscope/flow_event.h"
 
 namespace tcpscope {

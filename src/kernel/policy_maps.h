@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "cc_policy.h"
+#include "policy/cc_policy.h"
 
 struct ring_buffer;
 

@@ -25,8 +25,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "http_auth.h"
-#include "http_server.h"
+#include "export/http_auth.h"
+#include "export/http_server.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "asn_db.h"
+#include "enrich/asn_db.h"
 
 namespace {
 

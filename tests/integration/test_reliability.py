@@ -742,7 +742,7 @@ def test_fifty_scrapers_during_churn_all_answered_no_record_lost(net, tmp_path):
 # Security
 
 def test_default_listen_address_is_loopback(tmp_path):
-    default = (ROOT / "src" / "default_config.yaml").read_text()
+    default = (ROOT / "src" / "config" / "default_config.yaml").read_text()
     listen = re.search(r"^listen:\s*(\S+)", default, re.M).group(1)
     assert listen.startswith("127.0.0.1:") or listen.startswith('"[::1]:'), listen
     # A config that says nothing about listen gets it too (if the port is free here).
@@ -987,7 +987,7 @@ def test_healthz_and_errors_leak_nothing(plain_daemon, tmp_path):
 # Spawning a program is reviewed once, here: no system() or popen(), no shell,
 # and every exec/spawn/fork in src/ is on this list.
 ALLOWED_PROCESS_CALLS = {
-    ("src/compare_command.cc", "posix_spawnp"),  # rsvg-convert for `compare --svg`, argv only
+    ("src/cli/compare_command.cc", "posix_spawnp"),  # rsvg-convert for `compare --svg`, argv only
     ("src/kernel/capabilities.cc", "fork"),      # the bpf() capability test child; never execs
 }
 

@@ -307,7 +307,7 @@ def test_package_contents(deb, tmp_path):
     root = tmp_path / "root"
     assert (tmp_path / "DEBIAN/conffiles").read_text().split() == [str(CONFFILE), "/etc/logrotate.d/tcpscope"]
     # The shipped config is the embedded default, byte for byte.
-    assert (root / "etc/tcpscope/tcpscope.yaml").read_bytes() == (ROOT / "src/default_config.yaml").read_bytes()
+    assert (root / "etc/tcpscope/tcpscope.yaml").read_bytes() == (ROOT / "src/config/default_config.yaml").read_bytes()
     assert (root / "lib/systemd/system/tcpscope.service").read_bytes() == UNIT_FILE.read_bytes()
     # The BPF objects are inside the binary (skeleton), not beside it: BPF
     # ELF objects embedded in usr/bin/tcpscope that hold, between them, every

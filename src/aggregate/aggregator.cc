@@ -1,0 +1,599 @@
+#include "aggregate/aggregator.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "config/config.h"
+#include "record/size_class.h"
+
+namespace tcpscope {
+
+namespace {
+
+constexpr size_t kDirs = 2;
+constexpr size_t kOutcomes = 5;
+constexpr size_t kCaStates = TCPSCOPE_CA_STATES;
+// Order of FlowRecord::ca_state_us (the kernel's TCP_CA_* order).
+constexpr const char* kCaStateNames[kCaStates] = {"open", "disorder", "cwr", "recovery", "loss"};
+// Interned label ids are 8 bits; the last id collects any excess values.
+constexpr uint8_t kOverflowId = 255;
+constexpr const char* kOverflowLabel = "other";
+
+// The series key packs (class id, cc id, other flag, asn) into 64 bits so the
+// steady state hashes one integer instead of a label map.
+uint64_t series_key(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other) {
+  return (uint64_t{class_id} << 56) | (uint64_t{cc_id} << 48) | (uint64_t{other} << 32) | asn;
+}
+
+double us_to_seconds(uint64_t us) { return static_cast<double>(us) / 1e6; }
+
+// Observations of one histogram not yet published. Observe takes the
+// histogram's mutex and moves one bucket and the sum (a compare-and-swap
+// each); ObserveMultiple takes the mutex once and moves every bucket and the
+// sum (26 for the FCT histogram). So up to 8 observations are replayed one
+// by one, and more are published as bucket counts, kept as
+// prometheus::Histogram keeps them (a value goes to the first bound >= it,
+// the last slot is +Inf).
+struct PendingHistogram {
+  static constexpr size_t kReplayMax = 8;  // 8 replays: 8 mutexes and 16 CAS
+  double values[kReplayMax];
+  size_t n = 0;
+  std::vector<double> buckets;  // used once n > kReplayMax
+  double sum = 0;
+
+  void add(const std::vector<double>& bounds, double value) {
+    if (n < kReplayMax) {
+      values[n++] = value;
+      return;
+    }
+    if (n == kReplayMax) {
+      buckets.assign(bounds.size() + 1, 0.0);
+      for (double v : values) count(bounds, v);
+    }
+    ++n;
+    count(bounds, value);
+  }
+  void count(const std::vector<double>& bounds, double value) {
+    buckets[static_cast<size_t>(std::lower_bound(bounds.begin(), bounds.end(), value) - bounds.begin())] += 1;
+    sum += value;
+  }
+  void publish(prometheus::Histogram* h) {
+    if (n <= kReplayMax) {
+      for (size_t i = 0; i < n; ++i) h->Observe(values[i]);
+    } else {
+      h->ObserveMultiple(buckets, sum);
+      sum = 0;
+    }
+    n = 0;
+  }
+};
+
+void publish(prometheus::Counter* c, double* pending) {
+  if (*pending > 0) c->Increment(*pending);
+  *pending = 0;
+}
+
+}  // namespace
+
+// Flow completion time, seconds: 100 us .. 60 s in 1-2-3-5 steps per decade
+// (24 buckets). Small objects finish in a few RTTs, so the low end needs the
+// same relative resolution as the high end; 1-2-3-5 keeps every step within
+// a factor of 2 and the bounds readable in dashboards.
+const std::vector<double>& fct_buckets_seconds() {
+  static const std::vector<double> b{
+      0.0001, 0.0002, 0.0003, 0.0005,  //
+      0.001,  0.002,  0.003,  0.005,   //
+      0.01,   0.02,   0.03,   0.05,    //
+      0.1,    0.2,    0.3,    0.5,     //
+      1,      2,      3,      5,       //
+      10,     20,     30,     60};
+  return b;
+}
+
+// Throughput, bytes/s (Prometheus' base unit): 10 kB/s .. 10 GB/s in 1-2-5
+// steps (19 buckets), i.e. 80 kbit/s .. 80 Gbit/s.
+const std::vector<double>& throughput_buckets_bytes_per_second() {
+  static const std::vector<double> b{
+      1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7,
+      2e7, 5e7, 1e8, 2e8, 5e8, 1e9, 2e9, 5e9, 1e10};
+  return b;
+}
+
+// RTT, seconds: 50 us .. 10 s (24 buckets), denser between 1 ms and 300 ms
+// where Internet paths are and where A/B differences of 20-50 % must show.
+const std::vector<double>& rtt_buckets_seconds() {
+  static const std::vector<double> b{
+      0.00005, 0.0001, 0.0002, 0.0005,                  //
+      0.001,   0.002,  0.003,  0.005,  0.0075,          //
+      0.01,    0.015,  0.02,   0.03,   0.05,   0.075,   //
+      0.1,     0.15,   0.2,    0.3,    0.5,             //
+      1,       2,      5,      10};
+  return b;
+}
+
+uint64_t series_budget(const AggregatorOptions& o, uint64_t peer_classes, uint64_t congestion_controls) {
+  // A histogram with b bounds is b + 1 buckets (+Inf), _sum and _count.
+  auto histogram = [](const std::vector<double>& bounds) { return uint64_t{bounds.size()} + 3; };
+  const uint64_t size_classes = o.size_classes_bytes.size() + 1;
+  const uint64_t per_label_set = 4                                       // bytes, segments, retransmits
+                                 + kDirs * kOutcomes                     // flows_total
+                                 + kCaStates                             // congestion_state_seconds_total
+                                 + size_classes * histogram(fct_buckets_seconds())
+                                 + histogram(throughput_buckets_bytes_per_second())  //
+                                 + 2 * histogram(rtt_buckets_seconds());
+  const uint64_t asn_values = uint64_t{o.top_n} + o.max_stale_asns + 2;  // + "0" and "other"
+  return peer_classes * congestion_controls * (asn_values * per_label_set + 1);
+}
+
+AggregatorOptions AggregatorOptions::from_config(const Config& config) {
+  AggregatorOptions o;
+  o.size_classes_bytes = config.size_classes_bytes;
+  o.throughput_min_bytes = config.throughput_min_bytes;
+  o.top_n = config.asn.top_n;
+  o.max_stale_asns = config.asn.top_n;
+  return o;
+}
+
+// Pointers into the registry's families for one (peer_class, asn, cc) label
+// set. Series that only some flows feed are created on first use so that,
+// e.g., a label set that only ever sees refused connections has no histograms.
+struct Aggregator::Series {
+  std::string peer_class, cc, asn;  // label values
+  uint32_t asn_number = 0;
+  bool specific_asn = false;        // asn is a number from the top-N (not "0" / "other")
+  Clock::time_point last_in_top;
+
+  prometheus::Counter* bytes_acked = nullptr;
+  prometheus::Counter* bytes_received = nullptr;
+  prometheus::Counter* segments_out = nullptr;
+  prometheus::Counter* retrans_segments = nullptr;
+  prometheus::Counter* ca_state[kCaStates] = {};
+  prometheus::Counter* flows[kDirs][kOutcomes] = {};
+  prometheus::Histogram* srtt = nullptr;
+  prometheus::Histogram* min_rtt = nullptr;
+  prometheus::Histogram* throughput = nullptr;
+  std::vector<prometheus::Histogram*> fct;  // per size class
+  // FCT histograms of size classes a reload replaced: they stop moving and
+  // are removed stale_asn_seconds after the reload (or with the series).
+  struct Retired {
+    std::string size_class;
+    prometheus::Histogram* histogram;
+    Clock::time_point since;
+  };
+  std::vector<Retired> retired_fct;
+
+  // What flows added since the last publish_locked() put into the metrics
+  // above; only `pending.dirty` series are visited when publishing.
+  struct Pending {
+    double flows[kDirs][kOutcomes] = {};
+    double bytes_acked = 0, bytes_received = 0, segments_out = 0, retrans_segments = 0;
+    double ca_state[kCaStates] = {};
+    std::vector<PendingHistogram> fct;  // as `fct`
+    PendingHistogram throughput, srtt, min_rtt;
+    bool dirty = false;
+  } pending;
+
+  prometheus::Labels base() const { return {{"peer_class", peer_class}, {"asn", asn}, {"cc", cc}}; }
+  prometheus::Labels with(const char* name, const std::string& value) const {
+    auto l = base();
+    l.emplace(name, value);
+    return l;
+  }
+};
+
+Aggregator::Aggregator(std::shared_ptr<prometheus::Registry> registry, AggregatorOptions options)
+    : registry_(std::move(registry)), options_(std::move(options)) {
+  auto& r = *registry_;
+  flows_total_ = &prometheus::BuildCounter()
+                      .Name("tcpscope_flows_total")
+                      .Help("Finished TCP flows by peer class, ASN, congestion control, direction and outcome.")
+                      .Register(r);
+  bytes_acked_ = &prometheus::BuildCounter()
+                      .Name("tcpscope_bytes_acked_total")
+                      .Help("Payload bytes sent and acknowledged by the peer (tcpi_bytes_acked), finished flows.")
+                      .Register(r);
+  bytes_received_ = &prometheus::BuildCounter()
+                         .Name("tcpscope_bytes_received_total")
+                         .Help("Payload bytes received (tcpi_bytes_received), finished flows.")
+                         .Register(r);
+  segments_out_ = &prometheus::BuildCounter()
+                       .Name("tcpscope_segments_out_total")
+                       .Help("Segments sent (tcpi_segs_out), finished flows.")
+                       .Register(r);
+  retrans_segments_ = &prometheus::BuildCounter()
+                           .Name("tcpscope_retransmitted_segments_total")
+                           .Help("Segments retransmitted (tcpi_total_retrans), finished flows.")
+                           .Register(r);
+  ca_state_seconds_ = &prometheus::BuildCounter()
+                           .Name("tcpscope_congestion_state_seconds_total")
+                           .Help("Time finished flows spent in each congestion-avoidance state.")
+                           .Register(r);
+  fct_ = &prometheus::BuildHistogram()
+              .Name("tcpscope_flow_completion_seconds")
+              .Help("Flow completion time (first SYN to last byte acknowledged) of completed flows that moved data.")
+              .Register(r);
+  throughput_ = &prometheus::BuildHistogram()
+                     .Name("tcpscope_flow_throughput_bytes_per_second")
+                     .Help("Payload bytes / flow completion time, completed flows of at least throughput_min_bytes.")
+                     .Register(r);
+  srtt_ = &prometheus::BuildHistogram()
+               .Name("tcpscope_srtt_seconds")
+               .Help("Smoothed RTT at close of completed flows that moved data.")
+               .Register(r);
+  min_rtt_ = &prometheus::BuildHistogram()
+                  .Name("tcpscope_min_rtt_seconds")
+                  .Help("Minimum RTT of completed flows that moved data.")
+                  .Register(r);
+  active_flows_ = &prometheus::BuildGauge()
+                       .Name("tcpscope_active_flows")
+                       .Help("Open TCP flows at the last snapshot, by peer class and congestion control.")
+                       .Register(r);
+  size_class_names_ = size_class_names(options_.size_classes_bytes);
+  created_ = last_recompute_ = Clock::now();
+}
+
+Aggregator::~Aggregator() = default;
+
+uint8_t Aggregator::intern(std::vector<std::string>* names, const std::string& name) {
+  // A handful of peer classes and congestion controls: a linear scan beats hashing.
+  for (size_t i = 0; i < names->size(); ++i)
+    if ((*names)[i] == name) return static_cast<uint8_t>(i);
+  if (names->size() >= kOverflowId) return kOverflowId;
+  names->push_back(name);
+  return static_cast<uint8_t>(names->size() - 1);
+}
+
+Aggregator::Series* Aggregator::series_for(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other) {
+  const uint64_t key = series_key(class_id, cc_id, asn, other);
+  auto it = series_.find(key);
+  if (it != series_.end()) return it->second.get();
+
+  auto s = std::make_unique<Series>();
+  s->peer_class = class_id == kOverflowId ? kOverflowLabel : class_names_[class_id];
+  s->cc = cc_id == kOverflowId ? kOverflowLabel : cc_names_[cc_id];
+  s->asn = other ? "other" : std::to_string(asn);
+  s->asn_number = asn;
+  s->specific_asn = !other && asn != 0;
+  s->last_in_top = Clock::now();
+  const auto labels = s->base();
+  s->bytes_acked = &bytes_acked_->Add(labels);
+  s->bytes_received = &bytes_received_->Add(labels);
+  s->segments_out = &segments_out_->Add(labels);
+  s->retrans_segments = &retrans_segments_->Add(labels);
+  s->fct.assign(size_class_names_.size(), nullptr);
+  s->pending.fct.resize(size_class_names_.size());
+  Series* raw = s.get();
+  series_.emplace(key, std::move(s));
+  return raw;
+}
+
+bool Aggregator::add(const FlowRecord& f) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t bytes = f.bytes_acked + f.bytes_received;
+
+  // Rank and label the ASN with the top-N in force now.
+  bool other = false;
+  if (f.asn != 0) {
+    auto it = asn_bytes_.find(f.asn);
+    if (it == asn_bytes_.end()) {
+      if (asn_bytes_.size() < options_.max_tracked_asns) {
+        it = asn_bytes_.emplace(f.asn, AsnEntry{static_cast<double>(bytes), false}).first;
+      } else {
+        ++untracked_asn_flows_;
+      }
+    } else {
+      it->second.bytes += static_cast<double>(bytes);
+    }
+    // While the top-N has room (a young daemon, or few ASNs) an ASN joins
+    // it at once rather than waiting as "other" for the next ranking.
+    if (it != asn_bytes_.end() && !it->second.top && top_asns_.size() < options_.top_n) {
+      it->second.top = true;
+      top_asns_.push_back(f.asn);
+    }
+    other = it == asn_bytes_.end() || !it->second.top;
+  }
+
+  Series* s = series_for(intern(&class_names_, f.peer_class), intern(&cc_names_, f.cc), other ? 0 : f.asn, other);
+
+  const size_t d = f.dir == Direction::kPassive ? 1 : 0;
+  const size_t o = std::min<size_t>(static_cast<size_t>(f.outcome), kOutcomes - 1);
+  if (!s->flows[d][o]) {
+    auto l = s->base();
+    l.emplace("dir", to_string(f.dir));
+    l.emplace("outcome", to_string(f.outcome));
+    s->flows[d][o] = &flows_total_->Add(l);
+  }
+  auto& p = s->pending;
+  if (!p.dirty) {
+    p.dirty = true;
+    dirty_.push_back(s);
+  }
+  p.flows[d][o] += 1;
+  p.bytes_acked += static_cast<double>(f.bytes_acked);
+  p.bytes_received += static_cast<double>(f.bytes_received);
+  p.segments_out += static_cast<double>(f.segs_out);
+  p.retrans_segments += static_cast<double>(f.retrans_segs);
+  for (size_t i = 0; i < kCaStates; ++i) {
+    if (!f.ca_state_us[i]) continue;
+    if (!s->ca_state[i]) s->ca_state[i] = &ca_state_seconds_->Add(s->with("state", kCaStateNames[i]));
+    p.ca_state[i] += us_to_seconds(f.ca_state_us[i]);
+  }
+
+  // Distributions only describe flows that did their job: a refused or reset
+  // flow has no meaningful completion time, and a partial flow (opened before
+  // the daemon attached) has an unknown start.
+  if (f.outcome == Outcome::kOk && bytes > 0 && !f.partial) {
+    const uint32_t sc = size_class_index(bytes, options_.size_classes_bytes);
+    if (!s->fct[sc]) s->fct[sc] = &fct_->Add(s->with("size_class", size_class_names_[sc]), fct_buckets_seconds());
+    const uint64_t fct_us = f.fct_us > 0 ? static_cast<uint64_t>(f.fct_us) : 0;
+    p.fct[sc].add(fct_buckets_seconds(), us_to_seconds(fct_us));
+
+    if (bytes >= options_.throughput_min_bytes && fct_us > 0) {
+      if (!s->throughput) s->throughput = &throughput_->Add(s->base(), throughput_buckets_bytes_per_second());
+      p.throughput.add(throughput_buckets_bytes_per_second(), static_cast<double>(bytes) / us_to_seconds(fct_us));
+    }
+    // 0 means no RTT sample; the kernel's "no min_rtt yet" is ~0U.
+    if (f.srtt_us) {
+      if (!s->srtt) s->srtt = &srtt_->Add(s->base(), rtt_buckets_seconds());
+      p.srtt.add(rtt_buckets_seconds(), us_to_seconds(f.srtt_us));
+    }
+    if (f.min_rtt_us && f.min_rtt_us != UINT32_MAX) {
+      if (!s->min_rtt) s->min_rtt = &min_rtt_->Add(s->base(), rtt_buckets_seconds());
+      p.min_rtt.add(rtt_buckets_seconds(), us_to_seconds(f.min_rtt_us));
+    }
+  }
+  if (!batching_) publish_locked();
+
+  // A fresh daemon labels every ASN "other" until the first ranking; rank
+  // often while it warms up so the labels converge within seconds.
+  if (++flows_since_recompute_ >= options_.warmup_recompute_flows && options_.warmup_recompute_flows > 0) {
+    const double age = std::chrono::duration<double>(Clock::now() - created_).count();
+    if (age < options_.warmup_seconds) {
+      recompute_locked();
+    } else {
+      flows_since_recompute_ = 0;
+    }
+  }
+  return has_own_label_locked(f.asn);
+}
+
+void Aggregator::begin_batch() {
+  std::lock_guard<std::mutex> lock(mu_);
+  batching_ = true;
+}
+
+void Aggregator::end_batch() {
+  std::lock_guard<std::mutex> lock(mu_);
+  batching_ = false;
+  publish_locked();
+}
+
+void Aggregator::publish_locked() {
+  for (Series* s : dirty_) {
+    auto& p = s->pending;
+    for (size_t d = 0; d < kDirs; ++d)
+      for (size_t o = 0; o < kOutcomes; ++o)
+        if (s->flows[d][o]) publish(s->flows[d][o], &p.flows[d][o]);
+    publish(s->bytes_acked, &p.bytes_acked);
+    publish(s->bytes_received, &p.bytes_received);
+    publish(s->segments_out, &p.segments_out);
+    publish(s->retrans_segments, &p.retrans_segments);
+    for (size_t i = 0; i < kCaStates; ++i)
+      if (s->ca_state[i]) publish(s->ca_state[i], &p.ca_state[i]);
+    for (size_t i = 0; i < s->fct.size(); ++i)
+      if (s->fct[i]) p.fct[i].publish(s->fct[i]);
+    if (s->throughput) p.throughput.publish(s->throughput);
+    if (s->srtt) p.srtt.publish(s->srtt);
+    if (s->min_rtt) p.min_rtt.publish(s->min_rtt);
+    p.dirty = false;
+  }
+  dirty_.clear();
+}
+
+void Aggregator::recompute_top_asns() {
+  std::lock_guard<std::mutex> lock(mu_);
+  recompute_locked();
+}
+
+void Aggregator::recompute_locked() {
+  publish_locked();  // series may be removed below
+  const Clock::time_point now = Clock::now();
+  const double elapsed = std::chrono::duration<double>(now - last_recompute_).count();
+  last_recompute_ = now;
+  flows_since_recompute_ = 0;
+
+  std::vector<std::pair<double, uint32_t>> ranked;
+  ranked.reserve(asn_bytes_.size());
+  const double decay = options_.asn_bytes_half_life_s > 0 ? std::exp2(-elapsed / options_.asn_bytes_half_life_s) : 1.0;
+  for (auto& [asn, e] : asn_bytes_) {
+    ranked.emplace_back(e.bytes, asn);
+    e.bytes *= decay;
+    e.top = false;
+  }
+  // Most bytes first; ties broken by the lower ASN so the ranking is stable.
+  auto by_bytes = [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; };
+  const size_t n = std::min<size_t>(options_.top_n, ranked.size());
+  std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(n), ranked.end(), by_bytes);
+  top_asns_.clear();
+  for (size_t i = 0; i < n; ++i) {
+    top_asns_.push_back(ranked[i].second);
+    asn_bytes_[ranked[i].second].top = true;
+  }
+
+  // Keep the table bounded: once nearly full, keep the half with the most bytes.
+  if (asn_bytes_.size() > options_.max_tracked_asns - options_.max_tracked_asns / 10) {
+    const size_t keep = std::max<size_t>(options_.max_tracked_asns / 2, n);
+    if (keep < ranked.size()) {
+      std::nth_element(ranked.begin() + static_cast<std::ptrdiff_t>(n), ranked.begin() + static_cast<std::ptrdiff_t>(keep),
+                       ranked.end(), by_bytes);
+      for (size_t i = keep; i < ranked.size(); ++i) asn_bytes_.erase(ranked[i].second);
+    }
+  }
+
+  // Series of ASNs that left the top-N no longer move; drop them after a
+  // grace period so that ASN churn does not grow the series count forever.
+  auto expired = [&](Clock::time_point since) {
+    return std::chrono::duration<double>(now - since).count() >= options_.stale_asn_seconds;
+  };
+  std::unordered_map<uint32_t, Clock::time_point> stale;  // asn -> last time in the top-N
+  for (auto it = series_.begin(); it != series_.end();) {
+    Series* s = it->second.get();
+    // Histograms of replaced size classes go after the same grace period.
+    auto& retired = s->retired_fct;
+    for (size_t i = 0; i < retired.size();) {
+      if (expired(retired[i].since)) {
+        fct_->Remove(retired[i].histogram);
+        retired[i] = retired.back();
+        retired.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    if (s->specific_asn) {
+      auto e = asn_bytes_.find(s->asn_number);
+      if (e != asn_bytes_.end() && e->second.top) {
+        s->last_in_top = now;
+      } else if (expired(s->last_in_top)) {
+        remove_series(s);
+        it = series_.erase(it);
+        continue;
+      } else {
+        auto& t = stale[s->asn_number];
+        t = std::max(t, s->last_in_top);
+      }
+    }
+    ++it;
+  }
+
+  // At most max_stale_asns ASNs keep stale series: churn faster than the
+  // grace period (the whole top-N replaced at every ranking) would otherwise
+  // multiply the series count. The ASNs out of the top-N longest go first.
+  if (stale.size() > options_.max_stale_asns) {
+    std::vector<std::pair<Clock::time_point, uint32_t>> oldest;
+    oldest.reserve(stale.size());
+    for (const auto& [asn, t] : stale) oldest.emplace_back(t, asn);
+    const size_t drop = stale.size() - options_.max_stale_asns;
+    std::partial_sort(oldest.begin(), oldest.begin() + static_cast<std::ptrdiff_t>(drop), oldest.end());
+    std::set<uint32_t> gone;
+    for (size_t i = 0; i < drop; ++i) gone.insert(oldest[i].second);
+    for (auto it = series_.begin(); it != series_.end();) {
+      Series* s = it->second.get();
+      if (s->specific_asn && gone.count(s->asn_number)) {
+        remove_series(s);
+        it = series_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+void Aggregator::remove_series(Series* s) {
+  bytes_acked_->Remove(s->bytes_acked);
+  bytes_received_->Remove(s->bytes_received);
+  segments_out_->Remove(s->segments_out);
+  retrans_segments_->Remove(s->retrans_segments);
+  for (auto* c : s->ca_state)
+    if (c) ca_state_seconds_->Remove(c);
+  for (auto& per_dir : s->flows)
+    for (auto* c : per_dir)
+      if (c) flows_total_->Remove(c);
+  if (s->srtt) srtt_->Remove(s->srtt);
+  if (s->min_rtt) min_rtt_->Remove(s->min_rtt);
+  if (s->throughput) throughput_->Remove(s->throughput);
+  for (auto* h : s->fct)
+    if (h) fct_->Remove(h);
+  for (const auto& r : s->retired_fct) fct_->Remove(r.histogram);
+}
+
+void Aggregator::set_active_flows(const ActiveFlows& active) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, gauge] : active_gauges_)
+    if (!active.count(key)) gauge->Set(0);
+  for (const auto& [key, n] : active) {
+    auto it = active_gauges_.find(key);
+    if (it == active_gauges_.end())
+      it = active_gauges_.emplace(key, &active_flows_->Add({{"peer_class", key.first}, {"cc", key.second}})).first;
+    it->second->Set(static_cast<double>(n));
+  }
+}
+
+void Aggregator::update_options(AggregatorOptions options) {
+  std::lock_guard<std::mutex> lock(mu_);
+  publish_locked();  // pending FCT observations are per size class of the old options
+  const bool classes_changed = options.size_classes_bytes != options_.size_classes_bytes;
+  const bool top_changed = options.top_n != options_.top_n;
+  options_ = std::move(options);
+  if (classes_changed) {
+    // Histograms of the old size classes keep their values under their old
+    // labels for stale_asn_seconds (a scrape sees no counter vanish at the
+    // reload), then recompute_locked() removes them; new flows go to the new
+    // classes. A class whose name (hence range) is in force again keeps or
+    // gets back its histogram: the registry holds one series per label set.
+    const auto old_names = std::move(size_class_names_);
+    size_class_names_ = size_class_names(options_.size_classes_bytes);
+    const Clock::time_point now = Clock::now();
+    for (auto& [key, s] : series_) {
+      std::vector<Series::Retired> pool = std::move(s->retired_fct);
+      s->retired_fct.clear();
+      for (size_t i = 0; i < s->fct.size(); ++i)
+        if (s->fct[i]) pool.push_back({old_names[i], s->fct[i], now});
+      std::vector<prometheus::Histogram*> kept(size_class_names_.size(), nullptr);
+      for (auto& r : pool) {
+        auto j = std::find(size_class_names_.begin(), size_class_names_.end(), r.size_class);
+        if (j != size_class_names_.end())
+          kept[static_cast<size_t>(j - size_class_names_.begin())] = r.histogram;
+        else
+          s->retired_fct.push_back(std::move(r));
+      }
+      s->fct = std::move(kept);
+      s->pending.fct.assign(size_class_names_.size(), PendingHistogram{});
+    }
+  }
+  if (top_changed) recompute_locked();
+}
+
+bool Aggregator::has_own_label_locked(uint32_t asn) const {
+  if (asn == 0) return true;  // labelled "0"
+  auto it = asn_bytes_.find(asn);
+  return it != asn_bytes_.end() && it->second.top;
+}
+
+std::string Aggregator::asn_label_locked(uint32_t asn) const {
+  if (asn == 0) return "0";
+  return has_own_label_locked(asn) ? std::to_string(asn) : "other";
+}
+
+std::string Aggregator::asn_label(uint32_t asn) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return asn_label_locked(asn);
+}
+
+std::vector<uint32_t> Aggregator::top_asns() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return top_asns_;
+}
+
+std::string Aggregator::size_class_label(uint64_t bytes) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return size_class_names_[size_class_index(bytes, options_.size_classes_bytes)];
+}
+
+size_t Aggregator::label_sets() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return series_.size();
+}
+
+uint64_t Aggregator::untracked_asn_flows() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return untracked_asn_flows_;
+}
+
+}  // namespace tcpscope

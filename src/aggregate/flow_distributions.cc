@@ -1,0 +1,368 @@
+#include "aggregate/flow_distributions.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "config/config.h"
+#include "record/size_class.h"
+#include "record/flow_record.h"
+#include "text/url_query.h"
+
+namespace tcpscope {
+
+namespace {
+
+// Interned ids are 8 bits; the last one collects any excess values.
+constexpr uint8_t kOverflowId = 255;
+constexpr const char* kOverflowName = "other";
+constexpr uint32_t kMaxSizeClass = 127;  // 7 bits in the key
+
+// (peer_class, cc, arm, size_class, asn is "other", asn) packed into 64 bits.
+uint64_t pack_key(uint8_t cls, uint8_t cc, uint8_t arm, uint32_t sc, bool other, uint32_t asn) {
+  return (uint64_t{cls} << 56) | (uint64_t{cc} << 48) | (uint64_t{arm} << 40) | (uint64_t{sc & 0x7f} << 33) |
+         (uint64_t{other} << 32) | asn;
+}
+uint8_t key_class(uint64_t k) { return static_cast<uint8_t>(k >> 56); }
+uint8_t key_cc(uint64_t k) { return static_cast<uint8_t>(k >> 48); }
+uint8_t key_arm(uint64_t k) { return static_cast<uint8_t>(k >> 40); }
+uint32_t key_size_class(uint64_t k) { return static_cast<uint32_t>(k >> 33) & 0x7f; }
+bool key_other(uint64_t k) { return (k >> 32) & 1; }
+uint32_t key_asn(uint64_t k) { return static_cast<uint32_t>(k); }
+
+std::string interned_name(const std::vector<std::string>& names, uint8_t id) {
+  return id == kOverflowId || id >= names.size() ? kOverflowName : names[id];
+}
+
+}  // namespace
+
+const std::vector<std::string>& distribution_key_fields() {
+  static const std::vector<std::string> fields{"peer_class", "asn", "cc", "arm", "size_class"};
+  return fields;
+}
+
+FlowDistributionsOptions FlowDistributionsOptions::from_config(const Config& config) {
+  FlowDistributionsOptions o;
+  o.size_classes_bytes = config.size_classes_bytes;
+  o.throughput_min_bytes = config.throughput_min_bytes;
+  return o;
+}
+
+struct FlowDistributions::Entry {
+  std::unique_ptr<FlowSketch> sketch[kCompareMetricCount];
+};
+
+struct FlowDistributions::Generation {
+  Generation(Clock::time_point t, uint64_t n) : start(t), serial(n) {}
+  Clock::time_point start;
+  uint64_t serial;
+  std::unordered_map<uint64_t, Entry> entries;
+  uint64_t flows = 0;
+  uint64_t folded_flows = 0;  // counted under asn "other": key table full
+};
+
+FlowDistributions::FlowDistributions(FlowDistributionsOptions options)
+    : options_(std::move(options)),
+      metric_options_{options_.size_classes_bytes, options_.throughput_min_bytes},
+      current_(std::make_unique<Generation>(Clock::now(), ++generations_made_)) {
+  names_.size_classes = size_class_names(options_.size_classes_bytes);
+  names_.arms = {"null"};  // id 0: no arm (the flow log's null)
+  // Fail at start, not at the first flow, on an impossible accuracy.
+  FlowSketch probe(options_.relative_accuracy, options_.max_buckets);
+}
+
+FlowDistributions::~FlowDistributions() = default;
+
+uint8_t FlowDistributions::intern(std::vector<std::string>* names, const std::string& name) {
+  // A handful of peer classes, CCs and arms: a linear scan beats hashing.
+  for (size_t i = 0; i < names->size(); ++i)
+    if ((*names)[i] == name) return static_cast<uint8_t>(i);
+  if (names->size() >= kOverflowId) return kOverflowId;
+  names->push_back(name);
+  return static_cast<uint8_t>(names->size() - 1);
+}
+
+void FlowDistributions::rotate_if_due(Clock::time_point now) {
+  const auto window = std::chrono::duration<double>(options_.window_s);
+  if (options_.window_s <= 0 || now - current_->start < window) return;
+  previous_ = std::move(current_);
+  current_ = std::make_unique<Generation>(now, ++generations_made_);
+}
+
+FlowDistributions::Entry* FlowDistributions::entry_for(uint64_t key, uint64_t folded_key, bool top_asn) {
+  auto& entries = current_->entries;
+  auto it = entries.find(key);
+  if (it != entries.end()) return &it->second;
+  if (entries.size() < options_.max_keys) return &entries[key];
+  // Full. The reserve above max_keys takes only the keys that matter most:
+  // the ASNs the Prometheus series label by number (top-N) and the
+  // per-(class, cc, arm, size class) "other" keys the rest fold into.
+  const size_t hard_limit = options_.max_keys + reserve_keys();
+  if (top_asn && entries.size() < hard_limit) return &entries[key];
+  it = entries.find(folded_key);
+  if (it == entries.end()) {
+    if (entries.size() >= hard_limit) return nullptr;
+    it = entries.emplace(folded_key, Entry{}).first;
+  }
+  ++current_->folded_flows;
+  return &it->second;
+}
+
+size_t FlowDistributions::reserve_keys() const { return std::max<size_t>(options_.max_keys / 4, 16); }
+
+void FlowDistributions::add(const FlowRecord& flow, const std::string& asn_label) {
+  add_at(flow, asn_label != kOverflowName ? AsnLabel::kOwn : AsnLabel::kOther, Clock::now());
+}
+
+void FlowDistributions::add(const FlowRecord& flow, AsnLabel asn_label) { add_at(flow, asn_label, Clock::now()); }
+
+void FlowDistributions::add_at(const FlowRecord& flow, const std::string& asn_label, Clock::time_point now) {
+  add_at(flow, asn_label != kOverflowName ? AsnLabel::kOwn : AsnLabel::kOther, now);
+}
+
+void FlowDistributions::add_at(const FlowRecord& flow, AsnLabel asn_label, Clock::time_point now) {
+  const MetricInputs in = metric_inputs(flow);
+  if (!in.ok || in.partial || in.bytes == 0) return;  // no metric counts such a flow
+  // Keyed by the raw ASN, as the flow log has it, so that --server groups
+  // and selections by asn mean what --flows means. The label only says
+  // whether the ASN is one of the dashboards' top-N (a claim on the reserve).
+  const bool top_asn = asn_label == AsnLabel::kOwn;
+
+  std::lock_guard<std::mutex> lock(mu_);  // options_ may change on reload
+  std::optional<double> values[kCompareMetricCount];
+  for (int m = 0; m < kCompareMetricCount; ++m)
+    values[m] = metric_value(static_cast<CompareMetric>(m), in, metric_options_);
+  const uint32_t sc = std::min(size_class_index(in.bytes, options_.size_classes_bytes), kMaxSizeClass);
+  rotate_if_due(now);
+  const uint8_t cls = intern(&names_.classes, flow.peer_class);
+  const uint8_t cc = intern(&names_.ccs, flow.cc);
+  const uint8_t arm = flow.arm ? intern(&names_.arms, *flow.arm) : 0;
+  Entry* e = entry_for(pack_key(cls, cc, arm, sc, false, flow.asn), pack_key(cls, cc, arm, sc, true, 0), top_asn);
+  if (!e) {
+    ++dropped_flows_;
+    return;
+  }
+  for (int m = 0; m < kCompareMetricCount; ++m) {
+    if (!values[m]) continue;
+    auto& s = e->sketch[m];
+    if (!s) s = std::make_unique<FlowSketch>(new_sketch(static_cast<CompareMetric>(m)));
+    s->add(*values[m]);
+  }
+  ++current_->flows;
+}
+
+FlowSketch FlowDistributions::new_sketch(CompareMetric m) const {
+  const MetricSpan span = metric_sketch_span(m);
+  return FlowSketch(options_.relative_accuracy, options_.max_buckets, span.lo, span.hi);
+}
+
+bool FlowDistributions::update_options(FlowDistributionsOptions options) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool reset = options.size_classes_bytes != options_.size_classes_bytes ||
+                     options.throughput_min_bytes != options_.throughput_min_bytes ||
+                     options.relative_accuracy != options_.relative_accuracy ||
+                     options.max_buckets != options_.max_buckets;
+  options_ = std::move(options);
+  metric_options_ = MetricOptions{options_.size_classes_bytes, options_.throughput_min_bytes};
+  if (reset) {
+    names_.size_classes = size_class_names(options_.size_classes_bytes);
+    previous_.reset();
+    current_ = std::make_unique<Generation>(Clock::now(), ++generations_made_);
+  }
+  return reset;
+}
+
+std::string FlowDistributions::KeyNames::field(uint64_t key, const std::string& field) const {
+  if (field == "peer_class") return interned_name(classes, key_class(key));
+  if (field == "cc") return interned_name(ccs, key_cc(key));
+  if (field == "arm") return interned_name(arms, key_arm(key));
+  if (field == "asn") return key_other(key) ? kOverflowName : std::to_string(key_asn(key));
+  if (field == "size_class") {
+    const uint32_t sc = key_size_class(key);
+    return sc < size_classes.size() ? size_classes[sc] : "?";
+  }
+  return "";
+}
+
+FlowDistributions::QueryResult FlowDistributions::query(CompareMetric metric, const std::string& by,
+                                                        const Selection& a, const Selection& b) {
+  return query_at(metric, by, a, b, Clock::now());
+}
+
+FlowDistributions::QueryResult FlowDistributions::query_at(CompareMetric metric, const std::string& by,
+                                                           const Selection& a, const Selection& b,
+                                                           Clock::time_point now) {
+  const auto& fields = distribution_key_fields();
+  auto kept = [&](const std::string& f) { return std::find(fields.begin(), fields.end(), f) != fields.end(); };
+  const std::string kept_list = "peer_class, asn, cc, arm, size_class";
+  if (by != "all" && !kept(by))
+    throw std::invalid_argument("cannot group by \"" + by + "\": the daemon keeps distributions by " + kept_list +
+                                " only (use the flow log for other fields)");
+  for (const Selection* sel : {&a, &b})
+    for (const auto& t : sel->terms())
+      if (!kept(t.field))
+        throw std::invalid_argument("selection \"" + sel->text() + "\" uses \"" + t.field +
+                                    "\": the daemon keeps distributions by " + kept_list +
+                                    " only (use the flow log for other fields)");
+
+  const int mi = static_cast<int>(metric);
+  const bool sized = split_by_size_class(metric);
+  QueryResult out;
+
+  // Under the lock: the keys with a sketch of this metric, and their names.
+  struct Item {
+    uint64_t generation, key;
+    bool in_a = false, in_b = false;
+    std::map<std::pair<std::string, uint32_t>, Group>::iterator group;
+  };
+  std::vector<Item> items;
+  KeyNames names;
+  std::optional<FlowSketch> empty;  // as options_ (which a reload may change) make them
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    empty = new_sketch(metric);
+    rotate_if_due(now);
+    const Generation* oldest = previous_ ? previous_.get() : current_.get();
+    out.covers_s = std::chrono::duration<double>(now - oldest->start).count();
+    names = names_;
+    for (const Generation* gen : {previous_.get(), current_.get()}) {
+      if (!gen) continue;
+      out.folded_flows += gen->folded_flows;
+      for (const auto& [key, entry] : gen->entries)
+        if (entry.sketch[mi] && !entry.sketch[mi]->empty()) items.push_back(Item{gen->serial, key});
+    }
+  }
+
+  // Without it: which keys each selection takes, and their groups.
+  std::map<std::pair<std::string, uint32_t>, Group> groups;
+  size_t kept_items = 0;
+  for (Item& item : items) {
+    auto get = [&, k = item.key](const std::string& f) -> std::optional<std::string> { return names.field(k, f); };
+    item.in_a = a.matches(get);
+    item.in_b = b.matches(get);
+    if (!item.in_a && !item.in_b) continue;
+    const std::string group = by == "all" ? "all" : names.field(item.key, by);
+    const uint32_t sc = sized ? key_size_class(item.key) : 0;
+    auto it = groups.find({group, sc});
+    if (it == groups.end()) {
+      Group g{group, std::nullopt, sc, *empty, *empty};
+      if (sized) g.size_class = names.field(item.key, "size_class");
+      it = groups.emplace(std::make_pair(group, sc), std::move(g)).first;
+    }
+    item.group = it;
+    items[kept_items++] = item;
+  }
+  items.resize(kept_items);
+
+  // Under the lock again, a few merges at a time: the sketches may have
+  // grown since (they are merged as they are now), or gone with a rotation.
+  for (size_t i = 0; i < items.size(); i += kMergesPerLock) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t k = i; k < std::min(items.size(), i + kMergesPerLock); ++k) {
+      const Item& item = items[k];
+      const Generation* gen = current_->serial == item.generation ? current_.get()
+                              : previous_ && previous_->serial == item.generation ? previous_.get()
+                                                                                   : nullptr;
+      if (!gen) continue;
+      auto e = gen->entries.find(item.key);
+      if (e == gen->entries.end() || !e->second.sketch[mi]) continue;
+      if (item.in_a) item.group->second.a.merge(*e->second.sketch[mi]);
+      if (item.in_b) item.group->second.b.merge(*e->second.sketch[mi]);
+    }
+  }
+  for (auto& [k, g] : groups) out.groups.push_back(std::move(g));
+  return out;
+}
+
+std::string FlowDistributions::handle_query(const std::string& query_string) {
+  const auto params = parse_query_string(query_string);
+  for (const auto& [name, value] : params)
+    if (name != "metric" && name != "by" && name != "a" && name != "b")
+      throw std::invalid_argument("unknown query parameter \"" + name + "\" (metric, by, a, b)");
+  auto param = [&](const char* name, const char* fallback) -> std::string {
+    auto it = params.find(name);
+    if (it != params.end() && !it->second.empty()) return it->second;
+    if (fallback) return fallback;
+    throw std::invalid_argument(std::string("missing query parameter \"") + name +
+                                "\" (e.g. ?metric=fct&by=asn&a=cc%3Dcubic&b=cc%3Dbbr)");
+  };
+  const std::string metric_name = param("metric", "fct");
+  const auto metric = parse_compare_metric(metric_name);
+  if (!metric) throw std::invalid_argument("unknown metric \"" + metric_name + "\" (fct, throughput, rtt, retrans)");
+  const std::string by = param("by", "peer_class");
+  std::string why;
+  const auto a = Selection::parse(param("a", nullptr), &why);
+  if (!a) throw std::invalid_argument("selection a: " + why);
+  const auto b = Selection::parse(param("b", nullptr), &why);
+  if (!b) throw std::invalid_argument("selection b: " + why);
+  for (const auto* sel : {&*a, &*b})
+    if (sel->terms().size() > kMaxSelectionTerms)
+      throw std::invalid_argument("selection \"" + sel->text().substr(0, 60) + "...\" has " +
+                                  std::to_string(sel->terms().size()) + " terms; at most " +
+                                  std::to_string(kMaxSelectionTerms));
+
+  QueryResult res = query(*metric, by, *a, *b);
+  const Stats st = stats();
+  nlohmann::json groups = nlohmann::json::array();
+  for (const auto& g : res.groups) {
+    groups.push_back({{"group", g.group},
+                      {"size_class", g.size_class ? nlohmann::json(*g.size_class) : nlohmann::json(nullptr)},
+                      {"size_class_order", g.size_class_order},
+                      {"a", g.a.to_json()},
+                      {"b", g.b.to_json()}});
+  }
+  std::vector<std::string> size_classes;
+  FlowDistributionsOptions o;
+  uint32_t max_buckets = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // a reload may change them
+    size_classes = names_.size_classes;
+    o = options_;
+    max_buckets = new_sketch(*metric).max_buckets();
+  }
+  const MetricSpan span = metric_sketch_span(*metric);
+  nlohmann::json out{{"metric", to_string(*metric)},
+                     {"by", by},
+                     {"a", a->text()},
+                     {"b", b->text()},
+                     {"relative_accuracy", o.relative_accuracy},
+                     {"max_buckets", max_buckets},
+                     {"span", {span.lo, span.hi}},
+                     {"window_s", o.window_s},
+                     {"covers_s", res.covers_s},
+                     {"size_classes", size_classes},
+                     {"size_classes_bytes", o.size_classes_bytes},
+                     {"throughput_min_bytes", o.throughput_min_bytes},
+                     {"keys", st.keys},
+                     {"memory_bytes", st.memory_bytes},
+                     {"dropped_flows", st.dropped_flows},
+                     {"folded_flows", res.folded_flows},
+                     {"groups", std::move(groups)}};
+  return out.dump() + "\n";
+}
+
+FlowDistributions::Stats FlowDistributions::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats st;
+  st.dropped_flows = dropped_flows_;
+  for (const Generation* gen : {previous_.get(), current_.get()}) {
+    if (!gen) continue;
+    st.keys += gen->entries.size();
+    st.flows += gen->flows;
+    st.folded_flows += gen->folded_flows;
+    // Hash node plus entry, roughly, and each sketch's object and counters.
+    st.memory_bytes += gen->entries.size() * (sizeof(Entry) + sizeof(uint64_t) + 2 * sizeof(void*));
+    for (const auto& [key, e] : gen->entries) {
+      for (const auto& s : e.sketch) {
+        if (!s) continue;
+        ++st.sketches;
+        st.memory_bytes += sizeof(FlowSketch) + s->memory_bytes();
+      }
+    }
+  }
+  return st;
+}
+
+}  // namespace tcpscope

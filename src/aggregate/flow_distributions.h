@@ -1,0 +1,172 @@
+// What the daemon keeps so that `tcpscope compare --server URL` can answer
+// without a flow log: one FlowSketch (1 % relative error) per metric and per
+// key (peer_class, asn label, cc, arm, size_class) of finished flows, over a
+// sliding window. A compare query merges the sketches of the keys that match
+// its A and B selections into one pair per group and returns them; the
+// client runs the statistics (compare_stats.h) on those, so the daemon's
+// HTTP threads only merge.
+//
+// What --server can and cannot answer. Selections and --by may use only the
+// key fields: peer_class, asn, cc, arm, size_class (anything else needs the
+// flow log). asn is the raw AS number, as in the flow log, so `--by asn` and
+// `--a asn=N` mean the same in both modes whatever the Prometheus top-N is
+// (the dashboards fold ASNs outside it into "other"; these sketches do so
+// only when the key table is full, below). Quantiles are within the
+// sketch's relative accuracy over each metric's span (metric_sketch_span:
+// 10 decades, no collapse inside it); the rank test sees values within 1 %
+// of each other as ties (see compare_stats.h).
+//
+// Bounded memory. Interned names are capped at 255 values per field (the
+// rest become "other"); at most max_keys keys per generation, plus a reserve
+// of max_keys / 4 that only two kinds of keys may take once max_keys are in
+// use: ASNs the Prometheus series label by number (the caller's asn_label is
+// not "other"), and one "other" key per (peer_class, cc, arm, size_class)
+// into which the flows of every other new ASN fold. Folded flows are counted
+// (folded_flows, in every query answer, and `compare` warns): their ASN's
+// group holds fewer flows than the flow log's. A flow finding even the
+// reserve full is dropped and counted (dropped_flows).
+// Each sketch holds at most max_buckets 4-byte counters (1153 at the
+// default 1 % over 10 decades) and a key at most three sketches (fct or
+// throughput, rtt, retrans), so the hard ceiling is 2 generations x 5120
+// keys x 3 x (1153 x 4 B + ~100 B) = 140 MiB, reached only if every key's
+// values spread over all 10 decades of every metric. A sketch's array spans
+// only the buckets between its smallest and largest value: edge-like keys
+// use a few hundred buckets in all (BM_DistributionsAdd in
+// bench/compare_bench.cc: 1,809 keys in 3.2 MiB, ~1.8 KiB a key, so ~18 MiB
+// for two full generations). stats() reports the real figure.
+//
+// Window. Sketches live in two generations of window_s each: queries merge
+// both, so they cover between window_s and 2 window_s of the most recent
+// flows (the response says how much), and keys that stop receiving flows
+// (an ASN that left the top-N) disappear after at most 2 window_s.
+//
+// Threading: add() (the ring reader) and the queries (HTTP threads) take
+// one mutex. add() costs a few hundred ns (bench/compare_bench.cc). A query
+// holds it only to copy the key list and then to merge matching sketches,
+// kMergesPerLock at a time; matching keys against its selections (strings
+// per key and term) runs outside it, so a query never stalls the drain for
+// more than about a hundred sketch merges.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "compare/compare_metric.h"
+#include "compare/compare_selection.h"
+#include "compare/flow_sketch.h"
+
+namespace tcpscope {
+
+struct Config;
+struct FlowRecord;
+
+struct FlowDistributionsOptions {
+  std::vector<uint64_t> size_classes_bytes{100000, 1000000, 3000000};
+  uint64_t throughput_min_bytes = 3000000;
+  double relative_accuracy = FlowSketch::kDefaultRelativeAccuracy;
+  uint32_t max_buckets = 0;  // 0: each metric's span (metric_sketch_span), no collapse inside it
+  size_t max_keys = 4096;  // per generation
+  double window_s = 3600;
+
+  static FlowDistributionsOptions from_config(const Config& config);
+};
+
+// The fields --server selections and --by may name.
+const std::vector<std::string>& distribution_key_fields();
+
+class FlowDistributions {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit FlowDistributions(FlowDistributionsOptions options);
+  ~FlowDistributions();
+  FlowDistributions(const FlowDistributions&) = delete;
+  FlowDistributions& operator=(const FlowDistributions&) = delete;
+
+  // Counts one finished flow under its raw ASN. `asn_label` is the flow's
+  // asn label in the Prometheus series ("other", "0" or the number;
+  // Aggregator::asn_label): it only decides whether the flow's key may use
+  // the reserve once max_keys are in use (top-N ASNs may, "other" may not).
+  void add(const FlowRecord& flow, const std::string& asn_label);
+  // The same with the only thing the label decides: whether the ASN has a
+  // label of its own (Aggregator::add says so, without a second lookup).
+  enum class AsnLabel { kOwn, kOther };
+  void add(const FlowRecord& flow, AsnLabel asn_label);
+  // For tests: the same with an explicit time.
+  void add_at(const FlowRecord& flow, const std::string& asn_label, Clock::time_point now);
+  void add_at(const FlowRecord& flow, AsnLabel asn_label, Clock::time_point now);
+
+  // Config reload. New size classes or threshold: the sketches no longer
+  // mean the same thing, so they are dropped (returns true).
+  bool update_options(FlowDistributionsOptions options);
+
+  struct Group {
+    std::string group;
+    std::optional<std::string> size_class;
+    uint32_t size_class_order = 0;
+    FlowSketch a, b;
+  };
+  struct QueryResult {
+    std::vector<Group> groups;
+    double covers_s = 0;  // age of the oldest generation merged
+    uint64_t folded_flows = 0;  // in the generations merged: counted under asn "other" (table full)
+  };
+  // Merges the sketches of `metric` per group of `by` for the keys matching
+  // a and b. Throws std::invalid_argument when `by` or a selection names a
+  // field the distributions do not keep.
+  QueryResult query(CompareMetric metric, const std::string& by, const Selection& a, const Selection& b);
+  QueryResult query_at(CompareMetric metric, const std::string& by, const Selection& a, const Selection& b,
+                       Clock::time_point now);
+  // Terms a selection of a query may have (past it: 400).
+  static constexpr size_t kMaxSelectionTerms = 32;
+  static constexpr size_t kMergesPerLock = 128;
+
+  // GET /api/v1/distributions?metric=fct&by=asn&a=cc%3Dcubic&b=cc%3Dbbr
+  // (a and b URL-encoded selections; metric defaults to fct, by to
+  // peer_class): the query above as JSON, see query_response_json.
+  // std::invalid_argument for a bad query (the HTTP server answers 400).
+  std::string handle_query(const std::string& query_string);
+
+  struct Stats {
+    size_t keys = 0;            // both generations
+    size_t sketches = 0;
+    size_t memory_bytes = 0;    // sketch counters plus per-key overhead
+    uint64_t flows = 0;         // counted into the current generations
+    uint64_t dropped_flows = 0; // key table and its reserve full (since start)
+    uint64_t folded_flows = 0;  // current generations: counted under asn "other"
+  };
+  Stats stats() const;
+
+ private:
+  struct Entry;
+  struct Generation;
+
+  uint8_t intern(std::vector<std::string>* names, const std::string& name);
+  void rotate_if_due(Clock::time_point now);
+  Entry* entry_for(uint64_t key, uint64_t folded_key, bool top_asn);
+  size_t reserve_keys() const;
+  FlowSketch new_sketch(CompareMetric m) const;
+  // Interned names: a key's fields as text. Queries copy them, and match
+  // keys against selections, outside mu_.
+  struct KeyNames {
+    std::vector<std::string> classes, ccs, arms, size_classes;
+    std::string field(uint64_t key, const std::string& field) const;
+  };
+
+  FlowDistributionsOptions options_;
+  MetricOptions metric_options_;  // the part of options_ metric_value() reads
+
+  mutable std::mutex mu_;
+  KeyNames names_;
+  uint64_t generations_made_ = 0;  // a generation's serial: a query finds its keys' again by it
+  std::unique_ptr<Generation> current_, previous_;
+  uint64_t dropped_flows_ = 0;
+};
+
+}  // namespace tcpscope

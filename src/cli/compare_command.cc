@@ -1,0 +1,430 @@
+#include "cli/compare_command.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
+
+#include "compare/compare.h"
+#include "compare/compare_flows.h"
+#include "compare/compare_selection.h"
+#include "compare/compare_server.h"
+#include "record/size_class.h"
+#include "config/config.h"
+#include "net/http_client.h"
+#include "os/owned_file.h"
+#include "compare/svg_plot.h"
+#include "os/congestion_controls.h"
+
+namespace tcpscope {
+
+const char* const kCompareUsage =
+    "usage: tcpscope compare (--flows FILE | --server URL) --a SEL --b SEL\n"
+    "                        [--by FIELD] [--metric fct|throughput|rtt|retrans] [--json] [--plot FILE.svg]\n"
+    "                        [--config FILE] [--size-classes B1,B2,..] [--throughput-min-bytes N]\n"
+    "                        [--alpha 0.05] [--min-sample 20] [--resamples 10000] [--seed 1] [--top N]\n"
+    "                        [--timeout-ms 10000]\n"
+    "  SEL: FIELD=VALUE[|VALUE..][,FIELD=VALUE..] (or FIELD!=VALUE), e.g. cc=cubic, cc=bbr,peer_class=client\n"
+    "  --flows FILE   NDJSON flow log, plain or gzip, - for stdin: exact values, any record field\n"
+    "  --server URL   a running daemon (e.g. http://127.0.0.1:9810): its sketches of the last 1-2 h,\n"
+    "                 quantiles within 1 %; fields peer_class, asn, cc, arm, size_class only.\n"
+    "                 Basic auth: http://USER:PASSWORD@HOST:PORT or TCPSCOPE_BASIC_AUTH=USER:PASSWORD\n"
+    "  --by FIELD     group by a record field (asn, peer_class, cc, arm, ...), size_class, or all\n"
+    "                 (default peer_class); fct is always split by size class as well\n"
+    "  --config FILE  size classes and throughput_min_bytes for --flows (default: the built-in config)\n"
+    "  --plot FILE    CDFs of A and B per group: FILE.svg, or FILE.png through rsvg-convert (librsvg2-bin)\n";
+
+namespace {
+
+constexpr size_t kMaxPlotPanels = 36;
+
+struct Args {
+  std::string flows, server, a, b, plot, config;
+  std::string by = "peer_class";
+  std::string metric = "fct";
+  std::string size_classes;
+  std::optional<uint64_t> throughput_min_bytes;
+  bool json = false;
+  double alpha = 0.05;
+  uint64_t min_sample = 20;
+  uint32_t resamples = 10000;
+  uint64_t seed = 1;
+  size_t top = 0;
+  int timeout_ms = 10000;
+};
+
+bool take(const std::vector<std::string>& args, size_t* i, const char* name, std::string* out, bool* missing) {
+  const std::string& a = args[*i];
+  const std::string flag = std::string("--") + name;
+  if (a == flag) {
+    if (*i + 1 >= args.size()) {
+      *missing = true;
+      return true;
+    }
+    *out = args[++*i];
+    return true;
+  }
+  if (a.rfind(flag + "=", 0) == 0) {
+    *out = a.substr(flag.size() + 1);
+    return true;
+  }
+  return false;
+}
+
+bool parse_u64(const std::string& s, uint64_t* out) {
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 19) return false;
+  *out = std::stoull(s);
+  return true;
+}
+
+// Returns an error message, or "" when the arguments are fine.
+std::string parse_args(const std::vector<std::string>& args, Args* a) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string v;
+    bool missing = false;
+    auto num = [&](const char* what, uint64_t lo, uint64_t hi, uint64_t* out) -> std::string {
+      if (!parse_u64(v, out) || *out < lo || *out > hi)
+        return std::string("--") + what + " wants an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+               "], got \"" + v + "\"";
+      return "";
+    };
+    std::string err;
+    uint64_t n = 0;
+    if (args[i] == "--json") {
+      a->json = true;
+      continue;
+    }
+    if (take(args, &i, "flows", &v, &missing)) a->flows = v;
+    else if (take(args, &i, "server", &v, &missing)) a->server = v;
+    else if (take(args, &i, "a", &v, &missing)) a->a = v;
+    else if (take(args, &i, "b", &v, &missing)) a->b = v;
+    else if (take(args, &i, "by", &v, &missing)) a->by = v;
+    else if (take(args, &i, "metric", &v, &missing)) a->metric = v;
+    else if (take(args, &i, "plot", &v, &missing)) a->plot = v;
+    else if (take(args, &i, "config", &v, &missing)) a->config = v;
+    else if (take(args, &i, "size-classes", &v, &missing)) a->size_classes = v;
+    else if (take(args, &i, "throughput-min-bytes", &v, &missing)) {
+      if (!missing && (err = num("throughput-min-bytes", 1, 1000000000000ULL, &n)).empty()) a->throughput_min_bytes = n;
+    } else if (take(args, &i, "alpha", &v, &missing)) {
+      char* end = nullptr;
+      a->alpha = std::strtod(v.c_str(), &end);
+      if (!missing && (end == v.c_str() || *end || !(a->alpha > 0 && a->alpha < 1)))
+        err = "--alpha wants a number in (0, 1), got \"" + v + "\"";
+    } else if (take(args, &i, "min-sample", &v, &missing)) {
+      if (!missing && (err = num("min-sample", 2, 1000000000, &n)).empty()) a->min_sample = n;
+    } else if (take(args, &i, "resamples", &v, &missing)) {
+      if (!missing && (err = num("resamples", 100, 1000000, &n)).empty()) a->resamples = static_cast<uint32_t>(n);
+    } else if (take(args, &i, "seed", &v, &missing)) {
+      if (!missing && (err = num("seed", 0, UINT64_MAX / 2, &n)).empty()) a->seed = n;
+    } else if (take(args, &i, "top", &v, &missing)) {
+      if (!missing && (err = num("top", 1, 1000000, &n)).empty()) a->top = n;
+    } else if (take(args, &i, "timeout-ms", &v, &missing)) {
+      if (!missing && (err = num("timeout-ms", 1, 3600000, &n)).empty()) a->timeout_ms = static_cast<int>(n);
+    } else {
+      return "unknown option '" + args[i] + "'";
+    }
+    if (missing) return args[i] + " needs a value";
+    if (!err.empty()) return err;
+  }
+  if (a->flows.empty() == a->server.empty()) return "give exactly one of --flows FILE and --server URL";
+  if (a->a.empty() || a->b.empty()) return "--a SEL and --b SEL are both required (e.g. --a cc=cubic --b cc=bbr)";
+  if (a->by != "all" && !valid_field_name(a->by)) return "--by \"" + a->by + "\" is not a field name";
+  if (!parse_compare_metric(a->metric)) return "--metric must be fct, throughput, rtt or retrans, not \"" + a->metric + "\"";
+  if (!a->plot.empty()) {
+    const size_t dot = a->plot.rfind('.');
+    const std::string ext = dot == std::string::npos ? "" : a->plot.substr(dot);
+    if (ext != ".svg" && ext != ".png") return "--plot wants FILE.svg or FILE.png, not \"" + a->plot + "\"";
+  }
+  return "";
+}
+
+bool parse_size_classes(const std::string& text, std::vector<uint64_t>* out, std::string* why) {
+  out->clear();
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    const std::string part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    uint64_t v = 0;
+    if (!parse_u64(part, &v) || v == 0 || (!out->empty() && v <= out->back())) {
+      *why = "--size-classes wants increasing positive byte counts, e.g. 100000,1000000,3000000";
+      return false;
+    }
+    out->push_back(v);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return true;
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  if (s < 120)
+    std::snprintf(buf, sizeof(buf), "%.0f s", s);
+  else if (s < 7200)
+    std::snprintf(buf, sizeof(buf), "%.0f min", s / 60);
+  else
+    std::snprintf(buf, sizeof(buf), "%.1f h", s / 3600);
+  return buf;
+}
+
+std::string percent(double v) {
+  if (std::isinf(v)) return v > 0 ? "+inf" : "-inf";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%+.1f%%", v * 100);
+  return buf;
+}
+
+bool write_file_atomically(const std::string& path, const std::string& data, std::string* error) {
+  const std::string tmp = path + ".tmp";
+  const int fd = open_owned_file(tmp, OwnedFileMode::kTruncate, error);
+  if (fd < 0) return false;
+  FILE* f = fdopen(fd, "w");
+  if (!f) {
+    *error = tmp + ": " + strerror(errno);
+    ::close(fd);
+    return false;
+  }
+  const bool ok = std::fwrite(data.data(), 1, data.size(), f) == data.size();
+  const int werr = errno;
+  if (std::fclose(f) != 0 || !ok) {
+    *error = tmp + ": " + strerror(ok ? errno : werr);
+    std::remove(tmp.c_str());
+    return false;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    *error = path + ": " + strerror(errno);
+    std::remove(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+// Runs `rsvg-convert -f png SVG` into PNG (through a file opened as
+// write_file_atomically's, so rsvg-convert never opens the path itself); its
+// stderr goes to ours.
+bool svg_to_png(const std::string& svg, const std::string& png, std::string* error) {
+  const std::string tmp = png + ".tmp";
+  const int fd = open_owned_file(tmp, OwnedFileMode::kTruncate, error);
+  if (fd < 0) return false;
+  std::vector<std::string> argv_s = {"rsvg-convert", "-f", "png", svg};
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fd, STDOUT_FILENO);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, "rsvg-convert", &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fd);
+  if (rc != 0) {
+    *error = rc == ENOENT ? "PNG output needs rsvg-convert (apt-get install librsvg2-bin); or write FILE.svg"
+                          : std::string("cannot run rsvg-convert: ") + strerror(rc);
+    std::remove(tmp.c_str());
+    return false;
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    *error = "rsvg-convert failed to write " + tmp;
+    std::remove(tmp.c_str());
+    return false;
+  }
+  if (std::rename(tmp.c_str(), png.c_str()) != 0) {
+    *error = png + ": " + strerror(errno);
+    std::remove(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+using PanelKey = std::pair<std::string, std::string>;  // group, size class
+
+std::map<PanelKey, std::pair<CdfCurve, CdfCurve>> curves_of(const std::vector<GroupSamples>& groups) {
+  std::map<PanelKey, std::pair<CdfCurve, CdfCurve>> out;
+  for (const auto& g : groups) {
+    auto& c = out[{g.group, g.size_class.value_or("")}];
+    c.first.points = cdf_points(g.a.values(), g.a.cumulative());
+    c.first.n = g.a.count();
+    c.second.points = cdf_points(g.b.values(), g.b.cumulative());
+    c.second.n = g.b.count();
+  }
+  return out;
+}
+
+bool write_plot(const std::string& path, const CompareResult& r,
+                std::map<PanelKey, std::pair<CdfCurve, CdfCurve>> curves, std::string* error) {
+  const CompareOptions& o = r.options;
+  std::vector<CdfPanel> panels;
+  for (const auto& g : r.groups) {
+    if (panels.size() >= kMaxPlotPanels) break;
+    if (!g.a.n && !g.b.n) continue;
+    CdfPanel p;
+    p.title = (o.by == "all" ? std::string() : o.by + " ") + g.group + (g.size_class ? " " + *g.size_class : "");
+    p.subtitle = std::string(g.change.statistic == ChangeStatistic::kShareNonzero ? "diff of share>0 " : "diff ") +
+                 (g.change.diff ? percent(*g.change.diff) : std::string("-"));
+    if (g.change.lo && g.change.hi) p.subtitle += " [" + percent(*g.change.lo) + ", " + percent(*g.change.hi) + "]";
+    p.subtitle += "   " + std::string(to_string(g.verdict));
+    auto& c = curves[{g.group, g.size_class.value_or("")}];
+    p.a = std::move(c.first);
+    p.b = std::move(c.second);
+    p.a.label = "A: " + o.a;
+    p.b.label = "B: " + o.b;
+    panels.push_back(std::move(p));
+  }
+  CdfPlotOptions po;
+  po.title = std::string(to_string(o.metric)) + ": A " + o.a + " vs B " + o.b + " by " + o.by + " (" + r.source + ")";
+  static const char* const kAxis[] = {"flow completion time", "throughput", "smoothed RTT",
+                                      "retransmitted / sent segments"};
+  po.x_label = kAxis[static_cast<int>(o.metric)];
+  const CompareMetric m = o.metric;
+  po.format_x = [m](double x) { return format_metric_tick(m, x); };
+  const std::string svg = render_cdf_svg(panels, po);
+  const bool png = path.size() > 4 && path.compare(path.size() - 4, 4, ".png") == 0;
+  if (!png) return write_file_atomically(path, svg, error);
+  // PNG: rasterized by rsvg-convert (Debian librsvg2-bin) when it is
+  // installed; tcpscope itself only draws SVG.
+  const std::string svg_tmp = path + ".svg.tmp";
+  if (!write_file_atomically(svg_tmp, svg, error)) return false;
+  const bool ok = svg_to_png(svg_tmp, path, error);
+  std::remove(svg_tmp.c_str());
+  return ok;
+}
+
+}  // namespace
+
+int compare_command(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
+  if (argv.size() == 1 && (argv[0] == "--help" || argv[0] == "-h")) {
+    out << kCompareUsage;
+    return 0;
+  }
+  Args args;
+  if (const std::string why = parse_args(argv, &args); !why.empty()) {
+    err << "tcpscope compare: " << why << "\n" << kCompareUsage;
+    return 2;
+  }
+  std::string why;
+  const auto sel_a = Selection::parse(args.a, &why);
+  if (!sel_a) {
+    err << "tcpscope compare: --a: " << why << "\n";
+    return 2;
+  }
+  const auto sel_b = Selection::parse(args.b, &why);
+  if (!sel_b) {
+    err << "tcpscope compare: --b: " << why << "\n";
+    return 2;
+  }
+
+  CompareOptions o;
+  o.metric = *parse_compare_metric(args.metric);
+  o.by = args.by;
+  o.a = args.a;
+  o.b = args.b;
+  o.alpha = args.alpha;
+  o.min_sample = args.min_sample;
+  o.resamples = args.resamples;
+  o.seed = args.seed;
+  o.top = args.top;
+
+  std::vector<GroupSamples> groups;
+  std::vector<std::string> notes;
+  std::string source;
+  if (!args.flows.empty()) {
+    if (!args.config.empty()) {
+      std::vector<ConfigError> errors;
+      Config cfg = load_config_file(args.config, kernel_congestion_controls(), &errors);
+      for (const auto& e : errors) err << e.to_string() << "\n";
+      if (!errors.empty()) return 2;
+      o.metric_options.size_classes_bytes = cfg.size_classes_bytes;
+      o.metric_options.throughput_min_bytes = cfg.throughput_min_bytes;
+    }
+    if (!args.size_classes.empty() &&
+        !parse_size_classes(args.size_classes, &o.metric_options.size_classes_bytes, &why)) {
+      err << "tcpscope compare: " << why << "\n";
+      return 2;
+    }
+    if (args.throughput_min_bytes) o.metric_options.throughput_min_bytes = *args.throughput_min_bytes;
+    FlowLogScan scan;
+    if (!scan_flow_log(args.flows, o, *sel_a, *sel_b, &scan, &why)) {
+      err << "tcpscope compare: " << why << "\n";
+      return 1;
+    }
+    source = "flows " + args.flows;
+    notes.push_back("flow log: " + std::to_string(scan.lines) + " records read, " + std::to_string(scan.matched_a) +
+                    " flows in A and " + std::to_string(scan.matched_b) + " in B have a value for " + args.metric +
+                    ".");
+    if (scan.malformed)
+      notes.push_back(std::to_string(scan.malformed) + " malformed lines skipped (not a JSON object).");
+    if (scan.truncated)
+      notes.push_back("warning: " + args.flows + " ends in the middle of its gzip stream; the records before "
+                      "that point were used.");
+    if (scan.matched_both)
+      notes.push_back("warning: " + std::to_string(scan.matched_both) +
+                      " flows match both A and B and count in both arms.");
+    groups = std::move(scan.groups);
+  } else {
+    if (!args.config.empty() || !args.size_classes.empty() || args.throughput_min_bytes) {
+      err << "tcpscope compare: --config, --size-classes and --throughput-min-bytes apply to --flows; "
+             "with --server the daemon's config decides\n";
+      return 2;
+    }
+    ServerScan scan;
+    if (!query_server(args.server, o, args.timeout_ms, &scan, &why)) {
+      err << "tcpscope compare: " << why << "\n";
+      return 1;
+    }
+    o.metric_options.size_classes_bytes = scan.size_classes_bytes;
+    o.metric_options.throughput_min_bytes = scan.throughput_min_bytes;
+    source = "server " + redact_url(args.server);
+    char acc[32];
+    std::snprintf(acc, sizeof(acc), "%g%%", scan.relative_accuracy * 100);
+    notes.push_back("server: sketches of the flows of the last " + seconds_text(scan.covers_s) + " (window " +
+                    seconds_text(scan.window_s) + "); quantiles are within " + acc +
+                    " of the exact order statistics, and the rank test treats values in the same " + acc +
+                    " bucket as ties.");
+    if (scan.dropped_flows)
+      notes.push_back("warning: the daemon dropped " + std::to_string(scan.dropped_flows) +
+                      " flows from its distributions (key table full).");
+    if (scan.folded_flows)
+      notes.push_back("warning: the daemon's key table was full, so " + std::to_string(scan.folded_flows) +
+                      " flows of ASNs first seen after that are counted under asn \"other\" instead of their own "
+                      "ASN: groups and selections by asn hold fewer flows than the flow log's (other fields are "
+                      "unaffected).");
+    groups = std::move(scan.groups);
+  }
+
+  std::map<PanelKey, std::pair<CdfCurve, CdfCurve>> curves;
+  if (!args.plot.empty()) curves = curves_of(groups);
+  CompareResult result = compare_groups(std::move(groups), o);
+  result.source = source;
+  result.size_classes = size_class_names(o.metric_options.size_classes_bytes);
+  // The source's notes first, then compare_groups' warnings.
+  notes.insert(notes.end(), result.notes.begin(), result.notes.end());
+  result.notes = std::move(notes);
+
+  if (!args.plot.empty()) {
+    if (!write_plot(args.plot, result, std::move(curves), &why)) {
+      err << "tcpscope compare: --plot: " << why << "\n";
+      return 1;
+    }
+    if (result.groups.size() > kMaxPlotPanels)
+      result.notes.push_back("plot: the first " + std::to_string(kMaxPlotPanels) + " groups are drawn.");
+  }
+  if (args.json)
+    out << compare_result_json(result).dump(2) << "\n";
+  else
+    out << format_compare_table(result);
+  return 0;
+}
+
+}  // namespace tcpscope

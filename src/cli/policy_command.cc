@@ -1,0 +1,107 @@
+#include "cli/policy_command.h"
+
+#include <iomanip>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "net/http_client.h"
+
+namespace tcpscope {
+
+namespace {
+
+std::string match_text(const nlohmann::json& m) {
+  std::string out;
+  auto add = [&](const std::string& s) { out += (out.empty() ? "" : " ") + s; };
+  if (m.contains("peer_class")) add("peer_class=" + m["peer_class"].get<std::string>());
+  auto list = [](const nlohmann::json& a) {
+    std::string s;
+    for (const auto& v : a) s += (s.empty() ? "" : ",") + (v.is_string() ? v.get<std::string>() : v.dump());
+    return s;
+  };
+  if (m.contains("asns")) add("asns=" + list(m["asns"]));
+  if (m.contains("prefixes")) add("prefixes=" + list(m["prefixes"]));
+  if (m.contains("lports")) add("lports=" + list(m["lports"]));
+  return out.empty() ? "(all)" : out;
+}
+
+}  // namespace
+
+std::string render_policy(const std::string& json_text) {
+  auto j = nlohmann::json::parse(json_text);
+  std::ostringstream o;
+  o << "cgroup: " << j.value("cgroup", "") << "\n"
+    << "app_override: " << j.value("app_override", "") << "   sysctl_guard: " << j.value("sysctl_guard", "")
+    << "\n";
+  const auto& rules = j["rules"];
+  if (rules.empty()) {
+    o << "no rules: every flow keeps the system default congestion control\n";
+  } else {
+    o << "\n" << std::left << std::setw(4) << "#" << std::setw(20) << "RULE" << std::setw(40) << "MATCH"
+      << std::setw(28) << "CC / EXPERIMENT" << "ASSIGNED\n";
+    int i = 1;
+    for (const auto& r : rules) {
+      std::string what = r.contains("cc") ? r["cc"].get<std::string>()
+                                          : "experiment " + r["experiment"]["name"].get<std::string>();
+      o << std::setw(4) << i++ << std::setw(20) << r.value("name", "") << std::setw(40) << match_text(r["match"])
+        << std::setw(28) << what << r.value("assigned", 0) << "\n";
+      if (r.contains("experiment"))
+        for (const auto& a : r["experiment"]["arms"])
+          o << std::setw(64) << "" << "  arm " << std::setw(8) << a.value("cc", "") << std::setw(5)
+            << (std::to_string(a.value("weight", 0)) + "%") << "     " << a.value("assigned", 0) << "\n";
+    }
+    o << "first match wins; flows no rule matches keep the system default\n";
+  }
+  if (!j["app_cc_setsockopt"].empty()) {
+    o << "\napplications setting TCP_CONGESTION:\n";
+    for (const auto& a : j["app_cc_setsockopt"])
+      o << "  " << std::setw(10) << a.value("cc", "") << std::setw(12) << a.value("action", "") << a.value("calls", 0)
+        << "\n";
+  }
+  o << "\nsysctl writes:\n";
+  for (const auto& [name, v] : j["sysctl_writes"].items())
+    o << "  " << std::setw(42) << name << "observed " << v.value("observed", 0) << "  denied "
+      << v.value("denied", 0) << "  in other network namespaces " << v.value("observed_other_netns", 0) << "\n";
+  return o.str();
+}
+
+int policy_command(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  std::string server = "http://127.0.0.1:9810";
+  bool json = false;
+  if (args.empty() || args[0] != "show") {
+    err << "usage: tcpscope policy show [--server URL] [--json]\n";
+    return 2;
+  }
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--json")
+      json = true;
+    else if (args[i] == "--server" && i + 1 < args.size())
+      server = args[++i];
+    else if (args[i].rfind("--server=", 0) == 0)
+      server = args[i].substr(9);
+    else {
+      err << "tcpscope policy show: unknown option '" << args[i] << "'\n";
+      return 2;
+    }
+  }
+  HttpResponse resp;
+  std::string error;
+  if (!http_get(join_url(server, "/api/v1/policy"), 10000, &resp, &error)) {
+    err << "tcpscope: " << error << " (is the daemon running?)\n";
+    return 1;
+  }
+  if (resp.status != 200) {
+    err << "tcpscope: " << server << "/api/v1/policy: HTTP " << resp.status << "\n";
+    return 1;
+  }
+  try {
+    out << (json ? resp.body : render_policy(resp.body));
+  } catch (const std::exception& e) {
+    err << "tcpscope: unreadable policy from " << server << ": " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace tcpscope

@@ -1,0 +1,368 @@
+#include "compare/compare.h"
+#include "text/utf8_text.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace tcpscope {
+
+namespace {
+
+ArmSummary summarize(const ArmDistribution& d) {
+  ArmSummary s;
+  s.n = d.count();
+  if (!s.n) return s;
+  s.p50 = d.quantile(0.5);
+  s.p90 = d.quantile(0.9);
+  s.p99 = d.quantile(0.99);
+  s.mean = d.mean();
+  return s;
+}
+
+uint64_t group_seed(const GroupSamples& g, const CompareOptions& o) {
+  return fnv1a(std::string(to_string(o.metric)) + "\x1f" + g.group + "\x1f" + g.size_class.value_or("") + "\x1f" +
+               std::to_string(o.seed));
+}
+
+// JSON number, or null for NaN / infinity (JSON has neither).
+nlohmann::ordered_json num(double v) {
+  if (!std::isfinite(v)) return nullptr;
+  return v;
+}
+nlohmann::ordered_json num(const std::optional<double>& v) { return v ? num(*v) : nlohmann::ordered_json(nullptr); }
+
+std::string percent(double v) {
+  if (std::isinf(v)) return v > 0 ? "+inf" : "-inf";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%+.1f%%", v * 100);
+  return buf;
+}
+
+std::string pvalue_text(const std::optional<double>& p) {
+  if (!p) return "-";
+  char buf[32];
+  if (*p >= 0.001)
+    std::snprintf(buf, sizeof(buf), "%.3f", *p);
+  else if (*p > 0)
+    std::snprintf(buf, sizeof(buf), "%.1e", *p);
+  else
+    std::snprintf(buf, sizeof(buf), "<1e-300");
+  return buf;
+}
+
+// Word-wraps a footnote to `width` columns; continuation lines are indented.
+std::string wrap(const std::string& text, size_t width = 100) {
+  std::string out, line;
+  std::istringstream words(text);
+  std::string w;
+  while (words >> w) {
+    if (!line.empty() && line.size() + 1 + w.size() > width) {
+      out += line + "\n";
+      line = "  ";
+    }
+    line += (line.empty() || line == "  " ? "" : " ") + w;
+  }
+  return out + line + "\n";
+}
+
+}  // namespace
+
+std::string ci_method_note(const CompareOptions& o) {
+  return "diff = (median B - median A) / median A; 95% CI: percentile bootstrap of that change, " +
+         std::to_string(o.resamples) + " resamples (each resample's median drawn exactly as an order statistic), " +
+         "seed " + std::to_string(o.seed) +
+         " mixed with the group name. Bootstrap rather than Hodges-Lehmann: HL estimates a shift of pairwise "
+         "differences, not the change of the median reported here.";
+}
+
+std::string share_statistic_note() {
+  return "diff of share>0: where A's median is 0 (most flows of the metric are 0, e.g. retrans), diff and its "
+         "95% CI are the relative change of the share of flows with a nonzero value (for retrans: flows that "
+         "retransmitted at all), (share B - share A) / share A, bootstrapped with binomial resamples of the two "
+         "shares; exact in both modes, since sketches count zeros exactly.";
+}
+
+std::string test_method_note() {
+  return "p: two-sided Mann-Whitney U test (normal approximation with tie and continuity correction); "
+         "P(B better) is the probability that a random B flow beats a random A flow.";
+}
+
+std::string fdr_note(const CompareResult& r) {
+  char alpha[16];
+  std::snprintf(alpha, sizeof(alpha), "%g", r.options.alpha);
+  return "q: Benjamini-Hochberg adjustment over the " + std::to_string(r.groups_tested) +
+         " groups tested; a verdict other than 'no significant difference' needs q < " + alpha +
+         " and a diff interval that excludes 0 on the same side (or no interval, with its reason), which keeps "
+         "the expected share of false discoveries among the groups below " + alpha + ".";
+}
+
+std::string min_sample_note(const CompareOptions& o) {
+  return "insufficient data: fewer than " + std::to_string(o.min_sample) +
+         " flows in an arm (below that the normal approximation of U and the bootstrap interval of a median lose "
+         "their stated accuracy and coverage).";
+}
+
+CompareResult compare_groups(std::vector<GroupSamples> groups, const CompareOptions& options) {
+  CompareResult r;
+  r.options = options;
+  for (const auto& g : groups)
+    r.relative_accuracy = std::max({r.relative_accuracy, g.a.relative_accuracy(), g.b.relative_accuracy()});
+
+  // Order: groups with the most flows (over all their size classes) first.
+  std::map<std::string, uint64_t> group_flows;
+  for (const auto& g : groups) group_flows[g.group] += g.a.count() + g.b.count();
+  std::sort(groups.begin(), groups.end(), [&](const GroupSamples& x, const GroupSamples& y) {
+    const uint64_t fx = group_flows[x.group], fy = group_flows[y.group];
+    if (fx != fy) return fx > fy;
+    if (x.group != y.group) return x.group < y.group;
+    return x.size_class_order < y.size_class_order;
+  });
+
+  std::vector<std::optional<double>> p(groups.size());
+  std::vector<RankSumResult> tests(groups.size());
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const auto& g = groups[i];
+    GroupResult res;
+    res.group = g.group;
+    res.size_class = g.size_class;
+    res.a = summarize(g.a);
+    res.b = summarize(g.b);
+    const bool enough = res.a.n >= options.min_sample && res.b.n >= options.min_sample;
+    // The point estimate is shown whenever both arms have flows; the
+    // interval and the test only when the sample is large enough.
+    res.change = bootstrap_median_change(g.a, g.b, enough ? options.resamples : 0, group_seed(g, options));
+    if (!enough) res.change.ci_reason = "insufficient data";
+    res.sketch_collapsed = g.a.collapsed() || g.b.collapsed();
+    res.sketch_clamped = g.a.clamped() + g.b.clamped();
+    if (enough) {
+      tests[i] = rank_sum_test(g.a, g.b);
+      p[i] = tests[i].p_value;
+      res.p_value = p[i];
+      const double pb = tests[i].prob_b_lower;
+      res.prob_b_better = lower_is_better(options.metric) ? pb : 1 - pb;
+      ++r.groups_tested;
+    }
+    r.groups.push_back(std::move(res));
+  }
+  const auto q = benjamini_hochberg(p);
+  for (size_t i = 0; i < r.groups.size(); ++i) {
+    GroupResult& res = r.groups[i];
+    res.q_value = q[i];
+    VerdictInputs in;
+    in.n_a = res.a.n;
+    in.n_b = res.b.n;
+    in.min_sample = options.min_sample;
+    in.q_value = q[i];
+    in.alpha = options.alpha;
+    in.prob_b_lower = tests[i].prob_b_lower;
+    in.change = res.change;
+    in.lower_is_better = lower_is_better(options.metric);
+    res.verdict = decide_verdict(in);
+  }
+  r.groups_total = r.groups.size();
+  // Warnings about the groups' numbers, before --top drops rows.
+  std::vector<std::string> collapsed, clamped, no_ci;
+  uint64_t clamped_flows = 0;
+  auto name = [](const GroupResult& g) { return g.group + (g.size_class ? " " + *g.size_class : ""); };
+  for (const auto& g : r.groups) {
+    if (g.sketch_collapsed) collapsed.push_back(name(g));
+    if (g.sketch_clamped) {
+      clamped.push_back(name(g));
+      clamped_flows += g.sketch_clamped;
+    }
+    if (g.verdict != Verdict::kInsufficientData && !g.change.lo && !g.change.ci_reason.empty())
+      no_ci.push_back(name(g) + ": " + g.change.ci_reason);
+  }
+  auto list = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size() && i < 8; ++i) s += (i ? ", " : "") + v[i];
+    if (v.size() > 8) s += " and " + std::to_string(v.size() - 8) + " more";
+    return s;
+  };
+  if (!collapsed.empty())
+    r.notes.push_back("warning: the daemon's sketches collapsed their lowest buckets (max_buckets smaller than "
+                      "the metric's span) in " + list(collapsed) +
+                      ": their low quantiles and intervals are not within the stated relative error.");
+  if (!clamped.empty())
+    r.notes.push_back("note: " + std::to_string(clamped_flows) +
+                      " flows lay outside the sketches' span and were counted at its end (" + list(clamped) +
+                      "); their own ranks read as the span's end, every other quantile keeps the stated error.");
+  for (size_t i = 0; i < no_ci.size() && i < 8; ++i) r.notes.push_back("no 95% CI for " + no_ci[i] + ".");
+  if (no_ci.size() > 8) r.notes.push_back("(" + std::to_string(no_ci.size() - 8) + " more groups without a CI)");
+  if (options.top && r.groups.size() > options.top) {
+    // Whole groups (all their size classes) are kept or dropped together.
+    std::vector<std::string> kept;
+    std::vector<GroupResult> out;
+    for (auto& g : r.groups) {
+      if (std::find(kept.begin(), kept.end(), g.group) == kept.end()) {
+        if (kept.size() >= options.top) continue;
+        kept.push_back(g.group);
+      }
+      out.push_back(std::move(g));
+    }
+    r.groups = std::move(out);
+  }
+  return r;
+}
+
+nlohmann::ordered_json compare_result_json(const CompareResult& r) {
+  const CompareOptions& o = r.options;
+  nlohmann::ordered_json groups = nlohmann::ordered_json::array();
+  auto arm = [](const ArmSummary& s) {
+    nlohmann::ordered_json j;
+    if (s.n) {
+      j["p50"] = num(s.p50);
+      j["p90"] = num(s.p90);
+      j["p99"] = num(s.p99);
+      j["mean"] = num(s.mean);
+    } else {
+      j["p50"] = j["p90"] = j["p99"] = j["mean"] = nullptr;
+    }
+    return j;
+  };
+  for (const auto& g : r.groups) {
+    nlohmann::ordered_json j;
+    j["group"] = g.group;
+    j["size_class"] = g.size_class ? nlohmann::ordered_json(*g.size_class) : nlohmann::ordered_json(nullptr);
+    j["n_a"] = g.a.n;
+    j["n_b"] = g.b.n;
+    j["a"] = arm(g.a);
+    j["b"] = arm(g.b);
+    j["diff"] = num(g.change.diff);
+    // Two finite numbers or null, never a pair holding null.
+    const bool ci = g.change.lo && g.change.hi && std::isfinite(*g.change.lo) && std::isfinite(*g.change.hi);
+    if (ci)
+      j["ci"] = nlohmann::ordered_json::array({*g.change.lo, *g.change.hi});
+    else
+      j["ci"] = nullptr;
+    j["p_value"] = num(g.p_value);
+    j["q_value"] = num(g.q_value);
+    j["prob_b_better"] = g.p_value ? num(g.prob_b_better) : nlohmann::ordered_json(nullptr);
+    j["verdict"] = to_string(g.verdict);
+    j["diff_statistic"] = to_string(g.change.statistic);
+    if (ci)
+      j["ci_reason"] = nullptr;
+    else
+      j["ci_reason"] = g.change.ci_reason.empty() ? std::string("no interval") : g.change.ci_reason;
+    j["sketch_collapsed"] = g.sketch_collapsed;
+    j["sketch_clamped"] = g.sketch_clamped;
+    groups.push_back(std::move(j));
+  }
+  nlohmann::ordered_json out;
+  out["metric"] = to_string(o.metric);
+  out["a"] = o.a;
+  out["b"] = o.b;
+  out["groups"] = std::move(groups);
+  out["by"] = o.by;
+  out["unit"] = metric_unit(o.metric);
+  out["lower_is_better"] = lower_is_better(o.metric);
+  out["description"] = metric_description(o.metric, o.metric_options.throughput_min_bytes);
+  out["source"] = r.source;
+  out["relative_accuracy"] = r.relative_accuracy;
+  out["throughput_min_bytes"] = o.metric_options.throughput_min_bytes;
+  out["alpha"] = o.alpha;
+  out["min_sample"] = o.min_sample;
+  out["groups_tested"] = r.groups_tested;
+  out["groups_total"] = r.groups_total;
+  out["ci_method"] = ci_method_note(o);
+  out["test_method"] = test_method_note();
+  out["fdr_note"] = fdr_note(r);
+  out["min_sample_note"] = min_sample_note(o);
+  out["diff_statistic_note"] = share_statistic_note();
+  out["notes"] = r.notes;
+  return out;
+}
+
+std::string format_compare_table(const CompareResult& r) {
+  const CompareOptions& o = r.options;
+  const CompareMetric m = o.metric;
+  const bool sized = split_by_size_class(m);
+  bool any_share = false;
+  for (const auto& g : r.groups) any_share = any_share || g.change.statistic == ChangeStatistic::kShareNonzero;
+  std::vector<std::string> header = {o.by == "all" ? "group" : o.by};
+  if (sized) header.push_back("size_class");
+  for (const char* h : {"n_a", "n_b", "A p50", "A p90", "A p99", "B p50", "B p90", "B p99"}) header.push_back(h);
+  if (any_share) header.push_back("diff of");
+  for (const char* h : {"diff", "95% CI", "p", "q", "P(B better)", "verdict"}) header.push_back(h);
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& g : r.groups) {
+    // A group may be a process or AS name: shown, never obeyed by the terminal.
+    std::vector<std::string> row = {printable_text(g.group)};
+    if (sized) row.push_back(printable_text(g.size_class.value_or("-")));
+    row.push_back(std::to_string(g.a.n));
+    row.push_back(std::to_string(g.b.n));
+    for (const ArmSummary* s : {&g.a, &g.b}) {
+      for (double v : {s->p50, s->p90, s->p99}) row.push_back(s->n ? format_metric_value(m, v) : "-");
+    }
+    if (any_share) row.push_back(g.change.statistic == ChangeStatistic::kShareNonzero ? "share>0" : "median");
+    row.push_back(g.change.diff ? percent(*g.change.diff) : "-");
+    row.push_back(g.change.lo && g.change.hi ? "[" + percent(*g.change.lo) + ", " + percent(*g.change.hi) + "]"
+                                             : "-");
+    row.push_back(pvalue_text(g.p_value));
+    row.push_back(pvalue_text(g.q_value));
+    if (g.p_value) {
+      char buf[16];
+      std::snprintf(buf, sizeof(buf), "%.3f", g.prob_b_better);
+      row.push_back(buf);
+    } else {
+      row.push_back("-");
+    }
+    row.push_back(to_string(g.verdict));
+    rows.push_back(std::move(row));
+  }
+  std::vector<size_t> width(header.size());
+  for (size_t c = 0; c < header.size(); ++c) {
+    width[c] = header[c].size();
+    for (const auto& row : rows) width[c] = std::max(width[c], row[c].size());
+  }
+  // Text columns (group, size class, verdict) left-aligned, numbers right.
+  const size_t stat_col = any_share ? (sized ? 10 : 9) : SIZE_MAX;
+  auto left = [&](size_t c) {
+    return c == 0 || (sized && c == 1) || c == stat_col || c + 1 == header.size();
+  };
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string s;
+    for (size_t c = 0; c < cells.size(); ++c) {
+      if (c) s += "  ";
+      const std::string pad(width[c] - cells[c].size(), ' ');
+      s += left(c) ? cells[c] + (c + 1 == cells.size() ? "" : pad) : pad + cells[c];
+    }
+    return s + "\n";
+  };
+
+  std::ostringstream out;
+  out << "metric: " << to_string(m) << " = " << metric_description(m, o.metric_options.throughput_min_bytes) << "\n";
+  out << "A: " << o.a << "   B: " << o.b << "   by: " << o.by << "   source: " << r.source;
+  if (r.relative_accuracy > 0) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), " (quantiles within %g%%)", r.relative_accuracy * 100);
+    out << buf;
+  }
+  out << "\n\n";
+  if (rows.empty()) {
+    out << "no flows matched A or B\n";
+  } else {
+    out << line(header);
+    for (const auto& row : rows) out << line(row);
+  }
+  out << "\n";
+  out << wrap(std::string(lower_is_better(m) ? "Lower" : "Higher") + " is better for " + to_string(m) + ". " +
+              ci_method_note(o));
+  if (any_share) out << wrap(share_statistic_note());
+  out << wrap(test_method_note());
+  out << wrap(fdr_note(r));
+  out << wrap(min_sample_note(o));
+  if (r.groups.size() < r.groups_total)
+    out << "showing the " << r.groups.size() << " rows of the top " << o.top << " groups (" << r.groups_total
+        << " rows in all)\n";
+  for (const auto& n : r.notes) out << wrap(n);
+  return out.str();
+}
+
+}  // namespace tcpscope

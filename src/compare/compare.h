@@ -1,0 +1,91 @@
+// `tcpscope compare`: per group, the two arms' quantiles, the relative change
+// of the median with its 95 % interval, a rank test, FDR-adjusted q-values
+// and a verdict (statistics in compare_stats.h); rendered as a terminal
+// table or as the JSON document SPEC.md fixes.
+//
+// The samples come from a flow log (compare_flows.h, exact values) or from
+// a daemon's sketches (compare_server.h, values within the sketch's relative
+// accuracy); everything from here on is the same for both.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "compare/compare_metric.h"
+#include "compare/compare_stats.h"
+
+namespace tcpscope {
+
+struct CompareOptions {
+  CompareMetric metric = CompareMetric::kFct;
+  std::string by = "peer_class";  // a record field, "size_class" or "all"
+  std::string a, b;               // selection texts (compare_selection.h)
+  double alpha = 0.05;            // false discovery rate for verdicts
+  uint64_t min_sample = 20;       // flows per arm below which: insufficient data
+  uint32_t resamples = 10000;     // bootstrap resamples per group
+  uint64_t seed = 1;              // mixed with each group's name
+  size_t top = 0;                 // report only the first N groups (by flows); 0 = all
+  MetricOptions metric_options;
+};
+
+// One group's two samples, before statistics.
+struct GroupSamples {
+  std::string group;
+  std::optional<std::string> size_class;  // only when the metric is split by size class
+  uint32_t size_class_order = 0;          // for sorting rows
+  ArmDistribution a, b;
+};
+
+struct ArmSummary {
+  uint64_t n = 0;
+  double p50 = 0, p90 = 0, p99 = 0, mean = 0;
+};
+
+struct GroupResult {
+  std::string group;
+  std::optional<std::string> size_class;
+  ArmSummary a, b;
+  MedianChange change;
+  std::optional<double> p_value, q_value;
+  double prob_b_better = 0.5;  // P(a random B flow beats a random A flow), ties 1/2
+  Verdict verdict = Verdict::kInsufficientData;
+  // Sketched samples (--server) whose stated accuracy does not hold for
+  // every rank: buckets folded, or values outside the metric's span.
+  bool sketch_collapsed = false;
+  uint64_t sketch_clamped = 0;
+};
+
+struct CompareResult {
+  CompareOptions options;
+  std::string source;               // "flows FILE" or "server URL"
+  double relative_accuracy = 0;     // 0 for exact data, the sketch's otherwise
+  std::vector<std::string> size_classes;  // names in config order (fct)
+  uint64_t groups_tested = 0;       // groups with enough data in both arms (BH's m)
+  uint64_t groups_total = 0;        // before --top
+  std::vector<GroupResult> groups;  // most flows first, size classes in order
+  std::vector<std::string> notes;   // printed under the table, "notes" in JSON
+};
+
+// Runs the statistics over every group. Groups are ordered by their total
+// flow count (all size classes together), then name, then size class.
+CompareResult compare_groups(std::vector<GroupSamples> groups, const CompareOptions& options);
+
+// The SPEC.md document: {"metric", "a", "b", "groups": [...]} plus extra
+// fields (by, unit, size_class, method, fdr_note, min_sample, ...).
+nlohmann::ordered_json compare_result_json(const CompareResult& r);
+// An aligned table with the method, the FDR control and the minimum sample
+// in footnotes.
+std::string format_compare_table(const CompareResult& r);
+
+// The footnotes (shared by the table and the JSON's "method" fields).
+std::string ci_method_note(const CompareOptions& o);
+std::string test_method_note();
+std::string fdr_note(const CompareResult& r);
+std::string min_sample_note(const CompareOptions& o);
+std::string share_statistic_note();
+
+}  // namespace tcpscope

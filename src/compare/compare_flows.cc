@@ -1,0 +1,383 @@
+#include "compare/compare_flows.h"
+
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "record/size_class.h"
+
+namespace tcpscope {
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// Two ways to read a record's fields: a fast scanner for the flat objects
+// the daemon writes (no DOM, no allocation per field), and nlohmann for
+// anything else. Both answer the same questions the same way.
+
+// Text of a JSON value as selections compare it: strings as they are,
+// numbers in their JSON spelling, true/false, null.
+std::string field_text(const nlohmann::json& v) {
+  switch (v.type()) {
+    case nlohmann::json::value_t::string: return v.get<std::string>();
+    case nlohmann::json::value_t::number_integer: return std::to_string(v.get<int64_t>());
+    case nlohmann::json::value_t::number_unsigned: return std::to_string(v.get<uint64_t>());
+    case nlohmann::json::value_t::boolean: return v.get<bool>() ? "true" : "false";
+    case nlohmann::json::value_t::null: return "null";
+    default: return v.dump();
+  }
+}
+
+// A number as the metrics read it: integers exactly, non-negative clamp.
+uint64_t to_uint(const nlohmann::json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer()) return v.get<int64_t>() > 0 ? static_cast<uint64_t>(v.get<int64_t>()) : 0;
+  if (v.is_number_float()) return v.get<double>() > 0 ? static_cast<uint64_t>(v.get<double>()) : 0;
+  return 0;
+}
+
+int64_t to_int(const nlohmann::json& v) {
+  if (v.is_number_unsigned())
+    return v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(v.get<uint64_t>());
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) return static_cast<int64_t>(v.get<double>());
+  return 0;
+}
+
+class JsonAccess {
+ public:
+  explicit JsonAccess(const nlohmann::json& rec) : rec_(rec) {}
+  std::optional<std::string> text(const std::string& key) const {
+    auto it = rec_.find(key);
+    if (it == rec_.end()) return std::nullopt;
+    return field_text(*it);
+  }
+  bool string_is(const char* key, const char* value) const {
+    auto it = rec_.find(key);
+    return it != rec_.end() && it->is_string() && it->get_ref<const std::string&>() == value;
+  }
+  bool is_true(const char* key) const {
+    auto it = rec_.find(key);
+    return it != rec_.end() && it->is_boolean() && it->get<bool>();
+  }
+  uint64_t uint(const char* key) const {
+    auto it = rec_.find(key);
+    return it == rec_.end() ? 0 : to_uint(*it);
+  }
+  int64_t int64(const char* key) const {
+    auto it = rec_.find(key);
+    return it == rec_.end() ? 0 : to_int(*it);
+  }
+
+ private:
+  const nlohmann::json& rec_;
+};
+
+}  // namespace
+
+// One flat JSON object as (key, raw value) slices into the line.
+class FlatRecord {
+ public:
+  enum class Kind { kString, kNumber, kTrue, kFalse, kNull };
+  struct Value {
+    Kind kind;
+    std::string_view raw;  // strings: between the quotes, escapes not decoded
+    bool escaped = false;
+  };
+
+  // False when the line is not one flat object of plain keys (nesting,
+  // escaped keys, bad syntax): the caller then uses the full parser.
+  bool parse(std::string_view s) {
+    fields_.clear();
+    size_t i = skip_ws(s, 0);
+    if (i >= s.size() || s[i] != '{') return false;
+    i = skip_ws(s, i + 1);
+    if (i < s.size() && s[i] == '}') return skip_ws(s, i + 1) == s.size();
+    while (true) {
+      if (i >= s.size() || s[i] != '"') return false;
+      const size_t kend = s.find('"', i + 1);
+      if (kend == std::string_view::npos) return false;
+      const std::string_view key = s.substr(i + 1, kend - i - 1);
+      if (key.find('\\') != std::string_view::npos) return false;
+      i = skip_ws(s, kend + 1);
+      if (i >= s.size() || s[i] != ':') return false;
+      i = skip_ws(s, i + 1);
+      if (i >= s.size()) return false;
+      Value v{Kind::kNull, {}, false};
+      const char c = s[i];
+      if (c == '"') {
+        size_t j = i + 1;
+        while (j < s.size() && s[j] != '"') {
+          if (static_cast<unsigned char>(s[j]) < 0x20) return false;
+          if (s[j] == '\\') {
+            v.escaped = true;
+            ++j;
+          }
+          ++j;
+        }
+        if (j >= s.size()) return false;
+        v.kind = Kind::kString;
+        v.raw = s.substr(i + 1, j - i - 1);
+        i = j + 1;
+      } else if (c == '-' || (c >= '0' && c <= '9')) {
+        size_t j = i;
+        while (j < s.size() && (std::isdigit(static_cast<unsigned char>(s[j])) || s[j] == '-' || s[j] == '+' ||
+                                s[j] == '.' || s[j] == 'e' || s[j] == 'E'))
+          ++j;
+        v.kind = Kind::kNumber;
+        v.raw = s.substr(i, j - i);
+        if (!valid_number(v.raw)) return false;
+        i = j;
+      } else if (s.compare(i, 4, "true") == 0) {
+        v.kind = Kind::kTrue;
+        i += 4;
+      } else if (s.compare(i, 5, "false") == 0) {
+        v.kind = Kind::kFalse;
+        i += 5;
+      } else if (s.compare(i, 4, "null") == 0) {
+        v.kind = Kind::kNull;
+        i += 4;
+      } else {
+        return false;  // nested object or array, or garbage
+      }
+      // A repeated key: nlohmann keeps the last one, and so does find().
+      fields_.emplace_back(key, v);
+      i = skip_ws(s, i);
+      if (i < s.size() && s[i] == ',') {
+        i = skip_ws(s, i + 1);
+        continue;
+      }
+      if (i < s.size() && s[i] == '}') return skip_ws(s, i + 1) == s.size();
+      return false;
+    }
+  }
+
+  const Value* find(std::string_view key) const {
+    for (size_t k = fields_.size(); k-- > 0;)
+      if (fields_[k].first == key) return &fields_[k].second;
+    return nullptr;
+  }
+
+  std::optional<std::string> text(const std::string& key) const {
+    const Value* v = find(key);
+    if (!v) return std::nullopt;
+    switch (v->kind) {
+      case Kind::kString: return v->escaped ? decode(v->raw) : std::string(v->raw);
+      case Kind::kNumber:
+        if (plain_integer(v->raw)) return std::string(v->raw);
+        return field_text(nlohmann::json::parse(v->raw));
+      case Kind::kTrue: return "true";
+      case Kind::kFalse: return "false";
+      case Kind::kNull: return "null";
+    }
+    return std::nullopt;
+  }
+  bool string_is(const char* key, const char* value) const {
+    const Value* v = find(key);
+    if (!v || v->kind != Kind::kString) return false;
+    return v->escaped ? decode(v->raw) == value : v->raw == value;
+  }
+  bool is_true(const char* key) const {
+    const Value* v = find(key);
+    return v && v->kind == Kind::kTrue;
+  }
+  uint64_t uint(const char* key) const {
+    const Value* v = find(key);
+    if (!v || v->kind != Kind::kNumber) return 0;
+    if (plain_integer(v->raw) && v->raw[0] != '-') {
+      uint64_t out = 0;
+      auto res = std::from_chars(v->raw.data(), v->raw.data() + v->raw.size(), out);
+      if (res.ec == std::errc()) return out;
+    }
+    return to_uint(nlohmann::json::parse(v->raw));
+  }
+  int64_t int64(const char* key) const {
+    const Value* v = find(key);
+    if (!v || v->kind != Kind::kNumber) return 0;
+    if (plain_integer(v->raw)) {
+      int64_t out = 0;
+      auto res = std::from_chars(v->raw.data(), v->raw.data() + v->raw.size(), out);
+      if (res.ec == std::errc()) return out;
+    }
+    return to_int(nlohmann::json::parse(v->raw));
+  }
+
+ private:
+  static size_t skip_ws(std::string_view s, size_t i) {
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n')) ++i;
+    return i;
+  }
+  // -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+  static bool valid_number(std::string_view r) {
+    size_t i = 0;
+    if (i < r.size() && r[i] == '-') ++i;
+    if (i >= r.size() || !std::isdigit(static_cast<unsigned char>(r[i]))) return false;
+    if (r[i] == '0') {
+      ++i;
+    } else {
+      while (i < r.size() && std::isdigit(static_cast<unsigned char>(r[i]))) ++i;
+    }
+    if (i < r.size() && r[i] == '.') {
+      ++i;
+      if (i >= r.size() || !std::isdigit(static_cast<unsigned char>(r[i]))) return false;
+      while (i < r.size() && std::isdigit(static_cast<unsigned char>(r[i]))) ++i;
+    }
+    if (i < r.size() && (r[i] == 'e' || r[i] == 'E')) {
+      ++i;
+      if (i < r.size() && (r[i] == '+' || r[i] == '-')) ++i;
+      if (i >= r.size() || !std::isdigit(static_cast<unsigned char>(r[i]))) return false;
+      while (i < r.size() && std::isdigit(static_cast<unsigned char>(r[i]))) ++i;
+    }
+    return i == r.size();
+  }
+  // An integer nlohmann would print back unchanged ("-0" prints as 0; more
+  // than 19 digits may not fit 64 bits).
+  static bool plain_integer(std::string_view r) {
+    return r.find_first_of(".eE") == std::string_view::npos && r != "-0" && r.size() <= 19;
+  }
+  static std::string decode(std::string_view raw) {
+    const nlohmann::json j = nlohmann::json::parse("\"" + std::string(raw) + "\"", nullptr, false);
+    return j.is_string() ? j.get<std::string>() : std::string(raw);
+  }
+
+  std::vector<std::pair<std::string_view, Value>> fields_;
+};
+
+FlowLogCollector::FlowLogCollector(const CompareOptions& options, const Selection& a, const Selection& b)
+    : options_(options),
+      a_(a),
+      b_(b),
+      size_class_names_(size_class_names(options.metric_options.size_classes_bytes)),
+      flat_(std::make_unique<FlatRecord>()) {}
+
+FlowLogCollector::~FlowLogCollector() = default;
+
+template <class Access>
+void FlowLogCollector::add_record(const Access& rec) {
+  MetricInputs in;
+  in.ok = rec.string_is("outcome", "ok");
+  in.partial = rec.is_true("partial");
+  in.bytes = rec.uint("bytes_acked") + rec.uint("bytes_received");
+  in.fct_us = rec.int64("fct_us");
+  in.srtt_us = rec.uint("srtt_us");
+  in.retrans_segs = rec.uint("retrans_segs");
+  in.segs_out = rec.uint("segs_out");
+  const std::optional<double> value = metric_value(options_.metric, in, options_.metric_options);
+  if (!value) return;
+  const uint32_t sc = size_class_index(in.bytes, options_.metric_options.size_classes_bytes);
+  const std::string& sc_name = sc < size_class_names_.size() ? size_class_names_[sc] : unknown_;
+  auto get = [&](const std::string& field) -> std::optional<std::string> {
+    if (field == "size_class") return sc_name;
+    return rec.text(field);
+  };
+  const bool in_a = a_.matches(get);
+  const bool in_b = b_.matches(get);
+  if (!in_a && !in_b) return;
+  std::string group = "all";
+  if (options_.by != "all") group = get(options_.by).value_or("(none)");
+  Arms& arms = slots_[{group, split_by_size_class(options_.metric) ? sc : 0}];
+  if (in_a) {
+    arms.a.push_back(*value);
+    ++scan_.matched_a;
+  }
+  if (in_b) {
+    arms.b.push_back(*value);
+    ++scan_.matched_b;
+  }
+  if (in_a && in_b) ++scan_.matched_both;
+}
+
+void FlowLogCollector::add_line(std::string_view line) {
+  if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;
+  ++scan_.lines;
+  if (flat_->parse(line)) {
+    add_record(*flat_);
+    return;
+  }
+  const nlohmann::json rec = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!rec.is_object()) {
+    ++scan_.malformed;
+    return;
+  }
+  add_record(JsonAccess(rec));
+}
+
+FlowLogScan FlowLogCollector::finish() {
+  FlowLogScan out = std::move(scan_);
+  scan_ = FlowLogScan{};
+  const bool sized = split_by_size_class(options_.metric);
+  for (auto& [key, arms] : slots_) {
+    GroupSamples g;
+    g.group = key.first;
+    if (sized) {
+      g.size_class = key.second < size_class_names_.size() ? size_class_names_[key.second] : "?";
+      g.size_class_order = key.second;
+    }
+    g.a = ArmDistribution::exact(std::move(arms.a));
+    g.b = ArmDistribution::exact(std::move(arms.b));
+    out.groups.push_back(std::move(g));
+  }
+  slots_.clear();
+  return out;
+}
+
+bool scan_flow_log(const std::string& path, const CompareOptions& options, const Selection& a,
+                   const Selection& b, FlowLogScan* out, std::string* error) {
+  // zlib reads gzip and plain files alike.
+  gzFile gz;
+  errno = 0;
+  if (path == "-") {
+    int fd = dup(STDIN_FILENO);
+    gz = fd < 0 ? nullptr : gzdopen(fd, "rb");
+  } else {
+    gz = gzopen(path.c_str(), "rb");
+  }
+  if (!gz) {
+    *error = path + ": " + (errno ? strerror(errno) : "cannot open");
+    return false;
+  }
+  gzbuffer(gz, 1 << 17);
+  FlowLogCollector collector(options, a, b);
+  std::string pending;
+  char buf[1 << 16];
+  while (true) {
+    const int n = gzread(gz, buf, sizeof(buf));
+    if (n < 0) {
+      int errnum = 0;
+      const char* msg = gzerror(gz, &errnum);
+      *error = path + ": " + (errnum == Z_ERRNO ? strerror(errno) : msg);
+      gzclose(gz);
+      return false;
+    }
+    if (n == 0) break;
+    pending.append(buf, static_cast<size_t>(n));
+    size_t start = 0;
+    for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1)
+      collector.add_line(std::string_view(pending).substr(start, nl - start));
+    pending.erase(0, start);
+  }
+  // A truncated gzip stream (a log being compressed right now) ends early
+  // without an error from gzread; gzclose says so with Z_BUF_ERROR, and the
+  // lines read so far are still good.
+  const int rc = gzclose(gz);
+  if (!pending.empty()) collector.add_line(pending);
+  if (rc != Z_OK && rc != Z_BUF_ERROR) {
+    *error = path + ": read error (zlib " + std::to_string(rc) + ")";
+    return false;
+  }
+  *out = collector.finish();
+  out->truncated = rc == Z_BUF_ERROR;
+  return true;
+}
+
+}  // namespace tcpscope

@@ -1,0 +1,62 @@
+// `tcpscope compare --flows FILE`: the exact samples, from a flow log
+// (NDJSON as the daemon writes it, plain or gzip-compressed, "-" = stdin).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "compare/compare.h"
+#include "compare/compare_selection.h"
+
+namespace tcpscope {
+
+class FlatRecord;  // compare_flows.cc: the allocation-free reader of flat log lines
+
+struct FlowLogScan {
+  uint64_t lines = 0;
+  uint64_t malformed = 0;    // not a JSON object (e.g. a line cut by a crash)
+  uint64_t matched_a = 0;    // flows in A with a value for the metric
+  uint64_t matched_b = 0;
+  uint64_t matched_both = 0; // in both selections: counted in both arms
+  bool truncated = false;    // a gzip stream that ends early (still being written?)
+  std::vector<GroupSamples> groups;
+};
+
+// Groups the flows of the log that match A or B and have a value for the
+// metric. False and *error ("FILE: reason") when the file cannot be read.
+bool scan_flow_log(const std::string& path, const CompareOptions& options, const Selection& a,
+                   const Selection& b, FlowLogScan* out, std::string* error);
+
+// The same over lines handed in one by one (tests, other sources).
+class FlowLogCollector {
+ public:
+  FlowLogCollector(const CompareOptions& options, const Selection& a, const Selection& b);
+  ~FlowLogCollector();
+  FlowLogCollector(const FlowLogCollector&) = delete;
+  FlowLogCollector& operator=(const FlowLogCollector&) = delete;
+  // One line of the log (without its newline); blank lines are ignored.
+  void add_line(std::string_view line);
+  FlowLogScan finish();
+
+ private:
+  template <class Access>
+  void add_record(const Access& record);
+
+  struct Arms {
+    std::vector<double> a, b;
+  };
+  const CompareOptions& options_;
+  const Selection& a_;
+  const Selection& b_;
+  std::vector<std::string> size_class_names_;
+  std::map<std::pair<std::string, uint32_t>, Arms> slots_;  // (group, size class index) -> values
+  std::unique_ptr<FlatRecord> flat_;  // reused for every line
+  const std::string unknown_ = "?";
+  FlowLogScan scan_;
+};
+
+}  // namespace tcpscope

@@ -1,0 +1,150 @@
+#include "compare/compare_metric.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "record/flow_record.h"
+
+namespace tcpscope {
+
+const char* to_string(CompareMetric m) {
+  switch (m) {
+    case CompareMetric::kFct: return "fct";
+    case CompareMetric::kThroughput: return "throughput";
+    case CompareMetric::kRtt: return "rtt";
+    case CompareMetric::kRetrans: return "retrans";
+  }
+  return "?";
+}
+
+std::optional<CompareMetric> parse_compare_metric(const std::string& name) {
+  for (int i = 0; i < kCompareMetricCount; ++i) {
+    auto m = static_cast<CompareMetric>(i);
+    if (name == to_string(m)) return m;
+  }
+  return std::nullopt;
+}
+
+const char* metric_unit(CompareMetric m) {
+  switch (m) {
+    case CompareMetric::kFct:
+    case CompareMetric::kRtt: return "us";
+    case CompareMetric::kThroughput: return "bit/s";
+    case CompareMetric::kRetrans: return "ratio";
+  }
+  return "";
+}
+
+std::string metric_description(CompareMetric m, uint64_t throughput_min_bytes) {
+  const std::string tmin = std::to_string(throughput_min_bytes);
+  switch (m) {
+    case CompareMetric::kFct:
+      return "flow completion time (fct_us) of completed flows below " + tmin + " bytes, per size class";
+    case CompareMetric::kThroughput:
+      return "throughput (8 * bytes / fct) of completed flows of at least " + tmin + " bytes";
+    case CompareMetric::kRtt: return "smoothed RTT at close (srtt_us) of completed flows that moved data";
+    case CompareMetric::kRetrans: return "retransmitted / sent segments per completed flow";
+  }
+  return "";
+}
+
+bool lower_is_better(CompareMetric m) { return m != CompareMetric::kThroughput; }
+
+std::string format_metric_value(CompareMetric m, double v) {
+  char buf[32];
+  switch (m) {
+    case CompareMetric::kFct:
+    case CompareMetric::kRtt:
+      if (v < 1000)
+        std::snprintf(buf, sizeof(buf), "%.0fus", v);
+      else if (v < 1e6)
+        std::snprintf(buf, sizeof(buf), v < 1e4 ? "%.2fms" : "%.1fms", v / 1e3);
+      else
+        std::snprintf(buf, sizeof(buf), "%.2fs", v / 1e6);
+      break;
+    case CompareMetric::kThroughput:
+      if (v < 1e6)
+        std::snprintf(buf, sizeof(buf), "%.0fkbit/s", v / 1e3);
+      else if (v < 1e9)
+        std::snprintf(buf, sizeof(buf), "%.1fMbit/s", v / 1e6);
+      else
+        std::snprintf(buf, sizeof(buf), "%.2fGbit/s", v / 1e9);
+      break;
+    case CompareMetric::kRetrans: std::snprintf(buf, sizeof(buf), "%.2f%%", v * 100); break;
+  }
+  return buf;
+}
+
+std::string format_metric_tick(CompareMetric m, double v) {
+  char buf[32];
+  switch (m) {
+    case CompareMetric::kFct:
+    case CompareMetric::kRtt:
+      if (v < 1000)
+        std::snprintf(buf, sizeof(buf), "%gus", v);
+      else if (v < 1e6)
+        std::snprintf(buf, sizeof(buf), "%gms", v / 1e3);
+      else
+        std::snprintf(buf, sizeof(buf), "%gs", v / 1e6);
+      break;
+    case CompareMetric::kThroughput:
+      if (v < 1e6)
+        std::snprintf(buf, sizeof(buf), "%gkbit/s", v / 1e3);
+      else if (v < 1e9)
+        std::snprintf(buf, sizeof(buf), "%gMbit/s", v / 1e6);
+      else
+        std::snprintf(buf, sizeof(buf), "%gGbit/s", v / 1e9);
+      break;
+    case CompareMetric::kRetrans: std::snprintf(buf, sizeof(buf), "%g%%", v * 100); break;
+  }
+  return buf;
+}
+
+MetricInputs metric_inputs(const FlowRecord& f) {
+  MetricInputs in;
+  in.ok = f.outcome == Outcome::kOk;
+  in.partial = f.partial;
+  in.bytes = f.bytes_acked + f.bytes_received;
+  in.fct_us = f.fct_us;
+  in.srtt_us = f.srtt_us;
+  in.retrans_segs = f.retrans_segs;
+  in.segs_out = f.segs_out;
+  return in;
+}
+
+std::optional<double> metric_value(CompareMetric m, const MetricInputs& in, const MetricOptions& opts) {
+  // The same population as the Prometheus distributions: flows that did
+  // their job, with a known start, that moved data.
+  if (!in.ok || in.partial || in.bytes == 0) return std::nullopt;
+  switch (m) {
+    case CompareMetric::kFct:
+      if (in.bytes >= opts.throughput_min_bytes || in.fct_us <= 0) return std::nullopt;
+      return static_cast<double>(in.fct_us);
+    case CompareMetric::kThroughput:
+      if (in.bytes < opts.throughput_min_bytes || in.fct_us <= 0) return std::nullopt;
+      return 8.0 * static_cast<double>(in.bytes) / (static_cast<double>(in.fct_us) / 1e6);
+    case CompareMetric::kRtt:
+      // 0 means the kernel has no RTT sample.
+      if (in.srtt_us == 0) return std::nullopt;
+      return static_cast<double>(in.srtt_us);
+    case CompareMetric::kRetrans:
+      if (in.segs_out == 0) return std::nullopt;
+      return static_cast<double>(in.retrans_segs) / static_cast<double>(in.segs_out);
+  }
+  return std::nullopt;
+}
+
+MetricSpan metric_sketch_span(CompareMetric m) {
+  switch (m) {
+    case CompareMetric::kFct:
+    case CompareMetric::kRtt: return {1, 1e10};
+    case CompareMetric::kThroughput: return {1e3, 1e13};
+    case CompareMetric::kRetrans: return {1e-9, 10};
+  }
+  return {1e-9, 1e300};
+}
+
+bool split_by_size_class(CompareMetric m) { return m == CompareMetric::kFct; }
+
+}  // namespace tcpscope

@@ -1,0 +1,85 @@
+#include "compare/compare_server.h"
+
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "compare/flow_sketch.h"
+#include "net/http_client.h"
+#include "text/url_query.h"
+
+namespace tcpscope {
+
+std::string distributions_target(const CompareOptions& o) {
+  return std::string(kDistributionsPath) + "?metric=" + url_encode(to_string(o.metric)) + "&by=" + url_encode(o.by) +
+         "&a=" + url_encode(o.a) + "&b=" + url_encode(o.b);
+}
+
+bool parse_distributions_response(const std::string& body, ServerScan* out, std::string* error) {
+  const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) {
+    *error = "answer is not a JSON object";
+    return false;
+  }
+  try {
+    ServerScan s;
+    s.relative_accuracy = j.at("relative_accuracy").get<double>();
+    s.window_s = j.at("window_s").get<double>();
+    s.covers_s = j.at("covers_s").get<double>();
+    s.size_classes = j.at("size_classes").get<std::vector<std::string>>();
+    s.size_classes_bytes = j.at("size_classes_bytes").get<std::vector<uint64_t>>();
+    s.throughput_min_bytes = j.at("throughput_min_bytes").get<uint64_t>();
+    s.dropped_flows = j.value("dropped_flows", uint64_t{0});
+    s.folded_flows = j.value("folded_flows", uint64_t{0});
+    for (const auto& g : j.at("groups")) {
+      GroupSamples gs;
+      gs.group = g.at("group").get<std::string>();
+      if (!g.at("size_class").is_null()) gs.size_class = g.at("size_class").get<std::string>();
+      gs.size_class_order = g.value("size_class_order", 0u);
+      gs.a = ArmDistribution::from_sketch(FlowSketch::from_json(g.at("a")));
+      gs.b = ArmDistribution::from_sketch(FlowSketch::from_json(g.at("b")));
+      s.groups.push_back(std::move(gs));
+    }
+    *out = std::move(s);
+    return true;
+  } catch (const nlohmann::json::exception& e) {
+    *error = std::string("malformed answer: ") + e.what();
+  } catch (const std::invalid_argument& e) {
+    *error = std::string("malformed answer: ") + e.what();
+  }
+  return false;
+}
+
+bool query_server(const std::string& base_url, const CompareOptions& options, int timeout_ms, ServerScan* out,
+                  std::string* error) {
+  const std::string url = join_url(base_url, distributions_target(options));
+  const std::string shown = redact_url(url);
+  HttpResponse resp;
+  if (!http_get(url, timeout_ms, &resp, error)) return false;
+  if (resp.status == 404) {
+    *error = "GET " + shown + ": 404: the daemon at " + redact_url(base_url) + " does not serve " +
+             kDistributionsPath + " (a tcpscope without --server support?)";
+    return false;
+  }
+  if (resp.status == 401) {
+    *error = "GET " + shown + ": 401: the daemon wants credentials: give --server http://USER:PASSWORD@HOST:PORT "
+             "or set TCPSCOPE_BASIC_AUTH=USER:PASSWORD";
+    return false;
+  }
+  if (resp.status != 200) {
+    std::string reason = resp.body;
+    const nlohmann::json j = nlohmann::json::parse(resp.body, nullptr, false);
+    if (j.is_object() && j.contains("error") && j["error"].is_string()) reason = j["error"].get<std::string>();
+    while (!reason.empty() && (reason.back() == '\n' || reason.back() == '\r')) reason.pop_back();
+    *error = "GET " + shown + ": " + std::to_string(resp.status) + ": " + reason;
+    return false;
+  }
+  std::string why;
+  if (!parse_distributions_response(resp.body, out, &why)) {
+    *error = "GET " + shown + ": " + why;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace tcpscope

@@ -1,0 +1,39 @@
+// `tcpscope compare --server URL`: the samples from a running daemon's
+// sketches (GET /api/v1/distributions, see flow_distributions.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compare/compare.h"
+
+namespace tcpscope {
+
+constexpr const char* kDistributionsPath = "/api/v1/distributions";
+
+struct ServerScan {
+  std::vector<GroupSamples> groups;
+  double relative_accuracy = 0;
+  double window_s = 0;
+  double covers_s = 0;  // how far back the merged sketches reach
+  std::vector<std::string> size_classes;
+  std::vector<uint64_t> size_classes_bytes;
+  uint64_t throughput_min_bytes = 0;
+  uint64_t dropped_flows = 0;
+  uint64_t folded_flows = 0;  // counted under asn "other" (the daemon's key table was full)
+};
+
+// The request path and query for these options.
+std::string distributions_target(const CompareOptions& options);
+
+// GETs the distributions from the daemon at base_url. False and *error
+// naming the URL and the reason (unreachable, 404 = a daemon without the
+// endpoint, 400 = the daemon's reason, malformed answer).
+bool query_server(const std::string& base_url, const CompareOptions& options, int timeout_ms, ServerScan* out,
+                  std::string* error);
+
+// The response body -> groups of sketched samples.
+bool parse_distributions_response(const std::string& body, ServerScan* out, std::string* error);
+
+}  // namespace tcpscope

@@ -1,0 +1,138 @@
+// The daemon's configuration (SPEC.md "Config file"), parsed from YAML by
+// config.cc. Plain data: every other module receives the part it needs.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "net/ip_addr.h"
+
+namespace tcpscope {
+
+struct AsnConfig {
+  std::string mmdb;         // MaxMind DB file (GeoLite2-ASN, DB-IP ASN, IPinfo ASN); "" = none
+  std::string prefix_file;  // CAIDA pfx2as or iptoasn TSV; "" = none
+  uint32_t top_n = 50;      // ASNs outside the top-N by bytes are labelled "other"
+};
+
+struct PeerClassSpec {
+  std::string name;
+  std::vector<Prefix> prefixes;
+  std::vector<uint32_t> asns;
+  int line = 0;  // where it was defined, for messages
+};
+
+struct CcMatch {
+  std::optional<std::string> peer_class;
+  std::vector<uint32_t> asns;
+  std::vector<Prefix> prefixes;
+  std::vector<uint16_t> lports;
+};
+
+struct ExperimentSpec {
+  std::string name;
+  // arm name (= congestion control algorithm) -> weight in percent; weights sum to 100.
+  std::vector<std::pair<std::string, uint32_t>> arms;
+};
+
+struct CcRule {
+  std::string name;
+  CcMatch match;
+  std::optional<std::string> cc;              // exactly one of cc / experiment
+  std::optional<ExperimentSpec> experiment;
+  int line = 0;
+};
+
+enum class AppOverride { kRespect, kEnforce };
+enum class SysctlGuard { kObserve, kDeny };
+
+struct CcPolicy {
+  AppOverride app_override = AppOverride::kRespect;
+  SysctlGuard sysctl_guard = SysctlGuard::kObserve;
+  std::vector<CcRule> rules;
+};
+
+// `http:` the endpoint's basic authentication (README "Security"), off by
+// default: the default listen address is loopback. TLS is a proxy's job.
+struct HttpConfig {
+  // Basic authentication for /metrics and /api/*; /healthz stays open.
+  // "" = none. The password is given only as its SHA-256 (64 hex digits).
+  std::string basic_auth_user;
+  std::string basic_auth_password_sha256;
+  bool basic_auth() const { return !basic_auth_user.empty(); }
+};
+
+struct Config {
+  std::string listen = "127.0.0.1:9810";
+  std::string flow_log;  // "" = none, "-" = stdout
+  std::string cgroup;    // cgroup v2 directory for sockops; "" = root of the unified hierarchy
+  AsnConfig asn;
+  std::vector<PeerClassSpec> peer_classes;
+  std::string default_peer_class = "client";
+  std::vector<uint64_t> size_classes_bytes{100000, 1000000, 3000000};
+  uint64_t throughput_min_bytes = 3000000;
+  CcPolicy cc_policy;
+  HttpConfig http;
+  uint64_t ring_buffer_bytes = 16u << 20;  // power of two, page multiple
+  uint32_t snapshot_interval_s = 10;       // open-flow snapshots (0 = off)
+  std::string source;                      // file it came from, "<embedded>" for the default
+};
+
+struct ConfigError {
+  std::string file;
+  int line = 0;  // 1-based; 0 when the problem has no line
+  std::string message;
+  std::string to_string() const;  // "FILE:LINE: message"
+};
+
+// The keys a config file may have at its top level (each a Config member).
+const std::vector<std::string>& config_top_level_keys();
+
+
+// Parse YAML text. `available_cc` is the set a CC name must belong to.
+// Every problem found is appended to `errors`; the Config is only meaningful when none are.
+Config parse_config(const std::string& yaml_text, const std::string& file_name,
+                    const std::vector<std::string>& available_cc,
+                    std::vector<ConfigError>* errors);
+Config load_config_file(const std::string& path, const std::vector<std::string>& available_cc,
+                        std::vector<ConfigError>* errors);
+// The embedded default (the same text as packaging/tcpscope.yaml).
+const std::string& default_config_text();
+
+// Command-line flags of `tcpscope run` that override the file (SPEC.md:
+// "Flags override the config file"). Unset ones leave the file's value.
+struct ConfigOverrides {
+  std::optional<std::string> listen;    // --listen
+  std::optional<std::string> flow_log;  // --flow-log
+  std::optional<std::string> cgroup;    // --cgroup
+};
+
+// Replaces each value the flags set. A --listen that is not HOST:PORT with an
+// IP literal is an error (file "--listen", line 0), as it would be in the file.
+void apply_overrides(const ConfigOverrides& overrides, Config* config, std::vector<ConfigError>* errors);
+
+// The config the daemon runs with, at start and at every SIGHUP: the file
+// (or the embedded default when `path` is ""), then the flags on top, so a
+// reload re-reads the file but never loses a flag.
+Config load_effective_config(const std::string& path, const ConfigOverrides& overrides,
+                             const std::vector<std::string>& available_cc, std::vector<ConfigError>* errors);
+
+// The `listen` value: "127.0.0.1:9810" or "[::1]:9810" (an IP literal, no host
+// names; port min_port..65535). For `--listen` overrides, which must obey the
+// same rule, and for the HTTP server, which also takes port 0 (any free one).
+struct ListenAddress {
+  IpAddr addr;
+  uint16_t port = 0;
+};
+std::optional<ListenAddress> parse_listen_address(const std::string& text, std::string* why, int min_port = 1);
+
+// Every congestion control the policy can assign (rule cc and experiment arms),
+// each once, in order of first use. A BPF program cannot make the kernel load a
+// CC module (bpf_setsockopt never calls request_module), so the daemon must
+// load these before attaching the policy.
+std::vector<std::string> referenced_congestion_controls(const Config& config);
+
+}  // namespace tcpscope

@@ -1,0 +1,134 @@
+#include "export/self_metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace tcpscope {
+
+namespace {
+
+prometheus::Counter* plain_counter(prometheus::Registry& r, const char* name, const char* help) {
+  return &prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
+}
+
+prometheus::Gauge* plain_gauge(prometheus::Registry& r, const char* name, const char* help) {
+  return &prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
+}
+
+}  // namespace
+
+void SelfMetrics::TotalCounter::set(uint64_t total) {
+  // A total below the last one means its source restarted (e.g. a reopened
+  // flow log); everything it reports since then is new.
+  const uint64_t delta = total >= last_total ? total - last_total : total;
+  if (delta) counter->Increment(static_cast<double>(delta));
+  last_total = total;
+}
+
+SelfMetrics::SelfMetrics(std::shared_ptr<prometheus::Registry> registry, const std::string& version,
+                         const std::string& libbpf_version, const std::string& kernel_release)
+    : registry_(std::move(registry)) {
+  auto& r = *registry_;
+  records_lost_.counter = plain_counter(
+      r, "tcpscope_records_lost_total",
+      "Flow records the kernel could not hand over (ring buffer full, or no socket storage to "
+      "track the flow); must stay 0.");
+  state_changes_missed_.counter = plain_counter(
+      r, "tcpscope_state_changes_missed_total",
+      "TCP state changes the kernel ran neither state-change program for (recursion on a CPU); "
+      "one that was a flow's first or last costs its record.");
+  recursion_misses_family_ = &prometheus::BuildCounter()
+                                  .Name("tcpscope_bpf_recursion_misses_total")
+                                  .Help("Runs of a tcpscope BPF program the kernel skipped because the program "
+                                        "was already running on that CPU.")
+                                  .Register(r);
+  records_.counter = plain_counter(r, "tcpscope_records_total", "Flow records read from the ring buffer.");
+  lookups_.counter = plain_counter(r, "tcpscope_enrichment_lookups_total",
+                                   "Peer class and ASN lookups done to enrich flow records.");
+  flow_log_dropped_.counter = plain_counter(r, "tcpscope_flow_log_dropped_total",
+                                            "Flow records not written to the flow log: its queue was full or a write failed.");
+  ring_fill_ = plain_gauge(r, "tcpscope_ring_buffer_fill_ratio",
+                           "Fill of the kernel ring buffer (0..1) at the last drain.");
+  snapshot_flows_ = plain_gauge(r, "tcpscope_snapshot_flows", "Open TCP flows in the last snapshot.");
+  snapshot_seconds_ = plain_gauge(r, "tcpscope_snapshot_seconds",
+                                  "Time the last open-flow snapshot spent reading the kernel, all namespaces.");
+  auto& ns = prometheus::BuildGauge()
+                 .Name("tcpscope_snapshot_namespaces")
+                 .Help("Network namespaces in the last open-flow snapshot: read, empty (no TCP socket), "
+                       "skipped (past its time budget), failed (could not be entered).")
+                 .Register(r);
+  ns_read_ = &ns.Add({{"result", "read"}});
+  ns_empty_ = &ns.Add({{"result", "empty"}});
+  ns_skipped_ = &ns.Add({{"result", "skipped"}});
+  ns_failed_ = &ns.Add({{"result", "failed"}});
+  auto& reloads = prometheus::BuildCounter()
+                      .Name("tcpscope_config_reloads_total")
+                      .Help("Config reloads (SIGHUP) by result.")
+                      .Register(r);
+  reloads_ok_ = &reloads.Add({{"result", "ok"}});
+  reloads_failed_ = &reloads.Add({{"result", "failed"}});
+  prometheus::BuildGauge()
+      .Name("tcpscope_build_info")
+      .Help("Always 1; the labels describe the build and the kernel it runs on.")
+      .Register(r)
+      .Add({{"version", version}, {"libbpf", libbpf_version}, {"kernel", kernel_release}})
+      .Set(1);
+}
+
+void SelfMetrics::set_records_lost(uint64_t kernel_total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  records_lost_.set(kernel_total);
+}
+
+void SelfMetrics::set_recursion_misses(const std::string& program, uint64_t total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = recursion_misses_.find(program);
+  if (it == recursion_misses_.end()) {
+    it = recursion_misses_.emplace(program, TotalCounter{}).first;
+    it->second.counter = &recursion_misses_family_->Add({{"program", program}});
+  }
+  it->second.set(total);
+}
+
+void SelfMetrics::set_state_changes_missed(uint64_t total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  state_changes_missed_.set(total);
+}
+
+void SelfMetrics::set_records(uint64_t total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  records_.set(total);
+}
+
+void SelfMetrics::set_enrichment_lookups(uint64_t total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  lookups_.set(total);
+}
+
+void SelfMetrics::set_flow_log_dropped(uint64_t total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  flow_log_dropped_.set(total);
+}
+
+void SelfMetrics::set_ring_buffer_fill(double ratio) {
+  if (std::isnan(ratio)) ratio = 0;
+  ring_fill_->Set(std::clamp(ratio, 0.0, 1.0));
+}
+
+void SelfMetrics::set_snapshot(const SnapshotCounts& c) {
+  snapshot_flows_->Set(static_cast<double>(c.flows));
+  snapshot_seconds_->Set(c.seconds);
+  ns_read_->Set(c.read);
+  ns_empty_->Set(c.empty);
+  ns_skipped_->Set(c.skipped);
+  ns_failed_->Set(c.failed);
+}
+
+void SelfMetrics::count_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_)->Increment(); }
+
+}  // namespace tcpscope

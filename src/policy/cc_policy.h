@@ -1,0 +1,85 @@
+// Compiles the config's cc_policy (with the peer classes and ASN data it
+// refers to) into the flat tables the sockops program looks up: a rule array
+// and one longest-prefix trie over remote addresses. Everything that needs a
+// decision (which class, which ASN, which rule prefixes) is decided here, once
+// per (re)load, down to a mask per trie entry of the rules that can match
+// there: the kernel does a trie lookup and visits only those rules.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/config.h"
+#include "tcpscope/policy.h"
+
+namespace tcpscope {
+
+class AsnDatabase;
+
+struct CompiledRule {
+  std::string name;
+  std::optional<std::string> experiment;
+  std::vector<std::string> arms;  // CC per arm (one for a plain `cc:` rule)
+  tcpscope_rule bpf{};
+};
+
+struct RemoteEntry {
+  tcpscope_remote_key key{};
+  tcpscope_remote_info info{};  // what the kernel gets: class, ASN, rules mask
+  // The per-condition sets info.rules is made from (daemon side only, for
+  // the reference matcher): bit i, rule i's prefixes / asns contain these
+  // addresses.
+  uint64_t prefix_rules = 0;
+  uint64_t asn_rules = 0;
+};
+
+struct CompiledPolicy {
+  std::vector<CompiledRule> rules;
+  std::vector<std::string> class_names;  // class_id -> peer class
+  std::vector<RemoteEntry> remote;       // empty when there are no rules
+  uint64_t default_rules = 0;            // rules mask of an address no entry covers
+  uint32_t app_override = TCPSCOPE_APP_RESPECT;
+  uint32_t sysctl_guard = TCPSCOPE_SYSCTL_OBSERVE;
+
+  // Every CC a rule can set (the kernel must have them loaded: BPF cannot
+  // make it load a module).
+  std::vector<std::string> congestion_controls() const;
+};
+
+// The congestion controls `config` names that `loaded` lacks (present only as
+// modules on disk), each with the first rule naming it: the daemon loads them
+// at start, but under the packaged systemd unit (ProtectKernelModules=yes
+// hides /lib/modules) its own config check cannot find them and refuses the
+// config. check-config warns about each.
+std::vector<std::pair<std::string, std::string>> unloaded_module_congestion_controls(
+    const Config& config, const std::vector<std::string>& loaded);
+
+// `asn_db` may be null when no ASN data is configured; rules or classes that
+// match on ASNs then make this fail. Returns nullopt + one-line error.
+std::optional<CompiledPolicy> compile_policy(const Config& config, const AsnDatabase* asn_db,
+                                             std::string* error);
+
+// The trie key of an address or prefix: IPv4 as ::ffff:a.b.c.d, length +96.
+tcpscope_remote_key remote_key(const IpAddr& addr, int len);
+
+// What the kernel will find for `addr`: the entry with the longest prefix
+// containing it (a reference implementation, for tests and `policy show`).
+const RemoteEntry* lookup_remote(const CompiledPolicy& policy, const IpAddr& addr);
+
+// The rule the policy picks for a remote address and local port, or -1: the
+// reference, every rule in order with each of its conditions.
+int match_rule(const CompiledPolicy& policy, const IpAddr& remote, uint16_t lport);
+
+// The same decision made as the sockops program makes it: the entry's rules
+// mask, set bits lowest first, local ports. Must agree with match_rule.
+int match_rule_masked(const CompiledPolicy& policy, const IpAddr& remote, uint16_t lport);
+
+// Bit i: rule i's peer_class, asns and prefixes conditions hold for an
+// address with this class and these prefix / ASN rule sets.
+uint64_t rules_mask(const std::vector<CompiledRule>& rules, uint32_t class_id, uint64_t prefix_rules,
+                    uint64_t asn_rules);
+
+}  // namespace tcpscope

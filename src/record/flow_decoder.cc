@@ -1,0 +1,110 @@
+#include "record/flow_decoder.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace tcpscope {
+
+namespace {
+
+int64_t clock_ns(clockid_t id) {
+  timespec ts{};
+  clock_gettime(id, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// Reads a NUL-terminated kernel string that may fill its whole buffer.
+std::string bounded_string(const char* s, size_t cap) { return std::string(s, strnlen(s, cap)); }
+
+uint64_t delivery_rate_bps(const tcpscope_flow_event& ev) {
+  // As tcp_info's tcpi_delivery_rate: delivered segments x mss over the sample interval.
+  if (ev.rate_interval_us == 0) return 0;
+  return static_cast<uint64_t>(ev.rate_delivered) * ev.mss * 8ULL * 1000000ULL / ev.rate_interval_us;
+}
+
+}  // namespace
+
+void MonotonicToRealtime::refresh() {
+  // Bracket the realtime read with two monotonic reads and take the midpoint,
+  // so the offset error is at most half the (tiny) bracket.
+  int64_t m1 = clock_ns(CLOCK_MONOTONIC);
+  int64_t r = clock_ns(CLOCK_REALTIME);
+  int64_t m2 = clock_ns(CLOCK_MONOTONIC);
+  offset_ns_ = r - (m1 + (m2 - m1) / 2);
+}
+
+int64_t flow_completion_us(const tcpscope_flow_event& ev) {
+  uint64_t end = ev.data_end_ns;
+  if (end == 0) end = ev.established_ns ? ev.established_ns : ev.end_ns;
+  if (end < ev.start_ns) return 0;
+  return static_cast<int64_t>((end - ev.start_ns) / 1000);
+}
+
+IpAddr event_address(const __u8 bytes[16], uint8_t family) {
+  return family == 4 ? IpAddr::v4(bytes) : IpAddr::v6(bytes).unmapped();
+}
+
+FlowRecord decode_flow_event(const tcpscope_flow_event& ev, const MonotonicToRealtime& clock) {
+  FlowRecord r;
+  r.start_ns = clock.to_realtime(ev.start_ns);
+  r.end_ns = clock.to_realtime(ev.end_ns);
+  r.duration_us = ev.end_ns > ev.start_ns ? static_cast<int64_t>((ev.end_ns - ev.start_ns) / 1000) : 0;
+  r.fct_us = flow_completion_us(ev);
+
+  r.laddr = event_address(ev.saddr, ev.family);
+  r.raddr = event_address(ev.daddr, ev.family);
+  r.lport = ev.sport;
+  r.rport = ev.dport;
+  r.dir = ev.dir == TCPSCOPE_DIR_PASSIVE ? Direction::kPassive : Direction::kActive;
+  switch (ev.outcome) {
+    case TCPSCOPE_OUTCOME_OK: r.outcome = Outcome::kOk; break;
+    case TCPSCOPE_OUTCOME_RESET: r.outcome = Outcome::kReset; break;
+    case TCPSCOPE_OUTCOME_REFUSED: r.outcome = Outcome::kRefused; break;
+    case TCPSCOPE_OUTCOME_TIMEOUT: r.outcome = Outcome::kTimeout; break;
+    default: r.outcome = Outcome::kError; break;
+  }
+  r.partial = ev.flags & TCPSCOPE_F_PARTIAL;
+  r.app_set_cc = ev.flags & TCPSCOPE_F_APP_SET_CC;
+
+  r.cc = bounded_string(ev.cc, sizeof(ev.cc));
+  r.srtt_us = ev.srtt_us;
+  r.min_rtt_us = ev.min_rtt_us;
+  r.rttvar_us = ev.rttvar_us;
+  r.cwnd = ev.snd_cwnd;
+  r.max_cwnd = std::max(ev.max_cwnd, ev.snd_cwnd);
+  r.ssthresh = ev.snd_ssthresh;
+  r.mss = ev.mss;
+  r.bytes_acked = ev.bytes_acked;
+  r.bytes_received = ev.bytes_received;
+  r.bytes_retrans = ev.bytes_retrans;
+  r.segs_out = ev.segs_out;
+  r.segs_in = ev.segs_in;
+  r.retrans_segs = ev.total_retrans;
+  r.lost_segs = ev.lost;
+  r.delivery_rate_bps = delivery_rate_bps(ev);
+  r.pacing_rate_bps = ev.pacing_rate == ~0ULL ? 0 : ev.pacing_rate * 8;
+  for (size_t i = 0; i < r.ca_state_us.size(); ++i) r.ca_state_us[i] = ev.ca_state_ns[i] / 1000;
+
+  r.pid = ev.pid;
+  r.comm = bounded_string(ev.comm, sizeof(ev.comm));
+  r.cgroup_id = ev.cgroup_id;
+  r.netns = ev.netns;
+  return r;
+}
+
+const char* to_string(Direction d) { return d == Direction::kPassive ? "passive" : "active"; }
+
+const char* to_string(Outcome o) {
+  switch (o) {
+    case Outcome::kOk: return "ok";
+    case Outcome::kReset: return "reset";
+    case Outcome::kRefused: return "refused";
+    case Outcome::kTimeout: return "timeout";
+    case Outcome::kError: return "error";
+  }
+  return "error";
+}
+
+}  // namespace tcpscope

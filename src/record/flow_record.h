@@ -1,0 +1,61 @@
+// One finished TCP flow, decoded from the kernel event and ready for the
+// enricher, the aggregator and the flow log. Field names follow SPEC.md.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "net/ip_addr.h"
+#include "tcpscope/flow_event.h"
+
+namespace tcpscope {
+
+enum class Direction : uint8_t { kActive, kPassive };
+enum class Outcome : uint8_t { kOk, kReset, kRefused, kTimeout, kError };
+
+const char* to_string(Direction d);
+const char* to_string(Outcome o);
+
+struct FlowRecord {
+  // CLOCK_REALTIME nanoseconds.
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  int64_t fct_us = 0;
+  int64_t duration_us = 0;
+
+  IpAddr laddr, raddr;       // IPv4-mapped peers already folded to IPv4
+  uint16_t lport = 0, rport = 0;
+  Direction dir = Direction::kActive;
+  Outcome outcome = Outcome::kOk;
+  bool partial = false;      // opened before the daemon attached: start is unknown
+  bool app_set_cc = false;
+
+  std::string cc;
+  uint32_t srtt_us = 0, min_rtt_us = 0, rttvar_us = 0;
+  uint32_t cwnd = 0, max_cwnd = 0, ssthresh = 0, mss = 0;
+  uint64_t bytes_acked = 0, bytes_received = 0, bytes_retrans = 0;
+  uint32_t segs_out = 0, segs_in = 0, retrans_segs = 0, lost_segs = 0;
+  uint64_t delivery_rate_bps = 0, pacing_rate_bps = 0;
+  // Microseconds spent in each congestion-avoidance state, in the kernel's
+  // order: Open, Disorder, CWR, Recovery, Loss.
+  std::array<uint64_t, TCPSCOPE_CA_STATES> ca_state_us{};
+
+  // Filled in by the enricher (empty / 0 / nullopt until then).
+  std::string peer_class;
+  uint32_t asn = 0;
+  std::string as_org;
+  std::optional<std::string> cc_rule;
+  std::optional<std::string> experiment;
+  std::optional<std::string> arm;
+
+  uint32_t pid = 0;
+  std::string comm;
+  uint64_t cgroup_id = 0;
+  uint32_t netns = 0;
+
+  int family() const { return raddr.family; }
+};
+
+}  // namespace tcpscope

@@ -1,0 +1,868 @@
+#include "aggregate/aggregator.h"
+
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <random>
+#include <sstream>
+#include <memory>
+#include <string>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "config/config.h"
+#include "export/self_metrics.h"
+
+namespace tcpscope {
+namespace {
+
+using Labels = std::map<std::string, std::string>;
+
+// What Registry::Collect() exposes, looked up by family name and exact label set.
+class Scrape {
+ public:
+  explicit Scrape(const prometheus::Registry& r) : families_(r.Collect()) {}
+
+  const prometheus::MetricFamily* family(const std::string& name) const {
+    for (const auto& f : families_)
+      if (f.name == name) return &f;
+    return nullptr;
+  }
+  const prometheus::ClientMetric* metric(const std::string& name, const Labels& labels) const {
+    const auto* f = family(name);
+    if (!f) return nullptr;
+    for (const auto& m : f->metric) {
+      Labels l;
+      for (const auto& p : m.label) l[p.name] = p.value;
+      if (l == labels) return &m;
+    }
+    return nullptr;
+  }
+  // Label sets present in a family.
+  std::vector<Labels> series(const std::string& name) const {
+    std::vector<Labels> out;
+    if (const auto* f = family(name))
+      for (const auto& m : f->metric) {
+        Labels l;
+        for (const auto& p : m.label) l[p.name] = p.value;
+        out.push_back(l);
+      }
+    return out;
+  }
+  double counter(const std::string& name, const Labels& labels) const {
+    const auto* m = metric(name, labels);
+    EXPECT_TRUE(m) << name << " has no series " << to_string(labels);
+    return m ? m->counter.value : -1;
+  }
+  double gauge(const std::string& name, const Labels& labels) const {
+    const auto* m = metric(name, labels);
+    EXPECT_TRUE(m) << name << " has no series " << to_string(labels);
+    return m ? m->gauge.value : -1;
+  }
+  const prometheus::ClientMetric::Histogram* histogram(const std::string& name, const Labels& labels) const {
+    const auto* m = metric(name, labels);
+    return m ? &m->histogram : nullptr;
+  }
+  static std::string to_string(const Labels& l) {
+    std::string s = "{";
+    for (const auto& [k, v] : l) s += k + "=" + v + ",";
+    return s + "}";
+  }
+
+ private:
+  std::vector<prometheus::MetricFamily> families_;
+};
+
+// Cumulative count of the bucket whose upper bound is `le`.
+uint64_t bucket(const prometheus::ClientMetric::Histogram& h, double le) {
+  for (const auto& b : h.bucket)
+    if (b.upper_bound == le) return b.cumulative_count;
+  ADD_FAILURE() << "no bucket le=" << le;
+  return UINT64_MAX;
+}
+
+Labels base(const std::string& asn, const std::string& cls = "client", const std::string& cc = "cubic") {
+  return {{"peer_class", cls}, {"asn", asn}, {"cc", cc}};
+}
+
+Labels with(Labels l, const std::string& k, const std::string& v) {
+  l[k] = v;
+  return l;
+}
+
+FlowRecord good_flow(uint32_t asn, uint64_t bytes_acked, int64_t fct_us) {
+  FlowRecord f;
+  f.peer_class = "client";
+  f.cc = "cubic";
+  f.asn = asn;
+  f.dir = Direction::kPassive;
+  f.outcome = Outcome::kOk;
+  f.bytes_acked = bytes_acked;
+  f.bytes_received = 0;
+  f.fct_us = fct_us;
+  f.srtt_us = 25000;
+  f.min_rtt_us = 12000;
+  f.segs_out = 10;
+  return f;
+}
+
+class AggregatorTest : public ::testing::Test {
+ protected:
+  std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
+  AggregatorOptions options_;
+  AggregatorOptions no_warmup() {
+    AggregatorOptions o;
+    o.warmup_recompute_flows = 0;
+    return o;
+  }
+};
+
+TEST_F(AggregatorTest, CountersCountEveryFlow) {
+  Aggregator agg(registry_, no_warmup());
+  FlowRecord ok = good_flow(0, 5000, 40000);
+  ok.bytes_received = 700;
+  ok.segs_out = 7;
+  ok.retrans_segs = 2;
+  agg.add(ok);
+  agg.add(ok);
+  FlowRecord reset = ok;
+  reset.outcome = Outcome::kReset;
+  reset.dir = Direction::kActive;
+  agg.add(reset);
+  FlowRecord refused = good_flow(0, 0, 0);
+  refused.outcome = Outcome::kRefused;
+  refused.dir = Direction::kActive;
+  refused.segs_out = 1;
+  agg.add(refused);
+  FlowRecord partial = ok;
+  partial.partial = true;
+  agg.add(partial);
+
+  Scrape s(*registry_);
+  const Labels b = base("0");
+  EXPECT_EQ(s.counter("tcpscope_flows_total", with(with(b, "dir", "passive"), "outcome", "ok")), 3);
+  EXPECT_EQ(s.counter("tcpscope_flows_total", with(with(b, "dir", "active"), "outcome", "reset")), 1);
+  EXPECT_EQ(s.counter("tcpscope_flows_total", with(with(b, "dir", "active"), "outcome", "refused")), 1);
+  EXPECT_FALSE(s.metric("tcpscope_flows_total", with(with(b, "dir", "passive"), "outcome", "reset")));
+  EXPECT_EQ(s.counter("tcpscope_bytes_acked_total", b), 4 * 5000);
+  EXPECT_EQ(s.counter("tcpscope_bytes_received_total", b), 4 * 700);
+  EXPECT_EQ(s.counter("tcpscope_segments_out_total", b), 4 * 7 + 1);
+  EXPECT_EQ(s.counter("tcpscope_retransmitted_segments_total", b), 4 * 2);
+
+  // Only the two complete, non-partial ok flows describe completion time.
+  const auto* fct = s.histogram("tcpscope_flow_completion_seconds", with(b, "size_class", "lt_100k"));
+  ASSERT_TRUE(fct);
+  EXPECT_EQ(fct->sample_count, 2u);
+  EXPECT_DOUBLE_EQ(fct->sample_sum, 0.08);
+  const auto* srtt = s.histogram("tcpscope_srtt_seconds", b);
+  ASSERT_TRUE(srtt);
+  EXPECT_EQ(srtt->sample_count, 2u);
+  const auto* min_rtt = s.histogram("tcpscope_min_rtt_seconds", b);
+  ASSERT_TRUE(min_rtt);
+  EXPECT_EQ(min_rtt->sample_count, 2u);
+}
+
+TEST_F(AggregatorTest, FailedAndEmptyFlowsFeedNoHistogram) {
+  Aggregator agg(registry_, no_warmup());
+  FlowRecord reset = good_flow(0, 4000000, 900000);
+  reset.outcome = Outcome::kReset;
+  agg.add(reset);
+  FlowRecord timeout = reset;
+  timeout.outcome = Outcome::kTimeout;
+  agg.add(timeout);
+  agg.add(good_flow(0, 0, 30000));  // ok, but no data moved
+  FlowRecord partial = good_flow(0, 4000000, 900000);
+  partial.partial = true;
+  agg.add(partial);
+
+  Scrape s(*registry_);
+  EXPECT_EQ(s.counter("tcpscope_flows_total", with(with(base("0"), "dir", "passive"), "outcome", "ok")), 2);
+  EXPECT_EQ(s.counter("tcpscope_flows_total", with(with(base("0"), "dir", "passive"), "outcome", "reset")), 1);
+  EXPECT_EQ(s.counter("tcpscope_flows_total", with(with(base("0"), "dir", "passive"), "outcome", "timeout")), 1);
+  for (const char* h : {"tcpscope_flow_completion_seconds", "tcpscope_flow_throughput_bytes_per_second",
+                        "tcpscope_srtt_seconds", "tcpscope_min_rtt_seconds"})
+    EXPECT_TRUE(s.series(h).empty()) << h;
+}
+
+TEST_F(AggregatorTest, FctBucketsAreCumulative) {
+  Aggregator agg(registry_, no_warmup());
+  agg.add(good_flow(0, 1000, 150));      // 150 us
+  agg.add(good_flow(0, 1000, 4000));     // 4 ms
+  agg.add(good_flow(0, 1000, 5000));     // exactly on the 5 ms bound: le is inclusive
+  agg.add(good_flow(0, 1000, 90000000)); // 90 s: beyond the last bound
+
+  Scrape s(*registry_);
+  const auto* h = s.histogram("tcpscope_flow_completion_seconds", with(base("0"), "size_class", "lt_100k"));
+  ASSERT_TRUE(h);
+  ASSERT_EQ(h->bucket.size(), fct_buckets_seconds().size() + 1);  // + the +Inf bucket
+  EXPECT_EQ(bucket(*h, 0.0001), 0u);
+  EXPECT_EQ(bucket(*h, 0.0002), 1u);
+  EXPECT_EQ(bucket(*h, 0.003), 1u);
+  EXPECT_EQ(bucket(*h, 0.005), 3u);
+  EXPECT_EQ(bucket(*h, 60), 3u);
+  EXPECT_EQ(h->bucket.back().cumulative_count, 4u);
+  EXPECT_EQ(h->sample_count, 4u);
+  EXPECT_DOUBLE_EQ(h->sample_sum, 0.00015 + 0.004 + 0.005 + 90);
+}
+
+TEST_F(AggregatorTest, SizeClassFollowsTotalPayloadBytesAtTheBoundaries) {
+  Aggregator agg(registry_, no_warmup());
+  struct Case {
+    uint64_t acked, received;
+    const char* size_class;
+  };
+  const Case cases[] = {
+      {99999, 0, "lt_100k"},  {99000, 999, "lt_100k"},  {100000, 0, "100k_1m"}, {50000, 50000, "100k_1m"},
+      {999999, 0, "100k_1m"}, {1000000, 0, "1m_3m"},    {2999999, 0, "1m_3m"},  {3000000, 0, "ge_3m"},
+      {0, 3000000, "ge_3m"},  {9000000000, 0, "ge_3m"},
+  };
+  std::map<std::string, uint64_t> expected;
+  for (const auto& c : cases) {
+    FlowRecord f = good_flow(0, c.acked, 100000);
+    f.bytes_received = c.received;
+    agg.add(f);
+    ++expected[c.size_class];
+    EXPECT_EQ(agg.size_class_label(c.acked + c.received), c.size_class);
+  }
+  Scrape s(*registry_);
+  EXPECT_EQ(s.series("tcpscope_flow_completion_seconds").size(), 4u);
+  for (const auto& [size_class, n] : expected) {
+    const auto* h = s.histogram("tcpscope_flow_completion_seconds", with(base("0"), "size_class", size_class));
+    ASSERT_TRUE(h) << size_class;
+    EXPECT_EQ(h->sample_count, n) << size_class;
+  }
+}
+
+TEST_F(AggregatorTest, ThroughputOnlyForFlowsOfAtLeastTheThreshold) {
+  Aggregator agg(registry_, no_warmup());
+  agg.add(good_flow(0, 2999999, 1000000));  // one byte short
+  Scrape before(*registry_);
+  EXPECT_TRUE(before.series("tcpscope_flow_throughput_bytes_per_second").empty());
+
+  agg.add(good_flow(0, 3000000, 1000000));   // 3 MB/s
+  FlowRecord split = good_flow(0, 1000000, 200000);
+  split.bytes_received = 2000000;            // 3 MB in 200 ms: 15 MB/s
+  agg.add(split);
+  Scrape s(*registry_);
+  const auto* h = s.histogram("tcpscope_flow_throughput_bytes_per_second", base("0"));
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->sample_count, 2u);
+  EXPECT_DOUBLE_EQ(h->sample_sum, 3e6 + 15e6);
+  EXPECT_EQ(bucket(*h, 2e6), 0u);
+  EXPECT_EQ(bucket(*h, 5e6), 1u);
+  EXPECT_EQ(bucket(*h, 1e7), 1u);
+  EXPECT_EQ(bucket(*h, 2e7), 2u);
+}
+
+TEST_F(AggregatorTest, ThroughputThresholdIsConfigurable) {
+  AggregatorOptions o = no_warmup();
+  o.throughput_min_bytes = 1000;
+  Aggregator agg(registry_, o);
+  agg.add(good_flow(0, 999, 1000));
+  agg.add(good_flow(0, 1000, 1000));  // 1000 B in 1 ms: 1 MB/s
+  Scrape s(*registry_);
+  const auto* h = s.histogram("tcpscope_flow_throughput_bytes_per_second", base("0"));
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->sample_count, 1u);
+  EXPECT_DOUBLE_EQ(h->sample_sum, 1e6);
+}
+
+TEST_F(AggregatorTest, RttHistogramsInSeconds) {
+  Aggregator agg(registry_, no_warmup());
+  FlowRecord f = good_flow(0, 1000, 50000);
+  f.srtt_us = 25000;
+  f.min_rtt_us = 900;
+  agg.add(f);
+  FlowRecord no_min = f;
+  no_min.min_rtt_us = UINT32_MAX;  // the kernel's "no sample yet"
+  agg.add(no_min);
+  Scrape s(*registry_);
+  const auto* srtt = s.histogram("tcpscope_srtt_seconds", base("0"));
+  const auto* min_rtt = s.histogram("tcpscope_min_rtt_seconds", base("0"));
+  ASSERT_TRUE(srtt && min_rtt);
+  EXPECT_EQ(srtt->sample_count, 2u);
+  EXPECT_DOUBLE_EQ(srtt->sample_sum, 0.05);
+  EXPECT_EQ(bucket(*srtt, 0.02), 0u);
+  EXPECT_EQ(bucket(*srtt, 0.03), 2u);
+  EXPECT_EQ(min_rtt->sample_count, 1u);
+  EXPECT_EQ(bucket(*min_rtt, 0.0005), 0u);
+  EXPECT_EQ(bucket(*min_rtt, 0.001), 1u);
+}
+
+TEST_F(AggregatorTest, CongestionStateSecondsPerState) {
+  Aggregator agg(registry_, no_warmup());
+  FlowRecord f = good_flow(0, 1000, 50000);
+  f.ca_state_us = {1500000, 0, 0, 250000, 0};
+  agg.add(f);
+  agg.add(f);
+  Scrape s(*registry_);
+  EXPECT_DOUBLE_EQ(s.counter("tcpscope_congestion_state_seconds_total", with(base("0"), "state", "open")), 3.0);
+  EXPECT_DOUBLE_EQ(s.counter("tcpscope_congestion_state_seconds_total", with(base("0"), "state", "recovery")), 0.5);
+  EXPECT_FALSE(s.metric("tcpscope_congestion_state_seconds_total", with(base("0"), "state", "loss")));
+}
+
+TEST_F(AggregatorTest, LabelsSeparatePeerClassAndCc) {
+  Aggregator agg(registry_, no_warmup());
+  FlowRecord a = good_flow(0, 1000, 1000);
+  FlowRecord b = a;
+  b.peer_class = "origin";
+  FlowRecord c = a;
+  c.cc = "bbr";
+  agg.add(a);
+  agg.add(b);
+  agg.add(b);
+  agg.add(c);
+  agg.add(c);
+  agg.add(c);
+  Scrape s(*registry_);
+  EXPECT_EQ(s.counter("tcpscope_bytes_acked_total", base("0", "client", "cubic")), 1000);
+  EXPECT_EQ(s.counter("tcpscope_bytes_acked_total", base("0", "origin", "cubic")), 2000);
+  EXPECT_EQ(s.counter("tcpscope_bytes_acked_total", base("0", "client", "bbr")), 3000);
+  EXPECT_EQ(agg.label_sets(), 3u);
+}
+
+TEST_F(AggregatorTest, TopAsnsKeepTheirNumberOthersFoldAndUnknownIsZero) {
+  AggregatorOptions o = no_warmup();
+  o.top_n = 2;
+  Aggregator agg(registry_, o);
+  // While the top-N has room an ASN joins it at once; once full, newcomers
+  // are "other" until a ranking lets them in.
+  agg.add(good_flow(100, 900000, 1000));
+  agg.add(good_flow(200, 500000, 1000));
+  agg.add(good_flow(300, 100000, 1000));
+  agg.add(good_flow(0, 7, 1000));
+  EXPECT_EQ(agg.asn_label(100), "100");
+  EXPECT_EQ(agg.asn_label(300), "other");
+  agg.recompute_top_asns();
+  EXPECT_EQ(agg.top_asns(), (std::vector<uint32_t>{100, 200}));
+  EXPECT_EQ(agg.asn_label(100), "100");
+  EXPECT_EQ(agg.asn_label(200), "200");
+  EXPECT_EQ(agg.asn_label(300), "other");
+  EXPECT_EQ(agg.asn_label(0), "0");
+  EXPECT_EQ(agg.asn_label(999), "other");  // never seen
+
+  agg.add(good_flow(100, 10, 1000));
+  agg.add(good_flow(300, 20, 1000));
+  agg.add(good_flow(999, 40, 1000));
+  agg.add(good_flow(0, 80, 1000));
+
+  Scrape s(*registry_);
+  // Counters never move between labels.
+  EXPECT_EQ(s.counter("tcpscope_bytes_acked_total", base("other")), 100000 + 20 + 40);
+  EXPECT_EQ(s.counter("tcpscope_bytes_acked_total", base("100")), 900000 + 10);
+  EXPECT_EQ(s.counter("tcpscope_bytes_acked_total", base("200")), 500000);
+  EXPECT_EQ(s.counter("tcpscope_bytes_acked_total", base("0")), 7 + 80);
+  EXPECT_FALSE(s.metric("tcpscope_bytes_acked_total", base("300")));
+  for (const auto& l : s.series("tcpscope_flows_total")) {
+    const std::string& asn = l.at("asn");
+    EXPECT_TRUE(asn == "other" || asn == "0" || asn == "100" || asn == "200") << asn;
+  }
+}
+
+TEST_F(AggregatorTest, RankingIsByBytesNotFlows) {
+  AggregatorOptions o = no_warmup();
+  o.top_n = 1;
+  Aggregator agg(registry_, o);
+  for (int i = 0; i < 100; ++i) agg.add(good_flow(100, 1000, 1000));  // many small flows
+  agg.add(good_flow(200, 200000, 1000));                               // one large one
+  agg.recompute_top_asns();
+  EXPECT_EQ(agg.top_asns(), (std::vector<uint32_t>{200}));
+}
+
+TEST_F(AggregatorTest, WarmupRanksWithoutWaitingForTheDaemon) {
+  AggregatorOptions o;
+  o.top_n = 1;
+  o.warmup_recompute_flows = 10;
+  Aggregator agg(registry_, o);
+  agg.add(good_flow(1111, 10, 10));  // takes the only place while there is room
+  for (int i = 0; i < 8; ++i) agg.add(good_flow(4242, 1000, 1000));
+  EXPECT_EQ(agg.top_asns(), (std::vector<uint32_t>{1111}));
+  agg.add(good_flow(4242, 1000, 1000));  // the 10th flow ranks
+  EXPECT_EQ(agg.top_asns(), (std::vector<uint32_t>{4242}));
+
+  AggregatorOptions late = o;
+  late.warmup_seconds = 0;  // warm-up already over: only the daemon's calls rank
+  auto registry2 = std::make_shared<prometheus::Registry>();
+  Aggregator agg2(registry2, late);
+  agg2.add(good_flow(1111, 10, 10));
+  for (int i = 0; i < 30; ++i) agg2.add(good_flow(4242, 1000, 1000));
+  EXPECT_EQ(agg2.top_asns(), (std::vector<uint32_t>{1111}));
+}
+
+TEST_F(AggregatorTest, SeriesOfAsnsThatLeftTheTopAreRemovedAfterTheGracePeriod) {
+  AggregatorOptions o = no_warmup();
+  o.top_n = 1;
+  o.stale_asn_seconds = 0;
+  Aggregator agg(registry_, o);
+  agg.add(good_flow(100, 1000, 1000));
+  agg.recompute_top_asns();
+  agg.add(good_flow(100, 1000, 1000));
+  EXPECT_TRUE(Scrape(*registry_).metric("tcpscope_bytes_acked_total", base("100")));
+
+  agg.add(good_flow(200, 1000000, 1000));  // 200 overtakes 100
+  agg.recompute_top_asns();
+  EXPECT_EQ(agg.asn_label(100), "other");
+  Scrape s(*registry_);
+  for (const char* name : {"tcpscope_bytes_acked_total", "tcpscope_srtt_seconds"})
+    EXPECT_FALSE(s.metric(name, base("100"))) << name;
+  EXPECT_FALSE(s.metric("tcpscope_flows_total", with(with(base("100"), "dir", "passive"), "outcome", "ok")));
+  EXPECT_FALSE(s.metric("tcpscope_flow_completion_seconds", with(base("100"), "size_class", "lt_100k")));
+  // "other" is never removed.
+  EXPECT_TRUE(s.metric("tcpscope_bytes_acked_total", base("other")));
+}
+
+TEST_F(AggregatorTest, SeriesSurviveWithinTheGracePeriod) {
+  AggregatorOptions o = no_warmup();
+  o.top_n = 1;
+  o.stale_asn_seconds = 3600;
+  Aggregator agg(registry_, o);
+  agg.add(good_flow(100, 1000, 1000));
+  agg.recompute_top_asns();
+  agg.add(good_flow(100, 1000, 1000));
+  agg.add(good_flow(200, 1000000, 1000));
+  agg.recompute_top_asns();
+  EXPECT_EQ(agg.asn_label(100), "other");
+  EXPECT_EQ(Scrape(*registry_).counter("tcpscope_bytes_acked_total", base("100")), 2000);
+}
+
+TEST_F(AggregatorTest, AsnTableIsBounded) {
+  AggregatorOptions o = no_warmup();
+  o.top_n = 3;
+  o.max_tracked_asns = 10;
+  Aggregator agg(registry_, o);
+  for (uint32_t a = 1; a <= 25; ++a) agg.add(good_flow(a, 1000 * a, 1000));
+  EXPECT_EQ(agg.untracked_asn_flows(), 15u);
+  agg.recompute_top_asns();  // ranks the 10 tracked, then prunes to the best 5
+  EXPECT_EQ(agg.top_asns(), (std::vector<uint32_t>{10, 9, 8}));
+  // Room again: a new heavy ASN is tracked and can reach the top.
+  agg.add(good_flow(77, 100000000, 1000));
+  EXPECT_EQ(agg.untracked_asn_flows(), 15u);
+  agg.recompute_top_asns();
+  EXPECT_EQ(agg.top_asns().front(), 77u);
+}
+
+TEST_F(AggregatorTest, ActiveFlowGaugesFollowTheSnapshot) {
+  Aggregator agg(registry_, no_warmup());
+  agg.set_active_flows({{{"client", "cubic"}, 5}, {{"origin", "bbr"}, 2}});
+  Scrape s1(*registry_);
+  EXPECT_EQ(s1.gauge("tcpscope_active_flows", {{"peer_class", "client"}, {"cc", "cubic"}}), 5);
+  EXPECT_EQ(s1.gauge("tcpscope_active_flows", {{"peer_class", "origin"}, {"cc", "bbr"}}), 2);
+  agg.set_active_flows({{{"client", "cubic"}, 7}});
+  Scrape s2(*registry_);
+  EXPECT_EQ(s2.gauge("tcpscope_active_flows", {{"peer_class", "client"}, {"cc", "cubic"}}), 7);
+  EXPECT_EQ(s2.gauge("tcpscope_active_flows", {{"peer_class", "origin"}, {"cc", "bbr"}}), 0);
+}
+
+TEST_F(AggregatorTest, ReloadWithNewSizeClassesKeepsOldSeries) {
+  Aggregator agg(registry_, no_warmup());
+  agg.add(good_flow(0, 50000, 1000));
+  AggregatorOptions o = no_warmup();
+  o.size_classes_bytes = {10000};
+  agg.update_options(o);
+  agg.add(good_flow(0, 50000, 1000));
+  agg.add(good_flow(0, 5000, 1000));
+  Scrape s(*registry_);
+  EXPECT_EQ(s.histogram("tcpscope_flow_completion_seconds", with(base("0"), "size_class", "lt_100k"))->sample_count, 1u);
+  EXPECT_EQ(s.histogram("tcpscope_flow_completion_seconds", with(base("0"), "size_class", "ge_10k"))->sample_count, 1u);
+  EXPECT_EQ(s.histogram("tcpscope_flow_completion_seconds", with(base("0"), "size_class", "lt_10k"))->sample_count, 1u);
+  EXPECT_EQ(s.counter("tcpscope_bytes_acked_total", base("0")), 105000);
+}
+
+TEST_F(AggregatorTest, MetricTypesAreAsSpecified) {
+  Aggregator agg(registry_, no_warmup());
+  FlowRecord f = good_flow(0, 5000000, 1000000);
+  f.ca_state_us[0] = 1;
+  agg.add(f);
+  agg.set_active_flows({{{"client", "cubic"}, 1}});
+  Scrape s(*registry_);
+  using T = prometheus::MetricType;
+  const std::map<std::string, T> expected{
+      {"tcpscope_flows_total", T::Counter},
+      {"tcpscope_bytes_acked_total", T::Counter},
+      {"tcpscope_bytes_received_total", T::Counter},
+      {"tcpscope_segments_out_total", T::Counter},
+      {"tcpscope_retransmitted_segments_total", T::Counter},
+      {"tcpscope_congestion_state_seconds_total", T::Counter},
+      {"tcpscope_flow_completion_seconds", T::Histogram},
+      {"tcpscope_flow_throughput_bytes_per_second", T::Histogram},
+      {"tcpscope_srtt_seconds", T::Histogram},
+      {"tcpscope_min_rtt_seconds", T::Histogram},
+      {"tcpscope_active_flows", T::Gauge},
+  };
+  for (const auto& [name, type] : expected) {
+    const auto* fam = s.family(name);
+    ASSERT_TRUE(fam) << name;
+    EXPECT_EQ(fam->type, type) << name;
+    EXPECT_FALSE(fam->metric.empty()) << name;
+  }
+}
+
+// The ring reader adds while HTTP threads render; run under TSan/ASan to
+// catch races. Totals must come out exact.
+TEST_F(AggregatorTest, ScrapesWhileAddingSeeConsistentTotals) {
+  AggregatorOptions o;
+  o.top_n = 5;
+  o.warmup_recompute_flows = 500;
+  o.stale_asn_seconds = 0;  // also exercise series removal under scrapes
+  Aggregator agg(registry_, o);
+  std::atomic<bool> done{false};
+  std::vector<std::thread> scrapers;
+  for (int t = 0; t < 2; ++t)
+    scrapers.emplace_back([&] {
+      while (!done) {
+        prometheus::TextSerializer().Serialize(registry_->Collect());
+        agg.set_active_flows({{{"client", "cubic"}, 1}});
+      }
+    });
+  const int kFlows = 20000;
+  for (int i = 0; i < kFlows; ++i) {
+    FlowRecord f = good_flow(i % 3 == 0 ? 0 : 64500 + static_cast<uint32_t>(i % 40), 1000, 2000);
+    f.cc = i % 2 ? "bbr" : "cubic";
+    agg.add(f);
+    if (i % 5000 == 0) agg.recompute_top_asns();
+  }
+  done = true;
+  for (auto& t : scrapers) t.join();
+  // Every flow is counted exactly once in some label set; removed series only
+  // ever belong to ASNs that left the top, so count what is left plus nothing
+  // lost for "0" (never removed).
+  Scrape s(*registry_);
+  double zero = 0;
+  for (const char* cc : {"cubic", "bbr"})
+    if (s.metric("tcpscope_flows_total", with(with(base("0", "client", cc), "dir", "passive"), "outcome", "ok")))
+      zero += s.counter("tcpscope_flows_total", with(with(base("0", "client", cc), "dir", "passive"), "outcome", "ok"));
+  EXPECT_EQ(zero, (kFlows + 2) / 3);
+}
+
+// Every flow shape that creates a series for (asn, class, cc): each dir x
+// outcome, an ok flow in each size class (the largest above the throughput
+// threshold), every congestion state, both RTTs.
+std::vector<FlowRecord> flows_filling_every_series(uint32_t asn, const std::string& cls, const std::string& cc,
+                                                   uint64_t bytes_scale = 1) {
+  std::vector<FlowRecord> out;
+  for (auto dir : {Direction::kActive, Direction::kPassive})
+    for (auto outcome : {Outcome::kOk, Outcome::kReset, Outcome::kRefused, Outcome::kTimeout, Outcome::kError}) {
+      FlowRecord f = good_flow(asn, 1000 * bytes_scale, 2000);
+      f.peer_class = cls;
+      f.cc = cc;
+      f.dir = dir;
+      f.outcome = outcome;
+      f.retrans_segs = 1;
+      f.bytes_received = 10;
+      for (auto& us : f.ca_state_us) us = 100;
+      out.push_back(f);
+    }
+  for (uint64_t bytes : {50000, 500000, 2000000, 5000000}) {
+    FlowRecord f = good_flow(asn, bytes, 100000);
+    f.peer_class = cls;
+    f.cc = cc;
+    out.push_back(f);
+  }
+  return out;
+}
+
+// Samples as Prometheus counts them: every non-comment line of the exposition.
+size_t exposition_samples(const prometheus::Registry& r) {
+  const std::string text = prometheus::TextSerializer().Serialize(r.Collect());
+  size_t n = 0, start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    if (end > start && text[start] != '#') ++n;
+    start = end + 1;
+  }
+  return n;
+}
+
+// The asn label values present in the exposition.
+std::set<std::string> asn_labels(const prometheus::Registry& r) {
+  std::set<std::string> out;
+  for (const auto& f : r.Collect())
+    for (const auto& m : f.metric)
+      for (const auto& l : m.label)
+        if (l.name == "asn") out.insert(l.value);
+  return out;
+}
+
+TEST_F(AggregatorTest, SeriesCountMatchesTheBudget) {
+  // The per-label-set count of the README and aggregator.h, by hand: 4
+  // counters, 10 flows_total, 5 states, S x 27 FCT, 22 throughput, 2 x 27 RTT.
+  const uint64_t S = 4, P = 4 + 10 + 5 + S * (24 + 3) + (19 + 3) + 2 * (24 + 3);
+  ASSERT_EQ(P, 203u);
+  const std::vector<std::string> classes{"client", "origin"}, ccs{"cubic", "bbr"};
+  const uint64_t C = classes.size(), K = ccs.size();
+
+  AggregatorOptions o = no_warmup();
+  o.top_n = 5;
+  o.max_stale_asns = 5;
+  o.stale_asn_seconds = 3600;
+  const uint64_t N = o.top_n;
+  Aggregator agg(registry_, o);
+  auto feed = [&](uint32_t asn, uint64_t scale) {
+    for (const auto& cls : classes)
+      for (const auto& cc : ccs)
+        for (const auto& f : flows_filling_every_series(asn, cls, cc, scale)) agg.add(f);
+  };
+  std::map<std::pair<std::string, std::string>, int64_t> active;
+  for (const auto& cls : classes)
+    for (const auto& cc : ccs) active[{cls, cc}] = 1;
+  agg.set_active_flows(active);
+
+  // N + k ASNs and unknown ones: the first N join the top-N at once, the k
+  // others fold into "other". A = N + 2 asn values.
+  const uint32_t k = 3;
+  for (uint32_t a = 1; a <= N + k; ++a) feed(1000 + a, 1);
+  feed(0, 1);
+  EXPECT_EQ(agg.top_asns().size(), N);
+  EXPECT_EQ(asn_labels(*registry_).size(), N + 2);
+  EXPECT_EQ(exposition_samples(*registry_), C * (N + 2) * K * P + C * K);
+
+  // N new, heavier ASNs take over the top-N; the old ones stay, frozen, for
+  // the grace period: A = 2N + 2, the budget.
+  for (uint32_t a = 1; a <= N; ++a) feed(2000 + a, 1000);
+  agg.recompute_top_asns();
+  for (uint32_t a = 1; a <= N; ++a) feed(2000 + a, 1000);
+  EXPECT_EQ(asn_labels(*registry_).size(), 2 * N + 2);
+  EXPECT_EQ(exposition_samples(*registry_), C * (2 * N + 2) * K * P + C * K);
+  EXPECT_EQ(exposition_samples(*registry_), series_budget(o, C, K));
+
+  // Churn again: 2N stale candidates, only the N that left the top last stay.
+  for (uint32_t a = 1; a <= N; ++a) feed(3000 + a, 1000000);
+  agg.recompute_top_asns();
+  for (uint32_t a = 1; a <= N; ++a) feed(3000 + a, 1000000);
+  const auto labels = asn_labels(*registry_);
+  EXPECT_EQ(labels.size(), 2 * N + 2);
+  for (uint32_t a = 1; a <= N + k; ++a) EXPECT_FALSE(labels.count(std::to_string(1000 + a))) << a;
+  for (uint32_t a = 1; a <= N; ++a) EXPECT_TRUE(labels.count(std::to_string(2000 + a))) << a;
+  EXPECT_EQ(exposition_samples(*registry_), series_budget(o, C, K));
+}
+
+TEST_F(AggregatorTest, DefaultSeriesBudgetIsTheReadmeFigure) {
+  // README.md "Series budget": the shipped default (one peer class, top_n 50,
+  // four size classes), for one and for two congestion controls in use.
+  Config defaults;
+  const AggregatorOptions o = AggregatorOptions::from_config(defaults);
+  EXPECT_EQ(o.max_stale_asns, 50u);
+  EXPECT_EQ(series_budget(o, 1, 1), 20707u);
+  EXPECT_EQ(series_budget(o, 1, 2), 41414u);
+}
+
+TEST_F(AggregatorTest, ReplacedSizeClassHistogramsGoWithAStaleAsn) {
+  AggregatorOptions o = no_warmup();
+  o.top_n = 1;
+  o.stale_asn_seconds = 0;
+  Aggregator agg(registry_, o);
+  agg.add(good_flow(100, 50000, 1000));  // 100 joins the top-N; lt_100k
+  o.size_classes_bytes = {10000};
+  agg.update_options(o);
+  agg.add(good_flow(100, 50000, 1000));  // ge_10k
+  {
+    Scrape s(*registry_);  // the old class is still there until a ranking
+    EXPECT_TRUE(s.histogram("tcpscope_flow_completion_seconds", with(base("100"), "size_class", "lt_100k")));
+    EXPECT_TRUE(s.histogram("tcpscope_flow_completion_seconds", with(base("100"), "size_class", "ge_10k")));
+  }
+  agg.add(good_flow(200, 10000000, 1000));  // 200 overtakes 100
+  agg.recompute_top_asns();
+  EXPECT_EQ(agg.asn_label(100), "other");
+  EXPECT_FALSE(asn_labels(*registry_).count("100"));
+  for (const auto& f : registry_->Collect())
+    for (const auto& m : f.metric)
+      for (const auto& l : m.label) EXPECT_FALSE(l.name == "asn" && l.value == "100") << f.name;
+}
+
+TEST_F(AggregatorTest, ReplacedSizeClassHistogramsAreRemovedAfterTheGracePeriod) {
+  AggregatorOptions o = no_warmup();
+  o.stale_asn_seconds = 0;
+  Aggregator agg(registry_, o);
+  agg.add(good_flow(0, 50000, 1000));       // lt_100k
+  agg.add(good_flow(0, 5000000, 1000));     // ge_3m
+  o.size_classes_bytes = {100000, 1000000};  // lt_100k and 100k_1m stay, ge_1m is new
+  agg.update_options(o);
+  agg.add(good_flow(0, 50000, 1000));
+  agg.add(good_flow(0, 5000000, 1000));
+  agg.recompute_top_asns();
+  Scrape s(*registry_);
+  const auto fct = [&](const char* sc) {
+    return s.histogram("tcpscope_flow_completion_seconds", with(base("0"), "size_class", sc));
+  };
+  ASSERT_TRUE(fct("lt_100k"));
+  EXPECT_EQ(fct("lt_100k")->sample_count, 2u);  // kept across the reload
+  ASSERT_TRUE(fct("ge_1m"));
+  EXPECT_EQ(fct("ge_1m")->sample_count, 1u);
+  EXPECT_FALSE(fct("ge_3m"));                    // replaced, grace period over
+  EXPECT_EQ(s.series("tcpscope_flow_completion_seconds").size(), 2u);
+}
+
+TEST_F(AggregatorTest, SizeClassesRestoredWithinTheGracePeriodGetTheirHistogramBack) {
+  AggregatorOptions o = no_warmup();
+  o.stale_asn_seconds = 3600;
+  Aggregator agg(registry_, o);
+  const AggregatorOptions original = o;
+  agg.add(good_flow(0, 5000000, 1000));  // ge_3m
+  o.size_classes_bytes = {10000};
+  agg.update_options(o);
+  agg.update_options(original);          // back before the grace period ends
+  agg.add(good_flow(0, 5000000, 1000));
+  agg.recompute_top_asns();
+  AggregatorOptions expire = original;
+  expire.stale_asn_seconds = 0;
+  agg.update_options(expire);
+  agg.recompute_top_asns();              // nothing retired may take the live histogram with it
+  agg.add(good_flow(0, 5000000, 1000));
+  Scrape s(*registry_);
+  const auto* h = s.histogram("tcpscope_flow_completion_seconds", with(base("0"), "size_class", "ge_3m"));
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->sample_count, 3u);
+}
+
+// The exposition as name{labels} -> value, for comparing two registries.
+std::map<std::string, double> exposition_values(const prometheus::Registry& r) {
+  std::map<std::string, double> out;
+  std::istringstream in(prometheus::TextSerializer().Serialize(r.Collect()));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t sp = line.rfind(' ');
+    out[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
+  }
+  return out;
+}
+
+// Flows of several label sets with values on and between bucket bounds.
+std::vector<FlowRecord> mixed_flows(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t fcts[] = {100, 1000, 1001, 2999, 50000, 60000000, 90000000};
+  const uint32_t rtts[] = {50, 51, 1000, 75000, 10000000, 20000000};
+  std::vector<FlowRecord> out;
+  for (size_t i = 0; i < n; ++i) {
+    FlowRecord f = good_flow(rng() % 4 ? 64500 + rng() % 12 : 0, rng() % 2 ? 1000 : 4000000, fcts[rng() % 7]);
+    f.peer_class = rng() % 3 ? "client" : "origin";
+    f.cc = rng() % 2 ? "bbr" : "cubic";
+    f.dir = rng() % 2 ? Direction::kActive : Direction::kPassive;
+    f.outcome = rng() % 5 ? Outcome::kOk : Outcome::kReset;
+    f.bytes_received = rng() % 3000;
+    f.srtt_us = rtts[rng() % 6];
+    f.min_rtt_us = rng() % 6 ? rtts[rng() % 6] : UINT32_MAX;
+    f.retrans_segs = rng() % 3;
+    f.ca_state_us[rng() % f.ca_state_us.size()] = rng() % 100000;
+    out.push_back(f);
+  }
+  return out;
+}
+
+// The daemon adds a drain's records in a batch and publishes once; the
+// metrics must come out as if each flow had been added on its own, across a
+// ranking that removes series and a reload that replaces size classes.
+// A batch publishes a histogram's few observations one by one and many as
+// bucket counts: batches of 5 and 1,000 flows take both ways.
+void expect_batched_equals_single(size_t batch) {
+  AggregatorOptions o;
+  o.top_n = 4;
+  o.warmup_recompute_flows = 300;
+  o.stale_asn_seconds = 0;
+  AggregatorOptions reloaded = o;
+  reloaded.size_classes_bytes = {10000, 3000000};
+  auto single_registry = std::make_shared<prometheus::Registry>();
+  auto batched_registry = std::make_shared<prometheus::Registry>();
+  Aggregator single(single_registry, o), batched(batched_registry, o);
+  const auto flows = mixed_flows(5000, 7);
+  for (size_t i = 0; i < flows.size(); i += batch) {
+    batched.begin_batch();
+    for (size_t j = i; j < std::min(flows.size(), i + batch); ++j) {
+      EXPECT_EQ(single.add(flows[j]), batched.add(flows[j])) << "flow " << j;
+      if (j == 1200 || j == 3300) {
+        single.recompute_top_asns();
+        batched.recompute_top_asns();
+      }
+      if (j == 2500) {
+        single.update_options(reloaded);
+        batched.update_options(reloaded);
+      }
+    }
+    batched.end_batch();
+  }
+  const auto want = exposition_values(*single_registry);
+  const auto got = exposition_values(*batched_registry);
+  ASSERT_EQ(want.size(), got.size());
+  size_t nonzero = 0;
+  for (const auto& [series, value] : want) {
+    auto it = got.find(series);
+    ASSERT_NE(it, got.end()) << series;
+    // Sums of seconds add in another order: equal to rounding.
+    EXPECT_NEAR(it->second, value, 1e-9 * std::max(1.0, std::fabs(value))) << series;
+    nonzero += value != 0;
+  }
+  EXPECT_GT(nonzero, 500u);
+}
+
+// The daemon adds a drain's records in a batch and publishes once; the
+// metrics must come out as if each flow had been added on its own, across a
+// ranking that removes series and a reload that replaces size classes.
+TEST_F(AggregatorTest, BatchedFlowsPublishWhatSingleFlowsWould) {
+  expect_batched_equals_single(5);
+  expect_batched_equals_single(1000);
+}
+
+TEST_F(AggregatorTest, ABatchPublishesWhenItEnds) {
+  Aggregator agg(registry_, no_warmup());
+  agg.begin_batch();
+  for (int i = 0; i < 10; ++i) agg.add(good_flow(0, 1000, 2000));
+  const auto flows = with(with(base("0"), "dir", "passive"), "outcome", "ok");
+  EXPECT_EQ(Scrape(*registry_).counter("tcpscope_flows_total", flows), 0);
+  agg.end_batch();
+  Scrape s(*registry_);
+  EXPECT_EQ(s.counter("tcpscope_flows_total", flows), 10);
+  EXPECT_EQ(s.counter("tcpscope_bytes_acked_total", base("0")), 10000);
+  EXPECT_EQ(s.histogram("tcpscope_flow_completion_seconds", with(base("0"), "size_class", "lt_100k"))->sample_count,
+            10u);
+  // Outside a batch a flow counts at once.
+  agg.add(good_flow(0, 1000, 2000));
+  EXPECT_EQ(Scrape(*registry_).counter("tcpscope_flows_total", flows), 11);
+}
+
+TEST(SelfMetricsTest, TotalsAdvanceCountersByTheDelta) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  SelfMetrics m(registry, "1.2.3", "1.1.0", "6.18.0");
+  m.set_records_lost(0);
+  m.set_records_lost(5);
+  m.set_records_lost(5);
+  m.set_records_lost(12);
+  m.set_records(1000);
+  m.set_records(1500);
+  m.set_enrichment_lookups(40);
+  m.set_flow_log_dropped(3);
+  m.set_flow_log_dropped(1);  // source restarted: 1 new drop
+  m.set_ring_buffer_fill(0.25);
+  m.set_snapshot({321, 3, 500, 2, 1, 0.25});
+  m.count_reload(true);
+  m.count_reload(false);
+  m.count_reload(false);
+
+  Scrape s(*registry);
+  EXPECT_EQ(s.counter("tcpscope_records_lost_total", {}), 12);
+  EXPECT_EQ(s.counter("tcpscope_records_total", {}), 1500);
+  EXPECT_EQ(s.counter("tcpscope_enrichment_lookups_total", {}), 40);
+  EXPECT_EQ(s.counter("tcpscope_flow_log_dropped_total", {}), 4);
+  EXPECT_EQ(s.gauge("tcpscope_ring_buffer_fill_ratio", {}), 0.25);
+  EXPECT_EQ(s.gauge("tcpscope_snapshot_flows", {}), 321);
+  EXPECT_EQ(s.gauge("tcpscope_snapshot_namespaces", {{"result", "read"}}), 3);
+  EXPECT_EQ(s.gauge("tcpscope_snapshot_namespaces", {{"result", "empty"}}), 500);
+  EXPECT_EQ(s.gauge("tcpscope_snapshot_namespaces", {{"result", "skipped"}}), 2);
+  EXPECT_EQ(s.gauge("tcpscope_snapshot_namespaces", {{"result", "failed"}}), 1);
+  EXPECT_EQ(s.gauge("tcpscope_snapshot_seconds", {}), 0.25);
+  EXPECT_EQ(s.counter("tcpscope_config_reloads_total", {{"result", "ok"}}), 1);
+  EXPECT_EQ(s.counter("tcpscope_config_reloads_total", {{"result", "failed"}}), 2);
+  EXPECT_EQ(s.gauge("tcpscope_build_info", {{"version", "1.2.3"}, {"libbpf", "1.1.0"}, {"kernel", "6.18.0"}}), 1);
+
+  m.set_ring_buffer_fill(3.0);
+  EXPECT_EQ(Scrape(*registry).gauge("tcpscope_ring_buffer_fill_ratio", {}), 1.0);
+}
+
+}  // namespace
+}  // namespace tcpscope

@@ -1,0 +1,357 @@
+// The client side: the HTTP client, `tcpscope flows` and `tcpscope compare`
+// end to end against a real HttpServer on a loopback port.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/compare_command.h"
+#include "aggregate/flow_distributions.h"
+#include "record/flow_json.h"
+#include "record/flow_record.h"
+#include "cli/flows_command.h"
+#include "net/http_client.h"
+#include "text/url_query.h"
+#include "export/http_auth.h"
+#include "export/http_server.h"
+
+namespace tcpscope {
+namespace {
+
+std::unique_ptr<HttpServer> start_server() {
+  std::string error;
+  auto s = HttpServer::start("127.0.0.1:0", &error);
+  EXPECT_TRUE(s) << error;
+  return s;
+}
+
+std::string base(const HttpServer& s) { return "http://127.0.0.1:" + std::to_string(s.port()); }
+
+TEST(HttpClient, ParsesUrls) {
+  HttpUrl u;
+  std::string why;
+  ASSERT_TRUE(parse_http_url("http://127.0.0.1:9810", &u, &why)) << why;
+  EXPECT_EQ(u.host, "127.0.0.1");
+  EXPECT_EQ(u.port, "9810");
+  EXPECT_EQ(u.target, "/");
+  ASSERT_TRUE(parse_http_url("[::1]:9810/api/v1/flows?x=1", &u, &why)) << why;
+  EXPECT_EQ(u.host, "::1");
+  EXPECT_EQ(u.target, "/api/v1/flows?x=1");
+  ASSERT_TRUE(parse_http_url("localhost", &u, &why)) << why;
+  EXPECT_EQ(u.port, "80");
+  EXPECT_FALSE(parse_http_url("https://127.0.0.1:9810", &u, &why));
+  EXPECT_FALSE(parse_http_url("http://127.0.0.1:99999", &u, &why));
+  EXPECT_FALSE(parse_http_url("http://:80", &u, &why));
+  EXPECT_EQ(join_url("http://h:1/", "/api"), "http://h:1/api");
+  EXPECT_EQ(join_url("http://h:1", "api"), "http://h:1/api");
+}
+
+TEST(HttpClient, EncodesQueries) {
+  EXPECT_EQ(url_encode("cc=bbr,peer_class=client|x y"), "cc%3Dbbr%2Cpeer_class%3Dclient%7Cx%20y");
+  EXPECT_EQ(url_decode("cc%3Dbbr+x%zz"), "cc=bbr x%zz");
+  const auto q = parse_query_string("a=cc%3Dcubic&b=cc%3Dbbr&flag&&by=asn");
+  EXPECT_EQ(q.at("a"), "cc=cubic");
+  EXPECT_EQ(q.at("b"), "cc=bbr");
+  EXPECT_EQ(q.at("flag"), "");
+  EXPECT_EQ(q.at("by"), "asn");
+}
+
+TEST(HttpClient, GetsJsonAndStatusesFromTheDaemonsServer) {
+  auto server = start_server();
+  ASSERT_TRUE(server);
+  server->handle_json("/echo", [](const std::string& q) { return nlohmann::json{{"query", q}}.dump(); });
+  server->handle_json("/bad", [](const std::string&) -> std::string { throw std::invalid_argument("no such thing"); });
+  HttpResponse r;
+  std::string error;
+  ASSERT_TRUE(http_get(base(*server) + "/echo?a=cc%3Dbbr", 5000, &r, &error)) << error;
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.content_type, "application/json");
+  EXPECT_EQ(nlohmann::json::parse(r.body)["query"], "a=cc%3Dbbr");
+  ASSERT_TRUE(http_get(base(*server) + "/missing", 5000, &r, &error)) << error;
+  EXPECT_EQ(r.status, 404);
+  ASSERT_TRUE(http_get(base(*server) + "/bad", 5000, &r, &error)) << error;
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(nlohmann::json::parse(r.body)["error"], "no such thing");
+
+  const int port = server->port();
+  server->stop();
+  EXPECT_FALSE(http_get("http://127.0.0.1:" + std::to_string(port) + "/echo", 2000, &r, &error));
+  EXPECT_NE(error.find("connect 127.0.0.1:" + std::to_string(port)), std::string::npos) << error;
+  EXPECT_NE(error.find("Connection refused"), std::string::npos) << error;
+}
+
+TEST(HttpClient, Base64AndRedaction) {
+  EXPECT_EQ(base64_encode(""), "");
+  EXPECT_EQ(base64_encode("a"), "YQ==");
+  EXPECT_EQ(base64_encode("ab"), "YWI=");
+  EXPECT_EQ(base64_encode("abc"), "YWJj");
+  EXPECT_EQ(base64_encode("user:pass"), "dXNlcjpwYXNz");
+  EXPECT_EQ(redact_url("http://ops:s3cret@127.0.0.1:9810/x?a=b@c"), "http://***@127.0.0.1:9810/x?a=b@c");
+  EXPECT_EQ(redact_url("http://127.0.0.1:9810/x?a=b@c"), "http://127.0.0.1:9810/x?a=b@c");
+  HttpUrl u;
+  std::string why;
+  ASSERT_TRUE(parse_http_url("http://ops:p%40ss@[::1]:9810/api", &u, &why)) << why;
+  EXPECT_EQ(u.userinfo, "ops:p@ss");
+  EXPECT_EQ(u.host, "::1");
+  EXPECT_EQ(u.target, "/api");
+}
+
+TEST(HttpClient, SendsBasicCredentialsAndKeepsThemOutOfMessages) {
+  auto server = std::unique_ptr<HttpServer>();
+  HttpConfig security;
+  security.basic_auth_user = "ops";
+  security.basic_auth_password_sha256 = to_hex(sha256("s3cret"));
+  std::string error;
+  server = HttpServer::start("127.0.0.1:0", security, &error);
+  ASSERT_TRUE(server) << error;
+  server->handle_json("/api/v1/flows", [](const std::string&) { return std::string("[]"); });
+  const std::string port = std::to_string(server->port());
+  HttpResponse r;
+  ASSERT_TRUE(http_get("http://127.0.0.1:" + port + "/api/v1/flows", 5000, &r, &error)) << error;
+  EXPECT_EQ(r.status, 401);
+  ASSERT_TRUE(http_get("http://ops:s3cret@127.0.0.1:" + port + "/api/v1/flows", 5000, &r, &error)) << error;
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(nlohmann::json::parse(r.body), nlohmann::json::array());
+  ASSERT_TRUE(http_get("http://ops:wrong@127.0.0.1:" + port + "/api/v1/flows", 5000, &r, &error)) << error;
+  EXPECT_EQ(r.status, 401);
+  setenv("TCPSCOPE_BASIC_AUTH", "ops:s3cret", 1);
+  ASSERT_TRUE(http_get("http://127.0.0.1:" + port + "/api/v1/flows", 5000, &r, &error)) << error;
+  unsetenv("TCPSCOPE_BASIC_AUTH");
+  EXPECT_EQ(r.status, 200);
+
+  std::ostringstream out, err;
+  EXPECT_EQ(flows_command({"--server", "http://ops:wrong@127.0.0.1:" + port}, out, err), 1);
+  EXPECT_NE(err.str().find("401"), std::string::npos) << err.str();
+  EXPECT_EQ(err.str().find("wrong"), std::string::npos) << "password in a message: " << err.str();
+  server->stop();
+  EXPECT_FALSE(http_get("http://ops:s3cret@127.0.0.1:" + port + "/x", 2000, &r, &error));
+  EXPECT_EQ(error.find("s3cret"), std::string::npos) << error;
+}
+
+FlowRecord open_flow(const std::string& cc, uint32_t srtt_us, uint64_t bytes, int64_t age_s, int64_t now_ns) {
+  FlowRecord f;
+  f.cc = cc;
+  f.srtt_us = srtt_us;
+  f.bytes_acked = bytes;
+  f.start_ns = now_ns - age_s * 1000000000LL;
+  f.laddr = *IpAddr::parse("198.18.0.1");
+  f.raddr = *IpAddr::parse("fd00::2");
+  f.lport = 443;
+  static uint16_t next_rport = 50000;  // each flow its own connection
+  f.rport = next_rport++;
+  f.dir = Direction::kPassive;
+  f.peer_class = "client";
+  f.asn = 64501;
+  f.as_org = "Test Wireless";
+  f.cwnd = 10;
+  f.comm = "nginx";
+  f.pid = 42;
+  return f;
+}
+
+std::string json_array(const std::vector<FlowRecord>& flows) {
+  std::string out = "[";
+  for (const auto& f : flows) {
+    if (out.size() > 1) out += ",";
+    append_flow_json(f, &out);
+    out.pop_back();
+  }
+  return out + "]";
+}
+
+int run(int (*cmd)(const std::vector<std::string>&, std::ostream&, std::ostream&), std::vector<std::string> args,
+        std::string* out, std::string* err) {
+  std::ostringstream o, e;
+  const int rc = cmd(args, o, e);
+  *out = o.str();
+  *err = e.str();
+  return rc;
+}
+
+TEST(FlowsCommand, ShowsSortsFiltersAndLimitsTheDaemonsOpenFlows) {
+  auto server = start_server();
+  ASSERT_TRUE(server);
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  const std::string body = json_array({open_flow("cubic", 30000, 5000, 10, now), open_flow("bbr", 80000, 900000, 70, now),
+                                       open_flow("bbr", 10000, 100, 4000, now)});
+  server->handle_json("/api/v1/flows", [body](const std::string&) { return body; });
+  std::string out, err;
+  ASSERT_EQ(run(flows_command, {"--server", base(*server), "--sort", "srtt"}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("LOCAL"), std::string::npos);
+  EXPECT_NE(out.find("[fd00::2]:5000"), std::string::npos);
+  EXPECT_NE(out.find("64501 Test Wireless"), std::string::npos);
+  EXPECT_NE(out.find("nginx/42"), std::string::npos);
+  EXPECT_NE(out.find("1m10s"), std::string::npos);  // age of the 70 s flow
+  EXPECT_NE(out.find("1h06m"), std::string::npos);
+  EXPECT_NE(out.find("3 of 3 open flows"), std::string::npos);
+  // Largest srtt first: 80 ms, 30 ms, 10 ms.
+  EXPECT_LT(out.find("80.0ms"), out.find("30.0ms"));
+  EXPECT_LT(out.find("30.0ms"), out.find("10.0ms"));
+
+  ASSERT_EQ(run(flows_command, {"--server", base(*server), "--json", "--filter", "cc=bbr", "--sort", "age", "--limit", "1"},
+                &out, &err),
+            0)
+      << err;
+  const auto j = nlohmann::json::parse(out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["cc"], "bbr");
+  EXPECT_EQ(j[0]["srtt_us"], 10000);  // the oldest bbr flow
+
+  ASSERT_EQ(run(flows_command, {"--server", base(*server), "--json", "--sort", "bytes", "--reverse"}, &out, &err), 0);
+  EXPECT_EQ(nlohmann::json::parse(out)[0]["bytes_acked"], 100);
+
+  EXPECT_EQ(run(flows_command, {"--server", base(*server), "--sort", "Bad Field"}, &out, &err), 2);
+  EXPECT_EQ(run(flows_command, {"--bogus"}, &out, &err), 2);
+  const int port = server->port();
+  server->stop();
+  EXPECT_EQ(run(flows_command, {"--server", "http://127.0.0.1:" + std::to_string(port)}, &out, &err), 1);
+  EXPECT_NE(err.find("Connection refused"), std::string::npos) << err;
+}
+
+// Synthetic finished flows: BBR 10 % faster in AS 64501.
+std::vector<FlowRecord> finished_flows() {
+  std::mt19937_64 rng(12);
+  std::lognormal_distribution<double> fct(std::log(40000), 0.6);
+  std::vector<FlowRecord> out;
+  for (int i = 0; i < 6000; ++i) {
+    FlowRecord f;
+    f.cc = i % 2 ? "bbr" : "cubic";
+    f.asn = i % 3 ? 64501 : 64502;
+    f.peer_class = "client";
+    f.bytes_acked = 20000 + static_cast<uint64_t>(i % 7) * 300000;  // all three fct size classes
+    f.fct_us = static_cast<int64_t>(fct(rng) * (f.cc == "bbr" && f.asn == 64501 ? 0.9 : 1.0));
+    f.srtt_us = 20000;
+    f.segs_out = 30;
+    f.laddr = *IpAddr::parse("198.18.0.1");
+    f.raddr = *IpAddr::parse("198.18.0.2");
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+TEST(CompareCommand, ServerAndFlowLogGiveTheSameAnswer) {
+  const auto flows = finished_flows();
+  char dir[] = "/tmp/tcpscope-compare-cli-XXXXXX";
+  ASSERT_TRUE(mkdtemp(dir));
+  const std::string log = std::string(dir) + "/flows.ndjson";
+  const std::string plot = std::string(dir) + "/cdf.svg";
+  {
+    std::ofstream f(log);
+    std::string lines;
+    for (const auto& r : flows) append_flow_json(r, &lines);
+    f << lines;
+  }
+  FlowDistributions dist{FlowDistributionsOptions{}};
+  for (const auto& r : flows) dist.add(r, std::to_string(r.asn));
+  auto server = start_server();
+  ASSERT_TRUE(server);
+  server->handle_json("/api/v1/distributions", [&](const std::string& q) { return dist.handle_query(q); });
+
+  std::string out, err;
+  const std::vector<std::string> common = {"--a", "cc=cubic", "--b", "cc=bbr", "--by", "asn", "--json"};
+  std::vector<std::string> from_log = {"--flows", log, "--plot", plot};
+  from_log.insert(from_log.end(), common.begin(), common.end());
+  ASSERT_EQ(run(compare_command, from_log, &out, &err), 0) << err;
+  const auto exact = nlohmann::json::parse(out);
+  std::vector<std::string> from_server = {"--server", base(*server)};
+  from_server.insert(from_server.end(), common.begin(), common.end());
+  ASSERT_EQ(run(compare_command, from_server, &out, &err), 0) << err;
+  const auto sketched = nlohmann::json::parse(out);
+
+  ASSERT_EQ(exact["groups"].size(), sketched["groups"].size());
+  ASSERT_GE(exact["groups"].size(), 6u);  // 2 ASNs x 3 size classes
+  for (size_t i = 0; i < exact["groups"].size(); ++i) {
+    const auto& e = exact["groups"][i];
+    const auto& s = sketched["groups"][i];
+    EXPECT_EQ(e["group"], s["group"]);
+    EXPECT_EQ(e["size_class"], s["size_class"]);
+    EXPECT_EQ(e["n_a"], s["n_a"]);
+    EXPECT_EQ(e["n_b"], s["n_b"]);
+    for (const char* arm : {"a", "b"}) {
+      const double x = e[arm]["p50"], y = s[arm]["p50"];
+      EXPECT_LE(std::abs(x - y) / x, 0.01 + 1e-12) << e["group"] << " " << arm;
+    }
+  }
+  EXPECT_EQ(exact["groups"][0]["group"], "64501");
+  EXPECT_EQ(exact["groups"][0]["verdict"], "b better");
+  EXPECT_EQ(sketched["groups"][0]["verdict"], "b better");
+  EXPECT_EQ(sketched["relative_accuracy"], 0.01);
+
+  // The plot: an SVG with an A and a B curve per group.
+  std::ifstream p(plot);
+  const std::string svg((std::istreambuf_iterator<char>(p)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
+  size_t curves_a = 0, curves_b = 0;
+  for (size_t at = 0; (at = svg.find("class=\"cdf-a\"", at)) != std::string::npos; ++at) ++curves_a;
+  for (size_t at = 0; (at = svg.find("class=\"cdf-b\"", at)) != std::string::npos; ++at) ++curves_b;
+  EXPECT_EQ(curves_a, exact["groups"].size());
+  EXPECT_EQ(curves_b, exact["groups"].size());
+
+  // The table names the method, the FDR control and the server's error.
+  ASSERT_EQ(run(compare_command, {"--server", base(*server), "--a", "cc=cubic", "--b", "cc=bbr", "--by", "asn"}, &out,
+                &err),
+            0);
+  EXPECT_NE(out.find("Benjamini-Hochberg"), std::string::npos);
+  EXPECT_NE(out.find("within 1%"), std::string::npos);
+
+  // Fields the daemon does not keep: the daemon's reason, exit 1.
+  EXPECT_EQ(run(compare_command, {"--server", base(*server), "--a", "comm=nginx", "--b", "cc=bbr"}, &out, &err), 1);
+  EXPECT_NE(err.find("400"), std::string::npos) << err;
+  EXPECT_NE(err.find("use the flow log"), std::string::npos) << err;
+
+  std::remove(log.c_str());
+  std::remove(plot.c_str());
+  rmdir(dir);
+}
+
+TEST(CompareCommand, PlotsPngThroughRsvgConvert) {
+  if (system("command -v rsvg-convert > /dev/null 2>&1") != 0) GTEST_SKIP() << "rsvg-convert (librsvg2-bin) not installed";
+  char dir[] = "/tmp/tcpscope-compare-png-XXXXXX";
+  ASSERT_TRUE(mkdtemp(dir));
+  const std::string log = std::string(dir) + "/flows.ndjson", png = std::string(dir) + "/cdf.png";
+  {
+    std::ofstream f(log);
+    std::string lines;
+    for (const auto& r : finished_flows()) append_flow_json(r, &lines);
+    f << lines;
+  }
+  std::string out, err;
+  ASSERT_EQ(run(compare_command, {"--flows", log, "--a", "cc=cubic", "--b", "cc=bbr", "--plot", png}, &out, &err), 0)
+      << err;
+  std::ifstream p(png, std::ios::binary);
+  const std::string data((std::istreambuf_iterator<char>(p)), std::istreambuf_iterator<char>());
+  ASSERT_GT(data.size(), 1000u);
+  EXPECT_EQ(data.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  EXPECT_EQ(data.substr(12, 4), "IHDR");
+  std::remove(png.c_str());
+  std::remove(log.c_str());
+  rmdir(dir);
+}
+
+TEST(CompareCommand, UsageErrors) {
+  std::string out, err;
+  EXPECT_EQ(run(compare_command, {"--a", "cc=cubic", "--b", "cc=bbr"}, &out, &err), 2);
+  EXPECT_NE(err.find("--flows"), std::string::npos);
+  EXPECT_EQ(run(compare_command, {"--flows", "x", "--server", "y", "--a", "cc=cubic", "--b", "cc=bbr"}, &out, &err), 2);
+  EXPECT_EQ(run(compare_command, {"--flows", "x", "--a", "cc", "--b", "cc=bbr"}, &out, &err), 2);
+  EXPECT_NE(err.find("--a"), std::string::npos);
+  EXPECT_EQ(run(compare_command, {"--flows", "x", "--a", "cc=a", "--b", "cc=b", "--metric", "speed"}, &out, &err), 2);
+  EXPECT_EQ(run(compare_command, {"--flows", "x", "--a", "cc=a", "--b", "cc=b", "--plot", "x.gif"}, &out, &err), 2);
+  EXPECT_EQ(run(compare_command, {"--flows", "x", "--a", "cc=a", "--b", "cc=b", "--alpha", "2"}, &out, &err), 2);
+  EXPECT_EQ(run(compare_command, {"--flows", "x", "--a", "cc=a", "--b"}, &out, &err), 2);
+  EXPECT_EQ(run(compare_command, {"--flows", "/nonexistent/f.ndjson", "--a", "cc=a", "--b", "cc=b"}, &out, &err), 1);
+  EXPECT_NE(err.find("/nonexistent/f.ndjson: No such file or directory"), std::string::npos) << err;
+  EXPECT_EQ(run(compare_command, {"--help"}, &out, &err), 0);
+  EXPECT_NE(out.find("usage: tcpscope compare"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tcpscope

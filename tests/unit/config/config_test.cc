@@ -1,0 +1,877 @@
+#include "config/config.h"
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "cli/check_config_command.h"
+#include "os/congestion_controls.h"
+
+namespace tcpscope {
+namespace {
+
+// Tests never depend on what this machine's kernel offers.
+const std::vector<std::string> kCc = {"cubic", "bbr", "reno"};
+const std::string kDataDir = std::string(TCPSCOPE_TEST_DATA) + "/configs";
+
+std::vector<ConfigError> errors_of(const std::string& yaml, Config* out = nullptr) {
+  std::vector<ConfigError> errors;
+  Config c = parse_config(yaml, "test.yaml", kCc, &errors);
+  if (out) *out = c;
+  return errors;
+}
+
+std::string dump(const std::vector<ConfigError>& errors) {
+  std::string s;
+  for (const auto& e : errors) s += "\n  " + e.to_string();
+  return s.empty() ? " (none)" : s;
+}
+
+// Exactly one error, on `line`, whose message contains `text`.
+::testing::AssertionResult OneError(const std::string& yaml, int line, const std::string& text) {
+  auto errors = errors_of(yaml);
+  if (errors.size() == 1 && errors[0].line == line &&
+      errors[0].message.find(text) != std::string::npos && errors[0].file == "test.yaml") {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "want one error at line " << line << " containing \""
+                                       << text << "\", got:" << dump(errors);
+}
+
+::testing::AssertionResult NoErrors(const std::string& yaml) {
+  auto errors = errors_of(yaml);
+  if (errors.empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "want no errors, got:" << dump(errors);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> corpus_files(const std::string& prefix) {
+  std::vector<std::string> out;
+  DIR* d = opendir(kDataDir.c_str());
+  if (!d) return out;
+  while (const dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name.rfind(prefix, 0) == 0 && name.size() > 5 &&
+        name.compare(name.size() - 5, 5, ".yaml") == 0) {
+      out.push_back(name);
+    }
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Valid configs
+
+TEST(ConfigTest, EmptyTextIsAllDefaults) {
+  Config c;
+  EXPECT_TRUE(errors_of("", &c).empty());
+  EXPECT_EQ(c.listen, "127.0.0.1:9810");
+  EXPECT_EQ(c.default_peer_class, "client");
+  EXPECT_EQ(c.size_classes_bytes, (std::vector<uint64_t>{100000, 1000000, 3000000}));
+  EXPECT_EQ(c.throughput_min_bytes, 3000000u);
+  EXPECT_TRUE(c.peer_classes.empty());
+  EXPECT_TRUE(c.cc_policy.rules.empty());
+  EXPECT_EQ(c.source, "test.yaml");
+  EXPECT_TRUE(NoErrors("# only a comment\n\n"));
+  EXPECT_TRUE(NoErrors("---\n"));
+  EXPECT_TRUE(NoErrors("~\n"));
+}
+
+TEST(ConfigTest, SpecExampleParsesClean) {
+  std::vector<ConfigError> errors;
+  Config c = load_config_file(kDataDir + "/spec_example.yaml", {"bbr", "cubic"}, &errors);
+  ASSERT_TRUE(errors.empty()) << dump(errors);
+  EXPECT_EQ(c.listen, "127.0.0.1:9810");
+  EXPECT_EQ(c.flow_log, "/var/log/tcpscope/flows.ndjson");
+  EXPECT_EQ(c.asn.mmdb, "/var/lib/GeoIP/GeoLite2-ASN.mmdb");
+  EXPECT_EQ(c.asn.prefix_file, "/etc/tcpscope/pfx2as.tsv");
+  EXPECT_EQ(c.asn.top_n, 50u);
+  ASSERT_EQ(c.peer_classes.size(), 3u);
+  EXPECT_EQ(c.peer_classes[0].name, "intra-pop");
+  EXPECT_EQ(c.peer_classes[0].line, 10);
+  ASSERT_EQ(c.peer_classes[1].prefixes.size(), 2u);
+  EXPECT_EQ(c.peer_classes[1].prefixes[0].to_string(), "10.0.0.0/8");
+  EXPECT_EQ(c.peer_classes[1].prefixes[1].to_string(), "fd00::/8");
+  EXPECT_EQ(c.peer_classes[2].asns, std::vector<uint32_t>{64500});
+  EXPECT_EQ(c.default_peer_class, "client");
+  EXPECT_EQ(c.cc_policy.app_override, AppOverride::kRespect);
+  EXPECT_EQ(c.cc_policy.sysctl_guard, SysctlGuard::kObserve);
+  ASSERT_EQ(c.cc_policy.rules.size(), 2u);
+  const CcRule& r0 = c.cc_policy.rules[0];
+  EXPECT_EQ(r0.name, "wireless-bbr");
+  EXPECT_EQ(r0.line, 23);
+  EXPECT_EQ(r0.match.peer_class, std::optional<std::string>("client"));
+  EXPECT_EQ(r0.match.asns, (std::vector<uint32_t>{64501, 64502}));
+  EXPECT_EQ(r0.cc, std::optional<std::string>("bbr"));
+  EXPECT_FALSE(r0.experiment);
+  const CcRule& r1 = c.cc_policy.rules[1];
+  EXPECT_FALSE(r1.cc);
+  ASSERT_TRUE(r1.experiment);
+  EXPECT_EQ(r1.experiment->name, "bbr-vs-cubic");
+  using Arms = std::vector<std::pair<std::string, uint32_t>>;
+  EXPECT_EQ(r1.experiment->arms, (Arms{{"bbr", 50}, {"cubic", 50}}));
+}
+
+TEST(ConfigTest, SpecExampleNeedsTheKernelToOfferItsCcs) {
+  std::vector<ConfigError> errors;
+  load_config_file(kDataDir + "/spec_example.yaml", {"cubic", "reno"}, &errors);
+  ASSERT_EQ(errors.size(), 2u) << dump(errors);  // cc: bbr and arm bbr
+  EXPECT_EQ(errors[0].line, 25);
+  EXPECT_EQ(errors[1].line, 28);
+  EXPECT_NE(errors[0].message.find("\"bbr\" is not available"), std::string::npos);
+}
+
+TEST(ConfigTest, ExperimentArmsKeepFileOrder) {
+  Config c;
+  auto errors = errors_of(R"(cc_policy:
+  rules:
+    - name: ab
+      experiment:
+        name: x
+        arms: { reno: 10, cubic: 60, bbr: 30 }
+)",
+                          &c);
+  ASSERT_TRUE(errors.empty()) << dump(errors);
+  const auto& arms = c.cc_policy.rules.at(0).experiment->arms;
+  ASSERT_EQ(arms.size(), 3u);
+  EXPECT_EQ(arms[0], (std::pair<std::string, uint32_t>{"reno", 10}));
+  EXPECT_EQ(arms[1], (std::pair<std::string, uint32_t>{"cubic", 60}));
+  EXPECT_EQ(arms[2], (std::pair<std::string, uint32_t>{"bbr", 30}));
+}
+
+TEST(ConfigTest, ExtensionKeysAreRead) {
+  Config c;
+  auto errors = errors_of(R"(cgroup: /sys/fs/cgroup/web.slice
+ring_buffer_bytes: 1073741824
+snapshot_interval_s: 3600
+listen: "[::]:9100"
+)",
+                          &c);
+  ASSERT_TRUE(errors.empty()) << dump(errors);
+  EXPECT_EQ(c.cgroup, "/sys/fs/cgroup/web.slice");
+  EXPECT_EQ(c.ring_buffer_bytes, 1ull << 30);
+  EXPECT_EQ(c.snapshot_interval_s, 3600u);
+  EXPECT_EQ(c.listen, "[::]:9100");
+}
+
+TEST(ConfigTest, NullValuesKeepDefaults) {
+  Config c;
+  auto errors = errors_of("listen:\nasn:\n  top_n: ~\nsize_classes_bytes:\ncc_policy:\n", &c);
+  ASSERT_TRUE(errors.empty()) << dump(errors);
+  EXPECT_EQ(c.listen, "127.0.0.1:9810");
+  EXPECT_EQ(c.asn.top_n, 50u);
+  EXPECT_EQ(c.size_classes_bytes.size(), 3u);
+}
+
+TEST(ConfigTest, LineNumbersAreRecordedForClassesAndRules) {
+  Config c;
+  auto errors = errors_of(R"(peer_classes:
+  - name: a
+    prefixes: [10.0.0.0/8]
+
+  - asns: [1]
+    name: b
+cc_policy:
+  rules:
+    - name: r
+      cc: bbr
+)",
+                          &c);
+  ASSERT_TRUE(errors.empty()) << dump(errors);
+  EXPECT_EQ(c.peer_classes.at(0).line, 2);
+  EXPECT_EQ(c.peer_classes.at(1).line, 5);
+  EXPECT_EQ(c.cc_policy.rules.at(0).line, 9);
+}
+
+// ---------------------------------------------------------------------------
+// Errors: one test per class of problem, each with its line.
+
+TEST(ConfigErrorTest, SyntaxErrorIsOneErrorWithItsLine) {
+  EXPECT_TRUE(OneError("listen: 127.0.0.1:9810\npeer_classes:\n  - name: [a\n  - name: b\n", 4,
+                       "YAML syntax error"));
+  EXPECT_TRUE(OneError("a: 1\n\tb: 2\n", 2, "YAML syntax error"));
+}
+
+TEST(ConfigErrorTest, UnquotedIpv6ListenGetsAHint) {
+  EXPECT_TRUE(OneError("# x\nlisten: [::1]:9810\n", 2, "quote IPv6 listen addresses"));
+}
+
+TEST(ConfigErrorTest, TopLevelNotAMapping) {
+  EXPECT_TRUE(OneError("just a string\n", 1, "the top level must be a mapping"));
+  EXPECT_TRUE(OneError("\n\n- a\n- b\n", 3, "the top level must be a mapping (key: value), got a list"));
+}
+
+TEST(ConfigErrorTest, SecondDocument) {
+  EXPECT_TRUE(OneError("listen: 127.0.0.1:1\n---\nlisten: 127.0.0.1:2\n", 3,
+                       "one YAML document"));
+}
+
+TEST(ConfigErrorTest, UnknownTopLevelKeySuggestsTheNearest) {
+  EXPECT_TRUE(OneError("listen: 127.0.0.1:9810\nflowlog: /tmp/x\n", 2,
+                       "unknown key \"flowlog\" in the top level; did you mean \"flow_log\"?"));
+  EXPECT_TRUE(OneError("\nbanana: 1\n", 2, "(known keys: listen, flow_log,"));
+}
+
+TEST(ConfigErrorTest, ListsInMessagesAreCut) {
+  // Found by the config fuzzer: 40 long class names made a 2 kB message.
+  std::string yaml = "peer_classes:\n";
+  for (int i = 0; i < 40; ++i) {
+    yaml += "  - { name: c" + std::to_string(100 + i) + std::string(60, 'x') + ", prefixes: [10." +
+            std::to_string(i) + ".0.0/16] }\n";
+  }
+  yaml += "cc_policy:\n  rules:\n    - { name: r, match: { peer_class: nope }, cc: bbr }\n";
+  EXPECT_TRUE(OneError(yaml, 44, "and 29 more)"));
+  std::vector<tcpscope::ConfigError> errors;
+  tcpscope::parse_config(yaml, "t.yaml", {"cubic", "bbr"}, &errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_LT(errors[0].message.size(), 800u) << errors[0].message;
+  // Found the same way: the prefix parser echoed the whole rest of a line.
+  EXPECT_TRUE(OneError("peer_classes:\n  - { name: a, prefixes: [\"10.0.0.0/1" + std::string(2000, 'y') +
+                           "\"] }\n",
+                       2, "prefix length \"1yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy...\" is not a number"));
+}
+
+TEST(ConfigErrorTest, UnknownKeyInAsn) {
+  EXPECT_TRUE(OneError("asn:\n  mmdb: /x\n  db: /y\n", 3, "unknown key \"db\" in asn"));
+}
+
+TEST(ConfigErrorTest, UnknownKeyInPeerClass) {
+  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    asns: [1]\n    asn: [2]\n", 4,
+                       "unknown key \"asn\" in peer_classes[0]; did you mean \"asns\"?"));
+}
+
+TEST(ConfigErrorTest, UnknownKeyInCcPolicy) {
+  EXPECT_TRUE(OneError("cc_policy:\n  app_overide: respect\n", 2,
+                       "unknown key \"app_overide\" in cc_policy; did you mean \"app_override\"?"));
+}
+
+TEST(ConfigErrorTest, UnknownKeyInRule) {
+  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      when: x\n", 5,
+                       "unknown key \"when\" in cc_policy.rules[0]"));
+}
+
+TEST(ConfigErrorTest, UnknownKeyInMatch) {
+  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n"
+                       "      match:\n        rports: [443]\n",
+                       6, "unknown key \"rports\" in cc_policy.rules[0].match"));
+}
+
+TEST(ConfigErrorTest, UnknownKeyInExperiment) {
+  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      experiment:\n"
+                       "        name: e\n        arms: {bbr: 50, cubic: 50}\n        seed: 7\n",
+                       7, "unknown key \"seed\" in cc_policy.rules[0].experiment"));
+}
+
+TEST(ConfigErrorTest, DuplicateKey) {
+  EXPECT_TRUE(OneError("top_n: 1\n", 1, "unknown key \"top_n\""));  // not top-level
+  EXPECT_TRUE(OneError("asn:\n  top_n: 5\n  top_n: 6\n", 3,
+                       "duplicate key \"top_n\" in asn (first at line 2)"));
+}
+
+TEST(ConfigErrorTest, WrongTypes) {
+  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    prefixes: 10.0.0.0/8\n", 3,
+                       "peer_classes[0].prefixes must be a list, got a scalar \"10.0.0.0/8\""));
+  EXPECT_TRUE(OneError("peer_classes: backbone\n", 1, "peer_classes must be a list"));
+  EXPECT_TRUE(OneError("asn: /var/lib/x.mmdb\n", 1, "asn must be a mapping"));
+  EXPECT_TRUE(OneError("flow_log: [a, b]\n", 1, "flow_log must be a string, got a list"));
+  EXPECT_TRUE(OneError("default_peer_class: {a: 1}\n", 1,
+                       "default_peer_class must be a string, got a mapping"));
+  EXPECT_TRUE(OneError("cc_policy:\n  rules: {name: x}\n", 2, "cc_policy.rules must be a list"));
+  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - bbr\n", 3,
+                       "cc_policy.rules[0] must be a mapping"));
+  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: [bbr]\n", 4,
+                       "cc_policy.rules[0].cc must be a string, got a list"));
+  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      experiment: bbr\n", 4,
+                       "cc_policy.rules[0].experiment must be a mapping"));
+  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n"
+                       "      experiment: {name: e, arms: [bbr, cubic]}\n",
+                       4, "cc_policy.rules[0].experiment.arms must be a mapping"));
+  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match: [a]\n",
+                       5, "cc_policy.rules[0].match must be a mapping"));
+  EXPECT_TRUE(OneError("size_classes_bytes: [[1]]\n", 1,
+                       "size_classes_bytes[0] must be an integer in 1..1000000000000, got a list"));
+}
+
+TEST(ConfigErrorTest, MalformedPrefixes) {
+  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    prefixes: [10.0.0.0/8, 10.0.0/8]\n", 3,
+                       "peer_classes[0].prefixes[1]: malformed prefix \"10.0.0/8\": \"10.0.0\" is "
+                       "not an IPv4 or IPv6 address"));
+  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    prefixes:\n      - ::/0\n      - \"fd00::/200\"\n",
+                       5, "prefix length 200 is out of range 0..128"));
+  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    prefixes: [192.0.2.1/24]\n", 3,
+                       "malformed prefix \"192.0.2.1/24\": host bits set (did you mean 192.0.2.0/24?)"));
+  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    prefixes: [[10.0.0.0/8]]\n", 3,
+                       "must be a prefix such as 10.0.0.0/8, got a list"));
+  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n"
+                       "      match: { prefixes: [10.0.0.1/8] }\n",
+                       5, "cc_policy.rules[0].match.prefixes[0]: malformed prefix"));
+}
+
+TEST(ConfigErrorTest, ListenAddress) {
+  EXPECT_TRUE(OneError("listen: 9810\n", 1, "\"9810\" is not HOST:PORT"));
+  EXPECT_TRUE(OneError("listen: localhost:9810\n", 1, "host \"localhost\" is not an IP address"));
+  EXPECT_TRUE(OneError("listen: \"::1:9810\"\n", 1, "must be in brackets, e.g. [::1]:9810"));
+  EXPECT_TRUE(OneError("listen: \"[::1]9810\"\n", 1, "is not [IPV6]:PORT"));
+  EXPECT_TRUE(OneError("listen: \"[10.0.0.1]:9810\"\n", 1, "in brackets is not an IPv6 address"));
+  EXPECT_TRUE(OneError("listen: \"127.0.0.1:\"\n", 1, "port \"\" is not a number"));
+  EXPECT_TRUE(OneError("listen: 127.0.0.1:http\n", 1, "port \"http\" is not a number"));
+  EXPECT_TRUE(OneError("\nlisten: 127.0.0.1:0\n", 2, "port 0 is out of range 1..65535"));
+  EXPECT_TRUE(OneError("listen: 127.0.0.1:65536\n", 1, "port 65536 is out of range 1..65535"));
+  EXPECT_TRUE(OneError("listen: 127.0.0.1:999999\n", 1, "port \"999999\" is not a number"));
+  EXPECT_TRUE(NoErrors("listen: 0.0.0.0:65535\n"));
+  EXPECT_TRUE(NoErrors("listen: \"[::1]:1\"\n"));
+}
+
+TEST(ConfigErrorTest, TopNRange) {
+  EXPECT_TRUE(OneError("asn:\n  top_n: 0\n", 2, "asn.top_n 0 is out of range 1..10000"));
+  EXPECT_TRUE(OneError("asn:\n  top_n: 10001\n", 2, "asn.top_n 10001 is out of range 1..10000"));
+  EXPECT_TRUE(OneError("asn:\n  top_n: -1\n", 2, "asn.top_n -1 is out of range 1..10000"));
+  EXPECT_TRUE(OneError("asn:\n  top_n: 5.5\n", 2,
+                       "asn.top_n must be an integer in 1..10000, got a scalar \"5.5\""));
+  EXPECT_TRUE(OneError("asn:\n  top_n: 0x10\n", 2, "must be an integer"));
+  EXPECT_TRUE(NoErrors("asn:\n  top_n: 1\n"));
+  EXPECT_TRUE(NoErrors("asn:\n  top_n: 10000\n"));
+}
+
+TEST(ConfigErrorTest, SizeClasses) {
+  EXPECT_TRUE(OneError("\nsize_classes_bytes: []\n", 2, "at least one boundary"));
+  EXPECT_TRUE(OneError("size_classes_bytes:\n  - 100\n  - 50\n", 3,
+                       "size_classes_bytes must be strictly increasing: 50 follows 100"));
+  EXPECT_TRUE(OneError("size_classes_bytes: [100, 100]\n", 1, "strictly increasing"));
+  EXPECT_TRUE(OneError("size_classes_bytes: [100, 1000000000001]\n", 1,
+                       "size_classes_bytes[1] 1000000000001 is out of range 1..1000000000000"));
+  EXPECT_TRUE(OneError("size_classes_bytes: [0, 100]\n", 1, "size_classes_bytes[0] 0 is out of range"));
+  Config c;
+  ASSERT_TRUE(errors_of("size_classes_bytes: [1500, 1000000000000]\n", &c).empty());
+  EXPECT_EQ(c.size_classes_bytes, (std::vector<uint64_t>{1500, 1000000000000}));
+}
+
+TEST(ConfigErrorTest, ThroughputMinBytes) {
+  EXPECT_TRUE(OneError("throughput_min_bytes: 0\n", 1, "throughput_min_bytes 0 is out of range"));
+  EXPECT_TRUE(OneError("throughput_min_bytes: 1000000000001\n", 1,
+                       "throughput_min_bytes 1000000000001 is out of range 1..1000000000000"));
+}
+
+TEST(ConfigErrorTest, AbsurdlyLargeIntegersAreErrorsNotCrashes) {
+  const std::string big = "123456789012345678901234567890";
+  EXPECT_TRUE(OneError("throughput_min_bytes: " + big + "\n", 1, big + " is out of range"));
+  EXPECT_TRUE(OneError("asn:\n  top_n: " + big + "\n", 2, "out of range 1..10000"));
+  EXPECT_TRUE(OneError("snapshot_interval_s: 18446744073709551616\n", 1, "out of range 0..3600"));
+  EXPECT_TRUE(OneError("ring_buffer_bytes: 18446744073709551615\n", 1, "out of range"));
+  // A huge value is cut short in the message.
+  auto errors = errors_of("size_classes_bytes: [" + std::string(5000, '9') + "]\n");
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_LT(errors[0].message.size(), 200u);
+  EXPECT_NE(errors[0].message.find("..."), std::string::npos);
+}
+
+TEST(ConfigErrorTest, DuplicatePeerClassNames) {
+  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    asns: [1]\n  - name: a\n    asns: [2]\n", 4,
+                       "duplicate peer class name \"a\" (first defined at line 2)"));
+}
+
+TEST(ConfigErrorTest, PeerClassOverlaps) {
+  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    prefixes: [10.0.0.0/8]\n"
+                       "  - name: b\n    prefixes: [10.0.0.0/8]\n",
+                       5, "prefix 10.0.0.0/8 of peer class \"b\" is already in peer class \"a\""));
+  // Same network written two ways is still the same network.
+  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    prefixes: [\"fd00::/8\"]\n"
+                       "  - name: b\n    prefixes: [\"FD00:0::/8\"]\n",
+                       5, "prefix fd00::/8 of peer class \"b\""));
+  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    asns: [7, 7]\n", 3,
+                       "ASN 7 of peer class \"a\" is already in peer class \"a\""));
+  // Nested prefixes are fine: the longest match wins.
+  EXPECT_TRUE(NoErrors("peer_classes:\n  - name: a\n    prefixes: [10.0.0.0/8]\n"
+                       "  - name: b\n    prefixes: [10.20.0.0/16]\n"));
+}
+
+TEST(ConfigErrorTest, PeerClassNeedsNameAndMembers) {
+  EXPECT_TRUE(OneError("peer_classes:\n  - prefixes: [10.0.0.0/8]\n", 2, "peer_classes[0] has no name"));
+  EXPECT_TRUE(OneError("peer_classes:\n  - name: \"\"\n    asns: [1]\n", 2,
+                       "peer_classes[0].name must not be empty"));
+  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n", 2, "has neither prefixes nor asns"));
+}
+
+TEST(ConfigErrorTest, DuplicateRuleNames) {
+  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n"
+                       "    - cc: cubic\n      name: r\n",
+                       6, "duplicate rule name \"r\" (first defined at line 3)"));
+}
+
+TEST(ConfigErrorTest, RuleWithBothCcAndExperiment) {
+  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n"
+                       "      experiment: {name: e, arms: {bbr: 50, cubic: 50}}\n",
+                       3, "cc_policy.rules[0] has both cc and experiment"));
+}
+
+TEST(ConfigErrorTest, RuleWithNeitherCcNorExperiment) {
+  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: a\n      cc: bbr\n"
+                       "    - name: r\n      match: {lports: [443]}\n",
+                       5, "cc_policy.rules[1] has neither cc nor experiment"));
+}
+
+TEST(ConfigErrorTest, RuleWithoutName) {
+  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - cc: bbr\n", 3, "cc_policy.rules[0] has no name"));
+}
+
+TEST(ConfigErrorTest, CcNotOfferedByKernel) {
+  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: bbr2\n", 4,
+                       "cc_policy.rules[0].cc: congestion control \"bbr2\" is not available in this "
+                       "kernel (available: cubic bbr reno)"));
+  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      experiment:\n"
+                       "        name: e\n        arms:\n          bbr: 50\n          dctcp: 50\n",
+                       8, "cc_policy.rules[0].experiment.arms.dctcp: congestion control \"dctcp\""));
+  // Checked against what the caller passes, not against this machine.
+  std::vector<ConfigError> errors;
+  parse_config("cc_policy:\n  rules:\n    - name: r\n      cc: cubic\n", "f", {}, &errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].message.find("available: none found"), std::string::npos);
+}
+
+TEST(ConfigErrorTest, ExperimentWeights) {
+  const std::string head = "cc_policy:\n  rules:\n    - name: r\n      experiment:\n        name: e\n";
+  EXPECT_TRUE(OneError(head + "        arms: {bbr: 50, cubic: 49}\n", 6,
+                       "cc_policy.rules[0].experiment.arms weights sum to 99, must sum to 100"));
+  EXPECT_TRUE(OneError(head + "        arms: {bbr: 60, cubic: 60}\n", 6, "weights sum to 120"));
+  EXPECT_TRUE(OneError(head + "        arms:\n          bbr: 50.0\n          cubic: 50\n", 7,
+                       "cc_policy.rules[0].experiment.arms.bbr weight must be an integer in 0..100"));
+  auto errors = errors_of(head + "        arms: {bbr: 150, cubic: -50}\n");
+  ASSERT_EQ(errors.size(), 2u) << dump(errors);
+  EXPECT_NE(errors[0].message.find("arms.bbr weight 150 is out of range 0..100"), std::string::npos);
+  EXPECT_NE(errors[1].message.find("arms.cubic weight -50 is out of range 0..100"), std::string::npos);
+  EXPECT_TRUE(OneError(head + "        arms: {bbr: 50, bbr: 50}\n", 6,
+                       "duplicate key \"bbr\" in cc_policy.rules[0].experiment.arms"));
+  EXPECT_TRUE(NoErrors(head + "        arms: {bbr: 100, cubic: 0}\n"));
+}
+
+TEST(ConfigErrorTest, ExperimentNeedsTwoArmsAndAName) {
+  const std::string head = "cc_policy:\n  rules:\n    - name: r\n      experiment:\n";
+  EXPECT_TRUE(OneError(head + "        name: e\n        arms: {bbr: 100}\n", 6,
+                       "needs at least 2 arms, has 1"));
+  EXPECT_TRUE(OneError(head + "        name: e\n        arms: {}\n", 6, "needs at least 2 arms, has 0"));
+  EXPECT_TRUE(OneError(head + "        arms: {bbr: 50, cubic: 50}\n", 4,
+                       "cc_policy.rules[0].experiment has no name"));
+  EXPECT_TRUE(OneError(head + "        name: e\n", 4, "cc_policy.rules[0].experiment has no arms"));
+}
+
+TEST(ConfigErrorTest, AppOverrideAndSysctlGuard) {
+  EXPECT_TRUE(OneError("cc_policy:\n  app_override: ignore\n", 2,
+                       "cc_policy.app_override must be respect or enforce, got \"ignore\""));
+  EXPECT_TRUE(OneError("cc_policy:\n  sysctl_guard: Deny\n", 2,
+                       "cc_policy.sysctl_guard must be observe or deny, got \"Deny\""));
+  Config c;
+  ASSERT_TRUE(errors_of("cc_policy:\n  app_override: enforce\n  sysctl_guard: deny\n", &c).empty());
+  EXPECT_EQ(c.cc_policy.app_override, AppOverride::kEnforce);
+  EXPECT_EQ(c.cc_policy.sysctl_guard, SysctlGuard::kDeny);
+}
+
+TEST(ConfigErrorTest, MatchPeerClassMustExist) {
+  const std::string rule = "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n"
+                           "      match: { peer_class: edge }\n";
+  EXPECT_TRUE(OneError(rule, 5, "cc_policy.rules[0].match.peer_class \"edge\" is not a peer class (defined: client)"));
+  // Defined after the rule, or the (renamed) default class: both fine.
+  EXPECT_TRUE(NoErrors(rule + "peer_classes:\n  - name: edge\n    asns: [1]\n"));
+  EXPECT_TRUE(NoErrors(rule + "default_peer_class: edge\n"));
+  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n"
+                       "      match: { peer_class: client }\n"
+                       "default_peer_class: internet\n",
+                       5, "\"client\" is not a peer class (defined: internet)"));
+}
+
+TEST(ConfigErrorTest, LportsRange) {
+  const std::string head = "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match:\n";
+  EXPECT_TRUE(OneError(head + "        lports: [0]\n", 6,
+                       "cc_policy.rules[0].match.lports[0] 0 is out of range 1..65535"));
+  EXPECT_TRUE(OneError(head + "        lports:\n          - 443\n          - 65536\n", 8,
+                       "lports[1] 65536 is out of range 1..65535"));
+  EXPECT_TRUE(OneError(head + "        lports: [https]\n", 6, "got a scalar \"https\""));
+  Config c;
+  ASSERT_TRUE(errors_of(head + "        lports: [1, 65535]\n", &c).empty());
+  EXPECT_EQ(c.cc_policy.rules.at(0).match.lports, (std::vector<uint16_t>{1, 65535}));
+}
+
+TEST(ConfigErrorTest, AsnsRange) {
+  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    asns: [0]\n", 3,
+                       "peer_classes[0].asns[0] 0 is out of range 1..4294967295"));
+  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    asns:\n      - 1\n      - 4294967296\n", 5,
+                       "peer_classes[0].asns[1] 4294967296 is out of range 1..4294967295"));
+  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    asns: [AS64500]\n", 3, "must be an integer"));
+  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match: {asns: [0]}\n",
+                       5, "cc_policy.rules[0].match.asns[0] 0 is out of range"));
+  Config c;
+  ASSERT_TRUE(errors_of("peer_classes:\n  - name: a\n    asns: [1, 4294967295]\n", &c).empty());
+  EXPECT_EQ(c.peer_classes.at(0).asns, (std::vector<uint32_t>{1, 4294967295u}));
+}
+
+TEST(ConfigErrorTest, RingBufferBytes) {
+  EXPECT_TRUE(OneError("ring_buffer_bytes: 1000000\n", 1,
+                       "ring_buffer_bytes 1000000 is not a power of two"));
+  EXPECT_TRUE(OneError("ring_buffer_bytes: 32768\n", 1,
+                       "ring_buffer_bytes 32768 is out of range 65536..1073741824"));
+  EXPECT_TRUE(OneError("ring_buffer_bytes: 2147483648\n", 1, "out of range 65536..1073741824"));
+  EXPECT_TRUE(NoErrors("ring_buffer_bytes: 65536\n"));
+}
+
+TEST(ConfigErrorTest, SnapshotInterval) {
+  EXPECT_TRUE(OneError("snapshot_interval_s: 3601\n", 1,
+                       "snapshot_interval_s 3601 is out of range 0..3600"));
+  EXPECT_TRUE(NoErrors("snapshot_interval_s: 0\n"));
+}
+
+TEST(ConfigErrorTest, CgroupMustBeAbsolute) {
+  EXPECT_TRUE(OneError("cgroup: web.slice\n", 1, "cgroup must be an absolute path"));
+  EXPECT_TRUE(NoErrors("cgroup: \"\"\n"));
+}
+
+TEST(ConfigErrorTest, ControlCharactersInStrings) {
+  EXPECT_TRUE(OneError("default_peer_class: \"a\\nb\"\n", 1,
+                       "default_peer_class contains a control character"));
+}
+
+TEST(ConfigErrorTest, EveryProblemIsReported) {
+  auto errors = errors_of(R"(listen: nowhere
+asn:
+  top_n: 0
+  mdb: x
+size_classes_bytes: [3, 2, 1]
+cc_policy:
+  app_override: maybe
+  rules:
+    - name: r
+      cc: vegas
+)");
+  std::vector<int> lines;
+  for (const auto& e : errors) lines.push_back(e.line);
+  // size_classes: 2 follows 3, 1 follows 2.
+  EXPECT_EQ(lines, (std::vector<int>{1, 3, 4, 5, 5, 7, 10})) << dump(errors);
+}
+
+TEST(ConfigErrorTest, DeepNestingIsAnErrorNotACrash) {
+  auto errors = errors_of("listen: " + std::string(100000, '[') + "\n");
+  ASSERT_EQ(errors.size(), 1u) << dump(errors);
+  EXPECT_NE(errors[0].message.find("YAML syntax error"), std::string::npos);
+}
+
+// Cutting a valid file anywhere gives text that is valid or broken; either way
+// parsing must not throw, and every error must point into the text.
+TEST(ConfigErrorTest, EveryTruncationOfAValidFileIsHandled) {
+  const std::string full = read_file(kDataDir + "/good_full.yaml");
+  ASSERT_GT(full.size(), 500u);
+  size_t broken = 0;
+  for (size_t n = 0; n <= full.size(); ++n) {
+    const std::string text = full.substr(0, n);
+    const int lines = static_cast<int>(std::count(text.begin(), text.end(), '\n')) + 1;
+    std::vector<ConfigError> errors;
+    ASSERT_NO_THROW(parse_config(text, "t.yaml", kCc, &errors)) << "cut at " << n;
+    for (const auto& e : errors) {
+      EXPECT_GE(e.line, 1) << "cut at " << n << ": " << e.to_string();
+      EXPECT_LE(e.line, lines) << "cut at " << n << ": " << e.to_string();
+    }
+    broken += errors.empty() ? 0 : 1;
+  }
+  // Most cuts land mid-token or mid-structure.
+  EXPECT_GT(broken, full.size() / 4);
+}
+
+// ---------------------------------------------------------------------------
+// The corpus in tests/data/configs (see its README.md).
+
+TEST(ConfigCorpusTest, GoodFilesParseClean) {
+  const auto files = corpus_files("good_");
+  ASSERT_GE(files.size(), 3u);
+  for (const auto& name : files) {
+    std::vector<ConfigError> errors;
+    load_config_file(kDataDir + "/" + name, kCc, &errors);
+    EXPECT_TRUE(errors.empty()) << name << ":" << dump(errors);
+  }
+}
+
+TEST(ConfigCorpusTest, BadFilesGiveExactlyTheExpectedErrors) {
+  const auto files = corpus_files("bad_");
+  ASSERT_GE(files.size(), 10u);
+  static const std::regex kExpect(R"(^# expect: (\d+): (.+)$)");
+  for (const auto& name : files) {
+    const std::string path = kDataDir + "/" + name;
+    struct Expect {
+      int line;
+      std::string text;
+    };
+    std::vector<Expect> expects;
+    std::istringstream in(read_file(path));
+    std::string l;
+    std::smatch m;
+    while (std::getline(in, l) && std::regex_match(l, m, kExpect)) {
+      expects.push_back({std::stoi(m[1]), m[2]});
+    }
+    ASSERT_FALSE(expects.empty()) << name << " has no '# expect: LINE: TEXT' header";
+
+    std::vector<ConfigError> errors;
+    load_config_file(path, kCc, &errors);
+    EXPECT_EQ(errors.size(), expects.size()) << name << ":" << dump(errors);
+    std::vector<bool> used(errors.size());
+    for (const auto& x : expects) {
+      bool found = false;
+      for (size_t i = 0; i < errors.size() && !found; ++i) {
+        if (!used[i] && errors[i].line == x.line &&
+            errors[i].message.find(x.text) != std::string::npos) {
+          used[i] = found = true;
+        }
+      }
+      EXPECT_TRUE(found) << name << ": no error at line " << x.line << " containing \"" << x.text
+                         << "\"; got:" << dump(errors);
+    }
+    for (const auto& e : errors) EXPECT_EQ(e.file, path);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Files, the embedded default, helpers
+
+TEST(ConfigFileTest, UnreadableFileIsOneErrorWithStrerror) {
+  std::vector<ConfigError> errors;
+  const std::string path = kDataDir + "/does-not-exist.yaml";
+  Config c = load_config_file(path, kCc, &errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].file, path);
+  EXPECT_EQ(errors[0].line, 0);
+  EXPECT_EQ(errors[0].to_string(), path + ": cannot read config file: " + std::strerror(ENOENT));
+  EXPECT_EQ(c.source, path);
+
+  errors.clear();
+  load_config_file(kDataDir, kCc, &errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].message.find(std::strerror(EISDIR)), std::string::npos) << errors[0].message;
+}
+
+TEST(ConfigFileTest, ErrorsNameTheFile) {
+  std::vector<ConfigError> errors;
+  load_config_file(kDataDir + "/bad_unknown_top_key.yaml", kCc, &errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].to_string(), kDataDir + "/bad_unknown_top_key.yaml:4: unknown key \"listn\" "
+                                   "in the top level; did you mean \"listen\"?");
+}
+
+TEST(ConfigFileTest, ErrorToString) {
+  EXPECT_EQ((ConfigError{"/etc/t.yaml", 7, "boom"}).to_string(), "/etc/t.yaml:7: boom");
+  EXPECT_EQ((ConfigError{"/etc/t.yaml", 0, "boom"}).to_string(), "/etc/t.yaml: boom");
+}
+
+TEST(DefaultConfigTest, IsTheSourceFileAndParsesClean) {
+  EXPECT_EQ(default_config_text(), read_file(std::string(TCPSCOPE_TEST_DATA) +
+                                             "/../../src/config/default_config.yaml"));
+  // No rules, so it must be valid whatever the kernel offers.
+  std::vector<ConfigError> errors;
+  Config c = parse_config(default_config_text(), "<embedded>", {}, &errors);
+  ASSERT_TRUE(errors.empty()) << dump(errors);
+  EXPECT_EQ(c.source, "<embedded>");
+}
+
+TEST(DefaultConfigTest, OnlyObserves) {
+  std::vector<ConfigError> errors;
+  Config c = parse_config(default_config_text(), "<embedded>", kCc, &errors);
+  ASSERT_TRUE(errors.empty()) << dump(errors);
+  const Config defaults;
+  EXPECT_EQ(c.listen, "127.0.0.1:9810");
+  EXPECT_EQ(c.flow_log, "");
+  EXPECT_EQ(c.asn.mmdb, "");
+  EXPECT_EQ(c.asn.prefix_file, "");
+  EXPECT_EQ(c.asn.top_n, defaults.asn.top_n);
+  EXPECT_TRUE(c.peer_classes.empty());
+  EXPECT_EQ(c.default_peer_class, "client");
+  EXPECT_EQ(c.size_classes_bytes, (std::vector<uint64_t>{100000, 1000000, 3000000}));
+  EXPECT_EQ(c.throughput_min_bytes, 3000000u);
+  EXPECT_EQ(c.cc_policy.app_override, AppOverride::kRespect);
+  EXPECT_EQ(c.cc_policy.sysctl_guard, SysctlGuard::kObserve);
+  EXPECT_TRUE(c.cc_policy.rules.empty());
+  EXPECT_EQ(c.cgroup, "");
+  EXPECT_EQ(c.ring_buffer_bytes, defaults.ring_buffer_bytes);
+  EXPECT_EQ(c.snapshot_interval_s, defaults.snapshot_interval_s);
+}
+
+TEST(ListenAddressTest, ParsesIpv4AndBracketedIpv6) {
+  std::string why;
+  auto a = parse_listen_address("127.0.0.1:9810", &why);
+  ASSERT_TRUE(a) << why;
+  EXPECT_EQ(a->addr, *IpAddr::parse("127.0.0.1"));
+  EXPECT_EQ(a->port, 9810);
+  auto b = parse_listen_address("[2001:db8::1]:443", &why);
+  ASSERT_TRUE(b) << why;
+  EXPECT_EQ(b->addr, *IpAddr::parse("2001:db8::1"));
+  EXPECT_EQ(b->port, 443);
+  EXPECT_FALSE(parse_listen_address("", &why));
+  EXPECT_FALSE(parse_listen_address("[::1]", nullptr));
+}
+
+TEST(KernelCcTest, ListsWhatTheKernelOffers) {
+  // reno is built into every kernel and always registered.
+  auto cc = kernel_congestion_controls();
+  EXPECT_NE(std::find(cc.begin(), cc.end(), "reno"), cc.end());
+  auto sorted = cc;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end()) << "duplicates";
+  EXPECT_EQ(std::find(cc.begin(), cc.end(), "diag"), cc.end());
+}
+
+TEST(ReferencedCcTest, RuleAndArmNamesOnceInOrder) {
+  Config c;
+  ASSERT_TRUE(errors_of(R"(cc_policy:
+  rules:
+    - name: a
+      cc: bbr
+    - name: b
+      experiment: { name: e, arms: { cubic: 50, bbr: 25, reno: 25 } }
+)",
+                        &c)
+                  .empty());
+  EXPECT_EQ(referenced_congestion_controls(c), (std::vector<std::string>{"bbr", "cubic", "reno"}));
+  EXPECT_TRUE(referenced_congestion_controls(Config{}).empty());
+}
+
+// ---------------------------------------------------------------------------
+// check-config
+
+TEST(CheckConfigCommandTest, ValidFilePrintsOkAndSummary) {
+  std::ostringstream out, err;
+  const std::string path = kDataDir + "/spec_example.yaml";
+  EXPECT_EQ(check_config_command(path, kCc, out, err), 0);
+  EXPECT_EQ(out.str(), path + ": ok\n3 peer classes, 2 rules (1 experiment)\n");
+  EXPECT_EQ(err.str(), "");
+}
+
+TEST(CheckConfigCommandTest, InvalidFilePrintsEveryErrorAndReturns2) {
+  std::ostringstream out, err;
+  const std::string path = kDataDir + "/bad_numbers.yaml";
+  EXPECT_EQ(check_config_command(path, kCc, out, err), 2);
+  EXPECT_EQ(out.str(), "");
+  std::istringstream lines(err.str());
+  std::string l;
+  int n = 0;
+  while (std::getline(lines, l)) {
+    EXPECT_EQ(l.rfind(path + ":", 0), 0u) << l;
+    ++n;
+  }
+  EXPECT_EQ(n, 6);
+}
+
+TEST(CheckConfigCommandTest, MissingFileReturns2) {
+  std::ostringstream out, err;
+  EXPECT_EQ(check_config_command("/nonexistent/tcpscope.yaml", kCc, out, err), 2);
+  EXPECT_EQ(err.str(), std::string("/nonexistent/tcpscope.yaml: cannot read config file: ") +
+                           std::strerror(ENOENT) + "\n");
+}
+
+TEST(CheckConfigCommandTest, EmptyFileSummary) {
+  std::ostringstream out, err;
+  const std::string path = kDataDir + "/good_empty.yaml";
+  EXPECT_EQ(check_config_command(path, kCc, out, err), 0) << err.str();
+  EXPECT_EQ(out.str(), path + ": ok\n0 peer classes, 0 rules (0 experiments)\n");
+}
+
+}  // namespace
+}  // namespace tcpscope
+
+namespace tcpscope {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Flags over the file (SPEC.md: "Flags override the config file"), at start
+// and at every SIGHUP: the daemon calls load_effective_config() for both.
+
+class OverrideTest : public ::testing::Test {
+ protected:
+  std::string path_ = ::testing::TempDir() + "tcpscope_override_test.yaml";
+  void write(const std::string& yaml) {
+    std::ofstream out(path_);
+    out << yaml;
+  }
+  void TearDown() override { std::remove(path_.c_str()); }
+};
+
+TEST_F(OverrideTest, FlagBeatsTheFile) {
+  write("listen: 127.0.0.1:9001\nflow_log: /tmp/file.ndjson\ncgroup: /sys/fs/cgroup/file\n");
+  ConfigOverrides flags;
+  flags.listen = "127.0.0.1:9002";
+  std::vector<ConfigError> errors;
+  Config c = load_effective_config(path_, flags, kCc, &errors);
+  EXPECT_TRUE(errors.empty()) << dump(errors);
+  EXPECT_EQ(c.listen, "127.0.0.1:9002");
+  EXPECT_EQ(c.flow_log, "/tmp/file.ndjson");  // not overridden: the file's
+  EXPECT_EQ(c.cgroup, "/sys/fs/cgroup/file");
+
+  flags.flow_log = "-";
+  flags.cgroup = "/sys/fs/cgroup/flag";
+  c = load_effective_config(path_, flags, kCc, &errors);
+  EXPECT_TRUE(errors.empty()) << dump(errors);
+  EXPECT_EQ(c.listen, "127.0.0.1:9002");
+  EXPECT_EQ(c.flow_log, "-");
+  EXPECT_EQ(c.cgroup, "/sys/fs/cgroup/flag");
+}
+
+TEST_F(OverrideTest, NoFlagsKeepTheFile) {
+  write("listen: 127.0.0.1:9001\n");
+  std::vector<ConfigError> errors;
+  Config c = load_effective_config(path_, ConfigOverrides{}, kCc, &errors);
+  EXPECT_TRUE(errors.empty()) << dump(errors);
+  EXPECT_EQ(c.listen, "127.0.0.1:9001");
+  EXPECT_EQ(c.flow_log, "");
+}
+
+TEST_F(OverrideTest, FlagStillWinsAfterTheFileChangesAndIsReloaded) {
+  write("listen: 127.0.0.1:9001\ntop_n_is_not_here: 1\n");
+  ConfigOverrides flags;
+  flags.listen = "127.0.0.1:9002";
+  std::vector<ConfigError> errors;
+  load_effective_config(path_, flags, kCc, &errors);
+  EXPECT_FALSE(errors.empty());  // a bad file is still an error with flags set
+
+  // The operator edits the file, listen included, and sends SIGHUP.
+  write("listen: 127.0.0.1:9003\nflow_log: /tmp/new.ndjson\nasn:\n  top_n: 7\n");
+  errors.clear();
+  Config c = load_effective_config(path_, flags, kCc, &errors);
+  EXPECT_TRUE(errors.empty()) << dump(errors);
+  EXPECT_EQ(c.listen, "127.0.0.1:9002");
+  EXPECT_EQ(c.flow_log, "/tmp/new.ndjson");  // the file's new value
+  EXPECT_EQ(c.asn.top_n, 7u);
+}
+
+TEST_F(OverrideTest, EmbeddedDefaultWithFlags) {
+  ConfigOverrides flags;
+  flags.listen = "[::1]:9100";
+  flags.flow_log = "/tmp/f.ndjson";
+  std::vector<ConfigError> errors;
+  Config c = load_effective_config("", flags, kCc, &errors);
+  EXPECT_TRUE(errors.empty()) << dump(errors);
+  EXPECT_EQ(c.listen, "[::1]:9100");
+  EXPECT_EQ(c.flow_log, "/tmp/f.ndjson");
+  EXPECT_EQ(c.source, "<embedded>");
+}
+
+TEST_F(OverrideTest, BadListenFlagIsAnError) {
+  ConfigOverrides flags;
+  flags.listen = "localhost:9810";
+  std::vector<ConfigError> errors;
+  Config c;
+  apply_overrides(flags, &c, &errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].file, "--listen");
+  EXPECT_NE(errors[0].to_string().find("--listen: localhost:9810: host \"localhost\" is not an IP address"), std::string::npos)
+      << errors[0].to_string();
+}
+
+}  // namespace
+}  // namespace tcpscope

@@ -1,0 +1,630 @@
+#include "export/http_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <prometheus/counter.h>
+#include <prometheus/registry.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <vector>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+namespace tcpscope {
+namespace {
+
+struct Response {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+};
+
+// A connected socket to 127.0.0.1:port with a receive timeout so that a
+// server that never answers fails the test instead of hanging it;
+// receive_buffer > 0: that small a receive buffer (a slow reader).
+int connect_to(int port, int receive_buffer = 0) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error(std::string("socket: ") + strerror(errno));
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  if (receive_buffer > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    int e = errno;
+    close(fd);
+    throw std::runtime_error(std::string("connect: ") + strerror(e));
+  }
+  return fd;
+}
+
+void send_all(int fd, const std::string& data) {
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = write(fd, data.data() + off, data.size() - off);
+    if (n <= 0) throw std::runtime_error(std::string("write: ") + strerror(errno));
+    off += static_cast<size_t>(n);
+  }
+}
+
+// Reads exactly one response (headers + Content-Length body) from fd;
+// `pending` carries bytes read past it for the next call.
+Response read_response(int fd, std::string* pending) {
+  std::string& buf = *pending;
+  char chunk[65536];
+  auto fill = [&] {
+    ssize_t n = read(fd, chunk, sizeof(chunk));
+    if (n < 0) throw std::runtime_error(std::string("read: ") + strerror(errno));
+    if (n == 0) return false;
+    buf.append(chunk, static_cast<size_t>(n));
+    return true;
+  };
+  size_t header_end;
+  while ((header_end = buf.find("\r\n\r\n")) == std::string::npos)
+    if (!fill()) throw std::runtime_error("connection closed before the end of the headers");
+
+  Response r;
+  const std::string head = buf.substr(0, header_end);
+  size_t line_end = head.find("\r\n");
+  const std::string status_line = head.substr(0, line_end);
+  if (status_line.rfind("HTTP/1.1 ", 0) != 0) throw std::runtime_error("bad status line: " + status_line);
+  r.status = std::stoi(status_line.substr(9, 3));
+  size_t pos = line_end == std::string::npos ? head.size() : line_end + 2;
+  while (pos < head.size()) {
+    size_t end = head.find("\r\n", pos);
+    if (end == std::string::npos) end = head.size();
+    const std::string line = head.substr(pos, end - pos);
+    const size_t colon = line.find(':');
+    std::string name = line.substr(0, colon);
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+    std::string value = line.substr(colon + 1);
+    value.erase(0, value.find_first_not_of(' '));
+    r.headers[name] = value;
+    pos = end + 2;
+  }
+  buf.erase(0, header_end + 4);
+  if (!r.headers.count("content-length")) throw std::runtime_error("no Content-Length");
+  const size_t length = std::stoul(r.headers["content-length"]);
+  while (buf.size() < length)
+    if (!fill()) throw std::runtime_error("connection closed before the end of the body");
+  r.body = buf.substr(0, length);
+  buf.erase(0, length);
+  return r;
+}
+
+Response request(int port, const std::string& method, const std::string& target) {
+  int fd = connect_to(port);
+  std::string pending;
+  try {
+    send_all(fd, method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    Response r = read_response(fd, &pending);
+    close(fd);
+    return r;
+  } catch (...) {
+    close(fd);
+    throw;
+  }
+}
+
+std::unique_ptr<HttpServer> start_ephemeral() {
+  std::string error;
+  auto server = HttpServer::start("127.0.0.1:0", &error);
+  EXPECT_TRUE(server) << error;
+  return server;
+}
+
+TEST(HttpServerTest, BindsAnEphemeralPort) {
+  auto server = start_ephemeral();
+  ASSERT_TRUE(server);
+  EXPECT_GT(server->port(), 0);
+  EXPECT_LT(server->port(), 65536);
+}
+
+TEST(HttpServerTest, MetricsRendersTheRegistryInTextFormat) {
+  auto server = start_ephemeral();
+  ASSERT_TRUE(server);
+  EXPECT_EQ(request(server->port(), "GET", "/metrics").status, 404);  // nothing to serve yet
+
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto& c = prometheus::BuildCounter().Name("test_things_total").Help("things").Register(*registry).Add({{"k", "v"}});
+  c.Increment(3);
+  server->serve_metrics(registry);
+
+  Response r = request(server->port(), "GET", "/metrics");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.headers["content-type"], "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_NE(r.body.find("# TYPE test_things_total counter\n"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("test_things_total{k=\"v\"} 3\n"), std::string::npos) << r.body;
+
+  // The registry is rendered per request, not cached.
+  c.Increment(2);
+  r = request(server->port(), "GET", "/metrics");
+  EXPECT_NE(r.body.find("test_things_total{k=\"v\"} 5\n"), std::string::npos) << r.body;
+}
+
+TEST(HttpServerTest, HealthzReportsTheCheck) {
+  auto server = start_ephemeral();
+  ASSERT_TRUE(server);
+  Response r = request(server->port(), "GET", "/healthz");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.body, "starting\n");
+
+  bool healthy = true;
+  std::string reason;
+  server->set_health([&] { return std::make_pair(healthy, reason); });
+  r = request(server->port(), "GET", "/healthz");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "ok\n");
+
+  healthy = false;
+  reason = "ring buffer not drained in time";
+  r = request(server->port(), "GET", "/healthz");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.body, "ring buffer not drained in time\n");
+
+  // One line, and paths do not leak to an unauthenticated endpoint.
+  reason = "cannot read /var/lib/secret/asn.mmdb\nsecond line";
+  r = request(server->port(), "GET", "/healthz");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.body, "cannot read [path] second line\n");
+
+  server->set_health([]() -> std::pair<bool, std::string> { throw std::runtime_error("boom"); });
+  r = request(server->port(), "GET", "/healthz");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.body, "health check failed\n");
+}
+
+TEST(HttpServerTest, UnknownPathIs404AndOtherMethodsAre405) {
+  auto server = start_ephemeral();
+  ASSERT_TRUE(server);
+  server->serve_metrics(std::make_shared<prometheus::Registry>());
+  EXPECT_EQ(request(server->port(), "GET", "/nope").status, 404);
+  EXPECT_EQ(request(server->port(), "GET", "/").status, 404);
+  EXPECT_EQ(request(server->port(), "GET", "/metrics/extra").status, 404);
+  EXPECT_EQ(request(server->port(), "GET", "/../etc/passwd").status, 404);
+  for (const char* method : {"POST", "PUT", "DELETE", "HEAD"}) {
+    Response r = request(server->port(), method, "/metrics");
+    EXPECT_EQ(r.status, 405) << method;
+    EXPECT_EQ(r.headers["allow"], "GET") << method;
+  }
+}
+
+TEST(HttpServerTest, JsonHandlersGetTheQuery) {
+  auto server = start_ephemeral();
+  ASSERT_TRUE(server);
+  server->handle_json("/api/v1/flows", [](const std::string& query) {
+    if (query == "bad") throw std::invalid_argument("unknown filter \"bad\"");
+    if (query == "crash") throw std::runtime_error("internal detail");
+    return "{\"query\":\"" + query + "\"}";
+  });
+  Response r = request(server->port(), "GET", "/api/v1/flows?peer_class=client");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.headers["content-type"], "application/json");
+  EXPECT_EQ(r.body, "{\"query\":\"peer_class=client\"}\n");
+
+  r = request(server->port(), "GET", "/api/v1/flows");
+  EXPECT_EQ(r.body, "{\"query\":\"\"}\n");
+
+  r = request(server->port(), "GET", "/api/v1/flows?bad");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body, "{\"error\":\"unknown filter \\\"bad\\\"\"}\n");
+
+  r = request(server->port(), "GET", "/api/v1/flows?crash");
+  EXPECT_EQ(r.status, 500);
+  EXPECT_EQ(r.body.find("internal detail"), std::string::npos);
+
+  // Built-in paths cannot be taken over.
+  server->handle_json("/healthz", [](const std::string&) { return std::string("{}"); });
+  EXPECT_EQ(request(server->port(), "GET", "/healthz").body, "starting\n");
+}
+
+TEST(HttpServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
+  auto server = start_ephemeral();
+  ASSERT_TRUE(server);
+  server->set_health([] { return std::make_pair(true, std::string()); });
+  int fd = connect_to(server->port());
+  std::string pending;
+  for (int i = 0; i < 3; ++i) {
+    send_all(fd, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    Response r = read_response(fd, &pending);
+    EXPECT_EQ(r.status, 200) << "request " << i;
+    EXPECT_EQ(r.body, "ok\n");
+  }
+  close(fd);
+}
+
+TEST(HttpServerTest, SecondServerOnTheSamePortFailsWithOneClearLine) {
+  auto first = start_ephemeral();
+  ASSERT_TRUE(first);
+  const std::string listen = "127.0.0.1:" + std::to_string(first->port());
+  std::string error;
+  auto second = HttpServer::start(listen, &error);
+  EXPECT_FALSE(second);
+  EXPECT_EQ(error, "listen " + listen + ": Address already in use");
+  // The first one is unaffected.
+  EXPECT_EQ(request(first->port(), "GET", "/nope").status, 404);
+}
+
+TEST(HttpServerTest, RejectsMalformedListenAddresses) {
+  for (const char* bad : {"9810", "localhost:9810", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:http", "[::1:9810",
+                          "[zz::1]:9810", "300.0.0.1:9810"}) {
+    std::string error;
+    EXPECT_FALSE(HttpServer::start(bad, &error)) << bad;
+    EXPECT_EQ(error.rfind(std::string("listen ") + bad + ": ", 0), 0u) << error;
+    EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+  }
+}
+
+TEST(HttpServerTest, Ipv6ListenServes) {
+  std::string error;
+  auto server = HttpServer::start("[::1]:0", &error);
+  ASSERT_TRUE(server) << error;
+  server->set_health([] { return std::make_pair(true, std::string()); });
+  int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in6 sa{};
+  sa.sin6_family = AF_INET6;
+  sa.sin6_port = htons(static_cast<uint16_t>(server->port()));
+  sa.sin6_addr = in6addr_loopback;
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0) << strerror(errno);
+  send_all(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  std::string pending;
+  EXPECT_EQ(read_response(fd, &pending).body, "ok\n");
+  close(fd);
+}
+
+TEST(HttpServerTest, StopClosesTheListener) {
+  auto server = start_ephemeral();
+  ASSERT_TRUE(server);
+  const int port = server->port();
+  server->stop();
+  EXPECT_EQ(server->port(), 0);
+  EXPECT_THROW(connect_to(port), std::runtime_error);
+  server->stop();  // idempotent
+  server.reset();
+}
+
+// --- Security: basic auth, request bodies, stuck clients, TLS availability.
+
+Response request_with(int port, const std::string& target, const std::string& extra_headers) {
+  int fd = connect_to(port);
+  std::string pending;
+  try {
+    send_all(fd, "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + extra_headers + "\r\n");
+    Response r = read_response(fd, &pending);
+    close(fd);
+    return r;
+  } catch (...) {
+    close(fd);
+    throw;
+  }
+}
+
+double seconds_since(const std::chrono::steady_clock::time_point& t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Reads until the server closes the connection (or the 5 s receive timeout).
+std::string read_until_close(int fd) {
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+TEST(HttpServerSecurityTest, BasicAuthGuardsEverythingButHealthz) {
+  HttpConfig security;
+  security.basic_auth_user = "prometheus";
+  security.basic_auth_password_sha256 = to_hex(sha256("s3cret"));
+  std::string error;
+  auto server = HttpServer::start("127.0.0.1:0", security, &error);
+  ASSERT_TRUE(server) << error;
+  server->serve_metrics(std::make_shared<prometheus::Registry>());
+  server->set_health([] { return std::make_pair(true, std::string()); });
+  server->handle_json("/api/v1/flows", [](const std::string&) { return std::string("[]"); });
+  const int port = server->port();
+
+  for (const char* path : {"/metrics", "/api/v1/flows", "/nope"}) {
+    Response r = request(port, "GET", path);
+    EXPECT_EQ(r.status, 401) << path;
+    EXPECT_EQ(r.headers["www-authenticate"], "Basic realm=\"tcpscope\", charset=\"UTF-8\"") << path;
+    EXPECT_EQ(r.body, "Unauthorized\n") << path;
+    // prometheus:wrong
+    EXPECT_EQ(request_with(port, path, "Authorization: Basic cHJvbWV0aGV1czp3cm9uZw==\r\n").status, 401) << path;
+  }
+  // prometheus:s3cret
+  const std::string good = "Authorization: Basic cHJvbWV0aGV1czpzM2NyZXQ=\r\n";
+  EXPECT_EQ(request_with(port, "/metrics", good).status, 200);
+  EXPECT_EQ(request_with(port, "/api/v1/flows", good).body, "[]\n");
+  EXPECT_EQ(request_with(port, "/nope", good).status, 404);
+  // Wrong credentials are counted (one per path above); none at all are not.
+  EXPECT_EQ(server->rejected(HttpServer::kAuthFailed), 3u);
+  // /healthz needs no credentials and says nothing but ok.
+  Response h = request(port, "GET", "/healthz");
+  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(h.body, "ok\n");
+}
+
+TEST(HttpServerSecurityTest, BadDigestIsRefusedAtStart) {
+  HttpConfig security;
+  security.basic_auth_user = "prometheus";
+  security.basic_auth_password_sha256 = "not-hex";
+  std::string error;
+  EXPECT_FALSE(HttpServer::start("127.0.0.1:0", security, &error));
+  EXPECT_EQ(error, "listen 127.0.0.1:0: http.basic_auth_password_sha256 is not 64 hex digits");
+}
+
+// A client announcing a body it never sends must not hold a worker: the
+// answer comes at once and the connection is closed without reading on.
+TEST(HttpServerSecurityTest, RequestBodiesAreRefusedAndTheConnectionClosed) {
+  auto server = start_ephemeral();
+  ASSERT_TRUE(server);
+  server->serve_metrics(std::make_shared<prometheus::Registry>());
+  struct Case {
+    const char* request;
+    const char* status;
+  };
+  for (const Case& c : {Case{"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\nabc", " 413 "},
+                        Case{"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\nabc", " 405 "},
+                        Case{"PUT /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab", " 405 "}}) {
+    int fd = connect_to(server->port());
+    const auto t0 = std::chrono::steady_clock::now();
+    send_all(fd, c.request);
+    const std::string reply = read_until_close(fd);
+    const double took = seconds_since(t0);
+    close(fd);
+    EXPECT_NE(reply.find(c.status), std::string::npos) << c.request << " -> " << reply;
+    EXPECT_LT(took, 1.0) << c.request;
+  }
+  EXPECT_EQ(request(server->port(), "GET", "/metrics").status, 200);
+}
+
+TEST(HttpServerSecurityTest, OversizedAndMalformedRequestsAre4xxAndServingGoesOn) {
+  auto server = start_ephemeral();
+  ASSERT_TRUE(server);
+  server->set_health([] { return std::make_pair(true, std::string()); });
+  const std::string huge_header = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n";
+  const std::string huge_target = "GET /" + std::string(20000, 'b') + " HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (const std::string& bad : {huge_header, huge_target, std::string("GARBAGE\r\n\r\n"),
+                                 std::string("\x00\x01\x02\r\n\r\n", 7), std::string("GET /healthz HTTP/9.9\r\n\r\n"),
+                                 std::string("GET healthz HTTP/1.1\r\n\r\n")}) {
+    int fd = connect_to(server->port());
+    try {
+      send_all(fd, bad);
+    } catch (const std::runtime_error&) {
+      // The server may close before taking all of an oversized request.
+    }
+    const std::string reply = read_until_close(fd);
+    close(fd);
+    ASSERT_GE(reply.size(), 12u) << bad.substr(0, 40);
+    const int status = std::stoi(reply.substr(9, 3));
+    EXPECT_GE(status, 400) << reply;
+    EXPECT_LT(status, 600) << reply;
+    EXPECT_NE(status, 500) << reply;
+  }
+  EXPECT_EQ(request(server->port(), "GET", "/healthz").status, 200);
+}
+
+std::vector<int> hang(int port, int n, const std::string& partial) {
+  std::vector<int> fds;
+  for (int i = 0; i < n; ++i) {
+    fds.push_back(connect_to(port));
+    if (!partial.empty()) send_all(fds.back(), partial);
+  }
+  return fds;
+}
+
+void close_all(const std::vector<int>& fds) {
+  for (int fd : fds) close(fd);
+}
+
+HttpServer::Limits test_limits() {
+  HttpServer::Limits l;
+  l.max_connections_per_peer = 2000;  // these tests' clients are all 127.0.0.1
+  return l;
+}
+
+std::unique_ptr<HttpServer> start_with(const HttpServer::Limits& limits) {
+  std::string error;
+  auto server = HttpServer::start("127.0.0.1:0", HttpConfig{}, limits, &error);
+  EXPECT_TRUE(server) << error;
+  if (server) {
+    server->serve_metrics(std::make_shared<prometheus::Registry>());
+    server->set_health([] { return std::make_pair(true, std::string()); });
+  }
+  return server;
+}
+
+// Clients that connect and say nothing, send half a request, or stop in the
+// middle of a header cost the server a descriptor each, not a thread:
+// /metrics answers at once with 600 of them holding connections.
+TEST(HttpServerSecurityTest, StuckClientsDoNotDelayMetrics) {
+  auto server = start_with(test_limits());
+  ASSERT_TRUE(server);
+  std::vector<int> stuck = hang(server->port(), 200, "");
+  for (int fd : hang(server->port(), 200, "GET /metrics HTTP/1.1\r\nHost: x\r\n")) stuck.push_back(fd);
+  for (int fd : hang(server->port(), 200, "GET /metr")) stuck.push_back(fd);
+  usleep(100 * 1000);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(request(server->port(), "GET", "/metrics").status, 200);
+  EXPECT_LT(seconds_since(t0), 0.2);
+  close_all(stuck);
+}
+
+// A request must be whole within the head deadline however it trickles in:
+// one header line every 100 ms gets 408 at the deadline, counted.
+TEST(HttpServerSecurityTest, TricklingRequestGets408AtTheHeadDeadline) {
+  HttpServer::Limits limits = test_limits();
+  limits.head_deadline_ms = 400;
+  auto server = start_with(limits);
+  ASSERT_TRUE(server);
+  int fd = connect_to(server->port());
+  const auto t0 = std::chrono::steady_clock::now();
+  send_all(fd, "GET /metrics HTTP/1.1\r\n");
+  std::string reply;
+  for (int i = 0; i < 20 && reply.empty(); ++i) {
+    usleep(100 * 1000);
+    try {
+      send_all(fd, "X-Slow-" + std::to_string(i) + ": 1\r\n");
+    } catch (const std::runtime_error&) {
+      break;  // closed already
+    }
+    char buf[256];
+    const ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n > 0) reply.assign(buf, static_cast<size_t>(n));
+  }
+  if (reply.empty()) reply = read_until_close(fd);
+  close(fd);
+  EXPECT_EQ(reply.rfind("HTTP/1.1 408 ", 0), 0u) << reply;
+  EXPECT_LT(seconds_since(t0), 0.4 + 0.5);
+  EXPECT_EQ(server->rejected(HttpServer::kHeadTimeout), 1u);
+
+  // Connect and wait: the same.
+  fd = connect_to(server->port());
+  EXPECT_EQ(read_until_close(fd).rfind("HTTP/1.1 408 ", 0), 0u);
+  close(fd);
+  EXPECT_EQ(server->rejected(HttpServer::kHeadTimeout), 2u);
+}
+
+// At a peer's cap a new connection replaces the peer's oldest idle one; when
+// every one is being answered, the new one is refused.
+TEST(HttpServerSecurityTest, PeerCapReplacesTheOldestIdleConnection) {
+  HttpServer::Limits limits;
+  limits.max_connections_per_peer = 4;
+  auto server = start_with(limits);
+  ASSERT_TRUE(server);
+  std::vector<int> idle = hang(server->port(), 4, "GET /he");
+  Response r = request(server->port(), "GET", "/healthz");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(server->rejected(HttpServer::kConnectionLimit), 1u);
+  // The first (oldest) was closed; the others still wait for their deadline.
+  char c;
+  EXPECT_EQ(recv(idle[0], &c, 1, 0), 0);
+  EXPECT_EQ(recv(idle[1], &c, 1, MSG_DONTWAIT), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  close_all(idle);
+  usleep(100 * 1000);  // the server sees them go
+
+  server->handle_json("/api/v1/slow", [](const std::string&) {
+    usleep(800 * 1000);
+    return std::string("{}");
+  });
+  std::vector<int> busy = hang(server->port(), 4, "GET /api/v1/slow HTTP/1.1\r\nHost: x\r\n\r\n");
+  usleep(100 * 1000);
+  EXPECT_THROW(request(server->port(), "GET", "/healthz"), std::runtime_error);
+  EXPECT_EQ(server->rejected(HttpServer::kConnectionLimit), 2u);
+  for (int fd : busy) {
+    std::string pending;
+    EXPECT_EQ(read_response(fd, &pending).status, 200);
+  }
+  close_all(busy);
+}
+
+// Scrapes have workers of their own: JSON queries that take seconds, and a
+// queue of them, do not delay /metrics; past the queue's bound they get 503.
+TEST(HttpServerSecurityTest, SlowQueriesNeitherDelayScrapesNorQueueWithoutBound) {
+  HttpServer::Limits limits = test_limits();
+  limits.api_workers = 1;
+  limits.max_queued_requests = 2;
+  auto server = start_with(limits);
+  ASSERT_TRUE(server);
+  server->handle_json("/api/v1/slow", [](const std::string&) {
+    usleep(1500 * 1000);
+    return std::string("{}");
+  });
+  std::vector<int> fds;
+  for (int i = 0; i < 5; ++i) {
+    fds.push_back(connect_to(server->port()));
+    send_all(fds.back(), "GET /api/v1/slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    usleep(20 * 1000);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(request(server->port(), "GET", "/metrics").status, 200);
+  EXPECT_EQ(request(server->port(), "GET", "/healthz").status, 200);
+  EXPECT_LT(seconds_since(t0), 0.2);
+  int busy = 0, ok = 0;
+  for (int fd : fds) {
+    const std::string reply = read_until_close(fd);
+    busy += reply.rfind("HTTP/1.1 503 ", 0) == 0;
+    ok += reply.rfind("HTTP/1.1 200 ", 0) == 0;
+  }
+  close_all(fds);
+  EXPECT_EQ(busy, 2);  // one running, two queued, two turned away
+  EXPECT_EQ(ok, 3);
+  EXPECT_EQ(server->rejected(HttpServer::kBusy), 2u);
+}
+
+// A client that does not take its response is closed at the response
+// deadline, whatever trickle of progress it allows.
+TEST(HttpServerSecurityTest, SlowReaderIsClosedAtTheResponseDeadline) {
+  HttpServer::Limits limits = test_limits();
+  limits.response_deadline_ms = 500;
+  auto server = start_with(limits);
+  ASSERT_TRUE(server);
+  server->handle_json("/api/v1/big", [](const std::string&) { return "\"" + std::string(16 << 20, 'x') + "\""; });
+  int fd = connect_to(server->port(), 4096);
+  send_all(fd, "GET /api/v1/big HTTP/1.1\r\nHost: x\r\n\r\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t got = 0;
+  char buf[1024];
+  for (int i = 0; i < 100; ++i) {  // 1 KiB every 20 ms: progress, but far too slow
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+    usleep(20 * 1000);
+  }
+  close(fd);
+  EXPECT_LT(got, size_t(16) << 20);
+  EXPECT_LT(seconds_since(t0), 1.9);
+  EXPECT_EQ(server->rejected(HttpServer::kResponseTimeout), 1u);
+}
+
+TEST(HttpServerTest, KeepAliveEndsAfterTheRequestCap) {
+  HttpServer::Limits limits = test_limits();
+  limits.max_requests_per_connection = 3;
+  auto server = start_with(limits);
+  ASSERT_TRUE(server);
+  int fd = connect_to(server->port());
+  std::string pending;
+  for (int i = 1; i <= 3; ++i) {
+    send_all(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    Response r = read_response(fd, &pending);
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.headers.count("connection"), i == 3 ? 1u : 0u) << i;
+  }
+  EXPECT_EQ(read_until_close(fd), "");
+  close(fd);
+}
+
+// The server's own counters come with /metrics.
+TEST(HttpServerTest, MetricsCarryTheRejectionCounters) {
+  auto server = start_with(test_limits());
+  ASSERT_TRUE(server);
+  int fd = connect_to(server->port());
+  send_all(fd, "GARBAGE\r\n\r\n");
+  read_until_close(fd);
+  close(fd);
+  const std::string body = request(server->port(), "GET", "/metrics").body;
+  EXPECT_NE(body.find("tcpscope_http_rejected_total{reason=\"malformed\"} 1\n"), std::string::npos) << body;
+  EXPECT_NE(body.find("tcpscope_http_rejected_total{reason=\"auth_failed\"} 0\n"), std::string::npos) << body;
+}
+
+}  // namespace
+}  // namespace tcpscope

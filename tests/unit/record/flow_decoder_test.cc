@@ -1,0 +1,141 @@
+#include "record/flow_decoder.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace tcpscope {
+namespace {
+
+tcpscope_flow_event base_event() {
+  tcpscope_flow_event ev{};
+  ev.family = 4;
+  ev.dir = TCPSCOPE_DIR_ACTIVE;
+  ev.outcome = TCPSCOPE_OUTCOME_OK;
+  inet_pton(AF_INET, "198.18.0.1", ev.saddr);
+  inet_pton(AF_INET, "198.18.0.2", ev.daddr);
+  ev.sport = 40000;
+  ev.dport = 443;
+  ev.start_ns = 1'000'000'000;
+  ev.established_ns = 1'000'100'000;
+  ev.data_end_ns = 1'250'000'000;
+  ev.end_ns = 2'000'000'000;
+  std::strcpy(ev.cc, "cubic");
+  std::strcpy(ev.comm, "curl");
+  return ev;
+}
+
+TEST(FlowDecoder, TimesBecomeRealtimeAndDurations) {
+  MonotonicToRealtime clock(5'000'000'000);
+  FlowRecord r = decode_flow_event(base_event(), clock);
+  EXPECT_EQ(r.start_ns, 6'000'000'000);
+  EXPECT_EQ(r.end_ns, 7'000'000'000);
+  EXPECT_EQ(r.fct_us, 250'000);
+  EXPECT_EQ(r.duration_us, 1'000'000);
+}
+
+TEST(FlowDecoder, FctWithoutDataEndsAtHandshakeOrClose) {
+  auto ev = base_event();
+  ev.data_end_ns = 0;
+  EXPECT_EQ(flow_completion_us(ev), 100);  // no data: the handshake
+  ev.established_ns = 0;
+  EXPECT_EQ(flow_completion_us(ev), 1'000'000);  // never established: until close
+  ev.end_ns = ev.start_ns - 1;
+  ev.data_end_ns = 0;
+  EXPECT_EQ(flow_completion_us(ev), 0);  // never negative
+}
+
+TEST(FlowDecoder, AddressesPortsAndStrings) {
+  auto ev = base_event();
+  FlowRecord r = decode_flow_event(ev, MonotonicToRealtime(0));
+  EXPECT_EQ(r.laddr.to_string(), "198.18.0.1");
+  EXPECT_EQ(r.raddr.to_string(), "198.18.0.2");
+  EXPECT_EQ(r.family(), 4);
+  EXPECT_EQ(r.lport, 40000);
+  EXPECT_EQ(r.rport, 443);
+  EXPECT_EQ(r.cc, "cubic");
+  EXPECT_EQ(r.comm, "curl");
+}
+
+TEST(FlowDecoder, Ipv4MappedPeerIsReportedAsIpv4) {
+  auto ev = base_event();
+  ev.family = 6;
+  std::memset(ev.saddr, 0, 16);
+  std::memset(ev.daddr, 0, 16);
+  inet_pton(AF_INET6, "::ffff:198.18.0.1", ev.saddr);
+  inet_pton(AF_INET6, "::ffff:203.0.113.9", ev.daddr);
+  FlowRecord r = decode_flow_event(ev, MonotonicToRealtime(0));
+  EXPECT_EQ(r.family(), 4);
+  EXPECT_EQ(r.raddr.to_string(), "203.0.113.9");
+  EXPECT_EQ(r.laddr.to_string(), "198.18.0.1");
+
+  inet_pton(AF_INET6, "fd00::2", ev.daddr);
+  r = decode_flow_event(ev, MonotonicToRealtime(0));
+  EXPECT_EQ(r.family(), 6);
+  EXPECT_EQ(r.raddr.to_string(), "fd00::2");
+}
+
+TEST(FlowDecoder, FullLengthKernelStringsAreBounded) {
+  auto ev = base_event();
+  std::memset(ev.comm, 'x', sizeof(ev.comm));  // no NUL: comm of exactly 16 bytes
+  std::memset(ev.cc, 'y', sizeof(ev.cc));
+  FlowRecord r = decode_flow_event(ev, MonotonicToRealtime(0));
+  EXPECT_EQ(r.comm, std::string(16, 'x'));
+  EXPECT_EQ(r.cc, std::string(16, 'y'));
+}
+
+TEST(FlowDecoder, OutcomesDirectionsAndFlags) {
+  auto ev = base_event();
+  const std::pair<uint8_t, Outcome> cases[] = {{TCPSCOPE_OUTCOME_OK, Outcome::kOk},
+                                               {TCPSCOPE_OUTCOME_RESET, Outcome::kReset},
+                                               {TCPSCOPE_OUTCOME_REFUSED, Outcome::kRefused},
+                                               {TCPSCOPE_OUTCOME_TIMEOUT, Outcome::kTimeout},
+                                               {TCPSCOPE_OUTCOME_ERROR, Outcome::kError},
+                                               {200, Outcome::kError}};
+  for (auto [raw, want] : cases) {
+    ev.outcome = raw;
+    EXPECT_EQ(decode_flow_event(ev, MonotonicToRealtime(0)).outcome, want);
+  }
+  ev.dir = TCPSCOPE_DIR_PASSIVE;
+  ev.flags = TCPSCOPE_F_PARTIAL | TCPSCOPE_F_APP_SET_CC;
+  FlowRecord r = decode_flow_event(ev, MonotonicToRealtime(0));
+  EXPECT_EQ(r.dir, Direction::kPassive);
+  EXPECT_TRUE(r.partial);
+  EXPECT_TRUE(r.app_set_cc);
+}
+
+TEST(FlowDecoder, RatesAndCounters) {
+  auto ev = base_event();
+  ev.mss = 1448;
+  ev.rate_delivered = 100;           // segments
+  ev.rate_interval_us = 10'000;      // in 10 ms
+  ev.pacing_rate = 1'250'000;        // bytes/s
+  ev.snd_cwnd = 10;
+  ev.max_cwnd = 80;
+  ev.total_retrans = 7;
+  ev.ca_state_ns[3] = 2'500'000;
+  FlowRecord r = decode_flow_event(ev, MonotonicToRealtime(0));
+  EXPECT_EQ(r.delivery_rate_bps, 100ULL * 1448 * 8 * 100);  // per 10 ms -> x100 per s
+  EXPECT_EQ(r.pacing_rate_bps, 10'000'000u);
+  EXPECT_EQ(r.max_cwnd, 80u);
+  EXPECT_EQ(r.retrans_segs, 7u);
+  EXPECT_EQ(r.ca_state_us[3], 2500u);
+  ev.max_cwnd = 3;  // a cwnd larger than every sample is still the maximum
+  EXPECT_EQ(decode_flow_event(ev, MonotonicToRealtime(0)).max_cwnd, 10u);
+  ev.rate_interval_us = 0;
+  EXPECT_EQ(decode_flow_event(ev, MonotonicToRealtime(0)).delivery_rate_bps, 0u);
+}
+
+TEST(MonotonicToRealtime, OffsetMatchesTheClocks) {
+  MonotonicToRealtime c;
+  timespec mono{}, real{};
+  clock_gettime(CLOCK_MONOTONIC, &mono);
+  clock_gettime(CLOCK_REALTIME, &real);
+  int64_t m = mono.tv_sec * 1'000'000'000LL + mono.tv_nsec;
+  int64_t rt = real.tv_sec * 1'000'000'000LL + real.tv_nsec;
+  EXPECT_LT(std::llabs(c.to_realtime(m) - rt), 5'000'000);  // 5 ms
+}
+
+}  // namespace
+}  // namespace tcpscope

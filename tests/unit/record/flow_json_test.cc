@@ -1,0 +1,78 @@
+#include "record/flow_json.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace tcpscope {
+namespace {
+
+FlowRecord sample() {
+  FlowRecord r;
+  r.start_ns = 1700000000123456789;
+  r.end_ns = 1700000001123456789;
+  r.fct_us = 250000;
+  r.duration_us = 1000000;
+  r.laddr = *IpAddr::parse("198.18.0.1");
+  r.raddr = *IpAddr::parse("fd00::2");
+  r.lport = 443;
+  r.rport = 51234;
+  r.dir = Direction::kPassive;
+  r.outcome = Outcome::kReset;
+  r.cc = "bbr";
+  r.bytes_acked = 18446744073709551615ULL;  // u64 max survives
+  r.peer_class = "pop-to-pop";
+  r.asn = 64501;
+  r.as_org = "Example \"Wireless\" \\ Net";
+  r.cc_rule = "wireless-bbr";
+  r.comm = std::string("we\x01ird\xff", 7);
+  r.pid = 4242;
+  return r;
+}
+
+TEST(FlowJson, OneValidObjectPerLineWithSpecFields) {
+  std::string out;
+  append_flow_json(sample(), &out);
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out.back(), '\n');
+  EXPECT_EQ(out.find('\n'), out.size() - 1);
+  auto j = nlohmann::json::parse(out);
+  for (const char* k : {"start_ns", "end_ns", "fct_us", "duration_us", "family", "laddr", "lport", "raddr",
+                        "rport", "dir", "outcome", "cc", "srtt_us", "min_rtt_us", "rttvar_us", "cwnd",
+                        "max_cwnd", "ssthresh", "mss", "bytes_acked", "bytes_received", "bytes_retrans",
+                        "segs_out", "segs_in", "retrans_segs", "lost_segs", "delivery_rate_bps",
+                        "pacing_rate_bps", "peer_class", "asn", "as_org", "cc_rule", "experiment", "arm",
+                        "app_set_cc", "pid", "comm", "cgroup_id", "netns"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["start_ns"].get<int64_t>(), 1700000000123456789);
+  EXPECT_EQ(j["family"], 6);
+  EXPECT_EQ(j["raddr"], "fd00::2");
+  EXPECT_EQ(j["dir"], "passive");
+  EXPECT_EQ(j["outcome"], "reset");
+  EXPECT_EQ(j["bytes_acked"].get<uint64_t>(), 18446744073709551615ULL);
+  EXPECT_EQ(j["as_org"], "Example \"Wireless\" \\ Net");
+  EXPECT_EQ(j["cc_rule"], "wireless-bbr");
+  EXPECT_TRUE(j["experiment"].is_null());
+  EXPECT_TRUE(j["arm"].is_null());
+  EXPECT_EQ(j["app_set_cc"], false);
+}
+
+TEST(FlowJson, ControlAndNonAsciiBytesAreEscaped) {
+  std::string out;
+  append_flow_json(sample(), &out);
+  auto j = nlohmann::json::parse(out);  // throws on invalid UTF-8 or raw control bytes
+  EXPECT_EQ(j["comm"], std::string("we\x01ird\xc3\xbf", 8));  // \u00ff read back as UTF-8
+  std::string s;
+  append_json_string("a\tb\nc\"", &s);
+  EXPECT_EQ(s, "\"a\\tb\\nc\\\"\"");
+}
+
+TEST(FlowJson, LinesAppend) {
+  std::string out;
+  append_flow_json(sample(), &out);
+  append_flow_json(sample(), &out);
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 2);
+}
+
+}  // namespace
+}  // namespace tcpscope
