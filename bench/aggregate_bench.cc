@@ -13,9 +13,16 @@
 #include <vector>
 
 #include "aggregate/aggregator.h"
+#include "aggregate/asn_ranking.h"
 
 namespace tcpscope {
 namespace {
+
+// The daemon's aggregation step: the ASN ranking labels the flow, the
+// aggregator counts it under that label.
+void rank_and_add(AsnRanking& ranking, Aggregator& agg, const FlowRecord& f) {
+  agg.add(f, ranking.add(f.asn, f.bytes_acked + f.bytes_received).label);
+}
 
 const std::vector<std::string> kClasses{"client", "intra-pop", "pop-to-pop", "origin", "transit"};
 const std::vector<std::string> kCcs{"cubic", "bbr"};
@@ -54,12 +61,14 @@ std::vector<FlowRecord> make_flows(size_t n, uint32_t seed) {
 void BM_AggregatorAdd(benchmark::State& state) {
   auto registry = std::make_shared<prometheus::Registry>();
   Aggregator agg(registry, AggregatorOptions{});
+  AsnRanking ranking(AsnRankingOptions{});
   const auto flows = make_flows(1 << 16, 1);
-  for (const auto& f : flows) agg.add(f);  // warm the series cache
-  agg.recompute_top_asns();
+  for (const auto& f : flows) rank_and_add(ranking, agg, f);  // warm the series cache
+  ranking.recompute();
+  agg.retire_series(ranking);
   size_t i = 0;
   for (auto _ : state) {
-    agg.add(flows[i]);
+    rank_and_add(ranking, agg, flows[i]);
     i = (i + 1) & (flows.size() - 1);
   }
   state.SetItemsProcessed(state.iterations());
@@ -72,9 +81,11 @@ BENCHMARK(BM_AggregatorAdd);
 void BM_AggregatorAddWhileScraping(benchmark::State& state) {
   auto registry = std::make_shared<prometheus::Registry>();
   Aggregator agg(registry, AggregatorOptions{});
+  AsnRanking ranking(AsnRankingOptions{});
   const auto flows = make_flows(1 << 16, 2);
-  for (const auto& f : flows) agg.add(f);
-  agg.recompute_top_asns();
+  for (const auto& f : flows) rank_and_add(ranking, agg, f);
+  ranking.recompute();
+  agg.retire_series(ranking);
   std::atomic<bool> done{false};
   std::atomic<uint64_t> scrapes{0};
   std::thread scraper([&] {
@@ -86,7 +97,7 @@ void BM_AggregatorAddWhileScraping(benchmark::State& state) {
   });
   size_t i = 0;
   for (auto _ : state) {
-    agg.add(flows[i]);
+    rank_and_add(ranking, agg, flows[i]);
     i = (i + 1) & (flows.size() - 1);
   }
   done = true;
@@ -100,6 +111,7 @@ BENCHMARK(BM_AggregatorAddWhileScraping);
 // (50 top ASNs, "0", "other") x 2 CCs x 4 size classes x 2 dirs x 5
 // outcomes x 5 congestion states, with every histogram populated.
 void fill_default_cap(Aggregator* agg) {
+  AsnRanking ranking(AsnRankingOptions{});
   FlowRecord f;
   f.outcome = Outcome::kOk;
   f.srtt_us = 20000;
@@ -113,9 +125,10 @@ void fill_default_cap(Aggregator* agg) {
   for (uint32_t a = 0; a < 50; ++a) {
     f.asn = 64500 + a;
     f.bytes_acked = 1000000000ULL - a;
-    agg->add(f);
+    rank_and_add(ranking, *agg, f);
   }
-  agg->recompute_top_asns();
+  ranking.recompute();
+  agg->retire_series(ranking);
   std::vector<uint32_t> asns{0, 99999};  // "0" and one that folds into "other"
   for (uint32_t a = 0; a < 50; ++a) asns.push_back(64500 + a);
   const uint64_t sizes[] = {50000, 500000, 2000000, 5000000};
@@ -130,7 +143,7 @@ void fill_default_cap(Aggregator* agg) {
             f.bytes_acked = sz;
             f.dir = k < 5 ? Direction::kActive : Direction::kPassive;
             f.outcome = static_cast<Outcome>(k % 5);
-            agg->add(f);
+            rank_and_add(ranking, *agg, f);
           }
 }
 

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "aggregate/aggregator.h"
+#include "aggregate/asn_ranking.h"
 #include "enrich/asn_db.h"
 #include "enrich/enricher.h"
 #include "record/flow_decoder.h"
@@ -37,6 +38,12 @@
 
 namespace tcpscope {
 namespace {
+
+// The daemon's aggregation step: the ASN ranking labels the flow, the
+// aggregator counts it under that label.
+void rank_and_add(AsnRanking& ranking, Aggregator& agg, const FlowRecord& f) {
+  agg.add(f, ranking.add(f.asn, f.bytes_acked + f.bytes_received).label);
+}
 
 constexpr size_t kRecords = 1 << 16;
 constexpr size_t kAsnPrefixes = 100000;
@@ -212,12 +219,14 @@ void BM_PipelineAggregate(benchmark::State& state) {
   const auto flows = enriched();
   auto registry = std::make_shared<prometheus::Registry>();
   Aggregator agg(registry, AggregatorOptions{});
-  for (const auto& f : flows) agg.add(f);  // series exist, as in a running daemon
-  agg.recompute_top_asns();
+  AsnRanking ranking(AsnRankingOptions{});
+  for (const auto& f : flows) rank_and_add(ranking, agg, f);  // series exist, as in a running daemon
+  ranking.recompute();
+  agg.retire_series(ranking);
   size_t i = 0;
   agg.begin_batch();
   for (auto _ : state) {
-    agg.add(flows[i]);
+    rank_and_add(ranking, agg, flows[i]);
     i = (i + 1) & (kRecords - 1);
     if ((i & (kDrainRecords - 1)) == 0) publish_drain(agg);
   }
@@ -247,16 +256,18 @@ void BM_PipelineEnrichAggregate(benchmark::State& state) {
   auto flows = decoded();
   auto registry = std::make_shared<prometheus::Registry>();
   Aggregator agg(registry, AggregatorOptions{});
+  AsnRanking ranking(AsnRankingOptions{});
   for (auto f : flows) {
     enricher.enrich(&f);
-    agg.add(f);
+    rank_and_add(ranking, agg, f);
   }
-  agg.recompute_top_asns();
+  ranking.recompute();
+  agg.retire_series(ranking);
   size_t i = 0;
   agg.begin_batch();
   for (auto _ : state) {
     enricher.enrich(&flows[i]);
-    agg.add(flows[i]);
+    rank_and_add(ranking, agg, flows[i]);
     i = (i + 1) & (kRecords - 1);
     if ((i & (kDrainRecords - 1)) == 0) publish_drain(agg);
   }
@@ -272,12 +283,14 @@ void BM_PipelineEndToEnd(benchmark::State& state) {
   Enricher enricher({fx.classifier, fx.asn_db});
   auto registry = std::make_shared<prometheus::Registry>();
   Aggregator agg(registry, AggregatorOptions{});
+  AsnRanking ranking(AsnRankingOptions{});
   for (const auto& ev : fx.events) {
     FlowRecord f = decode_flow_event(ev, fx.clock);
     enricher.enrich(&f);
-    agg.add(f);
+    rank_and_add(ranking, agg, f);
   }
-  agg.recompute_top_asns();
+  ranking.recompute();
+  agg.retire_series(ranking);
   std::string batch;
   batch.reserve(1 << 20);
   size_t i = 0;
@@ -285,7 +298,7 @@ void BM_PipelineEndToEnd(benchmark::State& state) {
   for (auto _ : state) {
     FlowRecord f = decode_flow_event(fx.events[i], fx.clock);
     enricher.enrich(&f);
-    agg.add(f);
+    rank_and_add(ranking, agg, f);
     if (flow_log) {
       append_flow_json(f, &batch);
       if ((i & 1023) == 0) batch.clear();
@@ -309,6 +322,7 @@ void BM_PipelineSeriesMemory(benchmark::State& state) {
     const size_t heap0 = mallinfo2().uordblks;
     auto registry = std::make_shared<prometheus::Registry>();
     auto agg = std::make_unique<Aggregator>(registry, AggregatorOptions{});
+    AsnRanking ranking(AsnRankingOptions{});
     FlowRecord f;
     f.srtt_us = 20000;
     f.min_rtt_us = 15000;
@@ -321,9 +335,10 @@ void BM_PipelineSeriesMemory(benchmark::State& state) {
     for (uint32_t a = 0; a < 50; ++a) {
       f.asn = 64500 + a;
       f.bytes_acked = 1000000000ULL - a;
-      agg->add(f);
+      rank_and_add(ranking, *agg, f);
     }
-    agg->recompute_top_asns();
+    ranking.recompute();
+    agg->retire_series(ranking);
     std::vector<uint32_t> asns{0, 99999};
     for (uint32_t a = 0; a < 50; ++a) asns.push_back(64500 + a);
     const uint64_t sizes[] = {50000, 500000, 2000000, 5000000};
@@ -338,7 +353,7 @@ void BM_PipelineSeriesMemory(benchmark::State& state) {
               f.bytes_acked = sz;
               f.dir = k < 5 ? Direction::kActive : Direction::kPassive;
               f.outcome = static_cast<Outcome>(k % 5);
-              agg->add(f);
+              rank_and_add(ranking, *agg, f);
             }
     size_t series = 0, samples = 0;
     for (const auto& fam : registry->Collect()) {

@@ -118,7 +118,8 @@ const std::vector<double>& rtt_buckets_seconds() {
   return b;
 }
 
-uint64_t series_budget(const AggregatorOptions& o, uint64_t peer_classes, uint64_t congestion_controls) {
+uint64_t series_budget(const AggregatorOptions& o, uint32_t top_n, uint64_t peer_classes,
+                       uint64_t congestion_controls) {
   // A histogram with b bounds is b + 1 buckets (+Inf), _sum and _count.
   auto histogram = [](const std::vector<double>& bounds) { return uint64_t{bounds.size()} + 3; };
   const uint64_t size_classes = o.size_classes_bytes.size() + 1;
@@ -128,7 +129,7 @@ uint64_t series_budget(const AggregatorOptions& o, uint64_t peer_classes, uint64
                                  + size_classes * histogram(fct_buckets_seconds())
                                  + histogram(throughput_buckets_bytes_per_second())  //
                                  + 2 * histogram(rtt_buckets_seconds());
-  const uint64_t asn_values = uint64_t{o.top_n} + o.max_stale_asns + 2;  // + "0" and "other"
+  const uint64_t asn_values = uint64_t{top_n} + o.max_stale_asns + 2;  // + "0" and "other"
   return peer_classes * congestion_controls * (asn_values * per_label_set + 1);
 }
 
@@ -136,7 +137,6 @@ AggregatorOptions AggregatorOptions::from_config(const Config& config) {
   AggregatorOptions o;
   o.size_classes_bytes = config.size_classes_bytes;
   o.throughput_min_bytes = config.throughput_min_bytes;
-  o.top_n = config.asn.top_n;
   o.max_stale_asns = config.asn.top_n;
   return o;
 }
@@ -236,7 +236,6 @@ Aggregator::Aggregator(std::shared_ptr<prometheus::Registry> registry, Aggregato
                        .Help("Open TCP flows at the last snapshot, by peer class and congestion control.")
                        .Register(r);
   size_class_names_ = size_class_names(options_.size_classes_bytes);
-  created_ = last_recompute_ = Clock::now();
 }
 
 Aggregator::~Aggregator() = default;
@@ -274,31 +273,10 @@ Aggregator::Series* Aggregator::series_for(uint8_t class_id, uint8_t cc_id, uint
   return raw;
 }
 
-bool Aggregator::add(const FlowRecord& f) {
+void Aggregator::add(const FlowRecord& f, AsnLabel asn) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t bytes = f.bytes_acked + f.bytes_received;
-
-  // Rank and label the ASN with the top-N in force now.
-  bool other = false;
-  if (f.asn != 0) {
-    auto it = asn_bytes_.find(f.asn);
-    if (it == asn_bytes_.end()) {
-      if (asn_bytes_.size() < options_.max_tracked_asns) {
-        it = asn_bytes_.emplace(f.asn, AsnEntry{static_cast<double>(bytes), false}).first;
-      } else {
-        ++untracked_asn_flows_;
-      }
-    } else {
-      it->second.bytes += static_cast<double>(bytes);
-    }
-    // While the top-N has room (a young daemon, or few ASNs) an ASN joins
-    // it at once rather than waiting as "other" for the next ranking.
-    if (it != asn_bytes_.end() && !it->second.top && top_asns_.size() < options_.top_n) {
-      it->second.top = true;
-      top_asns_.push_back(f.asn);
-    }
-    other = it == asn_bytes_.end() || !it->second.top;
-  }
+  const bool other = asn == AsnLabel::kOther;
 
   Series* s = series_for(intern(&class_names_, f.peer_class), intern(&cc_names_, f.cc), other ? 0 : f.asn, other);
 
@@ -350,18 +328,6 @@ bool Aggregator::add(const FlowRecord& f) {
     }
   }
   if (!batching_) publish_locked();
-
-  // A fresh daemon labels every ASN "other" until the first ranking; rank
-  // often while it warms up so the labels converge within seconds.
-  if (++flows_since_recompute_ >= options_.warmup_recompute_flows && options_.warmup_recompute_flows > 0) {
-    const double age = std::chrono::duration<double>(Clock::now() - created_).count();
-    if (age < options_.warmup_seconds) {
-      recompute_locked();
-    } else {
-      flows_since_recompute_ = 0;
-    }
-  }
-  return has_own_label_locked(f.asn);
 }
 
 void Aggregator::begin_batch() {
@@ -397,45 +363,10 @@ void Aggregator::publish_locked() {
   dirty_.clear();
 }
 
-void Aggregator::recompute_top_asns() {
+void Aggregator::retire_series(const AsnRanking& ranking) {
   std::lock_guard<std::mutex> lock(mu_);
-  recompute_locked();
-}
-
-void Aggregator::recompute_locked() {
   publish_locked();  // series may be removed below
   const Clock::time_point now = Clock::now();
-  const double elapsed = std::chrono::duration<double>(now - last_recompute_).count();
-  last_recompute_ = now;
-  flows_since_recompute_ = 0;
-
-  std::vector<std::pair<double, uint32_t>> ranked;
-  ranked.reserve(asn_bytes_.size());
-  const double decay = options_.asn_bytes_half_life_s > 0 ? std::exp2(-elapsed / options_.asn_bytes_half_life_s) : 1.0;
-  for (auto& [asn, e] : asn_bytes_) {
-    ranked.emplace_back(e.bytes, asn);
-    e.bytes *= decay;
-    e.top = false;
-  }
-  // Most bytes first; ties broken by the lower ASN so the ranking is stable.
-  auto by_bytes = [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; };
-  const size_t n = std::min<size_t>(options_.top_n, ranked.size());
-  std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(n), ranked.end(), by_bytes);
-  top_asns_.clear();
-  for (size_t i = 0; i < n; ++i) {
-    top_asns_.push_back(ranked[i].second);
-    asn_bytes_[ranked[i].second].top = true;
-  }
-
-  // Keep the table bounded: once nearly full, keep the half with the most bytes.
-  if (asn_bytes_.size() > options_.max_tracked_asns - options_.max_tracked_asns / 10) {
-    const size_t keep = std::max<size_t>(options_.max_tracked_asns / 2, n);
-    if (keep < ranked.size()) {
-      std::nth_element(ranked.begin() + static_cast<std::ptrdiff_t>(n), ranked.begin() + static_cast<std::ptrdiff_t>(keep),
-                       ranked.end(), by_bytes);
-      for (size_t i = keep; i < ranked.size(); ++i) asn_bytes_.erase(ranked[i].second);
-    }
-  }
 
   // Series of ASNs that left the top-N no longer move; drop them after a
   // grace period so that ASN churn does not grow the series count forever.
@@ -457,8 +388,7 @@ void Aggregator::recompute_locked() {
       }
     }
     if (s->specific_asn) {
-      auto e = asn_bytes_.find(s->asn_number);
-      if (e != asn_bytes_.end() && e->second.top) {
+      if (ranking.label(s->asn_number) == AsnLabel::kOwn) {
         s->last_in_top = now;
       } else if (expired(s->last_in_top)) {
         remove_series(s);
@@ -529,12 +459,11 @@ void Aggregator::update_options(AggregatorOptions options) {
   std::lock_guard<std::mutex> lock(mu_);
   publish_locked();  // pending FCT observations are per size class of the old options
   const bool classes_changed = options.size_classes_bytes != options_.size_classes_bytes;
-  const bool top_changed = options.top_n != options_.top_n;
   options_ = std::move(options);
   if (classes_changed) {
     // Histograms of the old size classes keep their values under their old
     // labels for stale_asn_seconds (a scrape sees no counter vanish at the
-    // reload), then recompute_locked() removes them; new flows go to the new
+    // reload), then retire_series() removes them; new flows go to the new
     // classes. A class whose name (hence range) is in force again keeps or
     // gets back its histogram: the registry holds one series per label set.
     const auto old_names = std::move(size_class_names_);
@@ -557,28 +486,6 @@ void Aggregator::update_options(AggregatorOptions options) {
       s->pending.fct.assign(size_class_names_.size(), PendingHistogram{});
     }
   }
-  if (top_changed) recompute_locked();
-}
-
-bool Aggregator::has_own_label_locked(uint32_t asn) const {
-  if (asn == 0) return true;  // labelled "0"
-  auto it = asn_bytes_.find(asn);
-  return it != asn_bytes_.end() && it->second.top;
-}
-
-std::string Aggregator::asn_label_locked(uint32_t asn) const {
-  if (asn == 0) return "0";
-  return has_own_label_locked(asn) ? std::to_string(asn) : "other";
-}
-
-std::string Aggregator::asn_label(uint32_t asn) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return asn_label_locked(asn);
-}
-
-std::vector<uint32_t> Aggregator::top_asns() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return top_asns_;
 }
 
 std::string Aggregator::size_class_label(uint64_t bytes) const {
@@ -589,11 +496,6 @@ std::string Aggregator::size_class_label(uint64_t bytes) const {
 size_t Aggregator::label_sets() const {
   std::lock_guard<std::mutex> lock(mu_);
   return series_.size();
-}
-
-uint64_t Aggregator::untracked_asn_flows() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return untracked_asn_flows_;
 }
 
 }  // namespace tcpscope

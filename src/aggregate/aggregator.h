@@ -3,10 +3,11 @@
 // histograms, and the active-flow gauges.
 //
 // Label cardinality. ASNs are folded so that the series count stays bounded:
-// an ASN among the top-N by bytes keeps its number, ASN 0 (unknown) is "0",
-// every other ASN is "other". An ASN that leaves the top-N keeps its (frozen)
-// series for stale_asn_seconds (1 h), and at most max_stale_asns (= top_n)
-// ASNs are kept that way, so at most A = 2 * top_n + 2 asn values are live.
+// each flow comes with its ASN label from the ranking (asn_ranking.h: the
+// top-N by bytes keep their number, ASN 0 is "0", every other ASN "other").
+// An ASN that leaves the top-N keeps its (frozen) series for
+// stale_asn_seconds (1 h), and at most max_stale_asns (= top_n) ASNs are kept
+// that way, so at most A = 2 * top_n + 2 asn values are live.
 // Counted as Prometheus counts them (every histogram bucket including +Inf,
 // _sum and _count is a series), each base label set (peer_class, asn, cc)
 // holds at most
@@ -24,7 +25,7 @@
 // README.md "Series budget" has the default's figure; aggregator_test.cc
 // (SeriesCountMatchesTheBudget) counts a registry against this formula.
 //
-// Threading: add(), recompute_top_asns(), set_active_flows() and
+// Threading: add(), retire_series(), set_active_flows() and
 // update_options() may be called from any thread (one mutex, uncontended in
 // the daemon where the ring reader is the only caller of add()). Rendering
 // (Registry::Collect on the HTTP threads) only touches prometheus-cpp
@@ -41,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "aggregate/asn_ranking.h"
 #include "record/flow_record.h"
 
 namespace prometheus {
@@ -59,26 +61,12 @@ struct Config;
 struct AggregatorOptions {
   std::vector<uint64_t> size_classes_bytes{100000, 1000000, 3000000};
   uint64_t throughput_min_bytes = 3000000;
-  uint32_t top_n = 50;
-
-  // Bytes are counted per ASN to rank them; at most this many ASNs are
-  // tracked (the routed Internet has ~80k). A flow whose ASN finds the table
-  // full is labelled "other" and its bytes are not ranked until a recompute
-  // prunes the table back to the half with the most bytes.
-  size_t max_tracked_asns = 100000;
-  // Per-ASN byte counts decay with this half-life so that the top-N follows
-  // the traffic mix instead of freezing on the first hours after start.
-  double asn_bytes_half_life_s = 3600;
   // Series of an ASN that has left the top-N stop receiving flows (those go
   // to "other"); after this long they are removed from the registry.
   double stale_asn_seconds = 3600;
   // At most this many such stale ASNs keep their series; beyond it the ones
   // out of the top-N longest are removed at once. from_config: top_n.
   size_t max_stale_asns = 50;
-  // A fresh daemon has no ranking: for its first `warmup_seconds`, add()
-  // recomputes the top-N itself every `warmup_recompute_flows` flows.
-  uint64_t warmup_recompute_flows = 10000;
-  double warmup_seconds = 300;
 
   static AggregatorOptions from_config(const Config& config);
 };
@@ -90,10 +78,11 @@ const std::vector<double>& rtt_buckets_seconds();
 
 // The most series (Prometheus samples: each histogram bucket, _sum and
 // _count counted) the aggregator's families can hold with these options,
-// `peer_classes` peer class values and `congestion_controls` CCs in use
+// a ranking of `top_n` ASNs, `peer_classes` peer class values and `congestion_controls` CCs in use
 // (the formula above; size classes as configured, i.e. not during the grace
 // period after a size-class reload).
-uint64_t series_budget(const AggregatorOptions& options, uint64_t peer_classes, uint64_t congestion_controls);
+uint64_t series_budget(const AggregatorOptions& options, uint32_t top_n, uint64_t peer_classes,
+                       uint64_t congestion_controls);
 
 class Aggregator {
  public:
@@ -104,11 +93,10 @@ class Aggregator {
   Aggregator(const Aggregator&) = delete;
   Aggregator& operator=(const Aggregator&) = delete;
 
-  // Counts one finished flow (peer_class, asn, cc already enriched).
-  // Returns whether its ASN has a label of its own after this flow, i.e.
-  // asn_label(flow.asn) != "other" (the daemon's hot path needs only that).
-  // Outside a batch the metrics move at once.
-  bool add(const FlowRecord& flow);
+  // Counts one finished flow (peer_class, asn, cc already enriched) under
+  // its ASN's label (AsnRanking::add). Outside a batch the metrics move at
+  // once.
+  void add(const FlowRecord& flow, AsnLabel asn);
 
   // Between these, add() only accumulates per series; end_batch() publishes
   // to the registry. prometheus-cpp takes a compare-and-swap per counter and
@@ -117,9 +105,10 @@ class Aggregator {
   void begin_batch();
   void end_batch();
 
-  // Ranks ASNs by (decayed) bytes and fixes the top-N set that labels the
-  // flows added from now on. The daemon calls it every 60 s.
-  void recompute_top_asns();
+  // After a new ranking: series of ASNs out of its top-N stop moving and
+  // are removed once stale (stale_asn_seconds, max_stale_asns), as are FCT
+  // histograms of size classes a reload replaced.
+  void retire_series(const AsnRanking& ranking);
 
   // Sets tcpscope_active_flows from a snapshot of open flows; series missing
   // from the snapshot drop to 0.
@@ -128,26 +117,16 @@ class Aggregator {
   // Config reload: new size classes / top_n / throughput threshold apply to
   // flows added from now on. Existing series keep their values; FCT
   // histograms of size classes no longer configured stop moving and are
-  // removed stale_asn_seconds later (at a recompute_top_asns()).
+  // removed stale_asn_seconds later (at a retire_series()).
   void update_options(AggregatorOptions options);
 
-  // The asn label a flow of this ASN gets right now: "0", "other" or the number.
-  std::string asn_label(uint32_t asn) const;
-  // Current top-N, most bytes first.
-  std::vector<uint32_t> top_asns() const;
   // The size_class label for a flow that moved this many payload bytes.
   std::string size_class_label(uint64_t bytes) const;
   // (peer_class, asn, cc) label sets with live series; for tests and /api.
   size_t label_sets() const;
-  // Flows whose ASN found the tracking table full (labelled "other").
-  uint64_t untracked_asn_flows() const;
 
  private:
   struct Series;
-  struct AsnEntry {
-    double bytes = 0;
-    bool top = false;
-  };
   struct KeyHash {
     size_t operator()(uint64_t k) const {
       k ^= k >> 33;
@@ -160,11 +139,8 @@ class Aggregator {
 
   uint8_t intern(std::vector<std::string>* names, const std::string& name);
   Series* series_for(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other);
-  void recompute_locked();
   void publish_locked();
   void remove_series(Series* s);
-  std::string asn_label_locked(uint32_t asn) const;
-  bool has_own_label_locked(uint32_t asn) const;
 
   std::shared_ptr<prometheus::Registry> registry_;
   AggregatorOptions options_;
@@ -188,14 +164,8 @@ class Aggregator {
   std::vector<std::string> cc_names_;
   // (class, cc, asn label) packed into 64 bits -> the series of that label set.
   std::unordered_map<uint64_t, std::unique_ptr<Series>, KeyHash> series_;
-  std::unordered_map<uint32_t, AsnEntry> asn_bytes_;
-  std::vector<uint32_t> top_asns_;
-  uint64_t untracked_asn_flows_ = 0;
   std::map<std::pair<std::string, std::string>, prometheus::Gauge*> active_gauges_;
 
-  Clock::time_point created_;
-  Clock::time_point last_recompute_;
-  uint64_t flows_since_recompute_ = 0;
   // Series with unpublished flows, and whether add() leaves them so.
   std::vector<Series*> dirty_;
   bool batching_ = false;

@@ -57,6 +57,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "aggregate/asn_ranking.h"
 #include "compare/compare_metric.h"
 #include "compare/compare_selection.h"
 #include "compare/flow_sketch.h"
@@ -90,14 +91,12 @@ class FlowDistributions {
   FlowDistributions& operator=(const FlowDistributions&) = delete;
 
   // Counts one finished flow under its raw ASN. `asn_label` is the flow's
-  // asn label in the Prometheus series ("other", "0" or the number;
-  // Aggregator::asn_label): it only decides whether the flow's key may use
-  // the reserve once max_keys are in use (top-N ASNs may, "other" may not).
-  void add(const FlowRecord& flow, const std::string& asn_label);
-  // The same with the only thing the label decides: whether the ASN has a
-  // label of its own (Aggregator::add says so, without a second lookup).
-  enum class AsnLabel { kOwn, kOther };
+  // label in the ASN ranking (asn_ranking.h, the one the Prometheus series
+  // use): it only decides whether the flow's key may use the reserve once
+  // max_keys are in use (top-N ASNs may, "other" may not).
   void add(const FlowRecord& flow, AsnLabel asn_label);
+  // The same with the label as text ("other", "0" or the number).
+  void add(const FlowRecord& flow, const std::string& asn_label);
   // For tests: the same with an explicit time.
   void add_at(const FlowRecord& flow, const std::string& asn_label, Clock::time_point now);
   void add_at(const FlowRecord& flow, AsnLabel asn_label, Clock::time_point now);

@@ -22,6 +22,7 @@
 #include <prometheus/registry.h>
 
 #include "aggregate/aggregator.h"
+#include "aggregate/asn_ranking.h"
 #include "enrich/asn_db.h"
 #include "os/background_job.h"
 #include "config/config.h"
@@ -161,6 +162,7 @@ class Daemon {
   RunOptions opts_;
   Config config_;
   std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<AsnRanking> asn_ranking_;  // labels flows for both outputs below
   std::unique_ptr<Aggregator> aggregator_;
   std::unique_ptr<FlowDistributions> distributions_;  // for `compare --server`
   std::unique_ptr<SelfMetrics> self_;
@@ -208,6 +210,7 @@ int Daemon::start() {
     if (!flow_log_) return fail(error);
   }
 
+  asn_ranking_ = std::make_unique<AsnRanking>(AsnRankingOptions::from_config(config_));
   aggregator_ = std::make_unique<Aggregator>(registry_, AggregatorOptions::from_config(config_));
   distributions_ = std::make_unique<FlowDistributions>(FlowDistributionsOptions::from_config(config_));
   auto features = probe_kernel_features();
@@ -262,11 +265,12 @@ FlowRecord Daemon::record_of(const tcpscope_flow_event& ev) {
 
 void Daemon::on_event(const tcpscope_flow_event& ev) {
   const FlowRecord flow = record_of(ev);
-  const bool asn_has_own_label = aggregator_->add(flow);
-  // Sketches are keyed by the raw ASN (as the flow log); the metrics' label
-  // only decides whether a new key may still be added when the table is full.
-  distributions_->add(flow, asn_has_own_label ? FlowDistributions::AsnLabel::kOwn
-                                             : FlowDistributions::AsnLabel::kOther);
+  const AsnRanking::Counted asn = asn_ranking_->add(flow.asn, flow.bytes_acked + flow.bytes_received);
+  aggregator_->add(flow, asn.label);
+  // Sketches are keyed by the raw ASN (as the flow log); the label only
+  // decides whether a new key may still be added when the table is full.
+  distributions_->add(flow, asn.label);
+  if (asn.reranked) aggregator_->retire_series(*asn_ranking_);
   if (flow_log_) {
     append_flow_json(flow, &batch_);
     ++batch_records_;
@@ -300,7 +304,8 @@ void Daemon::on_tick() {
     last_clock_refresh_ = now;
   }
   if (now - last_top_asn_ >= kTopAsnRecompute) {
-    aggregator_->recompute_top_asns();
+    asn_ranking_->recompute();
+    aggregator_->retire_series(*asn_ranking_);
     last_top_asn_ = now;
   }
   if (config_.snapshot_interval_s &&
@@ -415,6 +420,7 @@ void Daemon::apply_reload(PreparedReload& r) {
   if (!http_->set_basic_auth(merged.http, &error)) log_line("reload: " + error + "; the previous credentials stay");
   enricher_->replace(std::move(r.tables));
   aggregator_->update_options(AggregatorOptions::from_config(merged));
+  if (asn_ranking_->update_options(AsnRankingOptions::from_config(merged))) aggregator_->retire_series(*asn_ranking_);
   if (distributions_->update_options(FlowDistributionsOptions::from_config(merged)))
     log_line("reload: new size classes: the compare --server distributions start empty");
   for (const auto& key : next_start) log_line("reload: " + key + " takes effect at the next start");

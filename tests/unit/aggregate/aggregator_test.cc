@@ -1,4 +1,5 @@
 #include "aggregate/aggregator.h"
+#include "aggregate/asn_ranking.h"
 
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
@@ -112,19 +113,56 @@ FlowRecord good_flow(uint32_t asn, uint64_t bytes_acked, int64_t fct_us) {
   return f;
 }
 
+// The daemon's order: the ASN ranking labels each flow, then the aggregator
+// counts it under that label; a new ranking retires series.
+struct TestOptions {
+  AggregatorOptions series;
+  AsnRankingOptions ranking;
+};
+
+class RankedAggregator {
+ public:
+  RankedAggregator(std::shared_ptr<prometheus::Registry> registry, const TestOptions& o)
+      : ranking(o.ranking), agg(std::move(registry), o.series) {}
+  // Whether the flow's ASN has a label of its own after it.
+  bool add(const FlowRecord& f) {
+    const AsnRanking::Counted c = ranking.add(f.asn, f.bytes_acked + f.bytes_received);
+    agg.add(f, c.label);
+    if (c.reranked) agg.retire_series(ranking);
+    return ranking.label(f.asn) == AsnLabel::kOwn;
+  }
+  void recompute_top_asns() {
+    ranking.recompute();
+    agg.retire_series(ranking);
+  }
+  void update_options(const TestOptions& o) {
+    agg.update_options(o.series);
+    if (ranking.update_options(o.ranking)) agg.retire_series(ranking);
+  }
+  std::string asn_label(uint32_t asn) const { return ranking.label_text(asn); }
+  std::vector<uint32_t> top_asns() const { return ranking.top(); }
+  void begin_batch() { agg.begin_batch(); }
+  void end_batch() { agg.end_batch(); }
+  void set_active_flows(const Aggregator::ActiveFlows& active) { agg.set_active_flows(active); }
+  size_t label_sets() const { return agg.label_sets(); }
+  std::string size_class_label(uint64_t bytes) const { return agg.size_class_label(bytes); }
+
+  AsnRanking ranking;
+  Aggregator agg;
+};
+
 class AggregatorTest : public ::testing::Test {
  protected:
   std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
-  AggregatorOptions options_;
-  AggregatorOptions no_warmup() {
-    AggregatorOptions o;
-    o.warmup_recompute_flows = 0;
+  TestOptions no_warmup() {
+    TestOptions o;
+    o.ranking.warmup_recompute_flows = 0;
     return o;
   }
 };
 
 TEST_F(AggregatorTest, CountersCountEveryFlow) {
-  Aggregator agg(registry_, no_warmup());
+  RankedAggregator agg(registry_, no_warmup());
   FlowRecord ok = good_flow(0, 5000, 40000);
   ok.bytes_received = 700;
   ok.segs_out = 7;
@@ -169,7 +207,7 @@ TEST_F(AggregatorTest, CountersCountEveryFlow) {
 }
 
 TEST_F(AggregatorTest, FailedAndEmptyFlowsFeedNoHistogram) {
-  Aggregator agg(registry_, no_warmup());
+  RankedAggregator agg(registry_, no_warmup());
   FlowRecord reset = good_flow(0, 4000000, 900000);
   reset.outcome = Outcome::kReset;
   agg.add(reset);
@@ -191,7 +229,7 @@ TEST_F(AggregatorTest, FailedAndEmptyFlowsFeedNoHistogram) {
 }
 
 TEST_F(AggregatorTest, FctBucketsAreCumulative) {
-  Aggregator agg(registry_, no_warmup());
+  RankedAggregator agg(registry_, no_warmup());
   agg.add(good_flow(0, 1000, 150));      // 150 us
   agg.add(good_flow(0, 1000, 4000));     // 4 ms
   agg.add(good_flow(0, 1000, 5000));     // exactly on the 5 ms bound: le is inclusive
@@ -212,7 +250,7 @@ TEST_F(AggregatorTest, FctBucketsAreCumulative) {
 }
 
 TEST_F(AggregatorTest, SizeClassFollowsTotalPayloadBytesAtTheBoundaries) {
-  Aggregator agg(registry_, no_warmup());
+  RankedAggregator agg(registry_, no_warmup());
   struct Case {
     uint64_t acked, received;
     const char* size_class;
@@ -240,7 +278,7 @@ TEST_F(AggregatorTest, SizeClassFollowsTotalPayloadBytesAtTheBoundaries) {
 }
 
 TEST_F(AggregatorTest, ThroughputOnlyForFlowsOfAtLeastTheThreshold) {
-  Aggregator agg(registry_, no_warmup());
+  RankedAggregator agg(registry_, no_warmup());
   agg.add(good_flow(0, 2999999, 1000000));  // one byte short
   Scrape before(*registry_);
   EXPECT_TRUE(before.series("tcpscope_flow_throughput_bytes_per_second").empty());
@@ -261,9 +299,9 @@ TEST_F(AggregatorTest, ThroughputOnlyForFlowsOfAtLeastTheThreshold) {
 }
 
 TEST_F(AggregatorTest, ThroughputThresholdIsConfigurable) {
-  AggregatorOptions o = no_warmup();
-  o.throughput_min_bytes = 1000;
-  Aggregator agg(registry_, o);
+  TestOptions o = no_warmup();
+  o.series.throughput_min_bytes = 1000;
+  RankedAggregator agg(registry_, o);
   agg.add(good_flow(0, 999, 1000));
   agg.add(good_flow(0, 1000, 1000));  // 1000 B in 1 ms: 1 MB/s
   Scrape s(*registry_);
@@ -274,7 +312,7 @@ TEST_F(AggregatorTest, ThroughputThresholdIsConfigurable) {
 }
 
 TEST_F(AggregatorTest, RttHistogramsInSeconds) {
-  Aggregator agg(registry_, no_warmup());
+  RankedAggregator agg(registry_, no_warmup());
   FlowRecord f = good_flow(0, 1000, 50000);
   f.srtt_us = 25000;
   f.min_rtt_us = 900;
@@ -296,7 +334,7 @@ TEST_F(AggregatorTest, RttHistogramsInSeconds) {
 }
 
 TEST_F(AggregatorTest, CongestionStateSecondsPerState) {
-  Aggregator agg(registry_, no_warmup());
+  RankedAggregator agg(registry_, no_warmup());
   FlowRecord f = good_flow(0, 1000, 50000);
   f.ca_state_us = {1500000, 0, 0, 250000, 0};
   agg.add(f);
@@ -308,7 +346,7 @@ TEST_F(AggregatorTest, CongestionStateSecondsPerState) {
 }
 
 TEST_F(AggregatorTest, LabelsSeparatePeerClassAndCc) {
-  Aggregator agg(registry_, no_warmup());
+  RankedAggregator agg(registry_, no_warmup());
   FlowRecord a = good_flow(0, 1000, 1000);
   FlowRecord b = a;
   b.peer_class = "origin";
@@ -328,9 +366,9 @@ TEST_F(AggregatorTest, LabelsSeparatePeerClassAndCc) {
 }
 
 TEST_F(AggregatorTest, TopAsnsKeepTheirNumberOthersFoldAndUnknownIsZero) {
-  AggregatorOptions o = no_warmup();
-  o.top_n = 2;
-  Aggregator agg(registry_, o);
+  TestOptions o = no_warmup();
+  o.ranking.top_n = 2;
+  RankedAggregator agg(registry_, o);
   // While the top-N has room an ASN joins it at once; once full, newcomers
   // are "other" until a ranking lets them in.
   agg.add(good_flow(100, 900000, 1000));
@@ -365,41 +403,11 @@ TEST_F(AggregatorTest, TopAsnsKeepTheirNumberOthersFoldAndUnknownIsZero) {
   }
 }
 
-TEST_F(AggregatorTest, RankingIsByBytesNotFlows) {
-  AggregatorOptions o = no_warmup();
-  o.top_n = 1;
-  Aggregator agg(registry_, o);
-  for (int i = 0; i < 100; ++i) agg.add(good_flow(100, 1000, 1000));  // many small flows
-  agg.add(good_flow(200, 200000, 1000));                               // one large one
-  agg.recompute_top_asns();
-  EXPECT_EQ(agg.top_asns(), (std::vector<uint32_t>{200}));
-}
-
-TEST_F(AggregatorTest, WarmupRanksWithoutWaitingForTheDaemon) {
-  AggregatorOptions o;
-  o.top_n = 1;
-  o.warmup_recompute_flows = 10;
-  Aggregator agg(registry_, o);
-  agg.add(good_flow(1111, 10, 10));  // takes the only place while there is room
-  for (int i = 0; i < 8; ++i) agg.add(good_flow(4242, 1000, 1000));
-  EXPECT_EQ(agg.top_asns(), (std::vector<uint32_t>{1111}));
-  agg.add(good_flow(4242, 1000, 1000));  // the 10th flow ranks
-  EXPECT_EQ(agg.top_asns(), (std::vector<uint32_t>{4242}));
-
-  AggregatorOptions late = o;
-  late.warmup_seconds = 0;  // warm-up already over: only the daemon's calls rank
-  auto registry2 = std::make_shared<prometheus::Registry>();
-  Aggregator agg2(registry2, late);
-  agg2.add(good_flow(1111, 10, 10));
-  for (int i = 0; i < 30; ++i) agg2.add(good_flow(4242, 1000, 1000));
-  EXPECT_EQ(agg2.top_asns(), (std::vector<uint32_t>{1111}));
-}
-
 TEST_F(AggregatorTest, SeriesOfAsnsThatLeftTheTopAreRemovedAfterTheGracePeriod) {
-  AggregatorOptions o = no_warmup();
-  o.top_n = 1;
-  o.stale_asn_seconds = 0;
-  Aggregator agg(registry_, o);
+  TestOptions o = no_warmup();
+  o.ranking.top_n = 1;
+  o.series.stale_asn_seconds = 0;
+  RankedAggregator agg(registry_, o);
   agg.add(good_flow(100, 1000, 1000));
   agg.recompute_top_asns();
   agg.add(good_flow(100, 1000, 1000));
@@ -418,10 +426,10 @@ TEST_F(AggregatorTest, SeriesOfAsnsThatLeftTheTopAreRemovedAfterTheGracePeriod) 
 }
 
 TEST_F(AggregatorTest, SeriesSurviveWithinTheGracePeriod) {
-  AggregatorOptions o = no_warmup();
-  o.top_n = 1;
-  o.stale_asn_seconds = 3600;
-  Aggregator agg(registry_, o);
+  TestOptions o = no_warmup();
+  o.ranking.top_n = 1;
+  o.series.stale_asn_seconds = 3600;
+  RankedAggregator agg(registry_, o);
   agg.add(good_flow(100, 1000, 1000));
   agg.recompute_top_asns();
   agg.add(good_flow(100, 1000, 1000));
@@ -431,24 +439,8 @@ TEST_F(AggregatorTest, SeriesSurviveWithinTheGracePeriod) {
   EXPECT_EQ(Scrape(*registry_).counter("tcpscope_bytes_acked_total", base("100")), 2000);
 }
 
-TEST_F(AggregatorTest, AsnTableIsBounded) {
-  AggregatorOptions o = no_warmup();
-  o.top_n = 3;
-  o.max_tracked_asns = 10;
-  Aggregator agg(registry_, o);
-  for (uint32_t a = 1; a <= 25; ++a) agg.add(good_flow(a, 1000 * a, 1000));
-  EXPECT_EQ(agg.untracked_asn_flows(), 15u);
-  agg.recompute_top_asns();  // ranks the 10 tracked, then prunes to the best 5
-  EXPECT_EQ(agg.top_asns(), (std::vector<uint32_t>{10, 9, 8}));
-  // Room again: a new heavy ASN is tracked and can reach the top.
-  agg.add(good_flow(77, 100000000, 1000));
-  EXPECT_EQ(agg.untracked_asn_flows(), 15u);
-  agg.recompute_top_asns();
-  EXPECT_EQ(agg.top_asns().front(), 77u);
-}
-
 TEST_F(AggregatorTest, ActiveFlowGaugesFollowTheSnapshot) {
-  Aggregator agg(registry_, no_warmup());
+  RankedAggregator agg(registry_, no_warmup());
   agg.set_active_flows({{{"client", "cubic"}, 5}, {{"origin", "bbr"}, 2}});
   Scrape s1(*registry_);
   EXPECT_EQ(s1.gauge("tcpscope_active_flows", {{"peer_class", "client"}, {"cc", "cubic"}}), 5);
@@ -460,10 +452,10 @@ TEST_F(AggregatorTest, ActiveFlowGaugesFollowTheSnapshot) {
 }
 
 TEST_F(AggregatorTest, ReloadWithNewSizeClassesKeepsOldSeries) {
-  Aggregator agg(registry_, no_warmup());
+  RankedAggregator agg(registry_, no_warmup());
   agg.add(good_flow(0, 50000, 1000));
-  AggregatorOptions o = no_warmup();
-  o.size_classes_bytes = {10000};
+  TestOptions o = no_warmup();
+  o.series.size_classes_bytes = {10000};
   agg.update_options(o);
   agg.add(good_flow(0, 50000, 1000));
   agg.add(good_flow(0, 5000, 1000));
@@ -475,7 +467,7 @@ TEST_F(AggregatorTest, ReloadWithNewSizeClassesKeepsOldSeries) {
 }
 
 TEST_F(AggregatorTest, MetricTypesAreAsSpecified) {
-  Aggregator agg(registry_, no_warmup());
+  RankedAggregator agg(registry_, no_warmup());
   FlowRecord f = good_flow(0, 5000000, 1000000);
   f.ca_state_us[0] = 1;
   agg.add(f);
@@ -506,11 +498,11 @@ TEST_F(AggregatorTest, MetricTypesAreAsSpecified) {
 // The ring reader adds while HTTP threads render; run under TSan/ASan to
 // catch races. Totals must come out exact.
 TEST_F(AggregatorTest, ScrapesWhileAddingSeeConsistentTotals) {
-  AggregatorOptions o;
-  o.top_n = 5;
-  o.warmup_recompute_flows = 500;
-  o.stale_asn_seconds = 0;  // also exercise series removal under scrapes
-  Aggregator agg(registry_, o);
+  TestOptions o;
+  o.ranking.top_n = 5;
+  o.ranking.warmup_recompute_flows = 500;
+  o.series.stale_asn_seconds = 0;  // also exercise series removal under scrapes
+  RankedAggregator agg(registry_, o);
   std::atomic<bool> done{false};
   std::vector<std::thread> scrapers;
   for (int t = 0; t < 2; ++t)
@@ -598,12 +590,12 @@ TEST_F(AggregatorTest, SeriesCountMatchesTheBudget) {
   const std::vector<std::string> classes{"client", "origin"}, ccs{"cubic", "bbr"};
   const uint64_t C = classes.size(), K = ccs.size();
 
-  AggregatorOptions o = no_warmup();
-  o.top_n = 5;
-  o.max_stale_asns = 5;
-  o.stale_asn_seconds = 3600;
-  const uint64_t N = o.top_n;
-  Aggregator agg(registry_, o);
+  TestOptions o = no_warmup();
+  o.ranking.top_n = 5;
+  o.series.max_stale_asns = 5;
+  o.series.stale_asn_seconds = 3600;
+  const uint64_t N = o.ranking.top_n;
+  RankedAggregator agg(registry_, o);
   auto feed = [&](uint32_t asn, uint64_t scale) {
     for (const auto& cls : classes)
       for (const auto& cc : ccs)
@@ -630,7 +622,7 @@ TEST_F(AggregatorTest, SeriesCountMatchesTheBudget) {
   for (uint32_t a = 1; a <= N; ++a) feed(2000 + a, 1000);
   EXPECT_EQ(asn_labels(*registry_).size(), 2 * N + 2);
   EXPECT_EQ(exposition_samples(*registry_), C * (2 * N + 2) * K * P + C * K);
-  EXPECT_EQ(exposition_samples(*registry_), series_budget(o, C, K));
+  EXPECT_EQ(exposition_samples(*registry_), series_budget(o.series, o.ranking.top_n, C, K));
 
   // Churn again: 2N stale candidates, only the N that left the top last stay.
   for (uint32_t a = 1; a <= N; ++a) feed(3000 + a, 1000000);
@@ -640,7 +632,7 @@ TEST_F(AggregatorTest, SeriesCountMatchesTheBudget) {
   EXPECT_EQ(labels.size(), 2 * N + 2);
   for (uint32_t a = 1; a <= N + k; ++a) EXPECT_FALSE(labels.count(std::to_string(1000 + a))) << a;
   for (uint32_t a = 1; a <= N; ++a) EXPECT_TRUE(labels.count(std::to_string(2000 + a))) << a;
-  EXPECT_EQ(exposition_samples(*registry_), series_budget(o, C, K));
+  EXPECT_EQ(exposition_samples(*registry_), series_budget(o.series, o.ranking.top_n, C, K));
 }
 
 TEST_F(AggregatorTest, DefaultSeriesBudgetIsTheReadmeFigure) {
@@ -648,18 +640,19 @@ TEST_F(AggregatorTest, DefaultSeriesBudgetIsTheReadmeFigure) {
   // four size classes), for one and for two congestion controls in use.
   Config defaults;
   const AggregatorOptions o = AggregatorOptions::from_config(defaults);
+  const uint32_t top_n = AsnRankingOptions::from_config(defaults).top_n;
   EXPECT_EQ(o.max_stale_asns, 50u);
-  EXPECT_EQ(series_budget(o, 1, 1), 20707u);
-  EXPECT_EQ(series_budget(o, 1, 2), 41414u);
+  EXPECT_EQ(series_budget(o, top_n, 1, 1), 20707u);
+  EXPECT_EQ(series_budget(o, top_n, 1, 2), 41414u);
 }
 
 TEST_F(AggregatorTest, ReplacedSizeClassHistogramsGoWithAStaleAsn) {
-  AggregatorOptions o = no_warmup();
-  o.top_n = 1;
-  o.stale_asn_seconds = 0;
-  Aggregator agg(registry_, o);
+  TestOptions o = no_warmup();
+  o.ranking.top_n = 1;
+  o.series.stale_asn_seconds = 0;
+  RankedAggregator agg(registry_, o);
   agg.add(good_flow(100, 50000, 1000));  // 100 joins the top-N; lt_100k
-  o.size_classes_bytes = {10000};
+  o.series.size_classes_bytes = {10000};
   agg.update_options(o);
   agg.add(good_flow(100, 50000, 1000));  // ge_10k
   {
@@ -677,12 +670,12 @@ TEST_F(AggregatorTest, ReplacedSizeClassHistogramsGoWithAStaleAsn) {
 }
 
 TEST_F(AggregatorTest, ReplacedSizeClassHistogramsAreRemovedAfterTheGracePeriod) {
-  AggregatorOptions o = no_warmup();
-  o.stale_asn_seconds = 0;
-  Aggregator agg(registry_, o);
+  TestOptions o = no_warmup();
+  o.series.stale_asn_seconds = 0;
+  RankedAggregator agg(registry_, o);
   agg.add(good_flow(0, 50000, 1000));       // lt_100k
   agg.add(good_flow(0, 5000000, 1000));     // ge_3m
-  o.size_classes_bytes = {100000, 1000000};  // lt_100k and 100k_1m stay, ge_1m is new
+  o.series.size_classes_bytes = {100000, 1000000};  // lt_100k and 100k_1m stay, ge_1m is new
   agg.update_options(o);
   agg.add(good_flow(0, 50000, 1000));
   agg.add(good_flow(0, 5000000, 1000));
@@ -700,18 +693,18 @@ TEST_F(AggregatorTest, ReplacedSizeClassHistogramsAreRemovedAfterTheGracePeriod)
 }
 
 TEST_F(AggregatorTest, SizeClassesRestoredWithinTheGracePeriodGetTheirHistogramBack) {
-  AggregatorOptions o = no_warmup();
-  o.stale_asn_seconds = 3600;
-  Aggregator agg(registry_, o);
-  const AggregatorOptions original = o;
+  TestOptions o = no_warmup();
+  o.series.stale_asn_seconds = 3600;
+  RankedAggregator agg(registry_, o);
+  const TestOptions original = o;
   agg.add(good_flow(0, 5000000, 1000));  // ge_3m
-  o.size_classes_bytes = {10000};
+  o.series.size_classes_bytes = {10000};
   agg.update_options(o);
   agg.update_options(original);          // back before the grace period ends
   agg.add(good_flow(0, 5000000, 1000));
   agg.recompute_top_asns();
-  AggregatorOptions expire = original;
-  expire.stale_asn_seconds = 0;
+  TestOptions expire = original;
+  expire.series.stale_asn_seconds = 0;
   agg.update_options(expire);
   agg.recompute_top_asns();              // nothing retired may take the live histogram with it
   agg.add(good_flow(0, 5000000, 1000));
@@ -762,15 +755,15 @@ std::vector<FlowRecord> mixed_flows(size_t n, uint32_t seed) {
 // A batch publishes a histogram's few observations one by one and many as
 // bucket counts: batches of 5 and 1,000 flows take both ways.
 void expect_batched_equals_single(size_t batch) {
-  AggregatorOptions o;
-  o.top_n = 4;
-  o.warmup_recompute_flows = 300;
-  o.stale_asn_seconds = 0;
-  AggregatorOptions reloaded = o;
-  reloaded.size_classes_bytes = {10000, 3000000};
+  TestOptions o;
+  o.ranking.top_n = 4;
+  o.ranking.warmup_recompute_flows = 300;
+  o.series.stale_asn_seconds = 0;
+  TestOptions reloaded = o;
+  reloaded.series.size_classes_bytes = {10000, 3000000};
   auto single_registry = std::make_shared<prometheus::Registry>();
   auto batched_registry = std::make_shared<prometheus::Registry>();
-  Aggregator single(single_registry, o), batched(batched_registry, o);
+  RankedAggregator single(single_registry, o), batched(batched_registry, o);
   const auto flows = mixed_flows(5000, 7);
   for (size_t i = 0; i < flows.size(); i += batch) {
     batched.begin_batch();
@@ -810,7 +803,7 @@ TEST_F(AggregatorTest, BatchedFlowsPublishWhatSingleFlowsWould) {
 }
 
 TEST_F(AggregatorTest, ABatchPublishesWhenItEnds) {
-  Aggregator agg(registry_, no_warmup());
+  RankedAggregator agg(registry_, no_warmup());
   agg.begin_batch();
   for (int i = 0; i < 10; ++i) agg.add(good_flow(0, 1000, 2000));
   const auto flows = with(with(base("0"), "dir", "passive"), "outcome", "ok");

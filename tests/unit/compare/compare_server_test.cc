@@ -16,9 +16,8 @@
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
-#include <prometheus/registry.h>
 
-#include "aggregate/aggregator.h"
+#include "aggregate/asn_ranking.h"
 #include "compare/compare.h"
 #include "compare/compare_flows.h"
 #include "compare/compare_server.h"
@@ -257,10 +256,9 @@ TEST(FlowDistributions, KeyTableIsBoundedAndOverflowFoldsIntoOther) {
 // --server groups by the raw ASN like --flows, so the groups agree, and a
 // selection of an ASN outside the top-N finds its flows.
 TEST(FlowDistributions, AsnGroupsAgreeWithTheFlowLogBeyondTheTopN) {
-  auto registry = std::make_shared<prometheus::Registry>();
-  AggregatorOptions ao;
-  ao.top_n = 50;
-  Aggregator agg(registry, ao);
+  AsnRankingOptions ro;
+  ro.top_n = 50;
+  AsnRanking ranking(ro);
   std::mt19937_64 rng(60);
   std::lognormal_distribution<double> fct(std::log(30000), 0.6);
   std::vector<FlowRecord> flows;
@@ -271,19 +269,19 @@ TEST(FlowDistributions, AsnGroupsAgreeWithTheFlowLogBeyondTheTopN) {
       FlowRecord f = small_flow(asn, i % 2 ? "bbr" : "cubic", static_cast<int64_t>(fct(rng)));
       f.bytes_acked = 50000;
       flows.push_back(f);
-      agg.add(f);
+      ranking.add(f.asn, f.bytes_acked + f.bytes_received);
     }
   }
-  agg.recompute_top_asns();
+  ranking.recompute();
   FlowDistributions d{FlowDistributionsOptions{}};
   size_t other_labels = 0;
   for (const auto& f : flows) {
-    const std::string label = agg.asn_label(f.asn);
+    const std::string label = ranking.label_text(f.asn);
     other_labels += label == "other";
     d.add(f, label);
   }
   ASSERT_GT(other_labels, 0u) << "the test needs ASNs outside the top-N";
-  EXPECT_EQ(agg.asn_label(65059), "other");
+  EXPECT_EQ(ranking.label_text(65059), "other");
 
   const CompareOptions o = opts(CompareMetric::kFct, "asn", "cc=cubic", "cc=bbr");
   const CompareResult exact = via_flow_log(flows, o);
