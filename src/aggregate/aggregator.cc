@@ -22,9 +22,6 @@ constexpr size_t kOutcomes = 5;
 constexpr size_t kCaStates = TCPSCOPE_CA_STATES;
 // Order of FlowRecord::ca_state_us (the kernel's TCP_CA_* order).
 constexpr const char* kCaStateNames[kCaStates] = {"open", "disorder", "cwr", "recovery", "loss"};
-// Interned label ids are 8 bits; the last id collects any excess values.
-constexpr uint8_t kOverflowId = 255;
-constexpr const char* kOverflowLabel = "other";
 
 // The series key packs (class id, cc id, other flag, asn) into 64 bits so the
 // steady state hashes one integer instead of a label map.
@@ -240,24 +237,15 @@ Aggregator::Aggregator(std::shared_ptr<prometheus::Registry> registry, Aggregato
 
 Aggregator::~Aggregator() = default;
 
-uint8_t Aggregator::intern(std::vector<std::string>* names, const std::string& name) {
-  // A handful of peer classes and congestion controls: a linear scan beats hashing.
-  for (size_t i = 0; i < names->size(); ++i)
-    if ((*names)[i] == name) return static_cast<uint8_t>(i);
-  if (names->size() >= kOverflowId) return kOverflowId;
-  names->push_back(name);
-  return static_cast<uint8_t>(names->size() - 1);
-}
-
 Aggregator::Series* Aggregator::series_for(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other) {
   const uint64_t key = series_key(class_id, cc_id, asn, other);
   auto it = series_.find(key);
   if (it != series_.end()) return it->second.get();
 
   auto s = std::make_unique<Series>();
-  s->peer_class = class_id == kOverflowId ? kOverflowLabel : class_names_[class_id];
-  s->cc = cc_id == kOverflowId ? kOverflowLabel : cc_names_[cc_id];
-  s->asn = other ? "other" : std::to_string(asn);
+  s->peer_class = class_ids_.value(class_id);
+  s->cc = cc_ids_.value(cc_id);
+  s->asn = other ? kOtherAsnLabel : std::to_string(asn);
   s->asn_number = asn;
   s->specific_asn = !other && asn != 0;
   s->last_in_top = Clock::now();
@@ -278,7 +266,7 @@ void Aggregator::add(const FlowRecord& f, AsnLabel asn) {
   const uint64_t bytes = f.bytes_acked + f.bytes_received;
   const bool other = asn == AsnLabel::kOther;
 
-  Series* s = series_for(intern(&class_names_, f.peer_class), intern(&cc_names_, f.cc), other ? 0 : f.asn, other);
+  Series* s = series_for(class_ids_.id(f.peer_class), cc_ids_.id(f.cc), other ? 0 : f.asn, other);
 
   const size_t d = f.dir == Direction::kPassive ? 1 : 0;
   const size_t o = std::min<size_t>(static_cast<size_t>(f.outcome), kOutcomes - 1);

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "aggregate/asn_ranking.h"
+#include "aggregate/label_ids.h"
 #include "record/flow_record.h"
 
 namespace prometheus {
@@ -137,7 +138,6 @@ class Aggregator {
   };
   using Clock = std::chrono::steady_clock;
 
-  uint8_t intern(std::vector<std::string>* names, const std::string& name);
   Series* series_for(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other);
   void publish_locked();
   void remove_series(Series* s);
@@ -159,9 +159,9 @@ class Aggregator {
   prometheus::Family<prometheus::Gauge>* active_flows_;
 
   mutable std::mutex mu_;
-  // Interned label values; ids go into the series key.
-  std::vector<std::string> class_names_;
-  std::vector<std::string> cc_names_;
+  // Label values by id; ids go into the series key.
+  LabelIds class_ids_;
+  LabelIds cc_ids_;
   // (class, cc, asn label) packed into 64 bits -> the series of that label set.
   std::unordered_map<uint64_t, std::unique_ptr<Series>, KeyHash> series_;
   std::map<std::pair<std::string, std::string>, prometheus::Gauge*> active_gauges_;

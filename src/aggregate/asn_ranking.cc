@@ -104,7 +104,7 @@ AsnLabel AsnRanking::label(uint32_t asn) const {
 
 std::string AsnRanking::label_text(uint32_t asn) const {
   if (asn == 0) return "0";
-  return label(asn) == AsnLabel::kOwn ? std::to_string(asn) : "other";
+  return label(asn) == AsnLabel::kOwn ? std::to_string(asn) : kOtherAsnLabel;
 }
 
 }  // namespace tcpscope

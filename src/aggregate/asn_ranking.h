@@ -24,6 +24,7 @@ struct Config;
 
 // A flow's ASN label: its number ("0" for ASN 0) or "other".
 enum class AsnLabel { kOwn, kOther };
+constexpr const char* kOtherAsnLabel = "other";
 
 struct AsnRankingOptions {
   uint32_t top_n = 50;

@@ -15,9 +15,6 @@ namespace tcpscope {
 
 namespace {
 
-// Interned ids are 8 bits; the last one collects any excess values.
-constexpr uint8_t kOverflowId = 255;
-constexpr const char* kOverflowName = "other";
 constexpr uint32_t kMaxSizeClass = 127;  // 7 bits in the key
 
 // (peer_class, cc, arm, size_class, asn is "other", asn) packed into 64 bits.
@@ -31,10 +28,6 @@ uint8_t key_arm(uint64_t k) { return static_cast<uint8_t>(k >> 40); }
 uint32_t key_size_class(uint64_t k) { return static_cast<uint32_t>(k >> 33) & 0x7f; }
 bool key_other(uint64_t k) { return (k >> 32) & 1; }
 uint32_t key_asn(uint64_t k) { return static_cast<uint32_t>(k); }
-
-std::string interned_name(const std::vector<std::string>& names, uint8_t id) {
-  return id == kOverflowId || id >= names.size() ? kOverflowName : names[id];
-}
 
 }  // namespace
 
@@ -68,21 +61,11 @@ FlowDistributions::FlowDistributions(FlowDistributionsOptions options)
       metric_options_{options_.size_classes_bytes, options_.throughput_min_bytes},
       current_(std::make_unique<Generation>(Clock::now(), ++generations_made_)) {
   names_.size_classes = size_class_names(options_.size_classes_bytes);
-  names_.arms = {"null"};  // id 0: no arm (the flow log's null)
   // Fail at start, not at the first flow, on an impossible accuracy.
   FlowSketch probe(options_.relative_accuracy, options_.max_buckets);
 }
 
 FlowDistributions::~FlowDistributions() = default;
-
-uint8_t FlowDistributions::intern(std::vector<std::string>* names, const std::string& name) {
-  // A handful of peer classes, CCs and arms: a linear scan beats hashing.
-  for (size_t i = 0; i < names->size(); ++i)
-    if ((*names)[i] == name) return static_cast<uint8_t>(i);
-  if (names->size() >= kOverflowId) return kOverflowId;
-  names->push_back(name);
-  return static_cast<uint8_t>(names->size() - 1);
-}
 
 void FlowDistributions::rotate_if_due(Clock::time_point now) {
   const auto window = std::chrono::duration<double>(options_.window_s);
@@ -113,13 +96,13 @@ FlowDistributions::Entry* FlowDistributions::entry_for(uint64_t key, uint64_t fo
 size_t FlowDistributions::reserve_keys() const { return std::max<size_t>(options_.max_keys / 4, 16); }
 
 void FlowDistributions::add(const FlowRecord& flow, const std::string& asn_label) {
-  add_at(flow, asn_label != kOverflowName ? AsnLabel::kOwn : AsnLabel::kOther, Clock::now());
+  add_at(flow, asn_label != kOtherAsnLabel ? AsnLabel::kOwn : AsnLabel::kOther, Clock::now());
 }
 
 void FlowDistributions::add(const FlowRecord& flow, AsnLabel asn_label) { add_at(flow, asn_label, Clock::now()); }
 
 void FlowDistributions::add_at(const FlowRecord& flow, const std::string& asn_label, Clock::time_point now) {
-  add_at(flow, asn_label != kOverflowName ? AsnLabel::kOwn : AsnLabel::kOther, now);
+  add_at(flow, asn_label != kOtherAsnLabel ? AsnLabel::kOwn : AsnLabel::kOther, now);
 }
 
 void FlowDistributions::add_at(const FlowRecord& flow, AsnLabel asn_label, Clock::time_point now) {
@@ -136,9 +119,9 @@ void FlowDistributions::add_at(const FlowRecord& flow, AsnLabel asn_label, Clock
     values[m] = metric_value(static_cast<CompareMetric>(m), in, metric_options_);
   const uint32_t sc = std::min(size_class_index(in.bytes, options_.size_classes_bytes), kMaxSizeClass);
   rotate_if_due(now);
-  const uint8_t cls = intern(&names_.classes, flow.peer_class);
-  const uint8_t cc = intern(&names_.ccs, flow.cc);
-  const uint8_t arm = flow.arm ? intern(&names_.arms, *flow.arm) : 0;
+  const uint8_t cls = names_.classes.id(flow.peer_class);
+  const uint8_t cc = names_.ccs.id(flow.cc);
+  const uint8_t arm = flow.arm ? names_.arms.id(*flow.arm) : 0;
   Entry* e = entry_for(pack_key(cls, cc, arm, sc, false, flow.asn), pack_key(cls, cc, arm, sc, true, 0), top_asn);
   if (!e) {
     ++dropped_flows_;
@@ -175,10 +158,10 @@ bool FlowDistributions::update_options(FlowDistributionsOptions options) {
 }
 
 std::string FlowDistributions::KeyNames::field(uint64_t key, const std::string& field) const {
-  if (field == "peer_class") return interned_name(classes, key_class(key));
-  if (field == "cc") return interned_name(ccs, key_cc(key));
-  if (field == "arm") return interned_name(arms, key_arm(key));
-  if (field == "asn") return key_other(key) ? kOverflowName : std::to_string(key_asn(key));
+  if (field == "peer_class") return classes.value(key_class(key));
+  if (field == "cc") return ccs.value(key_cc(key));
+  if (field == "arm") return arms.value(key_arm(key));
+  if (field == "asn") return key_other(key) ? kOtherAsnLabel : std::to_string(key_asn(key));
   if (field == "size_class") {
     const uint32_t sc = key_size_class(key);
     return sc < size_classes.size() ? size_classes[sc] : "?";

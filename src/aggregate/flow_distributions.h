@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "aggregate/asn_ranking.h"
+#include "aggregate/label_ids.h"
 #include "compare/compare_metric.h"
 #include "compare/compare_selection.h"
 #include "compare/flow_sketch.h"
@@ -146,15 +147,16 @@ class FlowDistributions {
   struct Entry;
   struct Generation;
 
-  uint8_t intern(std::vector<std::string>* names, const std::string& name);
   void rotate_if_due(Clock::time_point now);
   Entry* entry_for(uint64_t key, uint64_t folded_key, bool top_asn);
   size_t reserve_keys() const;
   FlowSketch new_sketch(CompareMetric m) const;
-  // Interned names: a key's fields as text. Queries copy them, and match
-  // keys against selections, outside mu_.
+  // A key's fields as text. Queries copy them, and match keys against
+  // selections, outside mu_.
   struct KeyNames {
-    std::vector<std::string> classes, ccs, arms, size_classes;
+    LabelIds classes, ccs;
+    LabelIds arms{{"null"}};  // id 0: no arm (the flow log's null)
+    std::vector<std::string> size_classes;
     std::string field(uint64_t key, const std::string& field) const;
   };
 
