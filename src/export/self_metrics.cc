@@ -22,36 +22,28 @@ prometheus::Gauge* plain_gauge(prometheus::Registry& r, const char* name, const 
 
 }  // namespace
 
-void SelfMetrics::TotalCounter::set(uint64_t total) {
-  // A total below the last one means its source restarted (e.g. a reopened
-  // flow log); everything it reports since then is new.
-  const uint64_t delta = total >= last_total ? total - last_total : total;
-  if (delta) counter->Increment(static_cast<double>(delta));
-  last_total = total;
-}
-
 SelfMetrics::SelfMetrics(std::shared_ptr<prometheus::Registry> registry, const std::string& version,
                          const std::string& libbpf_version, const std::string& kernel_release)
     : registry_(std::move(registry)) {
   auto& r = *registry_;
-  records_lost_.counter = plain_counter(
+  records_lost_ = TotalCounter(plain_counter(
       r, "tcpscope_records_lost_total",
       "Flow records the kernel could not hand over (ring buffer full, or no socket storage to "
-      "track the flow); must stay 0.");
-  state_changes_missed_.counter = plain_counter(
+      "track the flow); must stay 0."));
+  state_changes_missed_ = TotalCounter(plain_counter(
       r, "tcpscope_state_changes_missed_total",
       "TCP state changes the kernel ran neither state-change program for (recursion on a CPU); "
-      "one that was a flow's first or last costs its record.");
+      "one that was a flow's first or last costs its record."));
   recursion_misses_family_ = &prometheus::BuildCounter()
                                   .Name("tcpscope_bpf_recursion_misses_total")
                                   .Help("Runs of a tcpscope BPF program the kernel skipped because the program "
                                         "was already running on that CPU.")
                                   .Register(r);
-  records_.counter = plain_counter(r, "tcpscope_records_total", "Flow records read from the ring buffer.");
-  lookups_.counter = plain_counter(r, "tcpscope_enrichment_lookups_total",
-                                   "Peer class and ASN lookups done to enrich flow records.");
-  flow_log_dropped_.counter = plain_counter(r, "tcpscope_flow_log_dropped_total",
-                                            "Flow records not written to the flow log: its queue was full or a write failed.");
+  records_ = TotalCounter(plain_counter(r, "tcpscope_records_total", "Flow records read from the ring buffer."));
+  lookups_ = TotalCounter(plain_counter(r, "tcpscope_enrichment_lookups_total",
+                                   "Peer class and ASN lookups done to enrich flow records."));
+  flow_log_dropped_ = TotalCounter(plain_counter(r, "tcpscope_flow_log_dropped_total",
+                                            "Flow records not written to the flow log: its queue was full or a write failed."));
   ring_fill_ = plain_gauge(r, "tcpscope_ring_buffer_fill_ratio",
                            "Fill of the kernel ring buffer (0..1) at the last drain.");
   snapshot_flows_ = plain_gauge(r, "tcpscope_snapshot_flows", "Open TCP flows in the last snapshot.");
@@ -89,8 +81,7 @@ void SelfMetrics::set_recursion_misses(const std::string& program, uint64_t tota
   std::lock_guard<std::mutex> lock(mu_);
   auto it = recursion_misses_.find(program);
   if (it == recursion_misses_.end()) {
-    it = recursion_misses_.emplace(program, TotalCounter{}).first;
-    it->second.counter = &recursion_misses_family_->Add({{"program", program}});
+    it = recursion_misses_.emplace(program, TotalCounter(&recursion_misses_family_->Add({{"program", program}}))).first;
   }
   it->second.set(total);
 }

@@ -14,6 +14,8 @@
 #include <mutex>
 #include <string>
 
+#include "metrics/total_counter.h"
+
 namespace prometheus {
 class Counter;
 template <typename T>
@@ -61,13 +63,6 @@ class SelfMetrics {
   void count_reload(bool ok);
 
  private:
-  // A Prometheus counter fed from a sampled cumulative total.
-  struct TotalCounter {
-    prometheus::Counter* counter = nullptr;
-    uint64_t last_total = 0;
-    void set(uint64_t total);
-  };
-
   std::shared_ptr<prometheus::Registry> registry_;
   std::mutex mu_;  // the setters may be called from different threads
   TotalCounter records_lost_, state_changes_missed_, records_, lookups_, flow_log_dropped_;
