@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "compare/compare.h"
-#include "compare/compare_flows.h"
+#include "compare/flow_log_source.h"
 #include "compare/compare_selection.h"
-#include "compare/compare_server.h"
+#include "compare/daemon_source.h"
 #include "record/size_class.h"
 #include "config/config.h"
 #include "net/http_client.h"

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "compare/compare_flows.h"
+#include "compare/flow_log_source.h"
 #include "compare/compare_selection.h"
 #include "record/flow_json.h"
 #include "record/flow_record.h"

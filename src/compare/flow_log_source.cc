@@ -1,4 +1,4 @@
-#include "compare/compare_flows.h"
+#include "compare/flow_log_source.h"
 
 #include <errno.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-#include "compare/compare_server.h"
+#include "compare/daemon_source.h"
 
 #include <stdexcept>
 
