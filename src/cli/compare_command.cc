@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
@@ -17,10 +18,9 @@
 #include "compare/compare.h"
 #include "compare/flow_log_source.h"
 #include "compare/compare_selection.h"
+#include "compare/compare_source.h"
 #include "compare/daemon_source.h"
-#include "record/size_class.h"
 #include "config/config.h"
-#include "net/http_client.h"
 #include "os/owned_file.h"
 #include "compare/svg_plot.h"
 #include "os/congestion_controls.h"
@@ -163,17 +163,6 @@ bool parse_size_classes(const std::string& text, std::vector<uint64_t>* out, std
     start = comma + 1;
   }
   return true;
-}
-
-std::string seconds_text(double s) {
-  char buf[32];
-  if (s < 120)
-    std::snprintf(buf, sizeof(buf), "%.0f s", s);
-  else if (s < 7200)
-    std::snprintf(buf, sizeof(buf), "%.0f min", s / 60);
-  else
-    std::snprintf(buf, sizeof(buf), "%.1f h", s / 3600);
-  return buf;
 }
 
 std::string percent(double v) {
@@ -336,81 +325,42 @@ int compare_command(const std::vector<std::string>& argv, std::ostream& out, std
   o.seed = args.seed;
   o.top = args.top;
 
-  std::vector<GroupSamples> groups;
-  std::vector<std::string> notes;
-  std::string source;
+  // The source the options name; everything after collect() is the same for every source.
+  std::unique_ptr<CompareSource> source;
   if (!args.flows.empty()) {
+    MetricOptions metric_options;
     if (!args.config.empty()) {
       std::vector<ConfigError> errors;
       Config cfg = load_config_file(args.config, kernel_congestion_controls(), &errors);
       for (const auto& e : errors) err << e.to_string() << "\n";
       if (!errors.empty()) return 2;
-      o.metric_options.size_classes_bytes = cfg.size_classes_bytes;
-      o.metric_options.throughput_min_bytes = cfg.throughput_min_bytes;
+      metric_options.size_classes_bytes = cfg.size_classes_bytes;
+      metric_options.throughput_min_bytes = cfg.throughput_min_bytes;
     }
     if (!args.size_classes.empty() &&
-        !parse_size_classes(args.size_classes, &o.metric_options.size_classes_bytes, &why)) {
+        !parse_size_classes(args.size_classes, &metric_options.size_classes_bytes, &why)) {
       err << "tcpscope compare: " << why << "\n";
       return 2;
     }
-    if (args.throughput_min_bytes) o.metric_options.throughput_min_bytes = *args.throughput_min_bytes;
-    FlowLogScan scan;
-    if (!scan_flow_log(args.flows, o, *sel_a, *sel_b, &scan, &why)) {
-      err << "tcpscope compare: " << why << "\n";
-      return 1;
-    }
-    source = "flows " + args.flows;
-    notes.push_back("flow log: " + std::to_string(scan.lines) + " records read, " + std::to_string(scan.matched_a) +
-                    " flows in A and " + std::to_string(scan.matched_b) + " in B have a value for " + args.metric +
-                    ".");
-    if (scan.malformed)
-      notes.push_back(std::to_string(scan.malformed) + " malformed lines skipped (not a JSON object).");
-    if (scan.truncated)
-      notes.push_back("warning: " + args.flows + " ends in the middle of its gzip stream; the records before "
-                      "that point were used.");
-    if (scan.matched_both)
-      notes.push_back("warning: " + std::to_string(scan.matched_both) +
-                      " flows match both A and B and count in both arms.");
-    groups = std::move(scan.groups);
+    if (args.throughput_min_bytes) metric_options.throughput_min_bytes = *args.throughput_min_bytes;
+    source = std::make_unique<FlowLogSource>(args.flows, metric_options);
   } else {
     if (!args.config.empty() || !args.size_classes.empty() || args.throughput_min_bytes) {
       err << "tcpscope compare: --config, --size-classes and --throughput-min-bytes apply to --flows; "
              "with --server the daemon's config decides\n";
       return 2;
     }
-    ServerScan scan;
-    if (!query_server(args.server, o, args.timeout_ms, &scan, &why)) {
-      err << "tcpscope compare: " << why << "\n";
-      return 1;
-    }
-    o.metric_options.size_classes_bytes = scan.size_classes_bytes;
-    o.metric_options.throughput_min_bytes = scan.throughput_min_bytes;
-    source = "server " + redact_url(args.server);
-    char acc[32];
-    std::snprintf(acc, sizeof(acc), "%g%%", scan.relative_accuracy * 100);
-    notes.push_back("server: sketches of the flows of the last " + seconds_text(scan.covers_s) + " (window " +
-                    seconds_text(scan.window_s) + "); quantiles are within " + acc +
-                    " of the exact order statistics, and the rank test treats values in the same " + acc +
-                    " bucket as ties.");
-    if (scan.dropped_flows)
-      notes.push_back("warning: the daemon dropped " + std::to_string(scan.dropped_flows) +
-                      " flows from its distributions (key table full).");
-    if (scan.folded_flows)
-      notes.push_back("warning: the daemon's key table was full, so " + std::to_string(scan.folded_flows) +
-                      " flows of ASNs first seen after that are counted under asn \"other\" instead of their own "
-                      "ASN: groups and selections by asn hold fewer flows than the flow log's (other fields are "
-                      "unaffected).");
-    groups = std::move(scan.groups);
+    source = std::make_unique<DaemonSource>(args.server, args.timeout_ms);
   }
 
+  CompareSamples samples;
+  if (!source->collect(o, *sel_a, *sel_b, &samples, &why)) {
+    err << "tcpscope compare: " << why << "\n";
+    return 1;
+  }
   std::map<PanelKey, std::pair<CdfCurve, CdfCurve>> curves;
-  if (!args.plot.empty()) curves = curves_of(groups);
-  CompareResult result = compare_groups(std::move(groups), o);
-  result.source = source;
-  result.size_classes = size_class_names(o.metric_options.size_classes_bytes);
-  // The source's notes first, then compare_groups' warnings.
-  notes.insert(notes.end(), result.notes.begin(), result.notes.end());
-  result.notes = std::move(notes);
+  if (!args.plot.empty()) curves = curves_of(samples.groups);
+  CompareResult result = compare_samples(std::move(samples), o, source->description());
 
   if (!args.plot.empty()) {
     if (!write_plot(args.plot, result, std::move(curves), &why)) {

@@ -211,6 +211,16 @@ CompareResult compare_groups(std::vector<GroupSamples> groups, const CompareOpti
   return r;
 }
 
+CompareResult compare_samples(CompareSamples samples, CompareOptions options, const std::string& source) {
+  options.metric_options = std::move(samples.metric_options);
+  CompareResult r = compare_groups(std::move(samples.groups), options);
+  r.source = source;
+  r.size_classes = std::move(samples.size_classes);
+  samples.notes.insert(samples.notes.end(), r.notes.begin(), r.notes.end());
+  r.notes = std::move(samples.notes);
+  return r;
+}
+
 nlohmann::ordered_json compare_result_json(const CompareResult& r) {
   const CompareOptions& o = r.options;
   nlohmann::ordered_json groups = nlohmann::ordered_json::array();
