@@ -9,12 +9,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
 
+#include "cli/command_line.h"
 #include "compare/compare.h"
 #include "compare/flow_log_source.h"
 #include "compare/compare_selection.h"
@@ -62,79 +64,37 @@ struct Args {
   int timeout_ms = 10000;
 };
 
-bool take(const std::vector<std::string>& args, size_t* i, const char* name, std::string* out, bool* missing) {
-  const std::string& a = args[*i];
-  const std::string flag = std::string("--") + name;
-  if (a == flag) {
-    if (*i + 1 >= args.size()) {
-      *missing = true;
-      return true;
-    }
-    *out = args[++*i];
-    return true;
-  }
-  if (a.rfind(flag + "=", 0) == 0) {
-    *out = a.substr(flag.size() + 1);
-    return true;
-  }
-  return false;
-}
-
-bool parse_u64(const std::string& s, uint64_t* out) {
-  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 19) return false;
-  *out = std::stoull(s);
-  return true;
-}
-
 // Returns an error message, or "" when the arguments are fine.
 std::string parse_args(const std::vector<std::string>& args, Args* a) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string v;
-    bool missing = false;
-    auto num = [&](const char* what, uint64_t lo, uint64_t hi, uint64_t* out) -> std::string {
-      if (!parse_u64(v, out) || *out < lo || *out > hi)
-        return std::string("--") + what + " wants an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-               "], got \"" + v + "\"";
-      return "";
-    };
-    std::string err;
-    uint64_t n = 0;
-    if (args[i] == "--json") {
-      a->json = true;
-      continue;
-    }
-    if (take(args, &i, "flows", &v, &missing)) a->flows = v;
-    else if (take(args, &i, "server", &v, &missing)) a->server = v;
-    else if (take(args, &i, "a", &v, &missing)) a->a = v;
-    else if (take(args, &i, "b", &v, &missing)) a->b = v;
-    else if (take(args, &i, "by", &v, &missing)) a->by = v;
-    else if (take(args, &i, "metric", &v, &missing)) a->metric = v;
-    else if (take(args, &i, "plot", &v, &missing)) a->plot = v;
-    else if (take(args, &i, "config", &v, &missing)) a->config = v;
-    else if (take(args, &i, "size-classes", &v, &missing)) a->size_classes = v;
-    else if (take(args, &i, "throughput-min-bytes", &v, &missing)) {
-      if (!missing && (err = num("throughput-min-bytes", 1, 1000000000000ULL, &n)).empty()) a->throughput_min_bytes = n;
-    } else if (take(args, &i, "alpha", &v, &missing)) {
-      char* end = nullptr;
-      a->alpha = std::strtod(v.c_str(), &end);
-      if (!missing && (end == v.c_str() || *end || !(a->alpha > 0 && a->alpha < 1)))
-        err = "--alpha wants a number in (0, 1), got \"" + v + "\"";
-    } else if (take(args, &i, "min-sample", &v, &missing)) {
-      if (!missing && (err = num("min-sample", 2, 1000000000, &n)).empty()) a->min_sample = n;
-    } else if (take(args, &i, "resamples", &v, &missing)) {
-      if (!missing && (err = num("resamples", 100, 1000000, &n)).empty()) a->resamples = static_cast<uint32_t>(n);
-    } else if (take(args, &i, "seed", &v, &missing)) {
-      if (!missing && (err = num("seed", 0, UINT64_MAX / 2, &n)).empty()) a->seed = n;
-    } else if (take(args, &i, "top", &v, &missing)) {
-      if (!missing && (err = num("top", 1, 1000000, &n)).empty()) a->top = n;
-    } else if (take(args, &i, "timeout-ms", &v, &missing)) {
-      if (!missing && (err = num("timeout-ms", 1, 3600000, &n)).empty()) a->timeout_ms = static_cast<int>(n);
-    } else {
-      return "unknown option '" + args[i] + "'";
-    }
-    if (missing) return args[i] + " needs a value";
-    if (!err.empty()) return err;
-  }
+  CommandLine cl;
+  cl.flag("--json", &a->json)
+      .option("--flows", &a->flows)
+      .option("--server", &a->server)
+      .option("--a", &a->a)
+      .option("--b", &a->b)
+      .option("--by", &a->by)
+      .option("--metric", &a->metric)
+      .option("--plot", &a->plot)
+      .option("--config", &a->config)
+      .option("--size-classes", &a->size_classes)
+      .option("--alpha", [a](const std::string& v) -> std::string {
+        char* end = nullptr;
+        a->alpha = std::strtod(v.c_str(), &end);
+        if (end == v.c_str() || *end || !(a->alpha > 0 && a->alpha < 1))
+          return "--alpha wants a number in (0, 1), got \"" + v + "\"";
+        return "";
+      });
+  auto integer = [&cl](const std::string& spelling, uint64_t lo, uint64_t hi, std::function<void(uint64_t)> set) {
+    const std::string wants = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    cl.count_option(spelling, 19, lo, hi, wants, std::move(set));
+  };
+  integer("--throughput-min-bytes", 1, 1000000000000ULL, [a](uint64_t n) { a->throughput_min_bytes = n; });
+  integer("--min-sample", 2, 1000000000, [a](uint64_t n) { a->min_sample = n; });
+  integer("--resamples", 100, 1000000, [a](uint64_t n) { a->resamples = static_cast<uint32_t>(n); });
+  integer("--seed", 0, UINT64_MAX / 2, [a](uint64_t n) { a->seed = n; });
+  integer("--top", 1, 1000000, [a](uint64_t n) { a->top = n; });
+  integer("--timeout-ms", 1, 3600000, [a](uint64_t n) { a->timeout_ms = static_cast<int>(n); });
+  if (const auto error = cl.parse(args)) return error->message;
   if (a->flows.empty() == a->server.empty()) return "give exactly one of --flows FILE and --server URL";
   if (a->a.empty() || a->b.empty()) return "--a SEL and --b SEL are both required (e.g. --a cc=cubic --b cc=bbr)";
   if (a->by != "all" && !valid_field_name(a->by)) return "--by \"" + a->by + "\" is not a field name";
@@ -154,7 +114,7 @@ bool parse_size_classes(const std::string& text, std::vector<uint64_t>* out, std
     size_t comma = text.find(',', start);
     const std::string part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     uint64_t v = 0;
-    if (!parse_u64(part, &v) || v == 0 || (!out->empty() && v <= out->back())) {
+    if (!parse_decimal(part, 19, &v) || v == 0 || (!out->empty() && v <= out->back())) {
       *why = "--size-classes wants increasing positive byte counts, e.g. 100000,1000000,3000000";
       return false;
     }

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/command_line.h"
 #include "net/http_client.h"
 #include "record/flow_identity.h"
 #include "text/url_query.h"
@@ -34,6 +35,7 @@ namespace {
 constexpr const char* kDefaultServer = "http://127.0.0.1:9810";
 constexpr const char* kFlowsPath = "/api/v1/flows";
 constexpr size_t kMaxFlowsPages = 1000;  // 10M flows
+constexpr size_t kMaxCountDigits = 9;   // --limit, --timeout-ms, --watch, --count
 
 int64_t realtime_ns() {
   timespec ts{};
@@ -134,12 +136,6 @@ std::string endpoint(const nlohmann::json& rec, const char* addr, const char* po
   const std::string a = text(rec, addr);
   const std::string p = text(rec, port);
   return a.find(':') != std::string::npos ? "[" + a + "]:" + p : a + ":" + p;
-}
-
-bool parse_size(const std::string& s, uint64_t* out) {
-  if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) return false;
-  *out = std::stoull(s);
-  return true;
 }
 
 }  // namespace
@@ -249,74 +245,42 @@ int flows_command(const std::vector<std::string>& args, std::ostream& out, std::
   int watch = 0;       // seconds between refreshes; 0 = one fetch
   uint64_t count = 0;  // refreshes under --watch; 0 = until interrupted
   FlowsViewOptions o;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&](const char* name, std::string* v) {
-      const std::string flag = std::string("--") + name;
-      if (a == flag && i + 1 < args.size()) {
-        *v = args[++i];
-        return true;
-      }
-      if (a.rfind(flag + "=", 0) == 0) {
-        *v = a.substr(flag.size() + 1);
-        return true;
-      }
-      return false;
-    };
-    std::string v;
-    uint64_t n = 0;
-    if (a == "--help" || a == "-h") {
-      out << kFlowsUsage;
-      return 0;
-    }
-    if (a == "--json") {
-      json = true;
-    } else if (a == "--reverse") {
-      o.reverse = true;
-    } else if (value("server", &v)) {
-      server = v;
-    } else if (value("sort", &v)) {
-      if (!valid_field_name(v)) {
-        err << "tcpscope flows: --sort \"" << v << "\" is not a field name\n";
-        return 2;
-      }
-      o.sort = v;
-    } else if (value("limit", &v)) {
-      if (!parse_size(v, &n)) {
-        err << "tcpscope flows: --limit wants a count, got \"" << v << "\"\n";
-        return 2;
-      }
-      o.limit = n;
-    } else if (value("timeout-ms", &v)) {
-      if (!parse_size(v, &n) || n == 0) {
-        err << "tcpscope flows: --timeout-ms wants a positive count, got \"" << v << "\"\n";
-        return 2;
-      }
-      timeout_ms = static_cast<int>(n);
-    } else if (value("watch", &v)) {
-      if (!parse_size(v, &n) || n < kMinWatchSeconds || n > kMaxWatchSeconds) {
-        err << "tcpscope flows: --watch wants whole seconds in [" << kMinWatchSeconds << ", " << kMaxWatchSeconds
-            << "], got \"" << v << "\"\n";
-        return 2;
-      }
-      watch = static_cast<int>(n);
-    } else if (value("count", &v)) {
-      if (!parse_size(v, &n) || n == 0) {
-        err << "tcpscope flows: --count wants a positive count, got \"" << v << "\"\n";
-        return 2;
-      }
-      count = n;
-    } else if (value("filter", &v)) {
-      std::string why;
-      o.filter = Selection::parse(v, &why);
-      if (!o.filter) {
-        err << "tcpscope flows: --filter: " << why << "\n";
-        return 2;
-      }
-    } else {
-      err << "tcpscope flows: unknown or incomplete option '" << a << "'\n" << kFlowsUsage;
-      return 2;
-    }
+  bool help = false;
+  CommandLine cl;
+  cl.stop_flag("--help", &help)
+      .stop_flag("-h", &help)
+      .flag("--json", &json)
+      .flag("--reverse", &o.reverse)
+      .option("--server", &server)
+      .option("--sort",
+              [&](const std::string& v) -> std::string {
+                if (!valid_field_name(v)) return "--sort \"" + v + "\" is not a field name";
+                o.sort = v;
+                return "";
+              })
+      .count_option("--limit", kMaxCountDigits, 0, UINT64_MAX, "a count", [&](uint64_t n) { o.limit = n; })
+      .count_option("--timeout-ms", kMaxCountDigits, 1, UINT64_MAX, "a positive count",
+                    [&](uint64_t n) { timeout_ms = static_cast<int>(n); })
+      .count_option("--watch", kMaxCountDigits, kMinWatchSeconds, kMaxWatchSeconds,
+                    "whole seconds in [" + std::to_string(kMinWatchSeconds) + ", " +
+                        std::to_string(kMaxWatchSeconds) + "]",
+                    [&](uint64_t n) { watch = static_cast<int>(n); })
+      .count_option("--count", kMaxCountDigits, 1, UINT64_MAX, "a positive count", [&](uint64_t n) { count = n; })
+      .option("--filter", [&](const std::string& v) -> std::string {
+        std::string why;
+        o.filter = Selection::parse(v, &why);
+        return o.filter ? "" : "--filter: " + why;
+      });
+  auto incomplete = [](const std::string& arg) { return "unknown or incomplete option '" + arg + "'"; };
+  cl.on_unknown(incomplete).on_missing_value(incomplete);
+  if (const auto error = cl.parse(args)) {
+    err << "tcpscope flows: " << error->message << "\n";
+    if (error->kind != CommandLine::Error::kBadValue) err << kFlowsUsage;
+    return 2;
+  }
+  if (help) {
+    out << kFlowsUsage;
+    return 0;
   }
   if (count && !watch) {
     err << "tcpscope flows: --count applies to --watch\n";
