@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -26,6 +25,7 @@
 #include "os/owned_file.h"
 #include "compare/svg_plot.h"
 #include "os/congestion_controls.h"
+#include "text/unit_text.h"
 
 namespace tcpscope {
 
@@ -125,13 +125,6 @@ bool parse_size_classes(const std::string& text, std::vector<uint64_t>* out, std
   return true;
 }
 
-std::string percent(double v) {
-  if (std::isinf(v)) return v > 0 ? "+inf" : "-inf";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%+.1f%%", v * 100);
-  return buf;
-}
-
 bool write_file_atomically(const std::string& path, const std::string& data, std::string* error) {
   const std::string tmp = path + ".tmp";
   const int fd = open_owned_file(tmp, OwnedFileMode::kTruncate, error);
@@ -221,8 +214,9 @@ bool write_plot(const std::string& path, const CompareResult& r,
     CdfPanel p;
     p.title = (o.by == "all" ? std::string() : o.by + " ") + g.group + (g.size_class ? " " + *g.size_class : "");
     p.subtitle = std::string(g.change.statistic == ChangeStatistic::kShareNonzero ? "diff of share>0 " : "diff ") +
-                 (g.change.diff ? percent(*g.change.diff) : std::string("-"));
-    if (g.change.lo && g.change.hi) p.subtitle += " [" + percent(*g.change.lo) + ", " + percent(*g.change.hi) + "]";
+                 (g.change.diff ? percent_change_text(*g.change.diff) : std::string("-"));
+    if (g.change.lo && g.change.hi)
+      p.subtitle += " [" + percent_change_text(*g.change.lo) + ", " + percent_change_text(*g.change.hi) + "]";
     p.subtitle += "   " + std::string(to_string(g.verdict));
     auto& c = curves[{g.group, g.size_class.value_or("")}];
     p.a = std::move(c.first);

@@ -14,6 +14,7 @@
 #include "cli/command_line.h"
 #include "net/http_client.h"
 #include "record/flow_identity.h"
+#include "text/unit_text.h"
 #include "text/url_query.h"
 #include "text/utf8_text.h"
 
@@ -94,16 +95,7 @@ SortKey sort_key(const nlohmann::json& rec, const std::string& field, int64_t no
 }
 
 std::string human_bytes(double b) {
-  char buf[32];
-  if (b < 1e3)
-    std::snprintf(buf, sizeof(buf), "%.0fB", b);
-  else if (b < 1e6)
-    std::snprintf(buf, sizeof(buf), "%.1fkB", b / 1e3);
-  else if (b < 1e9)
-    std::snprintf(buf, sizeof(buf), "%.1fMB", b / 1e6);
-  else
-    std::snprintf(buf, sizeof(buf), "%.2fGB", b / 1e9);
-  return buf;
+  return unit_text(b, {{1e3, 1, 0, "B"}, {1e6, 1e3, 1, "kB"}, {1e9, 1e6, 1, "MB"}, {kRestOfValues, 1e9, 2, "GB"}});
 }
 
 std::string human_age(double ns) {
@@ -122,14 +114,11 @@ std::string human_age(double ns) {
 }
 
 std::string human_us(double us) {
-  char buf[32];
-  if (us < 1000)
-    std::snprintf(buf, sizeof(buf), "%.0fus", us);
-  else if (us < 1e6)
-    std::snprintf(buf, sizeof(buf), "%.1fms", us / 1e3);
-  else
-    std::snprintf(buf, sizeof(buf), "%.2fs", us / 1e6);
-  return buf;
+  return unit_text(us, {{1e3, 1, 0, "us"}, {1e6, 1e3, 1, "ms"}, {kRestOfValues, 1e6, 2, "s"}});
+}
+
+std::string human_rate(double bps) {
+  return unit_text(bps, {{1e6, 1e3, 0, "kb/s"}, {1e9, 1e6, 1, "Mb/s"}, {kRestOfValues, 1e9, 2, "Gb/s"}});
 }
 
 std::string endpoint(const nlohmann::json& rec, const char* addr, const char* port) {
@@ -186,21 +175,14 @@ std::string format_flows_table(const nlohmann::json& flows, const FlowsViewOptio
     std::string cc = text(r, "cc");
     const std::string arm = text(r, "arm");
     if (!arm.empty()) cc += " (" + arm + ")";
-    const double rate = num(r, "delivery_rate_bps");
-    char rate_buf[32];
-    if (rate >= 1e9)
-      std::snprintf(rate_buf, sizeof(rate_buf), "%.2fGb/s", rate / 1e9);
-    else if (rate >= 1e6)
-      std::snprintf(rate_buf, sizeof(rate_buf), "%.1fMb/s", rate / 1e6);
-    else
-      std::snprintf(rate_buf, sizeof(rate_buf), "%.0fkb/s", rate / 1e3);
     std::string process = text(r, "comm");
     if (num(r, "pid") > 0) process += "/" + text(r, "pid");
     rows.push_back({endpoint(r, "laddr", "lport"), endpoint(r, "raddr", "rport"), text(r, "dir"),
                     text(r, "peer_class"), asn, cc,
                     partial || start <= 0 ? "?" : human_age(static_cast<double>(o.now_ns) - start),
                     human_bytes(num(r, "bytes_acked")), human_bytes(num(r, "bytes_received")),
-                    human_us(num(r, "srtt_us")), text(r, "cwnd"), text(r, "retrans_segs"), rate_buf, process});
+                    human_us(num(r, "srtt_us")), text(r, "cwnd"), text(r, "retrans_segs"),
+                    human_rate(num(r, "delivery_rate_bps")), process});
     // Process and AS names are anyone's choice: shown, never obeyed.
     for (std::string& cell : rows.back()) cell = printable_text(cell);
   }

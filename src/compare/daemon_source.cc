@@ -1,6 +1,5 @@
 #include "compare/daemon_source.h"
 
-#include <cstdio>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -8,6 +7,7 @@
 #include "compare/flow_sketch.h"
 #include "net/http_client.h"
 #include "record/size_class.h"
+#include "text/unit_text.h"
 #include "text/url_query.h"
 
 namespace tcpscope {
@@ -15,14 +15,7 @@ namespace tcpscope {
 namespace {
 
 std::string seconds_text(double s) {
-  char buf[32];
-  if (s < 120)
-    std::snprintf(buf, sizeof(buf), "%.0f s", s);
-  else if (s < 7200)
-    std::snprintf(buf, sizeof(buf), "%.0f min", s / 60);
-  else
-    std::snprintf(buf, sizeof(buf), "%.1f h", s / 3600);
-  return buf;
+  return unit_text(s, {{120, 1, 0, " s"}, {7200, 60, 0, " min"}, {kRestOfValues, 3600, 1, " h"}});
 }
 
 }  // namespace
@@ -114,8 +107,7 @@ bool DaemonSource::collect(const CompareOptions& options, const Selection&, cons
   s.metric_options.size_classes_bytes = scan.size_classes_bytes;
   s.metric_options.throughput_min_bytes = scan.throughput_min_bytes;
   s.size_classes = size_class_names(scan.size_classes_bytes);
-  char acc[32];
-  std::snprintf(acc, sizeof(acc), "%g%%", scan.relative_accuracy * 100);
+  const std::string acc = percent_text(scan.relative_accuracy, kShortestDecimals);
   s.notes.push_back("server: sketches of the flows of the last " + seconds_text(scan.covers_s) + " (window " +
                     seconds_text(scan.window_s) + "); quantiles are within " + acc +
                     " of the exact order statistics, and the rank test treats values in the same " + acc +
