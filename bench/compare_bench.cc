@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "compare/compare.h"
-#include "compare/compare_flows.h"
+#include "compare/flow_log_source.h"
 #include "compare/compare_selection.h"
 #include "aggregate/flow_distributions.h"
 #include "record/flow_json.h"

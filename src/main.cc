@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/check_config_command.h"
+#include "cli/command_line.h"
 #include "cli/compare_command.h"
 #include "daemon/daemon.h"
 #include "cli/flows_command.h"
@@ -34,37 +35,17 @@ int usage_error(const std::string& msg) {
   return 2;
 }
 
-// Parses "--name VALUE" and "--name=VALUE"; returns false on a missing value.
-bool take_value(const std::vector<std::string>& args, size_t* i, const char* name, std::string* out) {
-  const std::string& a = args[*i];
-  std::string flag = std::string("--") + name;
-  if (a == flag) {
-    if (*i + 1 >= args.size()) return false;
-    *out = args[++*i];
-    return true;
-  }
-  if (a.rfind(flag + "=", 0) == 0) {
-    *out = a.substr(flag.size() + 1);
-    return true;
-  }
-  return false;
-}
-
 int cmd_run(const std::vector<std::string>& args) {
   tcpscope::RunOptions opts;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string v;
-    if (take_value(args, &i, "config", &v))
-      opts.config_path = v;
-    else if (take_value(args, &i, "listen", &v))
-      opts.listen = v;
-    else if (take_value(args, &i, "flow-log", &v))
-      opts.flow_log = v;
-    else if (take_value(args, &i, "cgroup", &v))
-      opts.cgroup = v;
-    else
-      return usage_error("run: unknown or incomplete option '" + args[i] + "'");
-  }
+  tcpscope::CommandLine cl;
+  auto incomplete = [](const std::string& arg) { return "run: unknown or incomplete option '" + arg + "'"; };
+  cl.option("--config", &opts.config_path)
+      .option("--listen", &opts.listen)
+      .option("--flow-log", &opts.flow_log)
+      .option("--cgroup", &opts.cgroup)
+      .on_unknown(incomplete)
+      .on_missing_value(incomplete);
+  if (const auto error = cl.parse(args)) return usage_error(error->message);
   return tcpscope::run_daemon(opts);
 }
 

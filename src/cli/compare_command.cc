@@ -6,24 +6,26 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
 
+#include "cli/command_line.h"
 #include "compare/compare.h"
-#include "compare/compare_flows.h"
+#include "compare/flow_log_source.h"
 #include "compare/compare_selection.h"
-#include "compare/compare_server.h"
-#include "record/size_class.h"
+#include "compare/compare_source.h"
+#include "compare/daemon_source.h"
 #include "config/config.h"
-#include "net/http_client.h"
 #include "os/owned_file.h"
 #include "compare/svg_plot.h"
 #include "os/congestion_controls.h"
+#include "text/unit_text.h"
 
 namespace tcpscope {
 
@@ -62,79 +64,37 @@ struct Args {
   int timeout_ms = 10000;
 };
 
-bool take(const std::vector<std::string>& args, size_t* i, const char* name, std::string* out, bool* missing) {
-  const std::string& a = args[*i];
-  const std::string flag = std::string("--") + name;
-  if (a == flag) {
-    if (*i + 1 >= args.size()) {
-      *missing = true;
-      return true;
-    }
-    *out = args[++*i];
-    return true;
-  }
-  if (a.rfind(flag + "=", 0) == 0) {
-    *out = a.substr(flag.size() + 1);
-    return true;
-  }
-  return false;
-}
-
-bool parse_u64(const std::string& s, uint64_t* out) {
-  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 19) return false;
-  *out = std::stoull(s);
-  return true;
-}
-
 // Returns an error message, or "" when the arguments are fine.
 std::string parse_args(const std::vector<std::string>& args, Args* a) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string v;
-    bool missing = false;
-    auto num = [&](const char* what, uint64_t lo, uint64_t hi, uint64_t* out) -> std::string {
-      if (!parse_u64(v, out) || *out < lo || *out > hi)
-        return std::string("--") + what + " wants an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-               "], got \"" + v + "\"";
-      return "";
-    };
-    std::string err;
-    uint64_t n = 0;
-    if (args[i] == "--json") {
-      a->json = true;
-      continue;
-    }
-    if (take(args, &i, "flows", &v, &missing)) a->flows = v;
-    else if (take(args, &i, "server", &v, &missing)) a->server = v;
-    else if (take(args, &i, "a", &v, &missing)) a->a = v;
-    else if (take(args, &i, "b", &v, &missing)) a->b = v;
-    else if (take(args, &i, "by", &v, &missing)) a->by = v;
-    else if (take(args, &i, "metric", &v, &missing)) a->metric = v;
-    else if (take(args, &i, "plot", &v, &missing)) a->plot = v;
-    else if (take(args, &i, "config", &v, &missing)) a->config = v;
-    else if (take(args, &i, "size-classes", &v, &missing)) a->size_classes = v;
-    else if (take(args, &i, "throughput-min-bytes", &v, &missing)) {
-      if (!missing && (err = num("throughput-min-bytes", 1, 1000000000000ULL, &n)).empty()) a->throughput_min_bytes = n;
-    } else if (take(args, &i, "alpha", &v, &missing)) {
-      char* end = nullptr;
-      a->alpha = std::strtod(v.c_str(), &end);
-      if (!missing && (end == v.c_str() || *end || !(a->alpha > 0 && a->alpha < 1)))
-        err = "--alpha wants a number in (0, 1), got \"" + v + "\"";
-    } else if (take(args, &i, "min-sample", &v, &missing)) {
-      if (!missing && (err = num("min-sample", 2, 1000000000, &n)).empty()) a->min_sample = n;
-    } else if (take(args, &i, "resamples", &v, &missing)) {
-      if (!missing && (err = num("resamples", 100, 1000000, &n)).empty()) a->resamples = static_cast<uint32_t>(n);
-    } else if (take(args, &i, "seed", &v, &missing)) {
-      if (!missing && (err = num("seed", 0, UINT64_MAX / 2, &n)).empty()) a->seed = n;
-    } else if (take(args, &i, "top", &v, &missing)) {
-      if (!missing && (err = num("top", 1, 1000000, &n)).empty()) a->top = n;
-    } else if (take(args, &i, "timeout-ms", &v, &missing)) {
-      if (!missing && (err = num("timeout-ms", 1, 3600000, &n)).empty()) a->timeout_ms = static_cast<int>(n);
-    } else {
-      return "unknown option '" + args[i] + "'";
-    }
-    if (missing) return args[i] + " needs a value";
-    if (!err.empty()) return err;
-  }
+  CommandLine cl;
+  cl.flag("--json", &a->json)
+      .option("--flows", &a->flows)
+      .option("--server", &a->server)
+      .option("--a", &a->a)
+      .option("--b", &a->b)
+      .option("--by", &a->by)
+      .option("--metric", &a->metric)
+      .option("--plot", &a->plot)
+      .option("--config", &a->config)
+      .option("--size-classes", &a->size_classes)
+      .option("--alpha", [a](const std::string& v) -> std::string {
+        char* end = nullptr;
+        a->alpha = std::strtod(v.c_str(), &end);
+        if (end == v.c_str() || *end || !(a->alpha > 0 && a->alpha < 1))
+          return "--alpha wants a number in (0, 1), got \"" + v + "\"";
+        return "";
+      });
+  auto integer = [&cl](const std::string& spelling, uint64_t lo, uint64_t hi, std::function<void(uint64_t)> set) {
+    const std::string wants = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    cl.count_option(spelling, 19, lo, hi, wants, std::move(set));
+  };
+  integer("--throughput-min-bytes", 1, 1000000000000ULL, [a](uint64_t n) { a->throughput_min_bytes = n; });
+  integer("--min-sample", 2, 1000000000, [a](uint64_t n) { a->min_sample = n; });
+  integer("--resamples", 100, 1000000, [a](uint64_t n) { a->resamples = static_cast<uint32_t>(n); });
+  integer("--seed", 0, UINT64_MAX / 2, [a](uint64_t n) { a->seed = n; });
+  integer("--top", 1, 1000000, [a](uint64_t n) { a->top = n; });
+  integer("--timeout-ms", 1, 3600000, [a](uint64_t n) { a->timeout_ms = static_cast<int>(n); });
+  if (const auto error = cl.parse(args)) return error->message;
   if (a->flows.empty() == a->server.empty()) return "give exactly one of --flows FILE and --server URL";
   if (a->a.empty() || a->b.empty()) return "--a SEL and --b SEL are both required (e.g. --a cc=cubic --b cc=bbr)";
   if (a->by != "all" && !valid_field_name(a->by)) return "--by \"" + a->by + "\" is not a field name";
@@ -154,7 +114,7 @@ bool parse_size_classes(const std::string& text, std::vector<uint64_t>* out, std
     size_t comma = text.find(',', start);
     const std::string part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     uint64_t v = 0;
-    if (!parse_u64(part, &v) || v == 0 || (!out->empty() && v <= out->back())) {
+    if (!parse_decimal(part, 19, &v) || v == 0 || (!out->empty() && v <= out->back())) {
       *why = "--size-classes wants increasing positive byte counts, e.g. 100000,1000000,3000000";
       return false;
     }
@@ -163,24 +123,6 @@ bool parse_size_classes(const std::string& text, std::vector<uint64_t>* out, std
     start = comma + 1;
   }
   return true;
-}
-
-std::string seconds_text(double s) {
-  char buf[32];
-  if (s < 120)
-    std::snprintf(buf, sizeof(buf), "%.0f s", s);
-  else if (s < 7200)
-    std::snprintf(buf, sizeof(buf), "%.0f min", s / 60);
-  else
-    std::snprintf(buf, sizeof(buf), "%.1f h", s / 3600);
-  return buf;
-}
-
-std::string percent(double v) {
-  if (std::isinf(v)) return v > 0 ? "+inf" : "-inf";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%+.1f%%", v * 100);
-  return buf;
 }
 
 bool write_file_atomically(const std::string& path, const std::string& data, std::string* error) {
@@ -272,8 +214,9 @@ bool write_plot(const std::string& path, const CompareResult& r,
     CdfPanel p;
     p.title = (o.by == "all" ? std::string() : o.by + " ") + g.group + (g.size_class ? " " + *g.size_class : "");
     p.subtitle = std::string(g.change.statistic == ChangeStatistic::kShareNonzero ? "diff of share>0 " : "diff ") +
-                 (g.change.diff ? percent(*g.change.diff) : std::string("-"));
-    if (g.change.lo && g.change.hi) p.subtitle += " [" + percent(*g.change.lo) + ", " + percent(*g.change.hi) + "]";
+                 (g.change.diff ? percent_change_text(*g.change.diff) : std::string("-"));
+    if (g.change.lo && g.change.hi)
+      p.subtitle += " [" + percent_change_text(*g.change.lo) + ", " + percent_change_text(*g.change.hi) + "]";
     p.subtitle += "   " + std::string(to_string(g.verdict));
     auto& c = curves[{g.group, g.size_class.value_or("")}];
     p.a = std::move(c.first);
@@ -336,81 +279,42 @@ int compare_command(const std::vector<std::string>& argv, std::ostream& out, std
   o.seed = args.seed;
   o.top = args.top;
 
-  std::vector<GroupSamples> groups;
-  std::vector<std::string> notes;
-  std::string source;
+  // The source the options name; everything after collect() is the same for every source.
+  std::unique_ptr<CompareSource> source;
   if (!args.flows.empty()) {
+    MetricOptions metric_options;
     if (!args.config.empty()) {
       std::vector<ConfigError> errors;
       Config cfg = load_config_file(args.config, kernel_congestion_controls(), &errors);
       for (const auto& e : errors) err << e.to_string() << "\n";
       if (!errors.empty()) return 2;
-      o.metric_options.size_classes_bytes = cfg.size_classes_bytes;
-      o.metric_options.throughput_min_bytes = cfg.throughput_min_bytes;
+      metric_options.size_classes_bytes = cfg.size_classes_bytes;
+      metric_options.throughput_min_bytes = cfg.throughput_min_bytes;
     }
     if (!args.size_classes.empty() &&
-        !parse_size_classes(args.size_classes, &o.metric_options.size_classes_bytes, &why)) {
+        !parse_size_classes(args.size_classes, &metric_options.size_classes_bytes, &why)) {
       err << "tcpscope compare: " << why << "\n";
       return 2;
     }
-    if (args.throughput_min_bytes) o.metric_options.throughput_min_bytes = *args.throughput_min_bytes;
-    FlowLogScan scan;
-    if (!scan_flow_log(args.flows, o, *sel_a, *sel_b, &scan, &why)) {
-      err << "tcpscope compare: " << why << "\n";
-      return 1;
-    }
-    source = "flows " + args.flows;
-    notes.push_back("flow log: " + std::to_string(scan.lines) + " records read, " + std::to_string(scan.matched_a) +
-                    " flows in A and " + std::to_string(scan.matched_b) + " in B have a value for " + args.metric +
-                    ".");
-    if (scan.malformed)
-      notes.push_back(std::to_string(scan.malformed) + " malformed lines skipped (not a JSON object).");
-    if (scan.truncated)
-      notes.push_back("warning: " + args.flows + " ends in the middle of its gzip stream; the records before "
-                      "that point were used.");
-    if (scan.matched_both)
-      notes.push_back("warning: " + std::to_string(scan.matched_both) +
-                      " flows match both A and B and count in both arms.");
-    groups = std::move(scan.groups);
+    if (args.throughput_min_bytes) metric_options.throughput_min_bytes = *args.throughput_min_bytes;
+    source = std::make_unique<FlowLogSource>(args.flows, metric_options);
   } else {
     if (!args.config.empty() || !args.size_classes.empty() || args.throughput_min_bytes) {
       err << "tcpscope compare: --config, --size-classes and --throughput-min-bytes apply to --flows; "
              "with --server the daemon's config decides\n";
       return 2;
     }
-    ServerScan scan;
-    if (!query_server(args.server, o, args.timeout_ms, &scan, &why)) {
-      err << "tcpscope compare: " << why << "\n";
-      return 1;
-    }
-    o.metric_options.size_classes_bytes = scan.size_classes_bytes;
-    o.metric_options.throughput_min_bytes = scan.throughput_min_bytes;
-    source = "server " + redact_url(args.server);
-    char acc[32];
-    std::snprintf(acc, sizeof(acc), "%g%%", scan.relative_accuracy * 100);
-    notes.push_back("server: sketches of the flows of the last " + seconds_text(scan.covers_s) + " (window " +
-                    seconds_text(scan.window_s) + "); quantiles are within " + acc +
-                    " of the exact order statistics, and the rank test treats values in the same " + acc +
-                    " bucket as ties.");
-    if (scan.dropped_flows)
-      notes.push_back("warning: the daemon dropped " + std::to_string(scan.dropped_flows) +
-                      " flows from its distributions (key table full).");
-    if (scan.folded_flows)
-      notes.push_back("warning: the daemon's key table was full, so " + std::to_string(scan.folded_flows) +
-                      " flows of ASNs first seen after that are counted under asn \"other\" instead of their own "
-                      "ASN: groups and selections by asn hold fewer flows than the flow log's (other fields are "
-                      "unaffected).");
-    groups = std::move(scan.groups);
+    source = std::make_unique<DaemonSource>(args.server, args.timeout_ms);
   }
 
+  CompareSamples samples;
+  if (!source->collect(o, *sel_a, *sel_b, &samples, &why)) {
+    err << "tcpscope compare: " << why << "\n";
+    return 1;
+  }
   std::map<PanelKey, std::pair<CdfCurve, CdfCurve>> curves;
-  if (!args.plot.empty()) curves = curves_of(groups);
-  CompareResult result = compare_groups(std::move(groups), o);
-  result.source = source;
-  result.size_classes = size_class_names(o.metric_options.size_classes_bytes);
-  // The source's notes first, then compare_groups' warnings.
-  notes.insert(notes.end(), result.notes.begin(), result.notes.end());
-  result.notes = std::move(notes);
+  if (!args.plot.empty()) curves = curves_of(samples.groups);
+  CompareResult result = compare_samples(std::move(samples), o, source->description());
 
   if (!args.plot.empty()) {
     if (!write_plot(args.plot, result, std::move(curves), &why)) {

@@ -11,8 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/command_line.h"
 #include "net/http_client.h"
 #include "record/flow_identity.h"
+#include "text/unit_text.h"
 #include "text/url_query.h"
 #include "text/utf8_text.h"
 
@@ -34,6 +36,7 @@ namespace {
 constexpr const char* kDefaultServer = "http://127.0.0.1:9810";
 constexpr const char* kFlowsPath = "/api/v1/flows";
 constexpr size_t kMaxFlowsPages = 1000;  // 10M flows
+constexpr size_t kMaxCountDigits = 9;   // --limit, --timeout-ms, --watch, --count
 
 int64_t realtime_ns() {
   timespec ts{};
@@ -92,16 +95,7 @@ SortKey sort_key(const nlohmann::json& rec, const std::string& field, int64_t no
 }
 
 std::string human_bytes(double b) {
-  char buf[32];
-  if (b < 1e3)
-    std::snprintf(buf, sizeof(buf), "%.0fB", b);
-  else if (b < 1e6)
-    std::snprintf(buf, sizeof(buf), "%.1fkB", b / 1e3);
-  else if (b < 1e9)
-    std::snprintf(buf, sizeof(buf), "%.1fMB", b / 1e6);
-  else
-    std::snprintf(buf, sizeof(buf), "%.2fGB", b / 1e9);
-  return buf;
+  return unit_text(b, {{1e3, 1, 0, "B"}, {1e6, 1e3, 1, "kB"}, {1e9, 1e6, 1, "MB"}, {kRestOfValues, 1e9, 2, "GB"}});
 }
 
 std::string human_age(double ns) {
@@ -120,26 +114,17 @@ std::string human_age(double ns) {
 }
 
 std::string human_us(double us) {
-  char buf[32];
-  if (us < 1000)
-    std::snprintf(buf, sizeof(buf), "%.0fus", us);
-  else if (us < 1e6)
-    std::snprintf(buf, sizeof(buf), "%.1fms", us / 1e3);
-  else
-    std::snprintf(buf, sizeof(buf), "%.2fs", us / 1e6);
-  return buf;
+  return unit_text(us, {{1e3, 1, 0, "us"}, {1e6, 1e3, 1, "ms"}, {kRestOfValues, 1e6, 2, "s"}});
+}
+
+std::string human_rate(double bps) {
+  return unit_text(bps, {{1e6, 1e3, 0, "kb/s"}, {1e9, 1e6, 1, "Mb/s"}, {kRestOfValues, 1e9, 2, "Gb/s"}});
 }
 
 std::string endpoint(const nlohmann::json& rec, const char* addr, const char* port) {
   const std::string a = text(rec, addr);
   const std::string p = text(rec, port);
   return a.find(':') != std::string::npos ? "[" + a + "]:" + p : a + ":" + p;
-}
-
-bool parse_size(const std::string& s, uint64_t* out) {
-  if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) return false;
-  *out = std::stoull(s);
-  return true;
 }
 
 }  // namespace
@@ -190,21 +175,14 @@ std::string format_flows_table(const nlohmann::json& flows, const FlowsViewOptio
     std::string cc = text(r, "cc");
     const std::string arm = text(r, "arm");
     if (!arm.empty()) cc += " (" + arm + ")";
-    const double rate = num(r, "delivery_rate_bps");
-    char rate_buf[32];
-    if (rate >= 1e9)
-      std::snprintf(rate_buf, sizeof(rate_buf), "%.2fGb/s", rate / 1e9);
-    else if (rate >= 1e6)
-      std::snprintf(rate_buf, sizeof(rate_buf), "%.1fMb/s", rate / 1e6);
-    else
-      std::snprintf(rate_buf, sizeof(rate_buf), "%.0fkb/s", rate / 1e3);
     std::string process = text(r, "comm");
     if (num(r, "pid") > 0) process += "/" + text(r, "pid");
     rows.push_back({endpoint(r, "laddr", "lport"), endpoint(r, "raddr", "rport"), text(r, "dir"),
                     text(r, "peer_class"), asn, cc,
                     partial || start <= 0 ? "?" : human_age(static_cast<double>(o.now_ns) - start),
                     human_bytes(num(r, "bytes_acked")), human_bytes(num(r, "bytes_received")),
-                    human_us(num(r, "srtt_us")), text(r, "cwnd"), text(r, "retrans_segs"), rate_buf, process});
+                    human_us(num(r, "srtt_us")), text(r, "cwnd"), text(r, "retrans_segs"),
+                    human_rate(num(r, "delivery_rate_bps")), process});
     // Process and AS names are anyone's choice: shown, never obeyed.
     for (std::string& cell : rows.back()) cell = printable_text(cell);
   }
@@ -249,74 +227,42 @@ int flows_command(const std::vector<std::string>& args, std::ostream& out, std::
   int watch = 0;       // seconds between refreshes; 0 = one fetch
   uint64_t count = 0;  // refreshes under --watch; 0 = until interrupted
   FlowsViewOptions o;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&](const char* name, std::string* v) {
-      const std::string flag = std::string("--") + name;
-      if (a == flag && i + 1 < args.size()) {
-        *v = args[++i];
-        return true;
-      }
-      if (a.rfind(flag + "=", 0) == 0) {
-        *v = a.substr(flag.size() + 1);
-        return true;
-      }
-      return false;
-    };
-    std::string v;
-    uint64_t n = 0;
-    if (a == "--help" || a == "-h") {
-      out << kFlowsUsage;
-      return 0;
-    }
-    if (a == "--json") {
-      json = true;
-    } else if (a == "--reverse") {
-      o.reverse = true;
-    } else if (value("server", &v)) {
-      server = v;
-    } else if (value("sort", &v)) {
-      if (!valid_field_name(v)) {
-        err << "tcpscope flows: --sort \"" << v << "\" is not a field name\n";
-        return 2;
-      }
-      o.sort = v;
-    } else if (value("limit", &v)) {
-      if (!parse_size(v, &n)) {
-        err << "tcpscope flows: --limit wants a count, got \"" << v << "\"\n";
-        return 2;
-      }
-      o.limit = n;
-    } else if (value("timeout-ms", &v)) {
-      if (!parse_size(v, &n) || n == 0) {
-        err << "tcpscope flows: --timeout-ms wants a positive count, got \"" << v << "\"\n";
-        return 2;
-      }
-      timeout_ms = static_cast<int>(n);
-    } else if (value("watch", &v)) {
-      if (!parse_size(v, &n) || n < kMinWatchSeconds || n > kMaxWatchSeconds) {
-        err << "tcpscope flows: --watch wants whole seconds in [" << kMinWatchSeconds << ", " << kMaxWatchSeconds
-            << "], got \"" << v << "\"\n";
-        return 2;
-      }
-      watch = static_cast<int>(n);
-    } else if (value("count", &v)) {
-      if (!parse_size(v, &n) || n == 0) {
-        err << "tcpscope flows: --count wants a positive count, got \"" << v << "\"\n";
-        return 2;
-      }
-      count = n;
-    } else if (value("filter", &v)) {
-      std::string why;
-      o.filter = Selection::parse(v, &why);
-      if (!o.filter) {
-        err << "tcpscope flows: --filter: " << why << "\n";
-        return 2;
-      }
-    } else {
-      err << "tcpscope flows: unknown or incomplete option '" << a << "'\n" << kFlowsUsage;
-      return 2;
-    }
+  bool help = false;
+  CommandLine cl;
+  cl.stop_flag("--help", &help)
+      .stop_flag("-h", &help)
+      .flag("--json", &json)
+      .flag("--reverse", &o.reverse)
+      .option("--server", &server)
+      .option("--sort",
+              [&](const std::string& v) -> std::string {
+                if (!valid_field_name(v)) return "--sort \"" + v + "\" is not a field name";
+                o.sort = v;
+                return "";
+              })
+      .count_option("--limit", kMaxCountDigits, 0, UINT64_MAX, "a count", [&](uint64_t n) { o.limit = n; })
+      .count_option("--timeout-ms", kMaxCountDigits, 1, UINT64_MAX, "a positive count",
+                    [&](uint64_t n) { timeout_ms = static_cast<int>(n); })
+      .count_option("--watch", kMaxCountDigits, kMinWatchSeconds, kMaxWatchSeconds,
+                    "whole seconds in [" + std::to_string(kMinWatchSeconds) + ", " +
+                        std::to_string(kMaxWatchSeconds) + "]",
+                    [&](uint64_t n) { watch = static_cast<int>(n); })
+      .count_option("--count", kMaxCountDigits, 1, UINT64_MAX, "a positive count", [&](uint64_t n) { count = n; })
+      .option("--filter", [&](const std::string& v) -> std::string {
+        std::string why;
+        o.filter = Selection::parse(v, &why);
+        return o.filter ? "" : "--filter: " + why;
+      });
+  auto incomplete = [](const std::string& arg) { return "unknown or incomplete option '" + arg + "'"; };
+  cl.on_unknown(incomplete).on_missing_value(incomplete);
+  if (const auto error = cl.parse(args)) {
+    err << "tcpscope flows: " << error->message << "\n";
+    if (error->kind != CommandLine::Error::kBadValue) err << kFlowsUsage;
+    return 2;
+  }
+  if (help) {
+    out << kFlowsUsage;
+    return 0;
   }
   if (count && !watch) {
     err << "tcpscope flows: --count applies to --watch\n";

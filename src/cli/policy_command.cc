@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/command_line.h"
 #include "net/http_client.h"
 
 namespace tcpscope {
@@ -73,17 +74,11 @@ int policy_command(const std::vector<std::string>& args, std::ostream& out, std:
     err << "usage: tcpscope policy show [--server URL] [--json]\n";
     return 2;
   }
-  for (size_t i = 1; i < args.size(); ++i) {
-    if (args[i] == "--json")
-      json = true;
-    else if (args[i] == "--server" && i + 1 < args.size())
-      server = args[++i];
-    else if (args[i].rfind("--server=", 0) == 0)
-      server = args[i].substr(9);
-    else {
-      err << "tcpscope policy show: unknown option '" << args[i] << "'\n";
-      return 2;
-    }
+  CommandLine cl;
+  cl.flag("--json", &json).option("--server", &server).on_missing_value(CommandLine::unknown_option_text);
+  if (const auto error = cl.parse(args, 1)) {
+    err << "tcpscope policy show: " << error->message << "\n";
+    return 2;
   }
   HttpResponse resp;
   std::string error;

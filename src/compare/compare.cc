@@ -1,4 +1,5 @@
 #include "compare/compare.h"
+#include "text/unit_text.h"
 #include "text/utf8_text.h"
 
 #include <algorithm>
@@ -36,13 +37,6 @@ nlohmann::ordered_json num(double v) {
   return v;
 }
 nlohmann::ordered_json num(const std::optional<double>& v) { return v ? num(*v) : nlohmann::ordered_json(nullptr); }
-
-std::string percent(double v) {
-  if (std::isinf(v)) return v > 0 ? "+inf" : "-inf";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%+.1f%%", v * 100);
-  return buf;
-}
 
 std::string pvalue_text(const std::optional<double>& p) {
   if (!p) return "-";
@@ -211,6 +205,16 @@ CompareResult compare_groups(std::vector<GroupSamples> groups, const CompareOpti
   return r;
 }
 
+CompareResult compare_samples(CompareSamples samples, CompareOptions options, const std::string& source) {
+  options.metric_options = std::move(samples.metric_options);
+  CompareResult r = compare_groups(std::move(samples.groups), options);
+  r.source = source;
+  r.size_classes = std::move(samples.size_classes);
+  samples.notes.insert(samples.notes.end(), r.notes.begin(), r.notes.end());
+  r.notes = std::move(samples.notes);
+  return r;
+}
+
 nlohmann::ordered_json compare_result_json(const CompareResult& r) {
   const CompareOptions& o = r.options;
   nlohmann::ordered_json groups = nlohmann::ordered_json::array();
@@ -301,9 +305,10 @@ std::string format_compare_table(const CompareResult& r) {
       for (double v : {s->p50, s->p90, s->p99}) row.push_back(s->n ? format_metric_value(m, v) : "-");
     }
     if (any_share) row.push_back(g.change.statistic == ChangeStatistic::kShareNonzero ? "share>0" : "median");
-    row.push_back(g.change.diff ? percent(*g.change.diff) : "-");
-    row.push_back(g.change.lo && g.change.hi ? "[" + percent(*g.change.lo) + ", " + percent(*g.change.hi) + "]"
-                                             : "-");
+    row.push_back(g.change.diff ? percent_change_text(*g.change.diff) : "-");
+    row.push_back(g.change.lo && g.change.hi
+                      ? "[" + percent_change_text(*g.change.lo) + ", " + percent_change_text(*g.change.hi) + "]"
+                      : "-");
     row.push_back(pvalue_text(g.p_value));
     row.push_back(pvalue_text(g.q_value));
     if (g.p_value) {
@@ -339,11 +344,8 @@ std::string format_compare_table(const CompareResult& r) {
   std::ostringstream out;
   out << "metric: " << to_string(m) << " = " << metric_description(m, o.metric_options.throughput_min_bytes) << "\n";
   out << "A: " << o.a << "   B: " << o.b << "   by: " << o.by << "   source: " << r.source;
-  if (r.relative_accuracy > 0) {
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), " (quantiles within %g%%)", r.relative_accuracy * 100);
-    out << buf;
-  }
+  if (r.relative_accuracy > 0)
+    out << " (quantiles within " << percent_text(r.relative_accuracy, kShortestDecimals) << ")";
   out << "\n\n";
   if (rows.empty()) {
     out << "no flows matched A or B\n";

@@ -3,9 +3,9 @@
 // and a verdict (statistics in compare_stats.h); rendered as a terminal
 // table or as the JSON document SPEC.md fixes.
 //
-// The samples come from a flow log (compare_flows.h, exact values) or from
-// a daemon's sketches (compare_server.h, values within the sketch's relative
-// accuracy); everything from here on is the same for both.
+// The samples come from a source (compare_source.h): a flow log (exact
+// values) or a daemon's sketches (values within the sketch's relative
+// accuracy); everything from here on is the same for every source.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +40,17 @@ struct GroupSamples {
   ArmDistribution a, b;
 };
 
+// A source's answer (CompareSource::collect): the samples and what the
+// report says about them.
+struct CompareSamples {
+  std::vector<GroupSamples> groups;
+  // The size classes and the throughput threshold the samples were taken
+  // with (the flow log: the config given; a daemon: its own).
+  MetricOptions metric_options;
+  std::vector<std::string> size_classes;  // their names, in order
+  std::vector<std::string> notes;         // about the data (counts read, coverage, warnings)
+};
+
 struct ArmSummary {
   uint64_t n = 0;
   double p50 = 0, p90 = 0, p99 = 0, mean = 0;
@@ -61,7 +72,7 @@ struct GroupResult {
 
 struct CompareResult {
   CompareOptions options;
-  std::string source;               // "flows FILE" or "server URL"
+  std::string source;               // CompareSource::description(): "flows FILE", "server URL"
   double relative_accuracy = 0;     // 0 for exact data, the sketch's otherwise
   std::vector<std::string> size_classes;  // names in config order (fct)
   uint64_t groups_tested = 0;       // groups with enough data in both arms (BH's m)
@@ -73,6 +84,11 @@ struct CompareResult {
 // Runs the statistics over every group. Groups are ordered by their total
 // flow count (all size classes together), then name, then size class.
 CompareResult compare_groups(std::vector<GroupSamples> groups, const CompareOptions& options);
+
+// compare_groups over a source's samples, with options.metric_options the
+// source's: the result names the source (its description) and its size
+// classes, and its notes are the source's followed by compare_groups' own.
+CompareResult compare_samples(CompareSamples samples, CompareOptions options, const std::string& source);
 
 // The SPEC.md document: {"metric", "a", "b", "groups": [...]} plus extra
 // fields (by, unit, size_class, method, fdr_note, min_sample, ...).

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 
 #include "record/flow_record.h"
+#include "text/unit_text.h"
 
 namespace tcpscope {
 
@@ -52,53 +52,28 @@ std::string metric_description(CompareMetric m, uint64_t throughput_min_bytes) {
 bool lower_is_better(CompareMetric m) { return m != CompareMetric::kThroughput; }
 
 std::string format_metric_value(CompareMetric m, double v) {
-  char buf[32];
   switch (m) {
     case CompareMetric::kFct:
     case CompareMetric::kRtt:
-      if (v < 1000)
-        std::snprintf(buf, sizeof(buf), "%.0fus", v);
-      else if (v < 1e6)
-        std::snprintf(buf, sizeof(buf), v < 1e4 ? "%.2fms" : "%.1fms", v / 1e3);
-      else
-        std::snprintf(buf, sizeof(buf), "%.2fs", v / 1e6);
-      break;
+      return unit_text(v, {{1e3, 1, 0, "us"}, {1e4, 1e3, 2, "ms"}, {1e6, 1e3, 1, "ms"}, {kRestOfValues, 1e6, 2, "s"}});
     case CompareMetric::kThroughput:
-      if (v < 1e6)
-        std::snprintf(buf, sizeof(buf), "%.0fkbit/s", v / 1e3);
-      else if (v < 1e9)
-        std::snprintf(buf, sizeof(buf), "%.1fMbit/s", v / 1e6);
-      else
-        std::snprintf(buf, sizeof(buf), "%.2fGbit/s", v / 1e9);
-      break;
-    case CompareMetric::kRetrans: std::snprintf(buf, sizeof(buf), "%.2f%%", v * 100); break;
+      return unit_text(v, {{1e6, 1e3, 0, "kbit/s"}, {1e9, 1e6, 1, "Mbit/s"}, {kRestOfValues, 1e9, 2, "Gbit/s"}});
+    case CompareMetric::kRetrans: return percent_text(v, 2);
   }
-  return buf;
+  return "";
 }
 
 std::string format_metric_tick(CompareMetric m, double v) {
-  char buf[32];
+  constexpr int g = kShortestDecimals;
   switch (m) {
     case CompareMetric::kFct:
     case CompareMetric::kRtt:
-      if (v < 1000)
-        std::snprintf(buf, sizeof(buf), "%gus", v);
-      else if (v < 1e6)
-        std::snprintf(buf, sizeof(buf), "%gms", v / 1e3);
-      else
-        std::snprintf(buf, sizeof(buf), "%gs", v / 1e6);
-      break;
+      return unit_text(v, {{1e3, 1, g, "us"}, {1e6, 1e3, g, "ms"}, {kRestOfValues, 1e6, g, "s"}});
     case CompareMetric::kThroughput:
-      if (v < 1e6)
-        std::snprintf(buf, sizeof(buf), "%gkbit/s", v / 1e3);
-      else if (v < 1e9)
-        std::snprintf(buf, sizeof(buf), "%gMbit/s", v / 1e6);
-      else
-        std::snprintf(buf, sizeof(buf), "%gGbit/s", v / 1e9);
-      break;
-    case CompareMetric::kRetrans: std::snprintf(buf, sizeof(buf), "%g%%", v * 100); break;
+      return unit_text(v, {{1e6, 1e3, g, "kbit/s"}, {1e9, 1e6, g, "Mbit/s"}, {kRestOfValues, 1e9, g, "Gbit/s"}});
+    case CompareMetric::kRetrans: return percent_text(v, g);
   }
-  return buf;
+  return "";
 }
 
 MetricInputs metric_inputs(const FlowRecord& f) {

@@ -13,8 +13,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "compare/compare_flows.h"
+#include "compare/flow_log_source.h"
 #include "compare/compare_selection.h"
+#include "compare/compare_source.h"
 #include "record/flow_json.h"
 #include "record/flow_record.h"
 
@@ -269,6 +270,76 @@ TEST(ScanFlowLog, ReadsPlainAndGzipFilesAlike) {
   EXPECT_FALSE(scan_flow_log("/nonexistent/flows.ndjson", o, a, b, &from_plain, &error));
   EXPECT_NE(error.find("/nonexistent/flows.ndjson"), std::string::npos) << error;
   EXPECT_NE(error.find("No such file"), std::string::npos) << error;
+}
+
+TEST(FlowLogSource, NamesItsFileAndNotesWhatItRead) {
+  std::string text;
+  text += line(flow("cubic", 64501, 50000, 1000)) + "\n";   // A and B
+  text += line(flow("bbr", 64502, 50000, 2000)) + "\n";     // B
+  text += line(flow("cubic", 64503, 500000, 3000)) + "\n";  // A
+  text += "{\"cut\": \n";
+  TempFile log(".ndjson");
+  std::ofstream(log.path()) << text;
+  const CompareOptions o = options(CompareMetric::kFct, "asn");
+  const Selection a = sel("cc=cubic"), b = sel("asn=64501|64502");
+  MetricOptions mo;
+  mo.size_classes_bytes = {100000, 1000000};
+  mo.throughput_min_bytes = 2000000;
+  FlowLogSource source(log.path(), mo);
+  EXPECT_EQ(source.description(), "flows " + log.path());
+  CompareSamples samples;
+  std::string error;
+  ASSERT_TRUE(source.collect(o, a, b, &samples, &error)) << error;
+  EXPECT_EQ(samples.metric_options.size_classes_bytes, mo.size_classes_bytes);
+  EXPECT_EQ(samples.metric_options.throughput_min_bytes, 2000000u);
+  EXPECT_EQ(samples.size_classes, (std::vector<std::string>{"lt_100k", "100k_1m", "ge_1m"}));
+  EXPECT_EQ(samples.groups.size(), 3u);
+  ASSERT_EQ(samples.notes.size(), 3u);
+  EXPECT_EQ(samples.notes[0], "flow log: 4 records read, 2 flows in A and 2 in B have a value for fct.");
+  EXPECT_EQ(samples.notes[1], "1 malformed lines skipped (not a JSON object).");
+  EXPECT_EQ(samples.notes[2], "warning: 1 flows match both A and B and count in both arms.");
+
+  FlowLogSource missing("/nonexistent/flows.ndjson", mo);
+  EXPECT_FALSE(missing.collect(o, a, b, &samples, &error));
+  EXPECT_EQ(error.rfind("/nonexistent/flows.ndjson: ", 0), 0u) << error;
+}
+
+// Any source: its samples are compared as they come, the report names it
+// and says its notes first.
+class FixedSource : public CompareSource {
+ public:
+  std::string description() const override { return "fixed test data"; }
+  bool collect(const CompareOptions&, const Selection&, const Selection&, CompareSamples* out,
+               std::string*) override {
+    GroupSamples g;
+    g.group = "all";
+    g.a = ArmDistribution::exact(std::vector<double>(30, 0.0));
+    g.b = ArmDistribution::exact(std::vector<double>(30, 0.0));
+    out->groups = {g};
+    out->metric_options.throughput_min_bytes = 12345;
+    out->size_classes = {"small", "large"};
+    out->notes = {"fixed: 60 flows."};
+    return true;
+  }
+};
+
+TEST(CompareSource, ResultNamesTheSourceAndStartsWithItsNotes) {
+  FixedSource source;
+  CompareSamples samples;
+  std::string error;
+  CompareOptions o = options(CompareMetric::kRetrans, "all");
+  ASSERT_TRUE(source.collect(o, sel(o.a), sel(o.b), &samples, &error));
+  const CompareResult r = compare_samples(std::move(samples), o, source.description());
+  EXPECT_EQ(r.source, "fixed test data");
+  EXPECT_EQ(r.options.metric_options.throughput_min_bytes, 12345u);
+  EXPECT_EQ(r.size_classes, (std::vector<std::string>{"small", "large"}));
+  ASSERT_EQ(r.groups.size(), 1u);
+  EXPECT_EQ(r.groups[0].a.n, 30u);
+  // The source's note, then compare_groups' own (no interval: every A flow is 0).
+  ASSERT_EQ(r.notes.size(), 2u);
+  EXPECT_EQ(r.notes[0], "fixed: 60 flows.");
+  EXPECT_EQ(r.notes[1].rfind("no 95% CI for all: ", 0), 0u) << r.notes[1];
+  EXPECT_NE(format_compare_table(r).find("source: fixed test data"), std::string::npos);
 }
 
 CompareResult sample_result() {

@@ -1,4 +1,4 @@
-#include "compare/compare_flows.h"
+#include "compare/flow_log_source.h"
 
 #include <errno.h>
 #include <string.h>
@@ -377,6 +377,36 @@ bool scan_flow_log(const std::string& path, const CompareOptions& options, const
   }
   *out = collector.finish();
   out->truncated = rc == Z_BUF_ERROR;
+  return true;
+}
+
+FlowLogSource::FlowLogSource(std::string path, MetricOptions metric_options)
+    : path_(std::move(path)), metric_options_(std::move(metric_options)) {}
+
+std::string FlowLogSource::description() const { return "flows " + path_; }
+
+bool FlowLogSource::collect(const CompareOptions& options, const Selection& a, const Selection& b,
+                            CompareSamples* out, std::string* error) {
+  CompareOptions o = options;
+  o.metric_options = metric_options_;
+  FlowLogScan scan;
+  if (!scan_flow_log(path_, o, a, b, &scan, error)) return false;
+  CompareSamples s;
+  s.groups = std::move(scan.groups);
+  s.metric_options = metric_options_;
+  s.size_classes = size_class_names(metric_options_.size_classes_bytes);
+  s.notes.push_back("flow log: " + std::to_string(scan.lines) + " records read, " + std::to_string(scan.matched_a) +
+                    " flows in A and " + std::to_string(scan.matched_b) + " in B have a value for " +
+                    to_string(o.metric) + ".");
+  if (scan.malformed)
+    s.notes.push_back(std::to_string(scan.malformed) + " malformed lines skipped (not a JSON object).");
+  if (scan.truncated)
+    s.notes.push_back("warning: " + path_ + " ends in the middle of its gzip stream; the records before "
+                      "that point were used.");
+  if (scan.matched_both)
+    s.notes.push_back("warning: " + std::to_string(scan.matched_both) +
+                      " flows match both A and B and count in both arms.");
+  *out = std::move(s);
   return true;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "compare/compare.h"
+#include "compare/compare_source.h"
 
 namespace tcpscope {
 
@@ -35,5 +36,20 @@ bool query_server(const std::string& base_url, const CompareOptions& options, in
 
 // The response body -> groups of sketched samples.
 bool parse_distributions_response(const std::string& body, ServerScan* out, std::string* error);
+
+// A running daemon as a compare source: query_server, the daemon's size
+// classes and throughput threshold, its sketches' coverage and the flows it
+// could not keep apart as notes.
+class DaemonSource : public CompareSource {
+ public:
+  DaemonSource(std::string base_url, int timeout_ms);
+  std::string description() const override;
+  bool collect(const CompareOptions& options, const Selection& a, const Selection& b, CompareSamples* out,
+               std::string* error) override;
+
+ private:
+  std::string base_url_;
+  int timeout_ms_;
+};
 
 }  // namespace tcpscope

@@ -1,4 +1,4 @@
-#include "compare/compare_server.h"
+#include "compare/daemon_source.h"
 
 #include <stdexcept>
 
@@ -6,9 +6,19 @@
 
 #include "compare/flow_sketch.h"
 #include "net/http_client.h"
+#include "record/size_class.h"
+#include "text/unit_text.h"
 #include "text/url_query.h"
 
 namespace tcpscope {
+
+namespace {
+
+std::string seconds_text(double s) {
+  return unit_text(s, {{120, 1, 0, " s"}, {7200, 60, 0, " min"}, {kRestOfValues, 3600, 1, " h"}});
+}
+
+}  // namespace
 
 std::string distributions_target(const CompareOptions& o) {
   return std::string(kDistributionsPath) + "?metric=" + url_encode(to_string(o.metric)) + "&by=" + url_encode(o.by) +
@@ -79,6 +89,38 @@ bool query_server(const std::string& base_url, const CompareOptions& options, in
     *error = "GET " + shown + ": " + why;
     return false;
   }
+  return true;
+}
+
+DaemonSource::DaemonSource(std::string base_url, int timeout_ms)
+    : base_url_(std::move(base_url)), timeout_ms_(timeout_ms) {}
+
+std::string DaemonSource::description() const { return "server " + redact_url(base_url_); }
+
+bool DaemonSource::collect(const CompareOptions& options, const Selection&, const Selection&, CompareSamples* out,
+                           std::string* error) {
+  // The daemon applies the selections itself, from their text in options.
+  ServerScan scan;
+  if (!query_server(base_url_, options, timeout_ms_, &scan, error)) return false;
+  CompareSamples s;
+  s.groups = std::move(scan.groups);
+  s.metric_options.size_classes_bytes = scan.size_classes_bytes;
+  s.metric_options.throughput_min_bytes = scan.throughput_min_bytes;
+  s.size_classes = size_class_names(scan.size_classes_bytes);
+  const std::string acc = percent_text(scan.relative_accuracy, kShortestDecimals);
+  s.notes.push_back("server: sketches of the flows of the last " + seconds_text(scan.covers_s) + " (window " +
+                    seconds_text(scan.window_s) + "); quantiles are within " + acc +
+                    " of the exact order statistics, and the rank test treats values in the same " + acc +
+                    " bucket as ties.");
+  if (scan.dropped_flows)
+    s.notes.push_back("warning: the daemon dropped " + std::to_string(scan.dropped_flows) +
+                      " flows from its distributions (key table full).");
+  if (scan.folded_flows)
+    s.notes.push_back("warning: the daemon's key table was full, so " + std::to_string(scan.folded_flows) +
+                      " flows of ASNs first seen after that are counted under asn \"other\" instead of their own "
+                      "ASN: groups and selections by asn hold fewer flows than the flow log's (other fields are "
+                      "unaffected).");
+  *out = std::move(s);
   return true;
 }
 

@@ -11,10 +11,11 @@
 
 #include "compare/compare.h"
 #include "compare/compare_selection.h"
+#include "compare/compare_source.h"
 
 namespace tcpscope {
 
-class FlatRecord;  // compare_flows.cc: the allocation-free reader of flat log lines
+class FlatRecord;  // flow_log_source.cc: the allocation-free reader of flat log lines
 
 struct FlowLogScan {
   uint64_t lines = 0;
@@ -57,6 +58,21 @@ class FlowLogCollector {
   std::unique_ptr<FlatRecord> flat_;  // reused for every line
   const std::string unknown_ = "?";
   FlowLogScan scan_;
+};
+
+// The flow log as a compare source: scan_flow_log with the size classes and
+// the throughput threshold given (--config, --size-classes,
+// --throughput-min-bytes), its counts and warnings as notes.
+class FlowLogSource : public CompareSource {
+ public:
+  FlowLogSource(std::string path, MetricOptions metric_options);
+  std::string description() const override;
+  bool collect(const CompareOptions& options, const Selection& a, const Selection& b, CompareSamples* out,
+               std::string* error) override;
+
+ private:
+  std::string path_;
+  MetricOptions metric_options_;
 };
 
 }  // namespace tcpscope

@@ -1,0 +1,35 @@
+// Where `tcpscope compare` takes its samples from. A source answers one
+// comparison's question (metric, grouping, the A and B selections) with the
+// two arms' samples of every group, and says what the report should tell
+// about them; everything after that (statistics, table, JSON, plot) is the
+// same for every source.
+//
+// Sources: the flow log (flow_log_source.h: exact values, any record field)
+// and a running daemon's sketches (daemon_source.h: log-bucketed, within the
+// sketch's relative accuracy, the fields the daemon keeps). Another source
+// is one more implementation of CompareSource; `tcpscope compare` only
+// chooses which one its options name.
+#pragma once
+
+#include <string>
+
+#include "compare/compare.h"
+#include "compare/compare_selection.h"
+
+namespace tcpscope {
+
+class CompareSource {
+ public:
+  virtual ~CompareSource() = default;
+
+  // The report's "source": "flows FILE", "server URL" (no credentials).
+  virtual std::string description() const = 0;
+
+  // Fills *out with the samples for `options` (metric, by, a, b; a and b
+  // are its selections, parsed) and the source's notes. False and *error
+  // ("FILE: reason", "GET URL: reason") when the data cannot be read.
+  virtual bool collect(const CompareOptions& options, const Selection& a, const Selection& b, CompareSamples* out,
+                       std::string* error) = 0;
+};
+
+}  // namespace tcpscope
