@@ -28,7 +28,7 @@ const char* app_cc_action_name(uint32_t action) {
   }
 }
 
-const char* const kSysctlNames[] = {"net.ipv4." TCPSCOPE_SYSCTL_CC, "net.ipv4." TCPSCOPE_SYSCTL_ALLOWED_CC};
+const char* const kSysctlNames[TCPSCOPE_SYSCTL_NAMES] = {"net.ipv4." TCPSCOPE_SYSCTL_CC, "net.ipv4." TCPSCOPE_SYSCTL_ALLOWED_CC};
 }  // namespace
 
 bool ensure_congestion_controls(const std::vector<std::string>& names, std::string* error) {
@@ -97,7 +97,7 @@ void PolicyController::name_flow(const tcpscope_flow_event& ev, FlowRecord* flow
   flow->cc_rule = rule.name;
   if (rule.experiment) {
     flow->experiment = rule.experiment;
-    if (ev.arm && ev.arm <= rule.arms.size()) flow->arm = rule.arms[ev.arm - 1];
+    if (ev.arm && ev.arm <= rule.arms.size()) flow->arm = rule.arms[TCPSCOPE_ARM_TAG_INDEX(ev.arm)];
   }
 }
 
@@ -122,7 +122,7 @@ void PolicyController::update_metrics() {
   for (const auto& c : maps_.app_cc_calls())
     metrics_.set_app_cc(c.cc, app_cc_action_name(c.action), c.calls);
   auto sysctl = maps_.sysctl_writes();
-  for (int n = 0; n < 2; ++n)
+  for (int n = 0; n < TCPSCOPE_SYSCTL_NAMES; ++n)
     for (int other = 0; other < 2; ++other)
       for (int denied = 0; denied < 2; ++denied)
         if (uint64_t total = sysctl[TCPSCOPE_SYSCTL_SLOT(n, other, denied)])
@@ -133,7 +133,7 @@ void PolicyController::update_metrics() {
                                                       std::chrono::duration<double>(kLogEvery).count());
   log_refill_ = now;
   maps_.drain_sysctl_log([this](const tcpscope_sysctl_event& ev) { log_sysctl_write(ev); });
-  const uint64_t lost = sysctl[TCPSCOPE_SYSCTL_SLOTS];
+  const uint64_t lost = sysctl[TCPSCOPE_SYSCTL_LOST];
   if (lost > log_lost_reported_) {
     log_suppressed_ += lost - log_lost_reported_;
     log_lost_reported_ = lost;
@@ -216,7 +216,7 @@ std::string PolicyController::to_json() const {
   j["install"] = active_install_;
   auto sysctl = maps_.sysctl_writes();
   // observed/denied: the host's; other namespaces' writes are never denied.
-  for (int n = 0; n < 2; ++n)
+  for (int n = 0; n < TCPSCOPE_SYSCTL_NAMES; ++n)
     j["sysctl_writes"][kSysctlNames[n]] = {
         {"observed", sysctl[TCPSCOPE_SYSCTL_SLOT(n, 0, 0)]},
         {"denied", sysctl[TCPSCOPE_SYSCTL_SLOT(n, 0, 1)]},

@@ -81,7 +81,7 @@ int PolicyMaps::install(const CompiledPolicy& policy, uint16_t install_id, std::
   }
   int rules_fd = bpf_map__fd(skel->maps.policy_rules);
   for (uint32_t i = 0; i < policy.rules.size(); ++i) {
-    uint32_t slot = gen * TCPSCOPE_MAX_RULES + i;
+    uint32_t slot = TCPSCOPE_RULE_SLOT(gen, i);
     if (bpf_map_update_elem(rules_fd, &slot, &policy.rules[i].bpf, BPF_ANY) != 0) {
       *error = "loading policy rule '" + policy.rules[i].name + "': " + errno_text(errno);
       return -1;
@@ -90,10 +90,11 @@ int PolicyMaps::install(const CompiledPolicy& policy, uint16_t install_id, std::
   std::vector<uint64_t> zeros(ncpus(), 0);
   for (bpf_map* counters : {skel->maps.cc_assignments, skel->maps.cc_revoked}) {
     int fd = bpf_map__fd(counters);
-    for (uint32_t i = 0; i < TCPSCOPE_MAX_RULES * TCPSCOPE_MAX_ARMS; ++i) {
-      uint32_t slot = gen * TCPSCOPE_MAX_RULES * TCPSCOPE_MAX_ARMS + i;
-      bpf_map_update_elem(fd, &slot, zeros.data(), BPF_ANY);
-    }
+    for (uint32_t rule = 0; rule < TCPSCOPE_MAX_RULES; ++rule)
+      for (uint32_t arm = 0; arm < TCPSCOPE_MAX_ARMS; ++arm) {
+        uint32_t slot = TCPSCOPE_ASSIGN_SLOT(gen, rule, arm);
+        bpf_map_update_elem(fd, &slot, zeros.data(), BPF_ANY);
+      }
   }
 
   // 2. Publish: first the rule count of the new generation, then the flip,
@@ -182,15 +183,15 @@ std::vector<PolicyMaps::AppCcCount> PolicyMaps::app_cc_calls() const {
   std::vector<AppCcCount> out;
   int fd = bpf_map__fd(probe_.skeleton()->maps.app_cc_calls);
   for (uint32_t idx = 0; idx <= cc_names_.size() && idx <= TCPSCOPE_MAX_CC_NAMES; ++idx)
-    for (uint32_t action : {TCPSCOPE_APP_CC_OBSERVED, TCPSCOPE_APP_CC_OVERRIDDEN, TCPSCOPE_APP_CC_REFUSED}) {
+    for (uint32_t action = 0; action < TCPSCOPE_APP_CC_ACTIONS; ++action) {
       uint64_t v = percpu_sum(fd, TCPSCOPE_APP_CC_SLOT(idx, action));
       if (v) out.push_back({idx ? cc_names_[idx - 1] : "other", action, v});
     }
   return out;
 }
 
-std::array<uint64_t, TCPSCOPE_SYSCTL_SLOTS + 1> PolicyMaps::sysctl_writes() const {
-  std::array<uint64_t, TCPSCOPE_SYSCTL_SLOTS + 1> out{};
+std::array<uint64_t, TCPSCOPE_SYSCTL_LOST + 1> PolicyMaps::sysctl_writes() const {
+  std::array<uint64_t, TCPSCOPE_SYSCTL_LOST + 1> out{};
   int fd = bpf_map__fd(probe_.skeleton()->maps.sysctl_writes);
   for (uint32_t i = 0; i < out.size(); ++i) out[i] = percpu_sum(fd, i);
   return out;

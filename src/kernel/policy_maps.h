@@ -49,9 +49,9 @@ class PolicyMaps {
   };
   std::vector<AppCcCount> app_cc_calls() const;
 
-  // Index: TCPSCOPE_SYSCTL_SLOT(name, other namespace, denied); the last one
-  // counts writes the log (below) lost.
-  std::array<uint64_t, TCPSCOPE_SYSCTL_SLOTS + 1> sysctl_writes() const;
+  // Index: TCPSCOPE_SYSCTL_SLOT(name, other namespace, denied), and
+  // TCPSCOPE_SYSCTL_LOST: the writes the log (below) lost.
+  std::array<uint64_t, TCPSCOPE_SYSCTL_LOST + 1> sysctl_writes() const;
   // Hands every sysctl write logged since the last call to `f`.
   void drain_sysctl_log(const std::function<void(const tcpscope_sysctl_event&)>& f);
 
