@@ -61,23 +61,12 @@ bool PolicyController::load(const Config& config, const AsnDatabase* asn_db, std
   }
   if (!ensure_congestion_controls(compiled->congestion_controls(), error)) return false;
   auto policy = std::make_shared<const CompiledPolicy>(std::move(*compiled));
-  const uint16_t install = next_install_;
+  const uint16_t install = names_.next_install();
   int gen = maps_.install(*policy, install, error);
   if (gen < 0) return false;
-  next_install_ = next_install_ == TCPSCOPE_INSTALL_MASK ? 1 : next_install_ + 1;
+  names_.add(*policy);
   maps_.sync_cc_names(loaded_congestion_controls(), allowed_congestion_controls());
   metrics_.forget_slots(std::to_string(gen) + "/");
-
-  auto labels = std::make_shared<Labels>();
-  for (const auto& r : policy->rules) labels->push_back({r.name, r.experiment, r.arms});
-  installs_.erase(install);  // the counter wrapped: that install is long gone
-  install_order_.erase(std::remove(install_order_.begin(), install_order_.end(), install), install_order_.end());
-  installs_[install] = std::move(labels);
-  install_order_.push_back(install);
-  while (install_order_.size() > kKeepInstalls) {
-    installs_.erase(install_order_.front());
-    install_order_.pop_front();
-  }
 
   std::lock_guard<std::mutex> lock(mu_);
   by_gen_[gen] = std::move(policy);
@@ -85,20 +74,6 @@ bool PolicyController::load(const Config& config, const AsnDatabase* asn_db, std
   active_install_ = install;
   config_ = config;
   return true;
-}
-
-void PolicyController::name_flow(const tcpscope_flow_event& ev, FlowRecord* flow) const {
-  if (!ev.cc_rule) return;
-  const uint16_t install = static_cast<uint16_t>(TCPSCOPE_RULE_TAG_INSTALL(ev.cc_rule));
-  const uint32_t idx = TCPSCOPE_RULE_TAG_INDEX(ev.cc_rule);
-  auto it = installs_.find(install);
-  if (it == installs_.end() || idx >= it->second->size()) return;
-  const RuleLabel& rule = (*it->second)[idx];
-  flow->cc_rule = rule.name;
-  if (rule.experiment) {
-    flow->experiment = rule.experiment;
-    if (ev.arm && ev.arm <= rule.arms.size()) flow->arm = rule.arms[TCPSCOPE_ARM_TAG_INDEX(ev.arm)];
-  }
 }
 
 void PolicyController::update_metrics() {
