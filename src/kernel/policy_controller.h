@@ -1,7 +1,9 @@
-// The congestion-control policy in force: compiles the config into the
-// kernel's maps on start and SIGHUP, names each record's rule/experiment/arm,
-// feeds the policy counters to Prometheus, and describes itself for
-// `tcpscope policy show`. Only the config file (root-owned) and SIGHUP change
+// The congestion-control policy in force: compiles the config and installs
+// it into the kernel's maps (PolicyMaps) on start and SIGHUP, and wires the
+// pieces that are not the kernel's: the names of each record's rule
+// (policy/rule_names.h), the counters in Prometheus (policy/policy_metrics.h)
+// and what /api/v1/policy shows (policy/policy_json.h); it logs the sysctl
+// writes (rate-limited). Only the config file (root-owned) and SIGHUP change
 // it: no network endpoint does.
 #pragma once
 
@@ -13,11 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "policy/cc_policy.h"
-#include "record/flow_record.h"
+#include "config/config.h"
 #include "kernel/policy_maps.h"
+#include "policy/cc_policy.h"
 #include "policy/policy_metrics.h"
 #include "policy/rule_names.h"
+#include "record/flow_record.h"
 #include "tcpscope/flow_event.h"
 
 namespace tcpscope {
@@ -53,7 +56,7 @@ class PolicyController {
   std::array<std::shared_ptr<const CompiledPolicy>, TCPSCOPE_POLICY_GENERATIONS> by_gen_;
   int active_gen_ = -1;
   uint16_t active_install_ = 0;
-  Config config_;  // as last loaded, for policy show
+  CcPolicy config_;  // as last loaded, for policy show
 
   // sysctl write log: a burst of kLogBurst lines, then one per kLogEvery.
   static constexpr double kLogBurst = 10;
@@ -63,7 +66,6 @@ class PolicyController {
   uint64_t log_suppressed_ = 0;
   uint64_t log_lost_reported_ = 0;
 };
-
 
 // Makes sure the kernel has each algorithm loaded: a BPF program cannot make
 // it load a module, but a setsockopt() from a privileged process can.

@@ -138,12 +138,15 @@ uint64_t PolicyMaps::percpu_sum(int map_fd, uint32_t key) const {
   return sum;
 }
 
-uint64_t PolicyMaps::assignments(uint32_t gen, uint32_t rule, uint32_t arm) const {
-  return percpu_sum(bpf_map__fd(probe_.skeleton()->maps.cc_assignments), TCPSCOPE_ASSIGN_SLOT(gen, rule, arm));
-}
-
-uint64_t PolicyMaps::revoked(uint32_t gen, uint32_t rule, uint32_t arm) const {
-  return percpu_sum(bpf_map__fd(probe_.skeleton()->maps.cc_revoked), TCPSCOPE_ASSIGN_SLOT(gen, rule, arm));
+RuleCounts PolicyMaps::rule_counts(uint32_t gen, const CompiledPolicy& policy) const {
+  const int assigned_fd = bpf_map__fd(probe_.skeleton()->maps.cc_assignments);
+  const int revoked_fd = bpf_map__fd(probe_.skeleton()->maps.cc_revoked);
+  RuleCounts out(policy.rules.size());
+  for (uint32_t i = 0; i < policy.rules.size(); ++i)
+    for (uint32_t a = 0; a < policy.rules[i].arms.size(); ++a)
+      out[i].push_back({percpu_sum(assigned_fd, TCPSCOPE_ASSIGN_SLOT(gen, i, a)),
+                        percpu_sum(revoked_fd, TCPSCOPE_ASSIGN_SLOT(gen, i, a))});
+  return out;
 }
 
 void PolicyMaps::sync_cc_names(const std::vector<std::string>& available, const std::vector<std::string>& allowed) {
@@ -179,7 +182,7 @@ void PolicyMaps::sync_cc_names(const std::vector<std::string>& available, const 
   }
 }
 
-std::vector<PolicyMaps::AppCcCount> PolicyMaps::app_cc_calls() const {
+std::vector<AppCcCount> PolicyMaps::app_cc_calls() const {
   std::vector<AppCcCount> out;
   int fd = bpf_map__fd(probe_.skeleton()->maps.app_cc_calls);
   for (uint32_t idx = 0; idx <= cc_names_.size() && idx <= TCPSCOPE_MAX_CC_NAMES; ++idx)
@@ -190,8 +193,8 @@ std::vector<PolicyMaps::AppCcCount> PolicyMaps::app_cc_calls() const {
   return out;
 }
 
-std::array<uint64_t, TCPSCOPE_SYSCTL_LOST + 1> PolicyMaps::sysctl_writes() const {
-  std::array<uint64_t, TCPSCOPE_SYSCTL_LOST + 1> out{};
+SysctlWrites PolicyMaps::sysctl_writes() const {
+  SysctlWrites out{};
   int fd = bpf_map__fd(probe_.skeleton()->maps.sysctl_writes);
   for (uint32_t i = 0; i < out.size(); ++i) out[i] = percpu_sum(fd, i);
   return out;
