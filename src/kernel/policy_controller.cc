@@ -7,13 +7,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
 
 #include "kernel/flow_probe.h"
 #include "os/congestion_controls.h"
 #include "policy/policy_json.h"
-#include "text/utf8_text.h"
 
 namespace tcpscope {
 
@@ -72,42 +70,12 @@ void PolicyController::update_metrics() {
   const SysctlWrites sysctl = maps_.sysctl_writes();
   metrics_.set_sysctl_writes(sysctl);
 
-  auto now = std::chrono::steady_clock::now();
-  log_tokens_ = std::min(kLogBurst, log_tokens_ + std::chrono::duration<double>(now - log_refill_).count() /
-                                                      std::chrono::duration<double>(kLogEvery).count());
-  log_refill_ = now;
-  maps_.drain_sysctl_log([this](const tcpscope_sysctl_event& ev) { log_sysctl_write(ev); });
-  const uint64_t lost = sysctl[TCPSCOPE_SYSCTL_LOST];
-  if (lost > log_lost_reported_) {
-    log_suppressed_ += lost - log_lost_reported_;
-    log_lost_reported_ = lost;
-  }
-  if (log_suppressed_ && log_tokens_ >= 1) {
-    log_tokens_ -= 1;
-    std::fprintf(stderr, "tcpscope: sysctl: %llu more writes to the congestion-control sysctls not logged "
-                         "(rate limit; all are counted in tcpscope_sysctl_writes_total)\n",
-                 static_cast<unsigned long long>(log_suppressed_));
-    log_suppressed_ = 0;
-  }
-}
-
-void PolicyController::log_sysctl_write(const tcpscope_sysctl_event& ev) {
-  if (log_tokens_ < 1) {
-    ++log_suppressed_;
-    return;
-  }
-  log_tokens_ -= 1;
-  // What a process wrote goes to the log: control bytes become '?'.
-  std::string value(ev.value);
-  while (!value.empty() && (value.back() == '\n' || value.back() == ' ' || value.back() == '\t')) value.pop_back();
-  value = printable_text(value);
-  const std::string comm = printable_text(ev.comm);
-  const std::string where =
-      ev.other_netns ? "network namespace " + std::to_string(ev.netns) + " (not the host's)" : "the host's network namespace";
-  std::fprintf(stderr, "tcpscope: sysctl: write net.ipv4.%s=\"%s\"%s by pid %u (%s) in %s: %s\n",
-               ev.name_idx ? TCPSCOPE_SYSCTL_ALLOWED_CC : TCPSCOPE_SYSCTL_CC, value.c_str(),
-               ev.truncated ? "..." : "", ev.pid, comm.c_str(), where.c_str(),
-               ev.denied ? "denied (sysctl_guard: deny)" : "observed");
+  sysctl_log_.refill(LogRateLimiter::Clock::now());
+  maps_.drain_sysctl_log([this](const tcpscope_sysctl_event& ev) {
+    if (sysctl_log_.allow()) std::fputs(sysctl_write_line(ev).c_str(), stderr);
+  });
+  sysctl_log_.add_lost(sysctl[TCPSCOPE_SYSCTL_LOST]);
+  if (uint64_t n = sysctl_log_.take_suppressed()) std::fputs(sysctl_suppressed_line(n).c_str(), stderr);
 }
 
 std::string PolicyController::to_json() const {

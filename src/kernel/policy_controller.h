@@ -1,15 +1,13 @@
 // The congestion-control policy in force: compiles the config and installs
 // it into the kernel's maps (PolicyMaps) on start and SIGHUP, and wires the
 // pieces that are not the kernel's: the names of each record's rule
-// (policy/rule_names.h), the counters in Prometheus (policy/policy_metrics.h)
-// and what /api/v1/policy shows (policy/policy_json.h); it logs the sysctl
-// writes (rate-limited). Only the config file (root-owned) and SIGHUP change
-// it: no network endpoint does.
+// (policy/rule_names.h), the counters in Prometheus (policy/policy_metrics.h),
+// the rate-limited sysctl write log (policy/sysctl_log.h) and what
+// /api/v1/policy shows (policy/policy_json.h). Only the config file
+// (root-owned) and SIGHUP change it: no network endpoint does.
 #pragma once
 
 #include <array>
-#include <chrono>
-#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,6 +18,7 @@
 #include "policy/cc_policy.h"
 #include "policy/policy_metrics.h"
 #include "policy/rule_names.h"
+#include "policy/sysctl_log.h"
 #include "record/flow_record.h"
 #include "tcpscope/flow_event.h"
 
@@ -44,12 +43,11 @@ class PolicyController {
   std::string to_json() const;
 
  private:
-  void log_sysctl_write(const tcpscope_sysctl_event& ev);
-
   FlowProbe& probe_;
   PolicyMaps maps_;
   PolicyMetrics metrics_;
   RuleNames names_;  // load() and name_flow(): the daemon's thread
+  LogRateLimiter sysctl_log_{kSysctlLogBurst, kSysctlLogEvery, LogRateLimiter::Clock::now()};
   // Written by load() on the daemon's thread, read there by update_metrics()
   // and by to_json() on HTTP threads: mu_ orders the writes against to_json().
   mutable std::mutex mu_;
@@ -57,14 +55,6 @@ class PolicyController {
   int active_gen_ = -1;
   uint16_t active_install_ = 0;
   CcPolicy config_;  // as last loaded, for policy show
-
-  // sysctl write log: a burst of kLogBurst lines, then one per kLogEvery.
-  static constexpr double kLogBurst = 10;
-  static constexpr std::chrono::seconds kLogEvery{6};
-  double log_tokens_ = kLogBurst;
-  std::chrono::steady_clock::time_point log_refill_ = std::chrono::steady_clock::now();
-  uint64_t log_suppressed_ = 0;
-  uint64_t log_lost_reported_ = 0;
 };
 
 // Makes sure the kernel has each algorithm loaded: a BPF program cannot make
