@@ -31,7 +31,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, TCPSCOPE_POLICY_GENERATIONS * TCPSCOPE_MAX_RULES);
+	__uint(max_entries, TCPSCOPE_RULE_SLOTS);
 	__type(key, __u32);
 	__type(value, struct tcpscope_rule);
 } policy_rules SEC(".maps");
@@ -83,7 +83,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, TCPSCOPE_SYSCTL_SLOTS + 1); /* + events the log lost */
+	__uint(max_entries, TCPSCOPE_SYSCTL_LOST + 1); /* + events the log lost */
 	__type(key, __u32);
 	__type(value, __u64);
 } sysctl_writes SEC(".maps");
@@ -160,7 +160,7 @@ static __always_inline void apply_policy(struct bpf_sock_ops *skops)
 	__u32 gen, i, arm, install;
 	__u16 lport;
 	__u64 mask;
-	char cc[16];
+	char cc[TCPSCOPE_CC_NAME_LEN];
 	void *trie;
 
 	if (!ps || !sk)
@@ -198,11 +198,11 @@ static __always_inline void apply_policy(struct bpf_sock_ops *skops)
 			return;
 		i = lowest_bit(mask);
 		mask &= mask - 1;
-		slot = gen * TCPSCOPE_MAX_RULES + i;
+		slot = TCPSCOPE_RULE_SLOT(gen, i);
 		r = bpf_map_lookup_elem(&policy_rules, &slot);
 		if (!r)
 			continue;
-		if ((r->match & TCPSCOPE_MATCH_LPORT) && !lport_matches(r, lport))
+		if (r->n_lports && !lport_matches(r, lport))
 			continue;
 
 		/* The flow's storage exists already (SYN_SENT, or the accepted
@@ -217,11 +217,11 @@ static __always_inline void apply_policy(struct bpf_sock_ops *skops)
 		if (arm >= TCPSCOPE_MAX_ARMS)
 			return;
 		__builtin_memcpy(cc, r->cc[arm], sizeof(cc));
-		cc[15] = 0;
+		cc[sizeof(cc) - 1] = 0;
 		if (bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, cc, sizeof(cc)))
 			return; /* e.g. not in tcp_allowed_congestion_control: system default stays */
 		sp->rule = TCPSCOPE_RULE_TAG(install, i);
-		sp->arm = r->n_arms > 1 ? arm + 1 : 0;
+		sp->arm = r->n_arms > 1 ? TCPSCOPE_ARM_TAG(arm) : 0;
 		if (sp->app_set_cc) {
 			/* enforce: counted under the name the application asked for */
 			sp->overridden = 1;
@@ -272,7 +272,7 @@ int watch_setsockopt(struct bpf_sockopt *ctx)
 		return 1;
 	}
 	/* As the kernel reads it: up to 15 characters, up to the first NUL. */
-	for (int i = 0; i < 15; i++) {
+	for (int i = 0; i < TCPSCOPE_CC_NAME_LEN - 1; i++) {
 		if (p + i + 1 > (__u8 *)ctx->optval_end || i >= ctx->optlen || !p[i])
 			break;
 		name.name[i] = p[i];
@@ -316,7 +316,7 @@ int watch_setsockopt(struct bpf_sockopt *ctx)
 	if (sp->rule && ps) {
 		__u32 install = TCPSCOPE_RULE_TAG_INSTALL(sp->rule);
 		__u32 idx = TCPSCOPE_RULE_TAG_INDEX(sp->rule);
-		__u32 arm = sp->arm ? sp->arm - 1 : 0;
+		__u32 arm = sp->arm ? TCPSCOPE_ARM_TAG_INDEX(sp->arm) : 0;
 
 		for (__u32 g = 0; g < TCPSCOPE_POLICY_GENERATIONS; g++) {
 			if ((ps->install_id[g] & TCPSCOPE_INSTALL_MASK) == install && idx < ps->n_rules[g] &&
@@ -389,7 +389,7 @@ int guard_sysctl(struct bpf_sysctl *ctx)
 			ev->value[0] = 0;
 		bpf_ringbuf_submit(ev, 0);
 	} else {
-		bump(&sysctl_writes, TCPSCOPE_SYSCTL_SLOTS); /* the log lost it */
+		bump(&sysctl_writes, TCPSCOPE_SYSCTL_LOST); /* the log lost it */
 	}
 	return deny ? 0 : 1;
 }

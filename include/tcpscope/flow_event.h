@@ -15,6 +15,13 @@
 #include <linux/types.h>
 #endif
 
+/* The size of a struct both sides use, asserted where each compiles it. */
+#ifdef __cplusplus
+#define TCPSCOPE_ASSERT_SIZE(type, size) static_assert(sizeof(struct type) == (size), #type " layout")
+#else
+#define TCPSCOPE_ASSERT_SIZE(type, size) _Static_assert(sizeof(struct type) == (size), #type " layout")
+#endif
+
 #define TCPSCOPE_CC_NAME_LEN 16
 #define TCPSCOPE_COMM_LEN 16
 #define TCPSCOPE_CA_STATES 5
@@ -44,6 +51,10 @@ enum tcpscope_outcome {
                                                    round trip (SYN cookie); start_ns is the
                                                    last ACK's arrival less min_rtt */
 
+/* Every byte is a named field: an implicit hole (or tail padding) is a
+ * compile error, with gcc and clang alike. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wpadded"
 struct tcpscope_flow_event {
 	__u64 start_ns;       /* first SYN sent (active) / first SYN received (passive) */
 	__u64 established_ns; /* handshake completed; 0 if it never did */
@@ -80,16 +91,13 @@ struct tcpscope_flow_event {
 	__u8 family;            /* 4 or 6 */
 	__u8 dir;               /* enum tcpscope_dir */
 	__u8 outcome;           /* enum tcpscope_outcome */
-	__u8 arm;               /* experiment arm index + 1, 0 when none */
+	__u8 arm;               /* experiment arm: TCPSCOPE_ARM_TAG(index), 0 when none */
 	char cc[TCPSCOPE_CC_NAME_LEN];
 	char comm[TCPSCOPE_COMM_LEN];
 };
 
-#ifdef __cplusplus
-static_assert(sizeof(struct tcpscope_flow_event) == 256, "tcpscope_flow_event layout changed");
-#else
-_Static_assert(sizeof(struct tcpscope_flow_event) == 256, "tcpscope_flow_event layout changed");
-#endif
+TCPSCOPE_ASSERT_SIZE(tcpscope_flow_event, 256);
+#pragma GCC diagnostic pop
 
 /* Indexes into the per-CPU `counters` array map. */
 enum tcpscope_counter {

@@ -15,12 +15,17 @@
 #include <linux/types.h>
 #endif
 
-#include "flow_event.h" /* TCPSCOPE_CC_NAME_LEN, TCPSCOPE_COMM_LEN */
+#include "flow_event.h" /* TCPSCOPE_CC_NAME_LEN, TCPSCOPE_COMM_LEN, TCPSCOPE_ASSERT_SIZE */
 
-#define TCPSCOPE_MAX_RULES 64
+#define TCPSCOPE_MAX_RULES 64 /* one bit each in a __u64 rules mask */
 #define TCPSCOPE_MAX_ARMS 8
 #define TCPSCOPE_MAX_LPORTS 16
 #define TCPSCOPE_POLICY_GENERATIONS 2
+
+/* Every byte of these structs is a named field: an implicit hole is a
+ * compile error on both sides (see flow_event.h). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wpadded"
 
 /* Remote addresses, IPv4 as IPv4-mapped IPv6 (::ffff:a.b.c.d/96+len), so one
  * LPM trie serves both families. */
@@ -28,6 +33,7 @@ struct tcpscope_remote_key {
 	__u32 prefixlen;
 	__u8 addr[16];
 };
+TCPSCOPE_ASSERT_SIZE(tcpscope_remote_key, 20);
 
 /* What the daemon decided for every address under a trie entry. */
 struct tcpscope_remote_info {
@@ -39,21 +45,23 @@ struct tcpscope_remote_info {
 	 * the set bits, lowest first: first match wins as in the rule order. */
 	__u64 rules;
 };
+TCPSCOPE_ASSERT_SIZE(tcpscope_remote_info, 16);
 
-#define TCPSCOPE_MATCH_CLASS  (1u << 0)
-#define TCPSCOPE_MATCH_ASN    (1u << 1)
-#define TCPSCOPE_MATCH_PREFIX (1u << 2)
-#define TCPSCOPE_MATCH_LPORT  (1u << 3)
-
+/* What the sockops program needs of a rule once the trie has settled its
+ * other conditions: the local ports, and the arms to pick from. The rest of
+ * the rule (which conditions it has, its peer class) stays in the daemon's
+ * compiled policy (src/policy/cc_policy.h). */
 struct tcpscope_rule {
-	__u32 match;      /* TCPSCOPE_MATCH_*: every one set must hold */
-	__u32 class_id;
 	__u16 lports[TCPSCOPE_MAX_LPORTS];
-	__u32 n_lports;
+	__u32 n_lports;   /* 0: any local port */
 	__u32 n_arms;     /* 1 for a plain `cc:` rule */
 	__u32 cum_weight[TCPSCOPE_MAX_ARMS]; /* cumulative percent; the last is 100 */
 	char cc[TCPSCOPE_MAX_ARMS][TCPSCOPE_CC_NAME_LEN];
 };
+TCPSCOPE_ASSERT_SIZE(tcpscope_rule, 200);
+/* policy_rules: one per generation and rule. */
+#define TCPSCOPE_RULE_SLOT(gen, rule) ((gen) * TCPSCOPE_MAX_RULES + (rule))
+#define TCPSCOPE_RULE_SLOTS (TCPSCOPE_POLICY_GENERATIONS * TCPSCOPE_MAX_RULES)
 
 #define TCPSCOPE_APP_RESPECT 0
 #define TCPSCOPE_APP_ENFORCE 1
@@ -73,10 +81,12 @@ struct tcpscope_policy_state {
 	/* Inode of the initial network namespace. sysctl_guard: deny refuses
 	 * only writes there: another namespace's CC sysctls are its own. */
 	__u32 host_netns;
+	__u32 pad;          /* zero; default_rules is 8-byte aligned */
 	/* The rules mask of an address no trie entry covers (the daemon also
 	 * loads ::/0 into the trie, so this is a fallback). */
 	__u64 default_rules[TCPSCOPE_POLICY_GENERATIONS];
 };
+TCPSCOPE_ASSERT_SIZE(tcpscope_policy_state, 56);
 
 /* Per socket: what the policy and the application did to its CC. Cloned to
  * accepted children, so an application's choice on a listener carries over. */
@@ -84,16 +94,19 @@ struct tcpscope_sock_policy {
 	/* (install id << 16) | (rule index + 1); 0 = no rule chose. Copied
 	 * verbatim into the flow record's cc_rule; the daemon decodes it. */
 	__u32 rule;
-	__u8 arm;     /* arm index + 1 for experiments, else 0 */
+	__u8 arm;     /* TCPSCOPE_ARM_TAG(arm index) for experiments, else 0 */
 	__u8 app_set_cc;
 	__u8 overridden; /* enforce: the policy replaced the application's choice */
 	__u8 app_cc;  /* the application's CC: index into cc_names + 1, 0 = other */
 };
+TCPSCOPE_ASSERT_SIZE(tcpscope_sock_policy, 8);
 
 #define TCPSCOPE_INSTALL_MASK 0xffffu /* install ids wrap in 16 bits, never 0 */
 #define TCPSCOPE_RULE_TAG(install_id, idx) (((__u32)(install_id) << 16) | ((idx) + 1))
 #define TCPSCOPE_RULE_TAG_INSTALL(tag) ((tag) >> 16)
 #define TCPSCOPE_RULE_TAG_INDEX(tag) (((tag) & TCPSCOPE_INSTALL_MASK) - 1)
+#define TCPSCOPE_ARM_TAG(idx) ((idx) + 1)
+#define TCPSCOPE_ARM_TAG_INDEX(tag) ((tag) - 1)
 
 /* Indexes of cc_assignments (and cc_revoked): one per generation, rule, arm. */
 #define TCPSCOPE_ASSIGN_SLOT(gen, rule, arm) \
@@ -115,6 +128,7 @@ struct tcpscope_sock_policy {
 struct tcpscope_cc_name {
 	char name[TCPSCOPE_CC_NAME_LEN];
 };
+TCPSCOPE_ASSERT_SIZE(tcpscope_cc_name, TCPSCOPE_CC_NAME_LEN);
 
 #define TCPSCOPE_APP_CC_OBSERVED 0   /* the kernel takes it */
 #define TCPSCOPE_APP_CC_OVERRIDDEN 1 /* taken by the call, not applied (app_override: enforce) */
@@ -135,32 +149,19 @@ struct tcpscope_sysctl_event {
 	char comm[TCPSCOPE_COMM_LEN];
 	char value[64];
 };
+TCPSCOPE_ASSERT_SIZE(tcpscope_sysctl_event, 104);
+
+#pragma GCC diagnostic pop
 
 /* sysctl_writes: ((name index (0 tcp_congestion_control, 1
  * tcp_allowed_congestion_control) * 2 + (1 if not the initial network
- * namespace)) * 2 + (1 if denied). */
+ * namespace)) * 2 + (1 if denied), and one more slot after those for the
+ * writes the log (ring buffer sysctl_log) lost. */
 /* The sysctls' base names, index 0 and 1 (under net.ipv4). */
 #define TCPSCOPE_SYSCTL_CC "tcp_congestion_control"
 #define TCPSCOPE_SYSCTL_ALLOWED_CC "tcp_allowed_congestion_control"
+#define TCPSCOPE_SYSCTL_NAMES 2
 #define TCPSCOPE_SYSCTL_SLOT(name_idx, other_netns, denied) (((name_idx) * 2 + (other_netns)) * 2 + (denied))
-#define TCPSCOPE_SYSCTL_SLOTS 8
-
-#ifdef __cplusplus
-static_assert(sizeof(struct tcpscope_remote_info) == 16, "tcpscope_remote_info layout");
-static_assert(sizeof(struct tcpscope_rule) == 208, "tcpscope_rule layout");
-static_assert(sizeof(struct tcpscope_sock_policy) == 8, "tcpscope_sock_policy layout");
-static_assert(sizeof(struct tcpscope_sysctl_event) == 104, "tcpscope_sysctl_event layout");
-static_assert(sizeof(struct tcpscope_remote_key) == 20, "tcpscope_remote_key layout");
-static_assert(sizeof(struct tcpscope_policy_state) == 56, "tcpscope_policy_state layout");
-static_assert(sizeof(struct tcpscope_cc_name) == TCPSCOPE_CC_NAME_LEN, "tcpscope_cc_name layout");
-#else
-_Static_assert(sizeof(struct tcpscope_remote_info) == 16, "tcpscope_remote_info layout");
-_Static_assert(sizeof(struct tcpscope_rule) == 208, "tcpscope_rule layout");
-_Static_assert(sizeof(struct tcpscope_sock_policy) == 8, "tcpscope_sock_policy layout");
-_Static_assert(sizeof(struct tcpscope_sysctl_event) == 104, "tcpscope_sysctl_event layout");
-_Static_assert(sizeof(struct tcpscope_remote_key) == 20, "tcpscope_remote_key layout");
-_Static_assert(sizeof(struct tcpscope_policy_state) == 56, "tcpscope_policy_state layout");
-_Static_assert(sizeof(struct tcpscope_cc_name) == TCPSCOPE_CC_NAME_LEN, "tcpscope_cc_name layout");
-#endif
+#define TCPSCOPE_SYSCTL_LOST TCPSCOPE_SYSCTL_SLOT(TCPSCOPE_SYSCTL_NAMES, 0, 0) /* the slot after them */
 
 #endif /* TCPSCOPE_POLICY_H */

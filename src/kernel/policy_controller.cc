@@ -7,29 +7,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
 
-#include <nlohmann/json.hpp>
-
-#include "enrich/asn_db.h"
 #include "kernel/flow_probe.h"
-#include "text/utf8_text.h"
 #include "os/congestion_controls.h"
+#include "policy/policy_json.h"
 
 namespace tcpscope {
-
-namespace {
-const char* app_cc_action_name(uint32_t action) {
-  switch (action) {
-    case TCPSCOPE_APP_CC_OVERRIDDEN: return "overridden";
-    case TCPSCOPE_APP_CC_REFUSED: return "refused";
-    default: return "observed";
-  }
-}
-
-const char* const kSysctlNames[] = {"net.ipv4." TCPSCOPE_SYSCTL_CC, "net.ipv4." TCPSCOPE_SYSCTL_ALLOWED_CC};
-}  // namespace
 
 bool ensure_congestion_controls(const std::vector<std::string>& names, std::string* error) {
   for (const auto& name : names) {
@@ -61,167 +45,55 @@ bool PolicyController::load(const Config& config, const AsnDatabase* asn_db, std
   }
   if (!ensure_congestion_controls(compiled->congestion_controls(), error)) return false;
   auto policy = std::make_shared<const CompiledPolicy>(std::move(*compiled));
-  const uint16_t install = next_install_;
+  const uint16_t install = names_.next_install();
   int gen = maps_.install(*policy, install, error);
   if (gen < 0) return false;
-  next_install_ = next_install_ == TCPSCOPE_INSTALL_MASK ? 1 : next_install_ + 1;
+  names_.add(*policy);
   maps_.sync_cc_names(loaded_congestion_controls(), allowed_congestion_controls());
-  metrics_.forget_slots(std::to_string(gen) + "/");
-
-  auto labels = std::make_shared<Labels>();
-  for (const auto& r : policy->rules) labels->push_back({r.name, r.experiment, r.arms});
-  installs_.erase(install);  // the counter wrapped: that install is long gone
-  install_order_.erase(std::remove(install_order_.begin(), install_order_.end(), install), install_order_.end());
-  installs_[install] = std::move(labels);
-  install_order_.push_back(install);
-  while (install_order_.size() > kKeepInstalls) {
-    installs_.erase(install_order_.front());
-    install_order_.pop_front();
-  }
+  metrics_.forget_generation(static_cast<uint32_t>(gen));
 
   std::lock_guard<std::mutex> lock(mu_);
   by_gen_[gen] = std::move(policy);
   active_gen_ = gen;
   active_install_ = install;
-  config_ = config;
+  config_ = config.cc_policy;
   return true;
 }
 
-void PolicyController::name_flow(const tcpscope_flow_event& ev, FlowRecord* flow) const {
-  if (!ev.cc_rule) return;
-  const uint16_t install = static_cast<uint16_t>(TCPSCOPE_RULE_TAG_INSTALL(ev.cc_rule));
-  const uint32_t idx = TCPSCOPE_RULE_TAG_INDEX(ev.cc_rule);
-  auto it = installs_.find(install);
-  if (it == installs_.end() || idx >= it->second->size()) return;
-  const RuleLabel& rule = (*it->second)[idx];
-  flow->cc_rule = rule.name;
-  if (rule.experiment) {
-    flow->experiment = rule.experiment;
-    if (ev.arm && ev.arm <= rule.arms.size()) flow->arm = rule.arms[ev.arm - 1];
-  }
-}
-
 void PolicyController::update_metrics() {
-  for (uint32_t gen = 0; gen < by_gen_.size(); ++gen) {
-    const auto& policy = by_gen_[gen];
-    if (!policy) continue;
-    for (uint32_t i = 0; i < policy->rules.size(); ++i) {
-      const CompiledRule& r = policy->rules[i];
-      for (uint32_t a = 0; a < r.arms.size(); ++a) {
-        const std::string slot = std::to_string(gen) + "/" + std::to_string(i) + "/" + std::to_string(a);
-        const std::string experiment = r.experiment.value_or(""), arm = r.experiment ? r.arms[a] : "";
-        if (uint64_t n = maps_.assignments(gen, i, a))
-          metrics_.set_assignments(slot, r.name, experiment, arm, r.arms[a], n);
-        if (uint64_t n = maps_.revoked(gen, i, a)) metrics_.set_revoked(slot, r.name, experiment, arm, r.arms[a], n);
-      }
-    }
-  }
+  for (uint32_t gen = 0; gen < by_gen_.size(); ++gen)
+    if (const auto& policy = by_gen_[gen]) metrics_.set_rule_counts(gen, *policy, maps_.rule_counts(gen, *policy));
   // A module an application loaded since (setsockopt autoloads for
   // CAP_NET_ADMIN callers) is counted under its name from now on.
   maps_.sync_cc_names(loaded_congestion_controls(), allowed_congestion_controls());
-  for (const auto& c : maps_.app_cc_calls())
-    metrics_.set_app_cc(c.cc, app_cc_action_name(c.action), c.calls);
-  auto sysctl = maps_.sysctl_writes();
-  for (int n = 0; n < 2; ++n)
-    for (int other = 0; other < 2; ++other)
-      for (int denied = 0; denied < 2; ++denied)
-        if (uint64_t total = sysctl[TCPSCOPE_SYSCTL_SLOT(n, other, denied)])
-          metrics_.set_sysctl_writes(kSysctlNames[n], denied ? "denied" : "observed", other ? "other" : "host", total);
+  metrics_.set_app_cc_calls(maps_.app_cc_calls());
+  const SysctlWrites sysctl = maps_.sysctl_writes();
+  metrics_.set_sysctl_writes(sysctl);
 
-  auto now = std::chrono::steady_clock::now();
-  log_tokens_ = std::min(kLogBurst, log_tokens_ + std::chrono::duration<double>(now - log_refill_).count() /
-                                                      std::chrono::duration<double>(kLogEvery).count());
-  log_refill_ = now;
-  maps_.drain_sysctl_log([this](const tcpscope_sysctl_event& ev) { log_sysctl_write(ev); });
-  const uint64_t lost = sysctl[TCPSCOPE_SYSCTL_SLOTS];
-  if (lost > log_lost_reported_) {
-    log_suppressed_ += lost - log_lost_reported_;
-    log_lost_reported_ = lost;
-  }
-  if (log_suppressed_ && log_tokens_ >= 1) {
-    log_tokens_ -= 1;
-    std::fprintf(stderr, "tcpscope: sysctl: %llu more writes to the congestion-control sysctls not logged "
-                         "(rate limit; all are counted in tcpscope_sysctl_writes_total)\n",
-                 static_cast<unsigned long long>(log_suppressed_));
-    log_suppressed_ = 0;
-  }
-}
-
-void PolicyController::log_sysctl_write(const tcpscope_sysctl_event& ev) {
-  if (log_tokens_ < 1) {
-    ++log_suppressed_;
-    return;
-  }
-  log_tokens_ -= 1;
-  // What a process wrote goes to the log: control bytes become '?'.
-  std::string value(ev.value);
-  while (!value.empty() && (value.back() == '\n' || value.back() == ' ' || value.back() == '\t')) value.pop_back();
-  value = printable_text(value);
-  const std::string comm = printable_text(ev.comm);
-  const std::string where =
-      ev.other_netns ? "network namespace " + std::to_string(ev.netns) + " (not the host's)" : "the host's network namespace";
-  std::fprintf(stderr, "tcpscope: sysctl: write net.ipv4.%s=\"%s\"%s by pid %u (%s) in %s: %s\n",
-               ev.name_idx ? TCPSCOPE_SYSCTL_ALLOWED_CC : TCPSCOPE_SYSCTL_CC, value.c_str(),
-               ev.truncated ? "..." : "", ev.pid, comm.c_str(), where.c_str(),
-               ev.denied ? "denied (sysctl_guard: deny)" : "observed");
+  sysctl_log_.refill(LogRateLimiter::Clock::now());
+  maps_.drain_sysctl_log([this](const tcpscope_sysctl_event& ev) {
+    if (sysctl_log_.allow()) std::fputs(sysctl_write_line(ev).c_str(), stderr);
+  });
+  sysctl_log_.add_lost(sysctl[TCPSCOPE_SYSCTL_LOST]);
+  if (uint64_t n = sysctl_log_.take_suppressed()) std::fputs(sysctl_suppressed_line(n).c_str(), stderr);
 }
 
 std::string PolicyController::to_json() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  nlohmann::json j;
-  j["cgroup"] = probe_.cgroup_path();
-  j["app_override"] = config_.cc_policy.app_override == AppOverride::kEnforce ? "enforce" : "respect";
-  j["sysctl_guard"] = config_.cc_policy.sysctl_guard == SysctlGuard::kDeny ? "deny" : "observe";
-  j["generation"] = active_gen_;
-  j["rules"] = nlohmann::json::array();
-  if (active_gen_ >= 0 && by_gen_[active_gen_]) {
-    const CompiledPolicy& p = *by_gen_[active_gen_];
-    j["remote_prefixes"] = p.remote.size();
-    for (uint32_t i = 0; i < p.rules.size(); ++i) {
-      const CompiledRule& r = p.rules[i];
-      const CcRule& src = config_.cc_policy.rules[i];
-      nlohmann::json rule;
-      rule["name"] = r.name;
-      nlohmann::json match = nlohmann::json::object();
-      if (src.match.peer_class) match["peer_class"] = *src.match.peer_class;
-      if (!src.match.asns.empty()) match["asns"] = src.match.asns;
-      if (!src.match.lports.empty()) match["lports"] = src.match.lports;
-      if (!src.match.prefixes.empty()) {
-        match["prefixes"] = nlohmann::json::array();
-        for (const auto& pf : src.match.prefixes) match["prefixes"].push_back(pf.to_string());
-      }
-      rule["match"] = match;
-      uint64_t total = 0;
-      nlohmann::json arms = nlohmann::json::array();
-      for (uint32_t a = 0; a < r.arms.size(); ++a) {
-        uint64_t n = maps_.assignments(static_cast<uint32_t>(active_gen_), i, a);
-        total += n;
-        uint32_t weight = r.bpf.cum_weight[a] - (a ? r.bpf.cum_weight[a - 1] : 0);
-        arms.push_back({{"cc", r.arms[a]}, {"weight", weight}, {"assigned", n},
-                        {"revoked", maps_.revoked(static_cast<uint32_t>(active_gen_), i, a)}});
-      }
-      if (r.experiment)
-        rule["experiment"] = {{"name", *r.experiment}, {"arms", arms}};
-      else
-        rule["cc"] = r.arms[0];
-      rule["assigned"] = total;
-      j["rules"].push_back(rule);
+  PolicyStatus status;
+  status.cgroup = probe_.cgroup_path();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    status.config = config_;
+    status.generation = active_gen_;
+    status.install = active_install_;
+    if (active_gen_ >= 0 && by_gen_[active_gen_]) {
+      status.active = by_gen_[active_gen_];
+      status.counts = maps_.rule_counts(static_cast<uint32_t>(active_gen_), *status.active);
     }
+    status.app_cc = maps_.app_cc_calls();
+    status.sysctl_writes = maps_.sysctl_writes();
   }
-  nlohmann::json app = nlohmann::json::array();
-  for (const auto& c : maps_.app_cc_calls())
-    app.push_back({{"cc", c.cc}, {"action", app_cc_action_name(c.action)},
-                   {"calls", c.calls}});
-  j["app_cc_setsockopt"] = app;
-  j["install"] = active_install_;
-  auto sysctl = maps_.sysctl_writes();
-  // observed/denied: the host's; other namespaces' writes are never denied.
-  for (int n = 0; n < 2; ++n)
-    j["sysctl_writes"][kSysctlNames[n]] = {
-        {"observed", sysctl[TCPSCOPE_SYSCTL_SLOT(n, 0, 0)]},
-        {"denied", sysctl[TCPSCOPE_SYSCTL_SLOT(n, 0, 1)]},
-        {"observed_other_netns", sysctl[TCPSCOPE_SYSCTL_SLOT(n, 1, 0)] + sysctl[TCPSCOPE_SYSCTL_SLOT(n, 1, 1)]}};
-  return j.dump(2) + "\n";
+  return policy_json(status);
 }
 
 }  // namespace tcpscope

@@ -1,26 +1,25 @@
-// The congestion-control policy in force: compiles the config into the
-// kernel's maps on start and SIGHUP, names each record's rule/experiment/arm,
-// feeds the policy counters to Prometheus, and describes itself for
-// `tcpscope policy show`. Only the config file (root-owned) and SIGHUP change
-// it: no network endpoint does.
+// The congestion-control policy in force: compiles the config and installs
+// it into the kernel's maps (PolicyMaps) on start and SIGHUP, and wires the
+// pieces that are not the kernel's: the names of each record's rule
+// (policy/rule_names.h), the counters in Prometheus (policy/policy_metrics.h),
+// the rate-limited sysctl write log (policy/sysctl_log.h) and what
+// /api/v1/policy shows (policy/policy_json.h). Only the config file
+// (root-owned) and SIGHUP change it: no network endpoint does.
 #pragma once
 
 #include <array>
-#include <chrono>
-#include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include <optional>
-
-#include "policy/cc_policy.h"
-#include "record/flow_record.h"
+#include "config/config.h"
 #include "kernel/policy_maps.h"
+#include "policy/cc_policy.h"
 #include "policy/policy_metrics.h"
+#include "policy/rule_names.h"
+#include "policy/sysctl_log.h"
+#include "record/flow_record.h"
 #include "tcpscope/flow_event.h"
 
 namespace tcpscope {
@@ -35,7 +34,7 @@ class PolicyController {
   // Compiles and installs; on failure the previous policy stays in force.
   bool load(const Config& config, const AsnDatabase* asn_db, std::string* error);
   // Fills cc_rule / experiment / arm from the kernel's (install, rule, arm).
-  void name_flow(const tcpscope_flow_event& ev, FlowRecord* flow) const;
+  void name_flow(const tcpscope_flow_event& ev, FlowRecord* flow) const { names_.name_flow(ev.cc_rule, ev.arm, flow); }
   // Counters to Prometheus; the sysctl writes seen since the last call to
   // the log (rate-limited).
   void update_metrics();
@@ -44,45 +43,19 @@ class PolicyController {
   std::string to_json() const;
 
  private:
-  void log_sysctl_write(const tcpscope_sysctl_event& ev);
-
-  // What a record needs to name its rule, kept per install after the
-  // install's generation is reused: a flow opened under it may close later.
-  struct RuleLabel {
-    std::string name;
-    std::optional<std::string> experiment;
-    std::vector<std::string> arms;
-  };
-  using Labels = std::vector<RuleLabel>;
-
   FlowProbe& probe_;
   PolicyMaps maps_;
   PolicyMetrics metrics_;
-  // Written by load() on the daemon's thread, read there by name_flow() and
-  // by to_json() on HTTP threads: mu_ orders the writes against to_json().
+  RuleNames names_;  // load() and name_flow(): the daemon's thread
+  LogRateLimiter sysctl_log_{kSysctlLogBurst, kSysctlLogEvery, LogRateLimiter::Clock::now()};
+  // Written by load() on the daemon's thread, read there by update_metrics()
+  // and by to_json() on HTTP threads: mu_ orders the writes against to_json().
   mutable std::mutex mu_;
   std::array<std::shared_ptr<const CompiledPolicy>, TCPSCOPE_POLICY_GENERATIONS> by_gen_;
   int active_gen_ = -1;
   uint16_t active_install_ = 0;
-  Config config_;  // as last loaded, for policy show
-
-  // Install ids (16 bits in the socket's tag, wrapping) -> the rules of
-  // that install; the last kKeepInstalls installs are kept, so a flow that
-  // stays open across more reloads than that closes with cc_rule null.
-  static constexpr size_t kKeepInstalls = 256;
-  uint16_t next_install_ = 1;
-  std::map<uint16_t, std::shared_ptr<const Labels>> installs_;
-  std::deque<uint16_t> install_order_;
-
-  // sysctl write log: a burst of kLogBurst lines, then one per kLogEvery.
-  static constexpr double kLogBurst = 10;
-  static constexpr std::chrono::seconds kLogEvery{6};
-  double log_tokens_ = kLogBurst;
-  std::chrono::steady_clock::time_point log_refill_ = std::chrono::steady_clock::now();
-  uint64_t log_suppressed_ = 0;
-  uint64_t log_lost_reported_ = 0;
+  CcPolicy config_;  // as last loaded, for policy show
 };
-
 
 // Makes sure the kernel has each algorithm loaded: a BPF program cannot make
 // it load a module, but a setsockopt() from a privileged process can.

@@ -81,7 +81,7 @@ int PolicyMaps::install(const CompiledPolicy& policy, uint16_t install_id, std::
   }
   int rules_fd = bpf_map__fd(skel->maps.policy_rules);
   for (uint32_t i = 0; i < policy.rules.size(); ++i) {
-    uint32_t slot = gen * TCPSCOPE_MAX_RULES + i;
+    uint32_t slot = TCPSCOPE_RULE_SLOT(gen, i);
     if (bpf_map_update_elem(rules_fd, &slot, &policy.rules[i].bpf, BPF_ANY) != 0) {
       *error = "loading policy rule '" + policy.rules[i].name + "': " + errno_text(errno);
       return -1;
@@ -90,10 +90,11 @@ int PolicyMaps::install(const CompiledPolicy& policy, uint16_t install_id, std::
   std::vector<uint64_t> zeros(ncpus(), 0);
   for (bpf_map* counters : {skel->maps.cc_assignments, skel->maps.cc_revoked}) {
     int fd = bpf_map__fd(counters);
-    for (uint32_t i = 0; i < TCPSCOPE_MAX_RULES * TCPSCOPE_MAX_ARMS; ++i) {
-      uint32_t slot = gen * TCPSCOPE_MAX_RULES * TCPSCOPE_MAX_ARMS + i;
-      bpf_map_update_elem(fd, &slot, zeros.data(), BPF_ANY);
-    }
+    for (uint32_t rule = 0; rule < TCPSCOPE_MAX_RULES; ++rule)
+      for (uint32_t arm = 0; arm < TCPSCOPE_MAX_ARMS; ++arm) {
+        uint32_t slot = TCPSCOPE_ASSIGN_SLOT(gen, rule, arm);
+        bpf_map_update_elem(fd, &slot, zeros.data(), BPF_ANY);
+      }
   }
 
   // 2. Publish: first the rule count of the new generation, then the flip,
@@ -137,12 +138,15 @@ uint64_t PolicyMaps::percpu_sum(int map_fd, uint32_t key) const {
   return sum;
 }
 
-uint64_t PolicyMaps::assignments(uint32_t gen, uint32_t rule, uint32_t arm) const {
-  return percpu_sum(bpf_map__fd(probe_.skeleton()->maps.cc_assignments), TCPSCOPE_ASSIGN_SLOT(gen, rule, arm));
-}
-
-uint64_t PolicyMaps::revoked(uint32_t gen, uint32_t rule, uint32_t arm) const {
-  return percpu_sum(bpf_map__fd(probe_.skeleton()->maps.cc_revoked), TCPSCOPE_ASSIGN_SLOT(gen, rule, arm));
+RuleCounts PolicyMaps::rule_counts(uint32_t gen, const CompiledPolicy& policy) const {
+  const int assigned_fd = bpf_map__fd(probe_.skeleton()->maps.cc_assignments);
+  const int revoked_fd = bpf_map__fd(probe_.skeleton()->maps.cc_revoked);
+  RuleCounts out(policy.rules.size());
+  for (uint32_t i = 0; i < policy.rules.size(); ++i)
+    for (uint32_t a = 0; a < policy.rules[i].arms.size(); ++a)
+      out[i].push_back({percpu_sum(assigned_fd, TCPSCOPE_ASSIGN_SLOT(gen, i, a)),
+                        percpu_sum(revoked_fd, TCPSCOPE_ASSIGN_SLOT(gen, i, a))});
+  return out;
 }
 
 void PolicyMaps::sync_cc_names(const std::vector<std::string>& available, const std::vector<std::string>& allowed) {
@@ -178,19 +182,19 @@ void PolicyMaps::sync_cc_names(const std::vector<std::string>& available, const 
   }
 }
 
-std::vector<PolicyMaps::AppCcCount> PolicyMaps::app_cc_calls() const {
+std::vector<AppCcCount> PolicyMaps::app_cc_calls() const {
   std::vector<AppCcCount> out;
   int fd = bpf_map__fd(probe_.skeleton()->maps.app_cc_calls);
   for (uint32_t idx = 0; idx <= cc_names_.size() && idx <= TCPSCOPE_MAX_CC_NAMES; ++idx)
-    for (uint32_t action : {TCPSCOPE_APP_CC_OBSERVED, TCPSCOPE_APP_CC_OVERRIDDEN, TCPSCOPE_APP_CC_REFUSED}) {
+    for (uint32_t action = 0; action < TCPSCOPE_APP_CC_ACTIONS; ++action) {
       uint64_t v = percpu_sum(fd, TCPSCOPE_APP_CC_SLOT(idx, action));
       if (v) out.push_back({idx ? cc_names_[idx - 1] : "other", action, v});
     }
   return out;
 }
 
-std::array<uint64_t, TCPSCOPE_SYSCTL_SLOTS + 1> PolicyMaps::sysctl_writes() const {
-  std::array<uint64_t, TCPSCOPE_SYSCTL_SLOTS + 1> out{};
+SysctlWrites PolicyMaps::sysctl_writes() const {
+  SysctlWrites out{};
   int fd = bpf_map__fd(probe_.skeleton()->maps.sysctl_writes);
   for (uint32_t i = 0; i < out.size(); ++i) out[i] = percpu_sum(fd, i);
   return out;

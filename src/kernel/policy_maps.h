@@ -1,9 +1,9 @@
 // Writes a CompiledPolicy into the sockops program's maps (double-buffered:
 // the inactive generation is filled, then made active in one step) and reads
-// the policy's kernel-side counters and sysctl write log back.
+// the policy's kernel-side counters (policy/policy_counters.h) and sysctl
+// write log back.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "policy/cc_policy.h"
+#include "policy/policy_counters.h"
 
 struct ring_buffer;
 
@@ -32,26 +33,18 @@ class PolicyMaps {
   // While unset (daemon stopping) sysctl_guard: deny refuses nothing.
   void set_loaded(bool loaded);
 
-  // Assignments counted for (generation, rule, arm), and those an
-  // application replaced afterwards (app_override: respect).
-  uint64_t assignments(uint32_t gen, uint32_t rule, uint32_t arm) const;
-  uint64_t revoked(uint32_t gen, uint32_t rule, uint32_t arm) const;
+  // What generation `gen`, which holds `policy`, counted for its rules' arms.
+  RuleCounts rule_counts(uint32_t gen, const CompiledPolicy& policy) const;
 
   // The CCs an application's TCP_CONGESTION is counted under: the kernel's
   // available ones, and which of them any caller may choose (allowed).
   // Indexes are never reused, so a name keeps its counter; a name past
   // TCPSCOPE_MAX_CC_NAMES is counted as "other".
   void sync_cc_names(const std::vector<std::string>& available, const std::vector<std::string>& allowed);
-  struct AppCcCount {
-    std::string cc;   // "other" for names the kernel does not offer
-    uint32_t action;  // TCPSCOPE_APP_CC_*
-    uint64_t calls;
-  };
   std::vector<AppCcCount> app_cc_calls() const;
 
-  // Index: TCPSCOPE_SYSCTL_SLOT(name, other namespace, denied); the last one
-  // counts writes the log (below) lost.
-  std::array<uint64_t, TCPSCOPE_SYSCTL_SLOTS + 1> sysctl_writes() const;
+  // The last slot counts the writes the log (below) lost.
+  SysctlWrites sysctl_writes() const;
   // Hands every sysctl write logged since the last call to `f`.
   void drain_sysctl_log(const std::function<void(const tcpscope_sysctl_event&)>& f);
 

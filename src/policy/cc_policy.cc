@@ -141,17 +141,16 @@ std::optional<CompiledPolicy> compile_policy(const Config& config, const AsnData
     cr.name = r.name;
     tcpscope_rule& b = cr.bpf;
     if (r.match.peer_class) {
-      b.match |= TCPSCOPE_MATCH_CLASS;
-      b.class_id = class_id(*r.match.peer_class);
+      cr.match |= kMatchClass;
+      cr.class_id = class_id(*r.match.peer_class);
     }
-    if (!r.match.asns.empty()) b.match |= TCPSCOPE_MATCH_ASN, uses_asns = true;
-    if (!r.match.prefixes.empty()) b.match |= TCPSCOPE_MATCH_PREFIX;
+    if (!r.match.asns.empty()) cr.match |= kMatchAsn, uses_asns = true;
+    if (!r.match.prefixes.empty()) cr.match |= kMatchPrefix;
     if (!r.match.lports.empty()) {
       if (r.match.lports.size() > TCPSCOPE_MAX_LPORTS) {
         *error = "cc_policy rule '" + r.name + "': at most " + std::to_string(TCPSCOPE_MAX_LPORTS) + " lports";
         return std::nullopt;
       }
-      b.match |= TCPSCOPE_MATCH_LPORT;
       for (size_t j = 0; j < r.match.lports.size(); ++j) b.lports[j] = r.match.lports[j];
       b.n_lports = static_cast<uint32_t>(r.match.lports.size());
     }
@@ -263,10 +262,10 @@ uint64_t rules_mask(const std::vector<CompiledRule>& rules, uint32_t class_id, u
                     uint64_t asn_rules) {
   uint64_t mask = 0;
   for (size_t i = 0; i < rules.size() && i < TCPSCOPE_MAX_RULES; ++i) {
-    const tcpscope_rule& r = rules[i].bpf;
-    if ((r.match & TCPSCOPE_MATCH_CLASS) && r.class_id != class_id) continue;
-    if ((r.match & TCPSCOPE_MATCH_ASN) && !(asn_rules >> i & 1)) continue;
-    if ((r.match & TCPSCOPE_MATCH_PREFIX) && !(prefix_rules >> i & 1)) continue;
+    const CompiledRule& r = rules[i];
+    if ((r.match & kMatchClass) && r.class_id != class_id) continue;
+    if ((r.match & kMatchAsn) && !(asn_rules >> i & 1)) continue;
+    if ((r.match & kMatchPrefix) && !(prefix_rules >> i & 1)) continue;
     mask |= 1ULL << i;
   }
   return mask;
@@ -286,8 +285,9 @@ const RemoteEntry* lookup_remote(const CompiledPolicy& policy, const IpAddr& add
 
 namespace {
 
+// As the sockops program checks it: no local ports is any local port.
 bool lport_matches(const tcpscope_rule& r, uint16_t lport) {
-  if (!(r.match & TCPSCOPE_MATCH_LPORT)) return true;
+  if (!r.n_lports) return true;
   for (uint32_t j = 0; j < r.n_lports && j < TCPSCOPE_MAX_LPORTS; ++j)
     if (r.lports[j] == lport) return true;
   return false;
@@ -299,11 +299,11 @@ int match_rule(const CompiledPolicy& policy, const IpAddr& remote, uint16_t lpor
   const RemoteEntry* e = lookup_remote(policy, remote);
   if (!e) return -1;  // rules exist only with the ::/0 entry
   for (size_t i = 0; i < policy.rules.size(); ++i) {
-    const tcpscope_rule& r = policy.rules[i].bpf;
-    if ((r.match & TCPSCOPE_MATCH_CLASS) && r.class_id != e->info.class_id) continue;
-    if ((r.match & TCPSCOPE_MATCH_ASN) && !(e->asn_rules >> i & 1)) continue;
-    if ((r.match & TCPSCOPE_MATCH_PREFIX) && !(e->prefix_rules >> i & 1)) continue;
-    if (!lport_matches(r, lport)) continue;
+    const CompiledRule& r = policy.rules[i];
+    if ((r.match & kMatchClass) && r.class_id != e->info.class_id) continue;
+    if ((r.match & kMatchAsn) && !(e->asn_rules >> i & 1)) continue;
+    if ((r.match & kMatchPrefix) && !(e->prefix_rules >> i & 1)) continue;
+    if (!lport_matches(r.bpf, lport)) continue;
     return static_cast<int>(i);
   }
   return -1;

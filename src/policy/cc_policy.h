@@ -19,10 +19,22 @@ namespace tcpscope {
 
 class AsnDatabase;
 
+// A rule's conditions on the remote address (CompiledRule::match): every
+// one set must hold. Its local ports are in `bpf` (none: any port).
+enum : uint32_t {
+  kMatchClass = 1u << 0,
+  kMatchAsn = 1u << 1,
+  kMatchPrefix = 1u << 2,
+};
+
 struct CompiledRule {
   std::string name;
   std::optional<std::string> experiment;
   std::vector<std::string> arms;  // CC per arm (one for a plain `cc:` rule)
+  // Decided here, into each trie entry's rules mask: only the daemon reads
+  // them. The kernel gets `bpf` and checks its local ports itself.
+  uint32_t match = 0;     // kMatch*
+  uint32_t class_id = 0;  // with kMatchClass: index into class_names
   tcpscope_rule bpf{};
 };
 

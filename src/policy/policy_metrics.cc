@@ -27,48 +27,58 @@ PolicyMetrics::PolicyMetrics(std::shared_ptr<prometheus::Registry> registry)
                    .Help("Writes to the congestion-control sysctls, in the host's network namespace or another: observed, or denied by sysctl_guard: deny (the host's only).")
                    .Register(*registry_)) {}
 
-void PolicyMetrics::advance(Tracked* t, uint64_t total) {
+void PolicyMetrics::track(prometheus::Family<prometheus::Counter>* family, const std::string& key,
+                          const std::map<std::string, std::string>& labels, uint64_t total) {
+  Tracked& t = tracked_[key];
+  if (!t.counter) t.counter = &family->Add(labels);
   // A total below the last one means the kernel counter was reset.
-  uint64_t delta = total >= t->last ? total - t->last : total;
-  if (delta) t->counter->Increment(static_cast<double>(delta));
-  t->last = total;
+  uint64_t delta = total >= t.last ? total - t.last : total;
+  if (delta) t.counter->Increment(static_cast<double>(delta));
+  t.last = total;
 }
 
-void PolicyMetrics::set_assignments(const std::string& slot, const std::string& rule,
-                                    const std::string& experiment, const std::string& arm,
-                                    const std::string& cc, uint64_t total) {
-  Tracked& t = tracked_["assign/" + slot];
-  if (!t.counter)
-    t.counter = &assignments_->Add({{"rule", rule}, {"experiment", experiment}, {"arm", arm}, {"cc", cc}});
-  advance(&t, total);
+void PolicyMetrics::set_rule_counts(uint32_t gen, const CompiledPolicy& policy, const RuleCounts& counts) {
+  for (uint32_t i = 0; i < policy.rules.size() && i < counts.size(); ++i) {
+    const CompiledRule& r = policy.rules[i];
+    for (uint32_t a = 0; a < r.arms.size() && a < counts[i].size(); ++a) {
+      const ArmCounts& n = counts[i][a];
+      if (!n.assigned && !n.revoked) continue;  // no series until there is something to count
+      // The kernel counter the totals come from: forget_generation() drops it.
+      const std::string slot = std::to_string(gen) + "/" + std::to_string(i) + "/" + std::to_string(a);
+      const std::map<std::string, std::string> labels = {
+          {"rule", r.name}, {"experiment", r.experiment.value_or("")},
+          {"arm", r.experiment ? r.arms[a] : ""}, {"cc", r.arms[a]}};
+      if (n.assigned) track(assignments_, "assign/" + slot, labels, n.assigned);
+      if (n.revoked) track(revoked_, "revoke/" + slot, labels, n.revoked);
+    }
+  }
 }
 
-void PolicyMetrics::set_revoked(const std::string& slot, const std::string& rule, const std::string& experiment,
-                                const std::string& arm, const std::string& cc, uint64_t total) {
-  Tracked& t = tracked_["revoke/" + slot];
-  if (!t.counter) t.counter = &revoked_->Add({{"rule", rule}, {"experiment", experiment}, {"arm", arm}, {"cc", cc}});
-  advance(&t, total);
-}
-
-void PolicyMetrics::forget_slots(const std::string& prefix) {
+void PolicyMetrics::forget_generation(uint32_t gen) {
   for (const char* kind : {"assign/", "revoke/"}) {
-    const std::string key = kind + prefix;
+    const std::string key = kind + std::to_string(gen) + "/";
     for (auto it = tracked_.lower_bound(key); it != tracked_.end() && it->first.compare(0, key.size(), key) == 0;)
       it = tracked_.erase(it);
   }
 }
 
-void PolicyMetrics::set_app_cc(const std::string& cc, const std::string& action, uint64_t total) {
-  Tracked& t = tracked_["app/" + cc + "/" + action];
-  if (!t.counter) t.counter = &app_cc_->Add({{"cc", cc}, {"action", action}});
-  advance(&t, total);
+void PolicyMetrics::set_app_cc_calls(const std::vector<AppCcCount>& calls) {
+  for (const auto& c : calls) {
+    const std::string action = app_cc_action_name(c.action);
+    track(app_cc_, "app/" + c.cc + "/" + action, {{"cc", c.cc}, {"action", action}}, c.calls);
+  }
 }
 
-void PolicyMetrics::set_sysctl_writes(const std::string& name, const std::string& action, const std::string& netns,
-                                      uint64_t total) {
-  Tracked& t = tracked_["sysctl/" + name + "/" + action + "/" + netns];
-  if (!t.counter) t.counter = &sysctl_->Add({{"name", name}, {"action", action}, {"netns", netns}});
-  advance(&t, total);
+void PolicyMetrics::set_sysctl_writes(const SysctlWrites& writes) {
+  for (uint32_t n = 0; n < TCPSCOPE_SYSCTL_NAMES; ++n)
+    for (uint32_t other = 0; other < 2; ++other)
+      for (uint32_t denied = 0; denied < 2; ++denied)
+        if (uint64_t total = writes[TCPSCOPE_SYSCTL_SLOT(n, other, denied)]) {
+          const std::string name = sysctl_name(n), action = denied ? "denied" : "observed",
+                            netns = other ? "other" : "host";
+          track(sysctl_, "sysctl/" + name + "/" + action + "/" + netns,
+                {{"name", name}, {"action", action}, {"netns", netns}}, total);
+        }
 }
 
 }  // namespace tcpscope

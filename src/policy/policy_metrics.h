@@ -1,11 +1,16 @@
 // The congestion-control policy's counters in Prometheus. The kernel keeps
-// running totals; these setters turn each total into counter increments.
+// running totals (policy_counters.h); these setters turn each total into
+// counter increments.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include "policy/cc_policy.h"
+#include "policy/policy_counters.h"
 
 namespace prometheus {
 class Counter;
@@ -20,28 +25,27 @@ class PolicyMetrics {
  public:
   explicit PolicyMetrics(std::shared_ptr<prometheus::Registry> registry);
 
-  // tcpscope_cc_assignments_total{rule, experiment, arm, cc}. `slot` names the
-  // kernel counter the total comes from; forget_slots() after it was reset.
-  void set_assignments(const std::string& slot, const std::string& rule, const std::string& experiment,
-                       const std::string& arm, const std::string& cc, uint64_t total);
-  // tcpscope_cc_assignments_revoked_total{rule, experiment, arm, cc}: of
-  // those, the ones an application replaced afterwards (app_override: respect).
-  void set_revoked(const std::string& slot, const std::string& rule, const std::string& experiment,
-                   const std::string& arm, const std::string& cc, uint64_t total);
-  void forget_slots(const std::string& prefix);
+  // tcpscope_cc_assignments_total{rule, experiment, arm, cc}, and of those
+  // tcpscope_cc_assignments_revoked_total: the ones an application replaced
+  // afterwards (app_override: respect). `counts` is what generation `gen`,
+  // which holds `policy`, counted.
+  void set_rule_counts(uint32_t gen, const CompiledPolicy& policy, const RuleCounts& counts);
+  // Generation `gen` was reinstalled: its kernel counters start from 0.
+  void forget_generation(uint32_t gen);
   // tcpscope_app_cc_setsockopt_total{cc, action}
-  void set_app_cc(const std::string& cc, const std::string& action, uint64_t total);
-  // tcpscope_sysctl_writes_total{name, action}
+  void set_app_cc_calls(const std::vector<AppCcCount>& calls);
+  // tcpscope_sysctl_writes_total{name, action, netns}
   // netns: "host" (the initial network namespace) or "other".
-  void set_sysctl_writes(const std::string& name, const std::string& action, const std::string& netns,
-                         uint64_t total);
+  void set_sysctl_writes(const SysctlWrites& writes);
 
  private:
   struct Tracked {
     prometheus::Counter* counter = nullptr;
     uint64_t last = 0;
   };
-  void advance(Tracked* t, uint64_t total);
+  // Counter `key` of `family` (made with `labels` the first time) to `total`.
+  void track(prometheus::Family<prometheus::Counter>* family, const std::string& key,
+             const std::map<std::string, std::string>& labels, uint64_t total);
 
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>* assignments_;

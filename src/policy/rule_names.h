@@ -1,0 +1,50 @@
+// The names a record carries for the rule that chose its congestion control.
+// The sockops program tags a socket with (install id, rule index) and the
+// experiment arm (tcpscope/policy.h: TCPSCOPE_RULE_TAG, arm + 1); this maps
+// them back to the rule's name, experiment and arm as that install had them.
+// Kept per install, not per generation: a flow opened under one install may
+// close after later reloads have reused its generation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "policy/cc_policy.h"
+#include "record/flow_record.h"
+
+namespace tcpscope {
+
+class RuleNames {
+ public:
+  // The last kKeepInstalls installs are kept, so a flow that stays open
+  // across more reloads than that closes with cc_rule null.
+  static constexpr size_t kKeepInstalls = 256;
+
+  // The id the next install's sockets are tagged with: 1, 2, ... wrapping
+  // in 16 bits (TCPSCOPE_INSTALL_MASK), never 0 (0 is "no rule").
+  uint16_t next_install() const { return next_install_; }
+  // `policy` was installed as next_install(): keeps its names, moves on.
+  void add(const CompiledPolicy& policy);
+  // cc_rule / experiment / arm of a flow whose socket the kernel tagged
+  // `rule_tag` and `arm_tag` (tcpscope_flow_event's cc_rule and arm); left
+  // unset when no rule chose it or its install is no longer kept.
+  void name_flow(uint32_t rule_tag, uint8_t arm_tag, FlowRecord* flow) const;
+
+ private:
+  struct RuleLabel {
+    std::string name;
+    std::optional<std::string> experiment;
+    std::vector<std::string> arms;
+  };
+
+  uint16_t next_install_ = 1;
+  std::map<uint16_t, std::vector<RuleLabel>> installs_;
+  std::deque<uint16_t> install_order_;  // oldest first
+};
+
+}  // namespace tcpscope
