@@ -1,12 +1,5 @@
 #include "kernel/policy_controller.h"
 
-#include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cstdio>
 
 #include "kernel/flow_probe.h"
@@ -14,24 +7,6 @@
 #include "policy/policy_json.h"
 
 namespace tcpscope {
-
-bool ensure_congestion_controls(const std::vector<std::string>& names, std::string* error) {
-  for (const auto& name : names) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      *error = std::string("socket: ") + strerror(errno);
-      return false;
-    }
-    int rc = setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.c_str(), static_cast<socklen_t>(name.size()));
-    int err = errno;
-    close(fd);
-    if (rc != 0) {
-      *error = "congestion control '" + name + "' is not available in this kernel: " + strerror(err);
-      return false;
-    }
-  }
-  return true;
-}
 
 PolicyController::PolicyController(FlowProbe& probe, std::shared_ptr<prometheus::Registry> registry)
     : probe_(probe), maps_(probe), metrics_(std::move(registry)) {}
@@ -49,7 +24,7 @@ bool PolicyController::load(const Config& config, const AsnDatabase* asn_db, std
   int gen = maps_.install(*policy, install, error);
   if (gen < 0) return false;
   names_.add(*policy);
-  maps_.sync_cc_names(loaded_congestion_controls(), allowed_congestion_controls());
+  sync_cc_names();
   metrics_.forget_generation(static_cast<uint32_t>(gen));
 
   std::lock_guard<std::mutex> lock(mu_);
@@ -60,12 +35,20 @@ bool PolicyController::load(const Config& config, const AsnDatabase* asn_db, std
   return true;
 }
 
+void PolicyController::sync_cc_names() {
+  auto loaded = loaded_congestion_controls();
+  auto allowed = allowed_congestion_controls();
+  // to_json() on an HTTP thread names the kernel's CC ids with these lists.
+  std::lock_guard<std::mutex> lock(mu_);
+  maps_.sync_cc_names(loaded, allowed);
+}
+
 void PolicyController::update_metrics() {
   for (uint32_t gen = 0; gen < by_gen_.size(); ++gen)
     if (const auto& policy = by_gen_[gen]) metrics_.set_rule_counts(gen, *policy, maps_.rule_counts(gen, *policy));
   // A module an application loaded since (setsockopt autoloads for
   // CAP_NET_ADMIN callers) is counted under its name from now on.
-  maps_.sync_cc_names(loaded_congestion_controls(), allowed_congestion_controls());
+  sync_cc_names();
   metrics_.set_app_cc_calls(maps_.app_cc_calls());
   const SysctlWrites sysctl = maps_.sysctl_writes();
   metrics_.set_sysctl_writes(sysctl);

@@ -43,6 +43,8 @@ class PolicyController {
   std::string to_json() const;
 
  private:
+  // The kernel's CC lists into the policy maps (under mu_).
+  void sync_cc_names();
   FlowProbe& probe_;
   PolicyMaps maps_;
   PolicyMetrics metrics_;
@@ -56,9 +58,5 @@ class PolicyController {
   uint16_t active_install_ = 0;
   CcPolicy config_;  // as last loaded, for policy show
 };
-
-// Makes sure the kernel has each algorithm loaded: a BPF program cannot make
-// it load a module, but a setsockopt() from a privileged process can.
-bool ensure_congestion_controls(const std::vector<std::string>& names, std::string* error);
 
 }  // namespace tcpscope

@@ -1,7 +1,13 @@
 #include "os/congestion_controls.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <sys/utsname.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -58,6 +64,24 @@ std::vector<std::string> kernel_congestion_controls() {
   std::sort(modules.begin(), modules.end());
   for (const auto& m : modules) add(m);
   return out;
+}
+
+bool ensure_congestion_controls(const std::vector<std::string>& names, std::string* error) {
+  for (const auto& name : names) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      *error = std::string("socket: ") + strerror(errno);
+      return false;
+    }
+    int rc = setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.c_str(), static_cast<socklen_t>(name.size()));
+    int err = errno;
+    close(fd);
+    if (rc != 0) {
+      *error = "congestion control '" + name + "' is not available in this kernel: " + strerror(err);
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace tcpscope

@@ -14,4 +14,8 @@ std::vector<std::string> allowed_congestion_controls();
 // Loaded, plus the modules the kernel can load on demand (tcp_<name>.ko*).
 std::vector<std::string> kernel_congestion_controls();
 
+// Makes sure the kernel has each algorithm loaded: a BPF program cannot make
+// it load a module, but a setsockopt() from a privileged process can.
+bool ensure_congestion_controls(const std::vector<std::string>& names, std::string* error);
+
 }  // namespace tcpscope

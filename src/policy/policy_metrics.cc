@@ -29,12 +29,9 @@ PolicyMetrics::PolicyMetrics(std::shared_ptr<prometheus::Registry> registry)
 
 void PolicyMetrics::track(prometheus::Family<prometheus::Counter>* family, const std::string& key,
                           const std::map<std::string, std::string>& labels, uint64_t total) {
-  Tracked& t = tracked_[key];
-  if (!t.counter) t.counter = &family->Add(labels);
-  // A total below the last one means the kernel counter was reset.
-  uint64_t delta = total >= t.last ? total - t.last : total;
-  if (delta) t.counter->Increment(static_cast<double>(delta));
-  t.last = total;
+  auto it = tracked_.find(key);
+  if (it == tracked_.end()) it = tracked_.emplace(key, TotalCounter(&family->Add(labels))).first;
+  it->second.set(total);
 }
 
 void PolicyMetrics::set_rule_counts(uint32_t gen, const CompiledPolicy& policy, const RuleCounts& counts) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "metrics/total_counter.h"
 #include "policy/cc_policy.h"
 #include "policy/policy_counters.h"
 
@@ -39,10 +40,6 @@ class PolicyMetrics {
   void set_sysctl_writes(const SysctlWrites& writes);
 
  private:
-  struct Tracked {
-    prometheus::Counter* counter = nullptr;
-    uint64_t last = 0;
-  };
   // Counter `key` of `family` (made with `labels` the first time) to `total`.
   void track(prometheus::Family<prometheus::Counter>* family, const std::string& key,
              const std::map<std::string, std::string>& labels, uint64_t total);
@@ -52,7 +49,7 @@ class PolicyMetrics {
   prometheus::Family<prometheus::Counter>* revoked_;
   prometheus::Family<prometheus::Counter>* app_cc_;
   prometheus::Family<prometheus::Counter>* sysctl_;
-  std::map<std::string, Tracked> tracked_;
+  std::map<std::string, TotalCounter> tracked_;
 };
 
 }  // namespace tcpscope
