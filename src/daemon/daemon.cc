@@ -23,27 +23,28 @@
 
 #include "aggregate/aggregator.h"
 #include "aggregate/asn_ranking.h"
-#include "enrich/asn_db.h"
-#include "os/background_job.h"
+#include "aggregate/flow_distributions.h"
+#include "aggregate/open_flows.h"
 #include "config/config.h"
 #include "config/config_reload.h"
+#include "enrich/asn_db.h"
 #include "enrich/enricher.h"
-#include "record/flow_decoder.h"
-#include "aggregate/flow_distributions.h"
-#include "record/flow_json.h"
+#include "enrich/peer_classifier.h"
 #include "export/flow_log.h"
 #include "export/http_server.h"
+#include "export/output_status.h"
+#include "export/self_metrics.h"
 #include "kernel/capabilities.h"
 #include "kernel/flow_probe.h"
 #include "kernel/flow_snapshot.h"
 #include "kernel/policy_controller.h"
-#include "os/cgroup_path.h"
 #include "kernel/ring_reader.h"
-#include "aggregate/open_flows.h"
-#include "export/output_status.h"
-#include "enrich/peer_classifier.h"
-#include "export/self_metrics.h"
+#include "os/background_job.h"
+#include "os/cgroup_path.h"
 #include "os/congestion_controls.h"
+#include "pipeline/flow_pipeline.h"
+#include "record/flow_decoder.h"
+#include "record/flow_json.h"
 
 namespace tcpscope {
 
@@ -155,7 +156,6 @@ class Daemon {
   void apply_reload(PreparedReload& r);
   void start_snapshot();
   void finish_snapshot();
-  FlowRecord record_of(const tcpscope_flow_event& ev);
   std::string open_flows_json(const std::string& query) const;
   std::pair<bool, std::string> health() const;
 
@@ -177,10 +177,10 @@ class Daemon {
   std::unique_ptr<RingReader> ring_;
   std::unique_ptr<PolicyController> policy_;
   MonotonicToRealtime clock_;
+  std::unique_ptr<FlowPipeline> pipeline_;  // every record, finished or open, goes through it
 
   std::string batch_;  // NDJSON lines of the current drain
   uint64_t batch_records_ = 0;
-  uint64_t lookups_ = 0;
   std::atomic<int64_t> last_drain_ns_{0};
   SteadyClock::time_point last_clock_refresh_ = SteadyClock::now();
   SteadyClock::time_point last_top_asn_ = SteadyClock::now();
@@ -239,6 +239,7 @@ int Daemon::start() {
   if (!probe_) return fail(details.empty() ? error : error + "; " + save_load_log(details));
   policy_ = std::make_unique<PolicyController>(*probe_, registry_);
   if (!policy_->load(config_, enricher_->tables()->asn_db.get(), &error)) return fail("cc_policy: " + error);
+  pipeline_ = std::make_unique<FlowPipeline>(clock_, *enricher_, policy_->rule_names());
   http_->handle_json("/api/v1/policy", [this](const std::string&) { return policy_->to_json(); });
   ring_ = RingReader::create(probe_->ring_buffer_fd(), probe_->ring_buffer_bytes(),
                              [this](const tcpscope_flow_event& ev) { on_event(ev); }, &error);
@@ -256,15 +257,8 @@ int Daemon::start() {
 
 // The record's path, for finished and open flows alike: decode, enrich, name
 // the rule that chose its CC.
-FlowRecord Daemon::record_of(const tcpscope_flow_event& ev) {
-  FlowRecord flow = decode_flow_event(ev, clock_);
-  lookups_ += enricher_->enrich(&flow);
-  policy_->name_flow(ev, &flow);
-  return flow;
-}
-
 void Daemon::on_event(const tcpscope_flow_event& ev) {
-  const FlowRecord flow = record_of(ev);
+  const FlowRecord flow = pipeline_->record_of(ev);
   const AsnRanking::Counted asn = asn_ranking_->add(flow.asn, flow.bytes_acked + flow.bytes_received);
   aggregator_->add(flow, asn.label);
   // Sketches are keyed by the raw ASN (as the flow log); the label only
@@ -320,7 +314,7 @@ void Daemon::on_tick() {
   update_recursion_metrics();
   self_->set_ring_buffer_fill(ring_->fill_ratio());
   self_->set_records(ring_->records());
-  self_->set_enrichment_lookups(lookups_);
+  self_->set_enrichment_lookups(pipeline_->lookups());
   if (flow_log_) {
     const uint64_t dropped = flow_log_->dropped_records();
     self_->set_flow_log_dropped(dropped);
@@ -453,7 +447,7 @@ void Daemon::finish_snapshot() {
   flows->reserve(snap->flows.size());
   Aggregator::ActiveFlows active;
   for (const auto& ev : snap->flows) {
-    const FlowRecord f = record_of(ev);
+    const FlowRecord f = pipeline_->record_of(ev);
     ++active[{f.peer_class, f.cc}];
     flows->add(ev, f);
   }

@@ -19,8 +19,6 @@
 #include "policy/policy_metrics.h"
 #include "policy/rule_names.h"
 #include "policy/sysctl_log.h"
-#include "record/flow_record.h"
-#include "tcpscope/flow_event.h"
 
 namespace tcpscope {
 
@@ -33,8 +31,9 @@ class PolicyController {
 
   // Compiles and installs; on failure the previous policy stays in force.
   bool load(const Config& config, const AsnDatabase* asn_db, std::string* error);
-  // Fills cc_rule / experiment / arm from the kernel's (install, rule, arm).
-  void name_flow(const tcpscope_flow_event& ev, FlowRecord* flow) const { names_.name_flow(ev.cc_rule, ev.arm, flow); }
+  // The names of every kept install's rules, which the record pipeline
+  // gives each flow (load() adds to them, on the daemon's thread).
+  const RuleNames& rule_names() const { return names_; }
   // Counters to Prometheus; the sysctl writes seen since the last call to
   // the log (rate-limited).
   void update_metrics();

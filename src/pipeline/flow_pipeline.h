@@ -1,0 +1,38 @@
+// The one step from the kernel's record to the record every output sees:
+// decode it (units, the realtime clock), enrich it (peer class, ASN), and
+// name the rule that chose its congestion control. Finished flows (from the
+// ring buffer) and open flows (from a snapshot) both go through it, so the
+// flow log, the metrics and /api/v1/flows describe a flow the same way.
+//
+// The daemon's loop thread is its only caller.
+#pragma once
+
+#include <cstdint>
+
+#include "enrich/enricher.h"
+#include "policy/rule_names.h"
+#include "record/flow_decoder.h"
+#include "record/flow_record.h"
+#include "tcpscope/flow_event.h"
+
+namespace tcpscope {
+
+class FlowPipeline {
+ public:
+  // All three must outlive the pipeline; `clock` is refreshed by its owner.
+  FlowPipeline(const MonotonicToRealtime& clock, const Enricher& enricher, const RuleNames& rule_names)
+      : clock_(clock), enricher_(enricher), rule_names_(rule_names) {}
+
+  FlowRecord record_of(const tcpscope_flow_event& ev);
+
+  // Peer class and ASN lookups made so far (tcpscope_enrichment_lookups_total).
+  uint64_t lookups() const { return lookups_; }
+
+ private:
+  const MonotonicToRealtime& clock_;
+  const Enricher& enricher_;
+  const RuleNames& rule_names_;
+  uint64_t lookups_ = 0;
+};
+
+}  // namespace tcpscope

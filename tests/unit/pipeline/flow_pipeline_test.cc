@@ -1,0 +1,95 @@
+#include "pipeline/flow_pipeline.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace tcpscope {
+namespace {
+
+tcpscope_flow_event event_to(const char* raddr) {
+  tcpscope_flow_event ev{};
+  ev.family = 4;
+  ev.dir = TCPSCOPE_DIR_PASSIVE;
+  ev.outcome = TCPSCOPE_OUTCOME_OK;
+  inet_pton(AF_INET, "198.18.0.1", ev.saddr);
+  inet_pton(AF_INET, raddr, ev.daddr);
+  ev.sport = 443;
+  ev.dport = 50000;
+  ev.start_ns = 1'000'000'000;
+  ev.end_ns = 3'000'000'000;
+  std::strcpy(ev.cc, "cubic");
+  return ev;
+}
+
+struct Fixture {
+  Fixture() {
+    AsnConfig asn;
+    asn.prefix_file = std::string(TCPSCOPE_TEST_DATA) + "/asn/pfx2as_sample.tsv";
+    std::string error;
+    tables.asn_db = AsnDatabase::load(asn, &error);
+    EXPECT_TRUE(tables.asn_db) << error;
+    PeerClassSpec google;
+    google.name = "origin";
+    google.asns = {15169};
+    tables.classifier = std::make_shared<const PeerClassifier>(std::vector<PeerClassSpec>{google}, "client");
+    CompiledRule rule;
+    rule.name = "wan";
+    rule.experiment = "bbr-trial";
+    rule.arms = {"cubic", "bbr"};
+    CompiledPolicy policy;
+    policy.rules = {rule};
+    install = names.next_install();
+    names.add(policy);
+  }
+  EnrichmentTables tables;
+  RuleNames names;
+  uint16_t install = 0;
+  MonotonicToRealtime clock{5'000'000'000};
+};
+
+TEST(FlowPipeline, DecodesEnrichesAndNamesTheRule) {
+  Fixture fx;
+  Enricher enricher(fx.tables);
+  FlowPipeline pipeline(fx.clock, enricher, fx.names);
+
+  tcpscope_flow_event ev = event_to("8.8.8.8");
+  ev.cc_rule = TCPSCOPE_RULE_TAG(fx.install, 0);
+  ev.arm = 2;  // arm index 1 + 1
+  const FlowRecord f = pipeline.record_of(ev);
+  EXPECT_EQ(f.start_ns, 6'000'000'000);  // the clock's offset applied
+  EXPECT_EQ(f.raddr.to_string(), "8.8.8.8");
+  EXPECT_EQ(f.asn, 15169u);
+  EXPECT_EQ(f.peer_class, "origin");
+  EXPECT_EQ(f.cc_rule, "wan");
+  EXPECT_EQ(f.experiment, "bbr-trial");
+  EXPECT_EQ(f.arm, "bbr");
+  EXPECT_EQ(pipeline.lookups(), 2u);  // ASN, then peer class
+}
+
+TEST(FlowPipeline, AFlowNoRuleChoseHasNoRuleNames) {
+  Fixture fx;
+  Enricher enricher(fx.tables);
+  FlowPipeline pipeline(fx.clock, enricher, fx.names);
+  const FlowRecord f = pipeline.record_of(event_to("198.18.0.2"));
+  EXPECT_EQ(f.asn, 0u);
+  EXPECT_EQ(f.peer_class, "client");
+  EXPECT_FALSE(f.cc_rule);
+  EXPECT_FALSE(f.experiment);
+  EXPECT_FALSE(f.arm);
+}
+
+TEST(FlowPipeline, SeesTheTablesAReloadSwappedIn) {
+  Fixture fx;
+  Enricher enricher(fx.tables);
+  FlowPipeline pipeline(fx.clock, enricher, fx.names);
+  EXPECT_EQ(pipeline.record_of(event_to("8.8.8.8")).peer_class, "origin");
+  EnrichmentTables reloaded = fx.tables;
+  reloaded.classifier = std::make_shared<const PeerClassifier>(std::vector<PeerClassSpec>{}, "client");
+  enricher.replace(reloaded);
+  EXPECT_EQ(pipeline.record_of(event_to("8.8.8.8")).peer_class, "client");
+}
+
+}  // namespace
+}  // namespace tcpscope
