@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "compare/compare.h"
-#include "compare/flow_log_source.h"
-#include "compare/compare_selection.h"
 #include "aggregate/flow_distributions.h"
+#include "compare/compare.h"
+#include "compare/compare_selection.h"
+#include "compare/flow_log_source.h"
+#include "compare/flow_sketch.h"
 #include "record/flow_json.h"
 #include "record/flow_record.h"
-#include "compare/flow_sketch.h"
 
 namespace tcpscope {
 namespace {

@@ -32,9 +32,9 @@
 #include "aggregate/asn_ranking.h"
 #include "enrich/asn_db.h"
 #include "enrich/enricher.h"
+#include "enrich/peer_classifier.h"
 #include "record/flow_decoder.h"
 #include "record/flow_json.h"
-#include "enrich/peer_classifier.h"
 
 namespace tcpscope {
 namespace {

@@ -8,10 +8,10 @@
 #include "cli/check_config_command.h"
 #include "cli/command_line.h"
 #include "cli/compare_command.h"
-#include "daemon/daemon.h"
 #include "cli/flows_command.h"
-#include "kernel/flow_probe.h"
 #include "cli/policy_command.h"
+#include "daemon/daemon.h"
+#include "kernel/flow_probe.h"
 
 namespace {
 

@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config.h"
-#include "record/size_class.h"
 #include "record/flow_record.h"
+#include "record/size_class.h"
 #include "text/url_query.h"
 
 namespace tcpscope {

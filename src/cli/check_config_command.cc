@@ -1,8 +1,8 @@
 #include "cli/check_config_command.h"
 
-#include "policy/cc_policy.h"
 #include "config/config.h"
 #include "os/congestion_controls.h"
+#include "policy/cc_policy.h"
 
 namespace tcpscope {
 

@@ -17,14 +17,14 @@
 
 #include "cli/command_line.h"
 #include "compare/compare.h"
-#include "compare/flow_log_source.h"
 #include "compare/compare_selection.h"
 #include "compare/compare_source.h"
 #include "compare/daemon_source.h"
-#include "config/config.h"
-#include "os/owned_file.h"
+#include "compare/flow_log_source.h"
 #include "compare/svg_plot.h"
+#include "config/config.h"
 #include "os/congestion_controls.h"
+#include "os/owned_file.h"
 #include "text/unit_text.h"
 
 namespace tcpscope {

@@ -8,8 +8,8 @@
 #include <memory>
 
 #include "enrich/asn_db.h"
-#include "record/flow_record.h"
 #include "enrich/peer_classifier.h"
+#include "record/flow_record.h"
 
 namespace tcpscope {
 

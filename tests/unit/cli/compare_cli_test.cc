@@ -11,15 +11,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/compare_command.h"
 #include "aggregate/flow_distributions.h"
-#include "record/flow_json.h"
-#include "record/flow_record.h"
+#include "cli/compare_command.h"
 #include "cli/flows_command.h"
-#include "net/http_client.h"
-#include "text/url_query.h"
 #include "export/http_auth.h"
 #include "export/http_server.h"
+#include "net/http_client.h"
+#include "record/flow_json.h"
+#include "record/flow_record.h"
+#include "text/url_query.h"
 
 namespace tcpscope {
 namespace {

@@ -12,9 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "export/http_server.h"
 #include "record/flow_json.h"
 #include "record/flow_record.h"
-#include "export/http_server.h"
 
 namespace tcpscope {
 namespace {

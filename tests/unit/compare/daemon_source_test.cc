@@ -19,8 +19,8 @@
 
 #include "aggregate/asn_ranking.h"
 #include "compare/compare.h"
-#include "compare/flow_log_source.h"
 #include "compare/daemon_source.h"
+#include "compare/flow_log_source.h"
 #include "record/flow_json.h"
 #include "record/flow_record.h"
 

@@ -9,8 +9,8 @@
 
 #include <sstream>
 
-#include "enrich/asn_db.h"
 #include "cli/check_config_command.h"
+#include "enrich/asn_db.h"
 #include "enrich/peer_classifier.h"
 
 namespace tcpscope {
