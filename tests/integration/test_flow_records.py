@@ -250,7 +250,7 @@ SMALL_RING_BYTES = 262144
 
 
 def small_ring_config(tmp_path):
-    text = (ROOT / "src" / "default_config.yaml").read_text()
+    text = (ROOT / "src" / "config" / "default_config.yaml").read_text()
     text, n = re.subn(r"^ring_buffer_bytes:.*$", f"ring_buffer_bytes: {SMALL_RING_BYTES}", text,
                       flags=re.M)
     assert n == 1, "default_config.yaml has no ring_buffer_bytes line"
