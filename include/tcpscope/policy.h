@@ -37,15 +37,13 @@ TCPSCOPE_ASSERT_SIZE(tcpscope_remote_key, 20);
 
 /* What the daemon decided for every address under a trie entry. */
 struct tcpscope_remote_info {
-	__u32 class_id;    /* peer class (index into the daemon's class list) */
-	__u32 asn;         /* 0 when the ASN is not one any rule or class names */
 	/* Bit i: rule i's peer_class, asns and prefixes conditions all hold for
 	 * these addresses (a rule without one of them passes it). Only lports
 	 * is left for the kernel to check, so the sockops program visits just
 	 * the set bits, lowest first: first match wins as in the rule order. */
 	__u64 rules;
 };
-TCPSCOPE_ASSERT_SIZE(tcpscope_remote_info, 16);
+TCPSCOPE_ASSERT_SIZE(tcpscope_remote_info, 8);
 
 /* What the sockops program needs of a rule once the trie has settled its
  * other conditions: the local ports, and the arms to pick from. The rest of

@@ -244,14 +244,14 @@ std::optional<CompiledPolicy> compile_policy(const Config& config, const AsnData
       auto it = asn_class.find(asn);
       cls = it != asn_class.end() && asn ? it->second : default_class;
     }
-    e.info.class_id = *cls;
-    e.info.asn = asn;
+    e.class_id = *cls;
+    e.asn = asn;
     rule_prefixes.for_each_containing(k, [&](uint64_t m) { e.prefix_rules |= m; return true; });
     if (asn) {
       auto it = asn_rules.find(asn);
       if (it != asn_rules.end()) e.asn_rules = it->second;
     }
-    e.info.rules = rules_mask(out.rules, e.info.class_id, e.prefix_rules, e.asn_rules);
+    e.info.rules = rules_mask(out.rules, e.class_id, e.prefix_rules, e.asn_rules);
     if (k.second == 0) out.default_rules = e.info.rules;  // ::/0
     out.remote.push_back(e);
   }
@@ -300,7 +300,7 @@ int match_rule(const CompiledPolicy& policy, const IpAddr& remote, uint16_t lpor
   if (!e) return -1;  // rules exist only with the ::/0 entry
   for (size_t i = 0; i < policy.rules.size(); ++i) {
     const CompiledRule& r = policy.rules[i];
-    if ((r.match & kMatchClass) && r.class_id != e->info.class_id) continue;
+    if ((r.match & kMatchClass) && r.class_id != e->class_id) continue;
     if ((r.match & kMatchAsn) && !(e->asn_rules >> i & 1)) continue;
     if ((r.match & kMatchPrefix) && !(e->prefix_rules >> i & 1)) continue;
     if (!lport_matches(r.bpf, lport)) continue;

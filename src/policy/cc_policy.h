@@ -40,10 +40,12 @@ struct CompiledRule {
 
 struct RemoteEntry {
   tcpscope_remote_key key{};
-  tcpscope_remote_info info{};  // what the kernel gets: class, ASN, rules mask
-  // The per-condition sets info.rules is made from (daemon side only, for
-  // the reference matcher): bit i, rule i's prefixes / asns contain these
-  // addresses.
+  tcpscope_remote_info info{};  // what the kernel gets: the rules mask
+  // What info.rules is made from (daemon side only, for the reference
+  // matcher): the peer class (index into class_names) and ASN of these
+  // addresses, and bit i: rule i's prefixes / asns contain them.
+  uint32_t class_id = 0;
+  uint32_t asn = 0;  // 0 when the ASN is not one any rule or class names
   uint64_t prefix_rules = 0;
   uint64_t asn_rules = 0;
 };

@@ -150,7 +150,7 @@ TEST(CcPolicy, KernelViewAgreesWithTheClassifierAndAsnDatabase) {
     const std::string& cls = classifier.classify(a, asn);
     const RemoteEntry* e = lookup_remote(*p, a);
     ASSERT_TRUE(e);
-    EXPECT_EQ(p->class_names[e->info.class_id], cls) << a.to_string();
+    EXPECT_EQ(p->class_names[e->class_id], cls) << a.to_string();
 
     int want = -1;
     bool in_doc = false;
@@ -258,7 +258,7 @@ TEST(CcPolicy, RulesMaskAgreesWithTheReferenceMatcher) {
       }
       ASSERT_EQ(kernel, want) << a.to_string() << " asn " << asn << " class " << cls << " port " << lport
                               << " entry " << lookup_remote(*p, a)->key.prefixlen << " class "
-                              << p->class_names[lookup_remote(*p, a)->info.class_id] << " rule "
+                              << p->class_names[lookup_remote(*p, a)->class_id] << " rule "
                               << (kernel >= 0 ? describe(c.cc_policy.rules[kernel].match) : "")
                               << " / " << (want >= 0 ? describe(c.cc_policy.rules[want].match) : "");
       ++compared;
