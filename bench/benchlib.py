@@ -586,6 +586,36 @@ class BpfStats:
 # ---------------------------------------------------------------- output
 
 
+# A ratio to the baseline is only as good as the baseline is steady. A run
+# whose baseline runs spread by more than this ((max - min) / mean) moved by
+# more than the effects it is meant to show (a few percent): it is reported
+# as invalid, with its spread, and its ratios are not printed.
+MAX_BASELINE_SPREAD = 0.10
+
+
+def baseline_noise(rates, limit=MAX_BASELINE_SPREAD):
+    """Mean, stdev and spread of the baseline runs' rates, and whether the
+    run is valid; `invalid` says why not (None when valid)."""
+    mean = statistics.mean(rates)
+    spread = (max(rates) - min(rates)) / mean
+    noise = {"baseline_runs": len(rates), "mean": round(mean, 1),
+             "stdev_pct": round(100 * statistics.stdev(rates) / mean, 2) if len(rates) > 1 else None,
+             "min_ratio": round(min(rates) / mean, 4), "max_ratio": round(max(rates) / mean, 4),
+             "spread_pct": round(100 * spread, 2), "max_spread_pct": round(100 * limit, 2), "invalid": None}
+    if len(rates) < 2:
+        noise["invalid"] = "one baseline run: its noise is unknown"
+    elif spread > limit:
+        noise["invalid"] = (f"the baseline runs spread {100 * spread:.1f}% (min {min(rates) / mean:.3f}, "
+                            f"max {max(rates) / mean:.3f} of their mean), more than the {100 * limit:.0f}% "
+                            f"a ratio can stand: the machine was not quiet")
+    return noise
+
+
+def ratio_text(noise, ratio, digits=3):
+    """A ratio as printed: none at all when the run is invalid."""
+    return "invalid" if noise["invalid"] else f"{ratio:.{digits}f}"
+
+
 def interleaved_baseline(runs, i):
     """The reference rate of variant run `i` in a sequence where baseline
     runs alternate with variant runs: the mean of the baselines either side."""

@@ -26,7 +26,6 @@ import os
 import re
 import resource
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -331,12 +330,7 @@ def measured_run(ctx, name, observer=None):
 
 
 def summarize(runs, skipped):
-    base = [r for r in runs if r["variant"] == "baseline"]
-    rates = [r["rate"] for r in base]
-    mean = statistics.mean(rates)
-    noise = {"baseline_runs": len(rates), "mean": round(mean, 1),
-             "stdev_pct": round(100 * statistics.stdev(rates) / mean, 2) if len(rates) > 1 else None,
-             "min_ratio": round(min(rates) / mean, 4), "max_ratio": round(max(rates) / mean, 4)}
+    noise = B.baseline_noise([r["rate"] for r in runs if r["variant"] == "baseline"])
     variants = []
     for i, r in enumerate(runs):
         if r["variant"] == "baseline":
@@ -414,13 +408,15 @@ def main():
         if "skipped" in v:
             rows.append([v["variant"], "skipped: " + v["skipped"], "", "", "", "", ""])
             continue
-        rows.append([v["variant"], round(v["rate"]), f"{v['ratio']:.3f}", v["observer_cpu_s"],
+        rows.append([v["variant"], round(v["rate"]), B.ratio_text(noise, v["ratio"]), v["observer_cpu_s"],
                      round(v["peak_rss_kib"] / 1024, 1),
                      f"{v['flows_missed']}/{v['flows_expected']}",
                      v.get("records_lost_total", v.get("lost_reported", ""))])
     print(f"connection churn ({args.load}): {args.threads} clients, {args.seconds:g} s per run, "
           f"baseline {noise['mean']:.0f} conn/s (stdev {noise['stdev_pct']}% over {noise['baseline_runs']} runs)")
     print(B.fmt_table(["variant", "conn/s", "ratio", "CPU s", "peak MiB", "missed/expected", "lost"], rows))
+    if noise["invalid"]:
+        print(f"RUN INVALID: {noise['invalid']}; no ratio is printed. Run it again on a quiet machine.")
     result = {"benchmark": "churn", "load": args.load, "seconds_per_run": args.seconds, "client_threads": args.threads,
               "server_threads": args.server_threads, "request_bytes": 100, "response_bytes": 1000,
               "asn_prefixes": args.prefixes, "policy_rules": args.rules,

@@ -159,10 +159,8 @@ def main():
             ctx.net.close()
         ctx.cgroup.close()
 
-    base = [r["rate"] for r in runs if r["variant"] == "baseline"]
-    mean = statistics.mean(base)
-    noise = {"baseline_runs": len(base), "mean": round(mean, 1),
-             "stdev_pct": round(100 * statistics.stdev(base) / mean, 2) if len(base) > 1 else None}
+    noise = B.baseline_noise([r["rate"] for r in runs if r["variant"] == "baseline"])
+    mean = noise["mean"]
     by_variant = ratios(runs)
     rows, summary = [], []
     for name in names:
@@ -183,11 +181,13 @@ def main():
              "extra_us_per_conn": round(extra_us, 2), "flows_missed": missed, "flows_expected": expected,
              "records_lost": sum(r.get("records_lost_total") or 0 for r in rs)}
         summary.append(s)
-        rows.append([name, f"{m:.3f}", f"{ci[0]:.3f}–{ci[1]:.3f}" if ci else "",
-                     f"{extra_us:.2f}", f"{missed}/{expected}" if name != "dispatch" else "n/a"])
+        rows.append([name, B.ratio_text(noise, m), f"{ci[0]:.3f}–{ci[1]:.3f}" if ci and not noise["invalid"] else "",
+                     f"{extra_us:.2f}" if not noise["invalid"] else "invalid", f"{missed}/{expected}" if name != "dispatch" else "n/a"])
     print(f"floor (loadgen churn): {args.threads} clients, {args.seconds:g} s per run, {args.reps} reps, "
           f"baseline {noise['mean']:.0f} conn/s (stdev {noise['stdev_pct']}% over {noise['baseline_runs']} runs)")
     print(B.fmt_table(["variant", "ratio", "95% CI", "rate cost µs/conn", "missed/expected"], rows))
+    if noise["invalid"]:
+        print(f"RUN INVALID: {noise['invalid']}; no ratio is printed. Run it again on a quiet machine.")
     B.write_result("floor", {"benchmark": "floor", "seconds_per_run": args.seconds, "reps": args.reps,
                              "client_threads": args.threads, "server_threads": args.server_threads,
                              "request_bytes": 100, "response_bytes": 1000, "baseline_noise": noise,

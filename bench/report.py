@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+import benchlib as B
+
 RESULTS = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / "results"
 
 
@@ -29,26 +31,34 @@ def machine(d):
     return f"{m['time']}, kernel {m['kernel']}, {m['cpus']} CPUs, default CC {m['default_cc']}, {load}"
 
 
+def noise_of(d):
+    """The baseline's noise and validity, judged by today's rule
+    (benchlib.baseline_noise) whenever the result was written."""
+    return B.baseline_noise([r["rate"] for r in d["runs"] if r["variant"] == "baseline"])
+
+
 def churn(d, title):
-    n = d["baseline_noise"]
+    n = noise_of(d)
     print(f"### {title}\n")
     print(f"{d['client_threads']} clients, {d['seconds_per_run']:g} s per run, {machine(d)}. Baseline "
           f"{n['mean']:.0f} conn/s over {n['baseline_runs']} interleaved runs, stdev {n['stdev_pct']}% "
           f"(min {n['min_ratio']:.3f}, max {n['max_ratio']:.3f} of their mean).\n")
+    if n["invalid"]:
+        print(f"**Run invalid**: {n['invalid']}. Its ratios are not shown.\n")
     rows = []
     for v in d["variants"]:
         if "skipped" in v:
             rows.append([v["variant"], "skipped: " + v["skipped"], "", "", "", "", ""])
             continue
         lost = v.get("records_lost_total", v.get("lost_reported", "—"))
-        rows.append([f"`{v['variant']}`", f"{v['rate']:.0f}", f"**{v['ratio']:.3f}**",
+        rows.append([f"`{v['variant']}`", f"{v['rate']:.0f}", f"**{B.ratio_text(n, v['ratio'])}**",
                      f"{v['observer_cpu_s']:.2f} ({v['observer_cpu_pct_core']:.1f}% of a core)",
                      f"{v['peak_rss_kib'] / 1024:.1f}",
                      f"{v['flows_missed']} / {v['flows_expected']} ({100 * v['missed_fraction']:.2f}%)", lost])
     print(table(["variant", "conn/s", "ratio to baseline", "observer CPU s", "peak RSS MiB",
                  "flows missed / expected", "lost (tool's own count)"], rows))
     for v in d["variants"]:
-        if v["variant"].startswith("tcpscope") and "skipped" not in v:
+        if v["variant"].startswith("tcpscope") and "skipped" not in v and not n["invalid"]:
             print(f"\n`{v['variant']}`: {v['flows_per_s']:.0f} flows/s, daemon user+system CPU "
                   f"{v['cpu_pct_core_per_10k_flows_s']:.2f}% of a core per 10k flows/s.", end="")
     print("\n")
@@ -66,7 +76,7 @@ def churn_runs(files):
     def head(stem, d):
         loads = [r["loadavg_1m_before"] for r in d["runs"]]
         return (f"{stem} (started {d['machine']['time'][11:16]}Z, load {min(loads):.1f}–{max(loads):.1f}, "
-                f"baseline stdev {d['baseline_noise']['stdev_pct']}%)")
+                f"baseline stdev {noise_of(d)['stdev_pct']}%)")
     headers = ["variant"] + [head(stem, d) for stem, d in runs]
     rows = []
     for n in names:
@@ -74,7 +84,7 @@ def churn_runs(files):
         for _, d in runs:
             v = next((x for x in d["variants"] if x["variant"] == n), None)
             row.append("—" if not v or "skipped" in v else
-                       f"{v['ratio']:.3f} (missed {v['flows_missed']})")
+                       f"{B.ratio_text(noise_of(d), v['ratio'])} (missed {v['flows_missed']})")
         rows.append(row)
     print(table(headers, rows))
     print()
@@ -94,14 +104,19 @@ def bulk(d):
 
 
 def floor(d):
-    n = d["baseline_noise"]
+    n = noise_of(d)
     print(f"### The floor of the design (loadgen churn)\n\n{d['reps']} repetitions of {d['seconds_per_run']:g} s, "
           f"baseline {n['mean']:.0f} conn/s (stdev {n['stdev_pct']}% over {n['baseline_runs']} runs), {machine(d)}.\n")
+    if n["invalid"]:
+        print(f"**Run invalid**: {n['invalid']}. Its ratios are not shown.\n")
     rows = []
     for v in d["variants"]:
         c = v.get("ci95")
-        rows.append([f"`{v['variant']}`", f"**{v['mean_ratio']:.3f}**", f"{c[0]:.3f}..{c[1]:.3f}" if c else "-",
-                     ", ".join(f"{x:.3f}" for x in v["ratios"]), v["extra_us_per_conn"],
+        shown = not n["invalid"]
+        rows.append([f"`{v['variant']}`", f"**{B.ratio_text(n, v['mean_ratio'])}**",
+                     f"{c[0]:.3f}..{c[1]:.3f}" if c and shown else "-",
+                     ", ".join(f"{x:.3f}" for x in v["ratios"]) if shown else "-",
+                     v["extra_us_per_conn"] if shown else "-",
                      "n/a" if v["variant"] == "dispatch" else f"{v['flows_missed']}/{v['flows_expected']}"])
     print(table(["variant", "mean ratio", "95% CI", "ratios", "rate cost, µs per connection (2 cores ÷ rate)", "missed/expected"], rows))
     print()
