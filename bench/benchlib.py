@@ -607,7 +607,7 @@ def baseline_noise(rates, limit=MAX_BASELINE_SPREAD):
     elif spread > limit:
         noise["invalid"] = (f"the baseline runs spread {100 * spread:.1f}% (min {min(rates) / mean:.3f}, "
                             f"max {max(rates) / mean:.3f} of their mean), more than the {100 * limit:.0f}% "
-                            f"a ratio can stand: the machine was not quiet")
+                            f"a ratio can stand (a busy machine, or a load whose rate is not steady)")
     return noise
 
 

@@ -416,7 +416,7 @@ def main():
           f"baseline {noise['mean']:.0f} conn/s (stdev {noise['stdev_pct']}% over {noise['baseline_runs']} runs)")
     print(B.fmt_table(["variant", "conn/s", "ratio", "CPU s", "peak MiB", "missed/expected", "lost"], rows))
     if noise["invalid"]:
-        print(f"RUN INVALID: {noise['invalid']}; no ratio is printed. Run it again on a quiet machine.")
+        print(f"RUN INVALID: {noise['invalid']}; no ratio is printed.")
     result = {"benchmark": "churn", "load": args.load, "seconds_per_run": args.seconds, "client_threads": args.threads,
               "server_threads": args.server_threads, "request_bytes": 100, "response_bytes": 1000,
               "asn_prefixes": args.prefixes, "policy_rules": args.rules,

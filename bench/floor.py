@@ -187,7 +187,7 @@ def main():
           f"baseline {noise['mean']:.0f} conn/s (stdev {noise['stdev_pct']}% over {noise['baseline_runs']} runs)")
     print(B.fmt_table(["variant", "ratio", "95% CI", "rate cost µs/conn", "missed/expected"], rows))
     if noise["invalid"]:
-        print(f"RUN INVALID: {noise['invalid']}; no ratio is printed. Run it again on a quiet machine.")
+        print(f"RUN INVALID: {noise['invalid']}; no ratio is printed.")
     B.write_result("floor", {"benchmark": "floor", "seconds_per_run": args.seconds, "reps": args.reps,
                              "client_threads": args.threads, "server_threads": args.server_threads,
                              "request_bytes": 100, "response_bytes": 1000, "baseline_noise": noise,

@@ -17,7 +17,7 @@ PACKAGES=(
   iproute2 nftables procps curl python3 python3-pytest
   libmaxmind-db-writer-perl prometheus
   dpkg-dev lintian man-db systemd systemd-container strace adduser logrotate
-  nginx-light iperf3 libbpf-tools linux-perf
+  nginx-light wrk iperf3 libbpf-tools linux-perf  # wrk: bench/churn.py --load nginx
   librsvg2-bin  # compare --plot png (rsvg-convert)
 )
 
