@@ -184,6 +184,25 @@ class ConfigParser {
                              const std::vector<std::string>* known);
 
   std::optional<std::string> string_value(const Entry& e, const std::string& what);
+  // A string that must be one of `choices` (name -> value) into *out;
+  // otherwise an error naming them all ("must be a or b, got ...").
+  template <class T>
+  void choice_value(const Entry& e, const std::string& what,
+                    std::initializer_list<std::pair<const char*, T>> choices, T* out) {
+    auto s = string_value(e, what);
+    if (!s) return;
+    std::string names;
+    size_t i = 0;
+    for (const auto& [name, value] : choices) {
+      if (*s == name) {
+        *out = value;
+        return;
+      }
+      names += std::string(i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + name;
+      ++i;
+    }
+    error(line_of(e.value, e.line), what + " must be " + names + ", got " + quoted(*s));
+  }
   std::optional<uint64_t> integer_value(const YAML::Node& v, int line, const std::string& what,
                                         uint64_t min, uint64_t max);
   // Elements of a list; a null value is an empty list. nullopt when not a list.
@@ -638,25 +657,11 @@ void ConfigParser::parse_cc_policy(const Entry& e, CcPolicy* policy) {
     if (f.value.IsNull()) continue;
     const int vline = line_of(f.value, f.line);
     if (f.key == "app_override") {
-      if (auto s = string_value(f, "cc_policy.app_override")) {
-        if (*s == "respect") {
-          policy->app_override = AppOverride::kRespect;
-        } else if (*s == "enforce") {
-          policy->app_override = AppOverride::kEnforce;
-        } else {
-          error(vline, "cc_policy.app_override must be respect or enforce, got " + quoted(*s));
-        }
-      }
+      choice_value(f, "cc_policy.app_override",
+                   {{"respect", AppOverride::kRespect}, {"enforce", AppOverride::kEnforce}}, &policy->app_override);
     } else if (f.key == "sysctl_guard") {
-      if (auto s = string_value(f, "cc_policy.sysctl_guard")) {
-        if (*s == "observe") {
-          policy->sysctl_guard = SysctlGuard::kObserve;
-        } else if (*s == "deny") {
-          policy->sysctl_guard = SysctlGuard::kDeny;
-        } else {
-          error(vline, "cc_policy.sysctl_guard must be observe or deny, got " + quoted(*s));
-        }
-      }
+      choice_value(f, "cc_policy.sysctl_guard",
+                   {{"observe", SysctlGuard::kObserve}, {"deny", SysctlGuard::kDeny}}, &policy->sysctl_guard);
     } else if (f.key == "rules") {
       auto items = list_value(f, "cc_policy.rules");
       if (!items) continue;
