@@ -95,15 +95,7 @@ FlowDistributions::Entry* FlowDistributions::entry_for(uint64_t key, uint64_t fo
 
 size_t FlowDistributions::reserve_keys() const { return std::max<size_t>(options_.max_keys / 4, 16); }
 
-void FlowDistributions::add(const FlowRecord& flow, const std::string& asn_label) {
-  add_at(flow, asn_label != kOtherAsnLabel ? AsnLabel::kOwn : AsnLabel::kOther, Clock::now());
-}
-
 void FlowDistributions::add(const FlowRecord& flow, AsnLabel asn_label) { add_at(flow, asn_label, Clock::now()); }
-
-void FlowDistributions::add_at(const FlowRecord& flow, const std::string& asn_label, Clock::time_point now) {
-  add_at(flow, asn_label != kOtherAsnLabel ? AsnLabel::kOwn : AsnLabel::kOther, now);
-}
 
 void FlowDistributions::add_at(const FlowRecord& flow, AsnLabel asn_label, Clock::time_point now) {
   const MetricInputs in = metric_inputs(flow);

@@ -96,10 +96,7 @@ class FlowDistributions {
   // use): it only decides whether the flow's key may use the reserve once
   // max_keys are in use (top-N ASNs may, "other" may not).
   void add(const FlowRecord& flow, AsnLabel asn_label);
-  // The same with the label as text ("other", "0" or the number).
-  void add(const FlowRecord& flow, const std::string& asn_label);
   // For tests: the same with an explicit time.
-  void add_at(const FlowRecord& flow, const std::string& asn_label, Clock::time_point now);
   void add_at(const FlowRecord& flow, AsnLabel asn_label, Clock::time_point now);
 
   // Config reload. New size classes or threshold: the sketches no longer

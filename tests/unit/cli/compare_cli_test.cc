@@ -250,7 +250,7 @@ TEST(CompareCommand, ServerAndFlowLogGiveTheSameAnswer) {
     f << lines;
   }
   FlowDistributions dist{FlowDistributionsOptions{}};
-  for (const auto& r : flows) dist.add(r, std::to_string(r.asn));
+  for (const auto& r : flows) dist.add(r, AsnLabel::kOwn);
   auto server = start_server();
   ASSERT_TRUE(server);
   server->handle_json("/api/v1/distributions", [&](const std::string& q) { return dist.handle_query(q); });

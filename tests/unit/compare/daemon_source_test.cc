@@ -114,7 +114,7 @@ void expect_close(double exact, double sketched, double rel, const std::string& 
 TEST(FlowDistributions, ServerModeAgreesWithFlowLogOnTheSameTraffic) {
   const auto flows = traffic(17);
   FlowDistributions d{FlowDistributionsOptions{}};
-  for (const auto& f : flows) d.add(f, std::to_string(f.asn));
+  for (const auto& f : flows) d.add(f, AsnLabel::kOwn);
 
   struct Case {
     CompareMetric metric;
@@ -227,16 +227,16 @@ TEST(FlowDistributions, KeyTableIsBoundedAndOverflowFoldsIntoOther) {
   // 16 ASNs fill the table. Non-top ASNs after that fold into their "other"
   // key (counted as folded); top-N ones use the reserve; once the reserve
   // is full too, a flow without a key is dropped and counted.
-  for (uint32_t asn = 1; asn <= 16; ++asn) d.add(small_flow(asn, "cubic", 100), "other");
-  for (uint32_t asn = 17; asn <= 40; ++asn) d.add(small_flow(asn, "cubic", 200), "other");
+  for (uint32_t asn = 1; asn <= 16; ++asn) d.add(small_flow(asn, "cubic", 100), AsnLabel::kOther);
+  for (uint32_t asn = 17; asn <= 40; ++asn) d.add(small_flow(asn, "cubic", 200), AsnLabel::kOther);
   EXPECT_EQ(d.stats().keys, 17u);  // 16 + the one "other" key
   EXPECT_EQ(d.stats().folded_flows, 24u);
   EXPECT_EQ(d.stats().dropped_flows, 0u);
-  for (uint32_t asn = 41; asn <= 55; ++asn) d.add(small_flow(asn, "cubic", 300), std::to_string(asn));
+  for (uint32_t asn = 41; asn <= 55; ++asn) d.add(small_flow(asn, "cubic", 300), AsnLabel::kOwn);
   EXPECT_EQ(d.stats().keys, 32u);
   EXPECT_EQ(d.stats().dropped_flows, 0u);
-  d.add(small_flow(56, "cubic", 300), "56");    // reserve full: folds into the existing "other" key
-  d.add(small_flow(57, "bbr", 300), "other");  // no "other" key for bbr and no room: dropped
+  d.add(small_flow(56, "cubic", 300), AsnLabel::kOwn);    // reserve full: folds into the existing "other" key
+  d.add(small_flow(57, "bbr", 300), AsnLabel::kOther);  // no "other" key for bbr and no room: dropped
   EXPECT_EQ(d.stats().folded_flows, 25u);
   EXPECT_EQ(d.stats().dropped_flows, 1u);
   const auto r = d.query(CompareMetric::kFct, "asn", sel("cc=cubic"), sel("cc=bbr"));
@@ -276,8 +276,8 @@ TEST(FlowDistributions, AsnGroupsAgreeWithTheFlowLogBeyondTheTopN) {
   FlowDistributions d{FlowDistributionsOptions{}};
   size_t other_labels = 0;
   for (const auto& f : flows) {
-    const std::string label = ranking.label_text(f.asn);
-    other_labels += label == "other";
+    const AsnLabel label = ranking.label(f.asn);
+    other_labels += label == AsnLabel::kOther;
     d.add(f, label);
   }
   ASSERT_GT(other_labels, 0u) << "the test needs ASNs outside the top-N";
@@ -330,7 +330,7 @@ TEST(FlowDistributions, OneLongFlowDoesNotMoveTheServerQuantilesOrVerdict) {
   flows.push_back(other_key);
 
   FlowDistributions d{FlowDistributionsOptions{}};
-  for (const auto& f : flows) d.add(f, "64501");
+  for (const auto& f : flows) d.add(f, AsnLabel::kOwn);
   const CompareOptions o = opts(CompareMetric::kFct, "asn", "cc=cubic", "cc=bbr");
   const CompareResult exact = via_flow_log(flows, o);
   const CompareResult sketched = via_server(&d, o);
@@ -355,7 +355,7 @@ TEST(FlowDistributions, OneLongFlowDoesNotMoveTheServerQuantilesOrVerdict) {
   FlowDistributionsOptions small;
   small.max_buckets = 256;
   FlowDistributions c(small);
-  for (const auto& f : flows) c.add(f, "64501");
+  for (const auto& f : flows) c.add(f, AsnLabel::kOwn);
   const CompareResult collapsed = via_server(&c, o);
   ASSERT_EQ(collapsed.groups.size(), 1u);
   EXPECT_TRUE(collapsed.groups[0].sketch_collapsed);
@@ -375,7 +375,7 @@ TEST(FlowDistributions, MemoryStaysWithinTheStatedBound) {
                               static_cast<int64_t>(std::pow(10.0, exp10(rng))));
     f.srtt_us = static_cast<uint32_t>(std::pow(10.0, exp10(rng) * 0.8));
     f.retrans_segs = i % 7;
-    d.add(f, std::to_string(f.asn));
+    d.add(f, AsnLabel::kOwn);
   }
   const auto st = d.stats();
   EXPECT_LE(st.keys, 1024u + 256u);
@@ -391,8 +391,8 @@ TEST(FlowDistributions, WindowKeepsBetweenOneAndTwoWindowsOfFlows) {
   o.window_s = 60;
   FlowDistributions d(o);
   const auto t0 = Clock::now();
-  d.add_at(small_flow(1, "cubic", 100), "1", t0);
-  d.add_at(small_flow(1, "cubic", 200), "1", t0 + std::chrono::seconds(61));  // rotates
+  d.add_at(small_flow(1, "cubic", 100), AsnLabel::kOwn, t0);
+  d.add_at(small_flow(1, "cubic", 200), AsnLabel::kOwn, t0 + std::chrono::seconds(61));  // rotates
   auto count = [&](Clock::time_point t) {
     const auto r = d.query_at(CompareMetric::kFct, "all", sel("cc=cubic"), sel("cc=bbr"), t);
     return r.groups.empty() ? uint64_t{0} : r.groups[0].a.count();
@@ -407,7 +407,7 @@ TEST(FlowDistributions, WindowKeepsBetweenOneAndTwoWindowsOfFlows) {
 
 TEST(FlowDistributions, NewSizeClassesResetTheSketches) {
   FlowDistributions d{FlowDistributionsOptions{}};
-  d.add(small_flow(1, "cubic", 100), "1");
+  d.add(small_flow(1, "cubic", 100), AsnLabel::kOwn);
   FlowDistributionsOptions same;
   EXPECT_FALSE(d.update_options(same));
   EXPECT_EQ(d.stats().keys, 1u);
@@ -415,7 +415,7 @@ TEST(FlowDistributions, NewSizeClassesResetTheSketches) {
   other.size_classes_bytes = {50000, 500000};
   EXPECT_TRUE(d.update_options(other));
   EXPECT_EQ(d.stats().keys, 0u);
-  d.add(small_flow(1, "cubic", 100), "1");
+  d.add(small_flow(1, "cubic", 100), AsnLabel::kOwn);
   const auto r = d.query(CompareMetric::kFct, "asn", sel("cc=cubic"), sel("cc=bbr"));
   ASSERT_EQ(r.groups.size(), 1u);
   EXPECT_EQ(r.groups[0].size_class, std::string("lt_50k"));
@@ -429,7 +429,7 @@ TEST(FlowDistributions, SkipsFlowsNoMetricCounts) {
   partial.partial = true;
   FlowRecord empty = small_flow(1, "cubic", 100);
   empty.bytes_acked = 0;
-  for (const auto& f : {refused, partial, empty}) d.add(f, "1");
+  for (const auto& f : {refused, partial, empty}) d.add(f, AsnLabel::kOwn);
   EXPECT_EQ(d.stats().keys, 0u);
   EXPECT_EQ(d.stats().flows, 0u);
 }
@@ -447,7 +447,7 @@ TEST(FlowDistributions, MaximalQueriesDoNotHoldUpAdd) {
   FlowDistributionsOptions o;
   o.max_keys = 4096;
   FlowDistributions d(o);
-  for (uint32_t asn = 1; asn <= 5000; ++asn) d.add(small_flow(asn, asn % 2 ? "bbr" : "cubic", 1000 + asn), "1");
+  for (uint32_t asn = 1; asn <= 5000; ++asn) d.add(small_flow(asn, asn % 2 ? "bbr" : "cubic", 1000 + asn), AsnLabel::kOwn);
   // Every term holds for almost every key: each key is tested against all 32.
   std::string terms = "asn!%3D1";
   for (size_t i = 2; i <= FlowDistributions::kMaxSelectionTerms; ++i) terms += "%2Casn!%3D" + std::to_string(i);
@@ -467,7 +467,7 @@ TEST(FlowDistributions, MaximalQueriesDoNotHoldUpAdd) {
   std::vector<double> add_ms;
   for (int i = 0; i < 2000000 && queries < 50; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    d.add(small_flow(1 + i % 5000, "bbr", 2000), "1");
+    d.add(small_flow(1 + i % 5000, "bbr", 2000), AsnLabel::kOwn);
     add_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   done = true;
