@@ -125,6 +125,15 @@ bool parse_size_classes(const std::string& text, std::vector<uint64_t>* out, std
   return true;
 }
 
+// Puts the finished `tmp` in the place of `path` in one step, so a reader
+// never sees a half-written file; on failure `tmp` is removed.
+bool replace_with(const std::string& tmp, const std::string& path, std::string* error) {
+  if (std::rename(tmp.c_str(), path.c_str()) == 0) return true;
+  *error = path + ": " + strerror(errno);
+  std::remove(tmp.c_str());
+  return false;
+}
+
 bool write_file_atomically(const std::string& path, const std::string& data, std::string* error) {
   const std::string tmp = path + ".tmp";
   const int fd = open_owned_file(tmp, OwnedFileMode::kTruncate, error);
@@ -142,12 +151,7 @@ bool write_file_atomically(const std::string& path, const std::string& data, std
     std::remove(tmp.c_str());
     return false;
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    *error = path + ": " + strerror(errno);
-    std::remove(tmp.c_str());
-    return false;
-  }
-  return true;
+  return replace_with(tmp, path, error);
 }
 
 // Runs `rsvg-convert -f png SVG` into PNG (through a file opened as
@@ -182,12 +186,7 @@ bool svg_to_png(const std::string& svg, const std::string& png, std::string* err
     std::remove(tmp.c_str());
     return false;
   }
-  if (std::rename(tmp.c_str(), png.c_str()) != 0) {
-    *error = png + ": " + strerror(errno);
-    std::remove(tmp.c_str());
-    return false;
-  }
-  return true;
+  return replace_with(tmp, png, error);
 }
 
 using PanelKey = std::pair<std::string, std::string>;  // group, size class
