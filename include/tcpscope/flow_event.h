@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * The one record layout shared by the BPF programs (bpf/flow.bpf.c) and the
- * daemon (src/flow_decoder.cc). Only fixed-width __u8..__u64 types, explicit
- * padding, and a size assertion on both sides: if either half changes the
- * layout without the other, the build fails instead of the data going wrong.
+ * The record layouts shared by the BPF programs (bpf/flow.bpf.c) and the
+ * daemon (src/record/flow_decoder.cc, src/record/transfer_decoder.cc). Only
+ * fixed-width __u8..__u64 types, explicit padding, and a size assertion on
+ * both sides: if either half changes a layout without the other, the build
+ * fails instead of the data going wrong.
  *
  * Times are CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns / tcp_clock_ns);
  * the daemon converts them to CLOCK_REALTIME.
@@ -99,6 +100,48 @@ struct tcpscope_flow_event {
 TCPSCOPE_ASSERT_SIZE(tcpscope_flow_event, 256);
 #pragma GCC diagnostic pop
 
+enum tcpscope_transfer_direction {
+	TCPSCOPE_XFER_SEND = 1, /* data this host sent */
+	TCPSCOPE_XFER_RECV = 2, /* data this host received */
+};
+
+/* wait_us when no data went the other way before the transfer. */
+#define TCPSCOPE_NO_WAIT 0xffffffffU
+
+/* One transfer: a run of data in one direction of a flow (bpf/flow.bpf.c,
+ * "Transfers", has the rule). It shares the ring with the flow records and is
+ * told from them by its size, which differs from theirs. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wpadded"
+struct tcpscope_transfer_event {
+	__u64 flow_start_ns;  /* the flow record's start_ns */
+	__u64 start_ns;       /* send: first byte handed to TCP; recv: first byte arrived */
+	__u64 end_ns;         /* send: last byte acknowledged; recv: last byte arrived */
+	__u64 bytes;          /* payload bytes */
+	__u8 saddr[16];       /* as in tcpscope_flow_event */
+	__u8 daddr[16];
+	__u32 netns;
+	__u32 seq;            /* 0, 1, 2, ... in the order the flow's transfers started */
+	__u32 wait_us;        /* from the other direction's last data to the start; TCPSCOPE_NO_WAIT */
+	__u32 retrans_segs;   /* segments this host retransmitted during it */
+	__u32 srtt_us;        /* at its end */
+	__u32 min_rtt_us;
+	__u32 busy_us;        /* send: tcp_info's chrono counters accrued during it; recv: 0 */
+	__u32 rwnd_limited_us;
+	__u32 sndbuf_limited_us;
+	__u32 cc_rule;        /* as in tcpscope_flow_event */
+	__u16 sport;
+	__u16 dport;
+	__u8 family;
+	__u8 dir;             /* enum tcpscope_dir: the flow's */
+	__u8 direction;       /* enum tcpscope_transfer_direction */
+	__u8 arm;
+	char cc[TCPSCOPE_CC_NAME_LEN];
+};
+
+TCPSCOPE_ASSERT_SIZE(tcpscope_transfer_event, 128);
+#pragma GCC diagnostic pop
+
 /* Indexes into the per-CPU `counters` array map. */
 enum tcpscope_counter {
 	TCPSCOPE_CNT_RECORDS_LOST = 0, /* ring buffer full: a finished flow was not handed over */
@@ -108,6 +151,8 @@ enum tcpscope_counter {
 	TCPSCOPE_CNT_UNTRACKED_CLOSE,  /* closed sockets opened before we attached */
 	TCPSCOPE_CNT_NESTED_TRANSITIONS, /* state changes the kernel skipped in on_state_change
 	                                    (it was running on that CPU), caught by its nested copy */
+	TCPSCOPE_CNT_TRANSFERS_LOST,   /* ring buffer full: a transfer record was not handed over */
+	TCPSCOPE_CNT_TRANSFERS_SENT,   /* transfer records submitted to the ring */
 	TCPSCOPE_CNT_MAX,
 };
 

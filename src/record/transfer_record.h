@@ -1,0 +1,57 @@
+// One transfer (a run of data in one direction of a flow), decoded from the
+// kernel event and ready for the enricher, the aggregator and the flow log.
+// Field names follow SPEC.md's transfer record.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "net/ip_addr.h"
+#include "record/flow_record.h"
+
+namespace tcpscope {
+
+enum class TransferDirection : uint8_t { kSend, kRecv };
+const char* to_string(TransferDirection d);
+
+struct TransferRecord {
+  // The flow it belongs to, as in that flow's record.
+  int64_t flow_start_ns = 0;
+  IpAddr laddr, raddr;
+  uint16_t lport = 0, rport = 0;
+  Direction dir = Direction::kActive;
+  uint32_t netns = 0;
+
+  uint32_t seq = 0;
+  TransferDirection direction = TransferDirection::kSend;
+  // CLOCK_REALTIME nanoseconds.
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  int64_t xfer_us = 0;
+  std::optional<int64_t> wait_us;  // none when no data went the other way first
+  uint64_t bytes = 0;
+  uint32_t retrans_segs = 0;
+  uint32_t srtt_us = 0, min_rtt_us = 0;
+  uint32_t busy_us = 0, rwnd_limited_us = 0, sndbuf_limited_us = 0;
+  std::string cc;
+
+  // Filled in by the enricher, as for flows.
+  std::string peer_class;
+  uint32_t asn = 0;
+  std::string as_org;
+  std::optional<std::string> cc_rule;
+  std::optional<std::string> experiment;
+  std::optional<std::string> arm;
+
+  int family() const { return raddr.family; }
+  // The receiver's window limited it for most of its time: its throughput
+  // says how fast the receiver read, not how fast the path carried it.
+  bool rwnd_limited() const { return xfer_us > 0 && 2 * static_cast<int64_t>(rwnd_limited_us) > xfer_us; }
+  // Bytes per second over xfer_us; 0 when it took no measurable time.
+  double throughput_bytes_per_second() const {
+    return xfer_us > 0 ? static_cast<double>(bytes) * 1e6 / static_cast<double>(xfer_us) : 0.0;
+  }
+};
+
+}  // namespace tcpscope
