@@ -1,17 +1,21 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * Follow every TCP socket from its first SYN to CLOSE and hand one record per
- * flow to user space. Per-socket state lives in SK_STORAGE (freed with the
+ * flow, and one per transfer (a run of data one way, see "Transfers"), to
+ * user space. Per-socket state lives in SK_STORAGE (freed with the
  * socket, nothing to fill up); the record is read from tcp_sock at CLOSE.
  *
  * Hooks, all tracepoints (no kprobe/fentry needed):
  *   inet_sock_set_state  the state machine: start, handshake, FIN, close
- *   sk_data_ready        time of the latest in-order data arrival (FCT end, rx side)
- *   tcp_sendmsg_locked   owner of accepted sockets (process context), cwnd samples
+ *   sk_data_ready        time of the latest in-order data arrival (FCT end, rx side),
+ *                        receive transfers
+ *   tcp_sendmsg_locked   owner of accepted sockets (process context), cwnd samples,
+ *                        send transfers
  *   tcp_rcv_space_adjust owner of accepted sockets that only read
  *   tcp_cong_state_set   time in Open/Disorder/CWR/Recovery/Loss, cwnd before reductions
  *   tcp_send_reset, tcp_receive_reset   RST-ended flows
- * and a TCP socket iterator that snapshots the open flows on demand.
+ * and a TCP socket iterator that snapshots the open flows on demand (and
+ * hands over the transfers that it finds finished).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -193,7 +197,9 @@ static __always_inline __u64 start_of(const struct flow_state *st, __u32 min_rtt
 {
 	__u64 back = (__u64)min_rtt_us * NSEC_PER_USEC;
 
-	if ((st->flags & TCPSCOPE_F_START_FROM_MIN_RTT) && back < st->start_ns)
+	if ((st->flags & (TCPSCOPE_F_START_FROM_MIN_RTT | TCPSCOPE_ST_START_SET)) ==
+		    TCPSCOPE_F_START_FROM_MIN_RTT &&
+	    back < st->start_ns)
 		return st->start_ns - back;
 	return st->start_ns;
 }
@@ -217,6 +223,50 @@ static __always_inline __u8 outcome_of(struct flow_state *st, int sk_err)
 	return TCPSCOPE_OUTCOME_OK;
 }
 
+/* tcp_info counts the active side's SYN and each side's FIN in
+ * bytes_acked/bytes_received; records carry payload only. */
+static __always_inline __u64 payload_acked(struct tcp_sock *tp, const struct flow_state *st)
+{
+	__u64 acked = tp->bytes_acked;
+
+	if (st->dir == TCPSCOPE_DIR_ACTIVE && acked)
+		acked -= 1;
+	if ((st->flags & TCPSCOPE_F_FIN_SENT) && acked && seq_geq(tp->snd_una, st->fin_seq + 1))
+		acked -= 1;
+	return acked;
+}
+
+static __always_inline __u64 payload_received(const struct sock *sk, struct tcp_sock *tp)
+{
+	__u64 received = tp->bytes_received;
+
+	if (received && (sk->__sk_common.skc_flags & (1UL << SOCK_DONE)))
+		received -= 1;
+	return received;
+}
+
+static __always_inline __u32 min_rtt_of(struct tcp_sock *tp)
+{
+	__u32 min_rtt = tp->rtt_min.s[0].v;
+
+	return min_rtt == ~0U ? 0 : min_rtt;
+}
+
+/* The addresses as both records carry them; returns the family, 4 or 6. */
+static __always_inline __u8 copy_addresses(const struct sock *sk, __u8 saddr[16], __u8 daddr[16])
+{
+	if (sk->__sk_common.skc_family != AF_INET6) {
+		__builtin_memset(saddr, 0, 16);
+		__builtin_memset(daddr, 0, 16);
+		__builtin_memcpy(saddr, &sk->__sk_common.skc_rcv_saddr, 4);
+		__builtin_memcpy(daddr, &sk->__sk_common.skc_daddr, 4);
+		return 4;
+	}
+	BPF_CORE_READ_INTO(saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
+	BPF_CORE_READ_INTO(daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+	return 6;
+}
+
 /* Fills a record from the socket as it is now. `final` is the close: the
  * per-state time is settled in `st`; a snapshot leaves `st` untouched. */
 static __always_inline void fill_event(struct tcpscope_flow_event *e, const struct sock *sk,
@@ -227,20 +277,9 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 	__u32 min_rtt;
 	__u8 cs;
 
-	/* tcp_info counts the active side's SYN and each side's FIN in
-	 * bytes_acked/bytes_received; the record carries payload only. */
-	acked = tp->bytes_acked;
-	if (st->dir == TCPSCOPE_DIR_ACTIVE && acked)
-		acked -= 1;
-	if ((st->flags & TCPSCOPE_F_FIN_SENT) && acked && seq_geq(tp->snd_una, st->fin_seq + 1))
-		acked -= 1;
-	received = tp->bytes_received;
-	if (received && (sk->__sk_common.skc_flags & (1UL << SOCK_DONE)))
-		received -= 1;
-
-	min_rtt = tp->rtt_min.s[0].v;
-	if (min_rtt == ~0U)
-		min_rtt = 0;
+	acked = payload_acked(tp, st);
+	received = payload_received(sk, tp);
+	min_rtt = min_rtt_of(tp);
 	e->start_ns = start_of(st, min_rtt);
 	e->established_ns = established_ns_of(st);
 	e->end_ns = now;
@@ -275,16 +314,7 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 		e->ca_state_ns[0] = rest > other ? rest - other : 0;
 	}
 
-	e->family = sk->__sk_common.skc_family == AF_INET6 ? 6 : 4;
-	if (e->family == 4) {
-		__builtin_memset(e->saddr, 0, sizeof(e->saddr));
-		__builtin_memset(e->daddr, 0, sizeof(e->daddr));
-		__builtin_memcpy(e->saddr, &sk->__sk_common.skc_rcv_saddr, 4);
-		__builtin_memcpy(e->daddr, &sk->__sk_common.skc_daddr, 4);
-	} else {
-		BPF_CORE_READ_INTO(&e->saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
-		BPF_CORE_READ_INTO(&e->daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
-	}
+	e->family = copy_addresses(sk, e->saddr, e->daddr);
 	/* skc_num is already zeroed at close (the port was released just
 	 * before the state store); inet_sport survives. */
 	e->sport = bpf_ntohs(tp->inet_conn.icsk_inet.inet_sport);
@@ -306,7 +336,7 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 	e->lost = tp->lost;
 	e->rate_delivered = tp->rate_delivered;
 	e->rate_interval_us = tp->rate_interval_us;
-	e->flags = st->flags;
+	e->flags = st->flags & ~TCPSCOPE_ST_MASK;
 	e->sk_err = sk_err;
 	e->cc_rule = st->policy.rule;
 	e->arm = st->policy.arm;
@@ -317,11 +347,19 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 	bpf_probe_read_kernel_str(e->cc, sizeof(e->cc), tp->inet_conn.icsk_ca_ops->name);
 }
 
+/* Batch wake-ups: the reader drains on its own timer, so only a filling ring
+ * needs to interrupt it. */
+static __always_inline void submit(void *record)
+{
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+
+	bpf_ringbuf_submit(record, avail >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+}
+
 static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
 				 struct flow_state *st, __u64 now)
 {
 	struct tcpscope_flow_event *e;
-	__u64 avail;
 
 	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
@@ -329,12 +367,241 @@ static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
 		return;
 	}
 	fill_event(e, sk, tp, st, now, true);
-
-	/* Batch wake-ups: the reader drains on its own timer, so only a
-	 * filling ring needs to interrupt it. */
-	avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-	bpf_ringbuf_submit(e, avail >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	submit(e);
 	count(TCPSCOPE_CNT_RECORDS_SENT);
+}
+
+/*
+ * Transfers: runs of data one way, each handed over as its own record.
+ *
+ * Send. A send transfer starts when the application hands TCP data while
+ * everything it sent before is acknowledged (snd_una == write_seq when
+ * tcp_sendmsg_locked begins, before this call's bytes are queued). Data
+ * handed over while earlier data is in flight joins the running transfer, so
+ * pipelined responses and overlapping HTTP/2 streams form one transfer, as
+ * the network carried them. It ends with the ACK of its last byte: the
+ * kernel's delivered_mstamp (the latest ACK that delivered data), read once
+ * nothing is outstanding: at the next start, at the open-flow sweep, or at
+ * close (from tx_end_ns there, as the FIN's own ACK also delivers). If that
+ * last segment's ACK was delayed by the receiver, the end includes the delay:
+ * it is when this host learnt the data had arrived.
+ *
+ * Receive. A receiver cannot see the sender's idle point, only its own data:
+ * an arrival starts a new receive transfer if this host started a send
+ * transfer after the previous arrival and at least min_rtt/2 before this one,
+ * so that it can be the reply to it; otherwise the arrival joins the running
+ * transfer (data that keeps flowing around our window updates or pipelined
+ * requests). A transfer ends with its last arrival; it is handed over when
+ * the next one starts, when the sweep finds that any later arrival would
+ * start a new one, or at close.
+ *
+ * The first transfer cannot overlap the handshake: sendmsg waits for it,
+ * and what arrives with the handshake's last ACK is counted from that
+ * arrival. Data sent in a SYN (TCP Fast Open) is not a transfer of its own;
+ * it is counted in the flow only.
+ *
+ * wait_us. Send: from the latest arrival to the start (the request's last
+ * byte to the response's first byte handed to TCP: the application's think
+ * time, not the network's). Receive: from the start of the send transfer
+ * after the previous arrival (the request) to the first arrival.
+ */
+#define USEC_PER_SEC 1000000U
+
+/* The kernel's tick, for its jiffies-based time counters (tcp_info's
+ * busy/rwnd/sndbuf time). Weak: without a readable kernel config they are 0. */
+extern int CONFIG_HZ __kconfig __weak;
+
+static __always_inline void read_chrono(struct tcp_sock *tp, __u32 out[3])
+{
+	__u32 type = BPF_CORE_READ_BITFIELD(tp, chrono_type);
+	__u32 running = (__u32)bpf_jiffies64() - tp->chrono_start;
+
+	out[0] = tp->chrono_stat[0] + (type == 1 ? running : 0);
+	out[1] = tp->chrono_stat[1] + (type == 2 ? running : 0);
+	out[2] = tp->chrono_stat[2] + (type == 3 ? running : 0);
+}
+
+static __always_inline __u32 jiffies_to_us(__u32 jiffies)
+{
+	__u64 us;
+
+	if (CONFIG_HZ <= 0)
+		return 0;
+	us = (__u64)jiffies * (USEC_PER_SEC / CONFIG_HZ);
+	return us > 0xffffffffULL ? 0xffffffffU : (__u32)us;
+}
+
+static __always_inline __u32 us_between(__u64 from_ns, __u64 to_ns)
+{
+	__u64 us;
+
+	if (!from_ns || to_ns < from_ns)
+		return TCPSCOPE_NO_WAIT;
+	us = (to_ns - from_ns) / NSEC_PER_USEC;
+	return us >= TCPSCOPE_NO_WAIT ? TCPSCOPE_NO_WAIT - 1 : (__u32)us;
+}
+
+static __always_inline __u32 next_transfer_seq(struct flow_state *st)
+{
+	__u32 last = st->tx_seq > st->rx_seq ? st->tx_seq : st->rx_seq;
+
+	if (!(st->flags & TCPSCOPE_ST_XFER_SEEN)) {
+		st->flags |= TCPSCOPE_ST_XFER_SEEN;
+		return 0;
+	}
+	return last + 1;
+}
+
+/* A reserved transfer record with the flow's identity and the socket's state
+ * at the transfer's end filled in; 0 when the ring is full (counted). */
+static __always_inline struct tcpscope_transfer_event *
+reserve_transfer(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st)
+{
+	struct tcpscope_transfer_event *e;
+	__u32 min_rtt = min_rtt_of(tp);
+
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(TCPSCOPE_CNT_TRANSFERS_LOST);
+		return 0;
+	}
+	/* The flow record must show the same start: fix the estimate now. */
+	st->start_ns = start_of(st, min_rtt);
+	st->flags |= TCPSCOPE_ST_START_SET;
+	e->flow_start_ns = st->start_ns;
+	e->family = copy_addresses(sk, e->saddr, e->daddr);
+	e->sport = bpf_ntohs(tp->inet_conn.icsk_inet.inet_sport);
+	e->dport = bpf_ntohs(sk->__sk_common.skc_dport);
+	e->netns = sk->__sk_common.skc_net.net->ns.inum;
+	e->dir = st->dir;
+	e->srtt_us = tp->srtt_us >> 3;
+	e->min_rtt_us = min_rtt;
+	e->cc_rule = st->policy.rule;
+	e->arm = st->policy.arm;
+	bpf_probe_read_kernel_str(e->cc, sizeof(e->cc), tp->inet_conn.icsk_ca_ops->name);
+	return e;
+}
+
+static __always_inline void end_send_transfer(const struct sock *sk, struct tcp_sock *tp,
+					      struct flow_state *st, __u64 end_ns)
+{
+	struct tcpscope_transfer_event *e;
+	__u64 acked = payload_acked(tp, st);
+	__u32 chrono[3];
+
+	st->flags &= ~TCPSCOPE_ST_TX_OPEN;
+	e = reserve_transfer(sk, tp, st);
+	if (!e)
+		return;
+	read_chrono(tp, chrono);
+	e->direction = TCPSCOPE_XFER_SEND;
+	e->seq = st->tx_seq;
+	e->start_ns = st->tx_start_ns;
+	e->end_ns = end_ns > st->tx_start_ns ? end_ns : st->tx_start_ns;
+	e->bytes = acked > st->tx_acked_base ? acked - st->tx_acked_base : 0;
+	e->wait_us = st->tx_wait_us;
+	e->retrans_segs = tp->total_retrans - st->tx_retrans_base;
+	e->busy_us = jiffies_to_us(chrono[0] - st->tx_chrono_base[0]);
+	e->rwnd_limited_us = jiffies_to_us(chrono[1] - st->tx_chrono_base[1]);
+	e->sndbuf_limited_us = jiffies_to_us(chrono[2] - st->tx_chrono_base[2]);
+	submit(e);
+	count(TCPSCOPE_CNT_TRANSFERS_SENT);
+}
+
+/* `received` is the payload received before the arrival that ends it. */
+static __always_inline void end_recv_transfer(const struct sock *sk, struct tcp_sock *tp,
+					      struct flow_state *st, __u64 received)
+{
+	struct tcpscope_transfer_event *e;
+
+	st->flags &= ~TCPSCOPE_ST_RX_OPEN;
+	e = reserve_transfer(sk, tp, st);
+	if (!e)
+		return;
+	e->direction = TCPSCOPE_XFER_RECV;
+	e->seq = st->rx_seq;
+	e->start_ns = st->rx_start_ns;
+	e->end_ns = st->last_rx_ns > st->rx_start_ns ? st->last_rx_ns : st->rx_start_ns;
+	e->bytes = received > st->rx_received_base ? received - st->rx_received_base : 0;
+	e->wait_us = st->rx_wait_us;
+	e->retrans_segs = 0; /* the sender's retransmissions are not counted here */
+	e->busy_us = 0;
+	e->rwnd_limited_us = 0;
+	e->sndbuf_limited_us = 0;
+	submit(e);
+	count(TCPSCOPE_CNT_TRANSFERS_SENT);
+}
+
+/* tcp_sendmsg_locked, before this call's data is queued. */
+static __always_inline void note_send(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st)
+{
+	__u64 now;
+
+	if (tp->snd_una != tp->write_seq || !(st->flags & TCPSCOPE_F_ESTABLISHED))
+		return; /* joins the running transfer (or a Fast Open SYN's) */
+	if (st->flags & TCPSCOPE_ST_TX_OPEN)
+		end_send_transfer(sk, tp, st, tp->delivered_mstamp * NSEC_PER_USEC);
+	now = bpf_ktime_get_ns();
+	st->tx_seq = next_transfer_seq(st);
+	st->tx_start_ns = now;
+	st->tx_acked_base = payload_acked(tp, st);
+	st->tx_wait_us = us_between(st->last_rx_ns, now);
+	st->tx_retrans_base = tp->total_retrans;
+	read_chrono(tp, st->tx_chrono_base);
+	st->flags |= TCPSCOPE_ST_TX_OPEN;
+}
+
+/* A send transfer after the latest arrival, min_rtt/2 or longer before `at`:
+ * an arrival at `at` may be its reply. */
+static __always_inline bool reply_possible(struct tcp_sock *tp, const struct flow_state *st, __u64 at)
+{
+	__u64 half_rtt = (__u64)min_rtt_of(tp) * NSEC_PER_USEC / 2;
+
+	return st->tx_start_ns > st->last_rx_ns && at >= st->tx_start_ns + half_rtt;
+}
+
+/* A payload arrival at `now`, `grew` bytes, before last_rx_ns moves to it. */
+static __always_inline void note_arrival(const struct sock *sk, struct tcp_sock *tp,
+					 struct flow_state *st, __u64 now, __u32 grew)
+{
+	__u64 before = payload_received(sk, tp) - grew;
+
+	if (st->flags & TCPSCOPE_ST_RX_OPEN) {
+		if (!reply_possible(tp, st, now))
+			return;
+		end_recv_transfer(sk, tp, st, before);
+	}
+	st->rx_seq = next_transfer_seq(st);
+	st->rx_start_ns = now;
+	st->rx_received_base = before;
+	st->rx_wait_us = st->tx_start_ns > st->last_rx_ns ? us_between(st->tx_start_ns, now)
+							  : TCPSCOPE_NO_WAIT;
+	st->flags |= TCPSCOPE_ST_RX_OPEN;
+}
+
+/* The open-flow sweep (the socket iterator, under the socket's lock): hands
+ * over the transfers that no later event can extend. */
+static __always_inline void sweep_transfers(const struct sock *sk, struct tcp_sock *tp,
+					    struct flow_state *st, __u64 now)
+{
+	if ((st->flags & TCPSCOPE_ST_TX_OPEN) && !(st->flags & TCPSCOPE_F_FIN_SENT) &&
+	    tp->snd_una == tp->write_seq)
+		end_send_transfer(sk, tp, st, tp->delivered_mstamp * NSEC_PER_USEC);
+	if ((st->flags & TCPSCOPE_ST_RX_OPEN) && reply_possible(tp, st, now))
+		end_recv_transfer(sk, tp, st, payload_received(sk, tp));
+}
+
+/* At CLOSE, before the flow's own record. A send transfer whose data was not
+ * all acknowledged ends at the latest delivery: its bytes say how far it got. */
+static __always_inline void close_transfers(const struct sock *sk, struct tcp_sock *tp,
+					    struct flow_state *st)
+{
+	if (st->flags & TCPSCOPE_ST_TX_OPEN)
+		end_send_transfer(sk, tp, st,
+				  (st->flags & TCPSCOPE_F_TX_DONE) ? st->tx_end_ns
+								   : tp->delivered_mstamp * NSEC_PER_USEC);
+	if (st->flags & TCPSCOPE_ST_RX_OPEN)
+		end_recv_transfer(sk, tp, st, payload_received(sk, tp));
 }
 
 static __always_inline struct flow_state *start_tracking(const struct sock *sk, __u8 dir)
@@ -441,6 +708,7 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 		if ((oldstate == TCP_ESTABLISHED || oldstate == TCP_CLOSE_WAIT) && !sk->sk_err)
 			st->flags |= TCPSCOPE_F_RST_SENT;
 		check_tx_done(st, tp);
+		close_transfers(sk, tp, st);
 		emit(sk, tp, st, bpf_ktime_get_ns());
 		/* No bpf_sk_storage_delete(): the kernel frees the storage with
 		 * the socket anyway, and deleting it here as well cost a second
@@ -517,6 +785,7 @@ static __always_inline void note_rx_payload(const struct sock *sk, struct flow_s
 {
 	struct tcp_sock *tp;
 	__u32 rcvd, grew;
+	__u64 now;
 
 	tp = bpf_skc_to_tcp_sock((void *)sk);
 	if (!tp)
@@ -528,7 +797,9 @@ static __always_inline void note_rx_payload(const struct sock *sk, struct flow_s
 	st->rx_mark = rcvd;
 	if (grew == 1 && (sk->__sk_common.skc_flags & (1UL << SOCK_DONE)))
 		return;
-	st->last_rx_ns = bpf_ktime_get_ns();
+	now = bpf_ktime_get_ns();
+	note_arrival(sk, tp, st, now, grew);
+	st->last_rx_ns = now;
 }
 
 static __always_inline void handle_data_ready(const struct sock *sk)
@@ -538,7 +809,7 @@ static __always_inline void handle_data_ready(const struct sock *sk)
 	if (!is_tcp(sk))
 		return;
 	st = state_of(sk);
-	if (st)
+	if (tracked(st))
 		note_rx_payload(sk, st);
 }
 
@@ -576,8 +847,11 @@ int BPF_PROG(on_sendmsg, const struct sock *sk)
 	if (!st->pid)
 		take_owner(st);
 	tp = bpf_skc_to_tcp_sock((void *)sk);
-	if (tp)
-		sample_cwnd(st, tp->snd_cwnd);
+	if (!tp)
+		return 0;
+	sample_cwnd(st, tp->snd_cwnd);
+	if (tracked(st) && !st->emitted)
+		note_send(sk, tp, st);
 	return 0;
 }
 
@@ -590,7 +864,7 @@ int BPF_PROG(on_recvmsg, struct sock *sk)
 		return 0;
 	if (!st->pid)
 		take_owner(st);
-	if (rx_end_from_read)
+	if (rx_end_from_read && tracked(st))
 		note_rx_payload(sk, st);
 	return 0;
 }
@@ -671,6 +945,7 @@ int snapshot_open_flows(struct bpf_iter__tcp *ctx)
 		return 0;
 	st = bpf_sk_storage_get(&flows, (struct sock *)tp, 0, 0);
 	if (tracked(st)) {
+		sweep_transfers((struct sock *)tp, tp, st, bpf_ktime_get_ns());
 		__builtin_memcpy(&copy, st, sizeof(copy));
 	} else {
 		/* Opened before we attached: no start, flagged partial. */

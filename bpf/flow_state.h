@@ -9,11 +9,13 @@
 #include "tcpscope/flow_event.h"
 #include "tcpscope/policy.h"
 
-/* 120 bytes. The kernel allocates a socket's element as the 72-byte head
- * of bpf_local_storage_elem plus this value: 192 bytes, the kmalloc-192
- * size class. At 121..184 bytes it is kmalloc-256, 64 bytes more per socket
- * (bench/README.md, "Memory"), so a field added here must come out of
- * another, or the static assert below be moved knowingly. */
+/* 184 bytes. The kernel allocates a socket's element as the 72-byte head
+ * of bpf_local_storage_elem plus this value: 256 bytes, the kmalloc-256 size
+ * class. The transfer fields took it there from 120 bytes (kmalloc-192): 64
+ * bytes more per socket, cheaper than a second storage per socket, which
+ * costs an allocation, an RCU free and a lookup per hook (bench/README.md,
+ * "Memory"). At 185 bytes it would be kmalloc-512, so a field added here
+ * must come out of another, or the static assert below be moved knowingly. */
 struct flow_state {
 	__u64 start_ns;
 	__u64 last_rx_ns;    /* latest in-order data arrival */
@@ -42,8 +44,29 @@ struct flow_state {
 	 * here rather than in a storage of its own so that a socket costs one
 	 * storage allocation, not two (bench/README.md). */
 	struct tcpscope_sock_policy policy;
+	/* The latest transfer each way (flow.bpf.c, "Transfers"); open while
+	 * TCPSCOPE_ST_TX_OPEN / TCPSCOPE_ST_RX_OPEN is set. */
+	__u64 tx_start_ns;
+	__u64 tx_acked_base;    /* payload acknowledged before it began */
+	__u64 rx_start_ns;      /* its first arrival */
+	__u64 rx_received_base; /* payload received before it */
+	__u32 tx_seq;
+	__u32 rx_seq;
+	__u32 tx_wait_us;       /* TCPSCOPE_NO_WAIT when nothing had arrived */
+	__u32 rx_wait_us;
+	__u32 tx_retrans_base;
+	__u32 tx_chrono_base[3]; /* tcp_info's busy, rwnd- and sndbuf-limited time, in jiffies */
 };
-_Static_assert(sizeof(struct flow_state) <= 120, "flow_state must fit the kmalloc-192 class (see above)");
+_Static_assert(sizeof(struct flow_state) <= 184, "flow_state must fit the kmalloc-256 class (see above)");
+
+/* Bits of flow_state.flags that describe the state, not the flow: the record
+ * leaves them out. */
+#define TCPSCOPE_ST_START_SET (1u << 12) /* start_ns is final: a transfer record carried it */
+#define TCPSCOPE_ST_TX_OPEN   (1u << 13) /* a send transfer is running */
+#define TCPSCOPE_ST_RX_OPEN   (1u << 14) /* a receive transfer is running */
+#define TCPSCOPE_ST_XFER_SEEN (1u << 15) /* a transfer has started: the next seq follows tx_seq/rx_seq */
+#define TCPSCOPE_ST_MASK \
+	(TCPSCOPE_ST_START_SET | TCPSCOPE_ST_TX_OPEN | TCPSCOPE_ST_RX_OPEN | TCPSCOPE_ST_XFER_SEEN)
 
 /* BPF_F_CLONE: an accepted socket inherits the listener's storage (what the
  * application set on the listener); flow.bpf.c resets the rest when the

@@ -2,15 +2,9 @@
 // kernel; skipped otherwise), makes loopback connections in a network
 // namespace of the test's own, and reads the records through RingReader.
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <net/if.h>
 #include <netinet/in.h>
-#include <sched.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,47 +16,34 @@
 
 #include "kernel/flow_probe.h"
 #include "kernel/ring_reader.h"
+#include "netns_child.h"
 
 namespace tcpscope {
 namespace {
 
-// In a child in a fresh network namespace: bring up lo, make `n` connections
-// to a listener on 127.0.0.1 and close both ends of each. Writes the
-// namespace's inode number to `out_fd` first; exits 0 on success.
-[[noreturn]] void connect_in_private_netns(int n, int out_fd) {
-  if (unshare(CLONE_NEWNET) != 0) _exit(10);
-  struct stat st {};
-  if (stat("/proc/self/ns/net", &st) != 0) _exit(11);
-  uint32_t inum = static_cast<uint32_t>(st.st_ino);
-  if (write(out_fd, &inum, sizeof(inum)) != sizeof(inum)) _exit(12);
-  int ctl = socket(AF_INET, SOCK_DGRAM, 0);
-  ifreq ifr{};
-  std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
-  if (ioctl(ctl, SIOCGIFFLAGS, &ifr) != 0) _exit(13);
-  ifr.ifr_flags |= IFF_UP;
-  if (ioctl(ctl, SIOCSIFFLAGS, &ifr) != 0) _exit(14);
-  close(ctl);
-
+// Makes `n` connections to a listener on 127.0.0.1 and closes both ends of
+// each; returns 0 on success (run in the child of run_in_private_netns).
+int connect_and_close(int n) {
   int ls = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(ls, 128) != 0) _exit(15);
+  if (bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(ls, 128) != 0) return 1;
   socklen_t len = sizeof(a);
   getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
   for (int i = 0; i < n; ++i) {
     int c = socket(AF_INET, SOCK_STREAM, 0);
-    if (connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) _exit(16);
+    if (connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return 2;
     int s = accept(ls, nullptr, nullptr);
-    if (s < 0) _exit(17);
-    if (write(c, "x", 1) != 1) _exit(18);
+    if (s < 0) return 3;
+    if (write(c, "x", 1) != 1) return 4;
     char b;
-    if (read(s, &b, 1) != 1) _exit(19);
+    if (read(s, &b, 1) != 1) return 5;
     close(c);  // active close: the client ends in TIME_WAIT, its record is emitted then
     close(s);
   }
   close(ls);
-  _exit(0);
+  return 0;
 }
 
 class RealProbe : public ::testing::Test {
@@ -78,23 +59,8 @@ class RealProbe : public ::testing::Test {
     ASSERT_TRUE(probe_) << error << "\n" << details;
   }
 
-  // Runs the connecting child; returns its network namespace's inode.
   uint32_t make_connections(int n) {
-    int p[2];
-    EXPECT_EQ(pipe(p), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-      close(p[0]);
-      connect_in_private_netns(n, p[1]);
-    }
-    close(p[1]);
-    uint32_t inum = 0;
-    EXPECT_EQ(read(p[0], &inum, sizeof(inum)), static_cast<ssize_t>(sizeof(inum)));
-    close(p[0]);
-    int status = 0;
-    EXPECT_EQ(waitpid(pid, &status, 0), pid);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
-    return inum;
+    return run_in_private_netns([n] { return connect_and_close(n); });
   }
 
   std::unique_ptr<FlowProbe> probe_;

@@ -1,0 +1,226 @@
+// Drives the real BPF programs through request/response exchanges on a
+// kept-alive loopback connection and checks the transfer records the kernel
+// side hands over: one per request and per response, exact payload bytes,
+// seq in start order, and wait_us covering the server's think time.
+#include <arpa/inet.h>
+#include <bpf/libbpf.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernel/flow_probe.h"
+#include "netns_child.h"
+
+namespace tcpscope {
+namespace {
+
+constexpr size_t kRequestBytes = 100;
+constexpr int kThinkMs = 30;  // the server's delay before each response
+const std::vector<size_t> kResponseBytes = {50000, 5000000, 50000};
+constexpr int kClientRcvBuf = 128 * 1024;
+// Responses this large are read slowly, so that the client's window limits them.
+constexpr size_t kSlowReadBytes = 1000000;
+
+bool write_all(int fd, size_t n) {
+  std::vector<char> buf(std::min<size_t>(n, 1 << 16), 'r');
+  while (n > 0) {
+    ssize_t w = write(fd, buf.data(), std::min(n, buf.size()));
+    if (w <= 0) return false;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// A positive `pause` makes a slow reader: the sender's window fills.
+bool read_all(int fd, size_t n, std::chrono::microseconds pause = {}) {
+  std::vector<char> buf(1 << 16);
+  while (n > 0) {
+    ssize_t r = read(fd, buf.data(), std::min(n, buf.size()));
+    if (r <= 0) return false;
+    n -= static_cast<size_t>(r);
+    if (pause.count()) std::this_thread::sleep_for(pause);
+  }
+  return true;
+}
+
+// One kept-alive connection: per response size, the client sends a request,
+// the server reads it, thinks, and answers; the client reads the answer and
+// pauses before the next request. Runs in the child.
+int keep_alive_exchange() {
+  int ls = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(ls, 8) != 0) return 1;
+  socklen_t len = sizeof(a);
+  getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
+  int c = socket(AF_INET, SOCK_STREAM, 0);
+  // Loopback outruns any application: with the client's window as the
+  // bottleneck the server always has data queued while it writes the large
+  // response, as on a real path; unbounded, the queue can drain completely
+  // while the writer waits to be scheduled, which by the rule starts a new
+  // transfer.
+  int rcvbuf = kClientRcvBuf;
+  if (setsockopt(c, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)) != 0) return 5;
+  if (connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return 2;
+  int s = accept(ls, nullptr, nullptr);
+  if (s < 0) return 3;
+  std::thread server([s] {
+    for (size_t bytes : kResponseBytes) {
+      if (!read_all(s, kRequestBytes)) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(kThinkMs));
+      if (!write_all(s, bytes)) return;
+    }
+  });
+  bool ok = true;
+  for (size_t bytes : kResponseBytes) {
+    const auto pause = bytes >= kSlowReadBytes ? std::chrono::microseconds(1000) : std::chrono::microseconds(0);
+    ok = ok && write_all(c, kRequestBytes) && read_all(c, bytes, pause);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  server.join();
+  close(c);
+  close(s);
+  close(ls);
+  return ok ? 0 : 4;
+}
+
+class TransferProbe : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "loading BPF programs needs root";
+    if (access("/sys/kernel/btf/vmlinux", R_OK) != 0) GTEST_SKIP() << "no kernel BTF";
+    FlowProbeOptions opts;
+    opts.ring_buffer_bytes = 4u << 20;
+    opts.remote_trie_entries = 1024;
+    std::string error, details;
+    probe_ = FlowProbe::open_and_attach(opts, &error, &details);
+    ASSERT_TRUE(probe_) << error << "\n" << details;
+    ring_ = ring_buffer__new(probe_->ring_buffer_fd(), &TransferProbe::on_sample, this, nullptr);
+    ASSERT_TRUE(ring_) << "ring_buffer__new: " << strerror(errno);
+  }
+  void TearDown() override {
+    if (ring_) ring_buffer__free(ring_);
+  }
+
+  static int on_sample(void* ctx, void* data, size_t size) {
+    auto* self = static_cast<TransferProbe*>(ctx);
+    if (size == sizeof(tcpscope_transfer_event)) {
+      tcpscope_transfer_event t;
+      std::memcpy(&t, data, sizeof(t));
+      self->transfers_.push_back(t);
+    } else if (size >= sizeof(tcpscope_flow_event)) {
+      tcpscope_flow_event f;
+      std::memcpy(&f, data, sizeof(f));
+      self->flows_.push_back(f);
+    }
+    return 0;
+  }
+
+  // Transfers of `netns`'s socket on local port `lport`, in seq order.
+  std::vector<tcpscope_transfer_event> of(uint32_t netns, uint16_t lport) const {
+    std::vector<tcpscope_transfer_event> out;
+    for (const auto& t : transfers_)
+      if (t.netns == netns && t.sport == lport) out.push_back(t);
+    std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.seq < y.seq; });
+    return out;
+  }
+
+  std::unique_ptr<FlowProbe> probe_;
+  ring_buffer* ring_ = nullptr;
+  std::vector<tcpscope_transfer_event> transfers_;
+  std::vector<tcpscope_flow_event> flows_;
+};
+
+TEST_F(TransferProbe, KeptAliveRequestsAndResponsesAreOneTransferEach) {
+  const uint32_t netns = run_in_private_netns(keep_alive_exchange);
+  // Both ends' records; the passive end closes on the final ACK, which may
+  // trail the child's exit.
+  auto ours = [&] {
+    return std::count_if(flows_.begin(), flows_.end(), [&](const auto& f) { return f.netns == netns; });
+  };
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  // The kernel wakes readers only for a filling ring: consume, do not poll.
+  while (ours() < 2 && std::chrono::steady_clock::now() < deadline) {
+    ring_buffer__consume(ring_);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(ours(), 2);
+  EXPECT_EQ(probe_->counter(TCPSCOPE_CNT_TRANSFERS_LOST), 0u);
+
+  const tcpscope_flow_event* server = nullptr;
+  const tcpscope_flow_event* client = nullptr;
+  for (const auto& f : flows_)
+    if (f.netns == netns) {
+      (f.dir == TCPSCOPE_DIR_PASSIVE ? server : client) = &f;
+    }
+  ASSERT_TRUE(server && client);
+
+  const size_t n = kResponseBytes.size();
+  for (const auto* flow : {server, client}) {
+    const bool is_server = flow == server;
+    SCOPED_TRACE(is_server ? "server" : "client");
+    auto ts = of(netns, flow->sport);
+    std::string seen;
+    for (const auto& t : ts)
+      seen += std::to_string(t.seq) + (t.direction == TCPSCOPE_XFER_SEND ? " send " : " recv ") +
+              std::to_string(t.bytes) + " B " + std::to_string((t.end_ns - t.start_ns) / 1000) + " us wait " +
+              std::to_string(t.wait_us) + "\n";
+    ASSERT_EQ(ts.size(), 2 * n) << seen;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      const auto& t = ts[i];
+      EXPECT_EQ(t.seq, i);
+      EXPECT_EQ(t.flow_start_ns, flow->start_ns) << "the flow record's start";
+      EXPECT_EQ(t.dir, flow->dir);
+      EXPECT_LE(t.start_ns, t.end_ns);
+      EXPECT_GE(t.start_ns, flow->start_ns);
+      EXPECT_LE(t.end_ns, flow->end_ns);
+      if (i > 0) {
+        EXPECT_GE(t.start_ns, ts[i - 1].end_ns) << "request and response alternate";
+      }
+      // Requests first: the client sends, the server receives; then the response.
+      const bool request = i % 2 == 0;
+      const bool sent = request != is_server;
+      EXPECT_EQ(t.direction, sent ? TCPSCOPE_XFER_SEND : TCPSCOPE_XFER_RECV) << "seq " << i;
+      EXPECT_EQ(t.bytes, request ? kRequestBytes : kResponseBytes[i / 2]) << "seq " << i;
+      if (!request && is_server) {
+        // Request arrival to response start: the think time, plus scheduling.
+        EXPECT_GE(t.wait_us, kThinkMs * 1000u) << "seq " << i;
+        EXPECT_LT(t.wait_us, kThinkMs * 1000u + 20000u) << "seq " << i;
+      }
+      if (!request && is_server && t.bytes >= kSlowReadBytes) {
+        // Time counters tick in jiffies (4 ms at HZ=250), reads take >= 1 ms each.
+        const uint64_t xfer_us = (t.end_ns - t.start_ns) / 1000;
+        EXPECT_GT(2 * uint64_t{t.rwnd_limited_us}, xfer_us) << "the slow reader's window limited most of it";
+        EXPECT_LE(uint64_t{t.busy_us} + t.rwnd_limited_us + t.sndbuf_limited_us, xfer_us + 8000)
+            << "accrued during it, to two ticks";
+      }
+      if (!request && !is_server) {
+        // Time to first byte from the request: covers the think time.
+        EXPECT_GE(t.wait_us, kThinkMs * 1000u) << "seq " << i;
+        EXPECT_LT(t.wait_us, kThinkMs * 1000u + 20000u) << "seq " << i;
+      }
+      if (i == 0) {
+        EXPECT_EQ(t.wait_us, TCPSCOPE_NO_WAIT) << "nothing came before the first request";
+      }
+    }
+    uint64_t sent = 0, received = 0;
+    for (const auto& t : ts) {
+      (t.direction == TCPSCOPE_XFER_SEND ? sent : received) += t.bytes;
+    }
+    EXPECT_EQ(sent, flow->bytes_acked);
+    EXPECT_EQ(received, flow->bytes_received);
+  }
+}
+
+}  // namespace
+}  // namespace tcpscope
