@@ -8,7 +8,7 @@ using namespace json_writer;
 
 namespace {
 
-// Everything but the variable-length strings: 46 keys (< 800 bytes with
+// Everything but the variable-length strings: 47 keys (< 800 bytes with
 // their quotes, colons and commas), at most 20 digits per number, two
 // addresses of at most INET6_ADDRSTRLEN.
 constexpr size_t kFixedBound = 2048;
@@ -31,7 +31,7 @@ void append_flow_json(const FlowRecord& r, std::string* out) {
   out->resize(old + bound);
   char* const begin = out->data() + old;
   char* p = begin;
-  p = put(p, "{\"start_ns\":");
+  p = put(p, "{\"kind\":\"flow\",\"start_ns\":");
   p = put_int(p, r.start_ns);
   p = put(p, ",\"end_ns\":");
   p = put_int(p, r.end_ns);
