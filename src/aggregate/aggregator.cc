@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include "config/config.h"
@@ -76,6 +77,84 @@ void publish(prometheus::Counter* c, double* pending) {
   if (*pending > 0) c->Increment(*pending);
   *pending = 0;
 }
+
+// A histogram family split by size class, for one (peer_class, asn, cc)
+// label set: a histogram per configured class, created on first use, and
+// those of classes a reload replaced, which stop moving and are removed
+// stale_asn_seconds after the reload (or with the label set).
+class SizeClassHistograms {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  SizeClassHistograms(prometheus::Family<prometheus::Histogram>* family, const std::vector<double>& bounds,
+                      size_t classes)
+      : family_(family), bounds_(&bounds), live_(classes, nullptr), pending_(classes) {}
+
+  // Observes `value` in size class `sc`, named `name`; `labels` are the label set's.
+  void add(size_t sc, const std::string& name, const prometheus::Labels& labels, double value) {
+    if (!live_[sc]) {
+      auto l = labels;
+      l.emplace("size_class", name);
+      live_[sc] = &family_->Add(l, *bounds_);
+    }
+    pending_[sc].add(*bounds_, value);
+  }
+  void publish() {
+    for (size_t i = 0; i < live_.size(); ++i)
+      if (live_[i]) pending_[i].publish(live_[i]);
+  }
+  // New size classes (names in order): a class whose name is in force again
+  // keeps or gets back its histogram (the registry holds one series per
+  // label set), the others retire as of `now`. Publish first: pending
+  // observations are per old class.
+  void reclass(const std::vector<std::string>& old_names, const std::vector<std::string>& new_names,
+               Clock::time_point now) {
+    std::vector<Retired> pool = std::move(retired_);
+    retired_.clear();
+    for (size_t i = 0; i < live_.size(); ++i)
+      if (live_[i]) pool.push_back({old_names[i], live_[i], now});
+    std::vector<prometheus::Histogram*> kept(new_names.size(), nullptr);
+    for (auto& r : pool) {
+      auto j = std::find(new_names.begin(), new_names.end(), r.size_class);
+      if (j != new_names.end())
+        kept[static_cast<size_t>(j - new_names.begin())] = r.histogram;
+      else
+        retired_.push_back(std::move(r));
+    }
+    live_ = std::move(kept);
+    pending_.assign(new_names.size(), PendingHistogram{});
+  }
+  // Removes the retired histograms `expired(since)` says are past their grace period.
+  template <class Expired>
+  void remove_expired(Expired expired) {
+    for (size_t i = 0; i < retired_.size();) {
+      if (expired(retired_[i].since)) {
+        family_->Remove(retired_[i].histogram);
+        retired_[i] = retired_.back();
+        retired_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+  void remove_all() {
+    for (auto* h : live_)
+      if (h) family_->Remove(h);
+    for (const auto& r : retired_) family_->Remove(r.histogram);
+  }
+
+ private:
+  struct Retired {
+    std::string size_class;
+    prometheus::Histogram* histogram;
+    Clock::time_point since;
+  };
+  prometheus::Family<prometheus::Histogram>* family_;
+  const std::vector<double>* bounds_;
+  std::vector<prometheus::Histogram*> live_;   // per size class
+  std::vector<PendingHistogram> pending_;      // as live_
+  std::vector<Retired> retired_;
+};
 
 }  // namespace
 
@@ -156,15 +235,7 @@ struct Aggregator::Series {
   prometheus::Histogram* srtt = nullptr;
   prometheus::Histogram* min_rtt = nullptr;
   prometheus::Histogram* throughput = nullptr;
-  std::vector<prometheus::Histogram*> fct;  // per size class
-  // FCT histograms of size classes a reload replaced: they stop moving and
-  // are removed stale_asn_seconds after the reload (or with the series).
-  struct Retired {
-    std::string size_class;
-    prometheus::Histogram* histogram;
-    Clock::time_point since;
-  };
-  std::vector<Retired> retired_fct;
+  std::optional<SizeClassHistograms> fct;
 
   // What flows added since the last publish_locked() put into the metrics
   // above; only `pending.dirty` series are visited when publishing.
@@ -172,7 +243,6 @@ struct Aggregator::Series {
     double flows[kDirs][kOutcomes] = {};
     double bytes_acked = 0, bytes_received = 0, segments_out = 0, retrans_segments = 0;
     double ca_state[kCaStates] = {};
-    std::vector<PendingHistogram> fct;  // as `fct`
     PendingHistogram throughput, srtt, min_rtt;
     bool dirty = false;
   } pending;
@@ -254,8 +324,7 @@ Aggregator::Series* Aggregator::series_for(uint8_t class_id, uint8_t cc_id, uint
   s->bytes_received = &bytes_received_->Add(labels);
   s->segments_out = &segments_out_->Add(labels);
   s->retrans_segments = &retrans_segments_->Add(labels);
-  s->fct.assign(size_class_names_.size(), nullptr);
-  s->pending.fct.resize(size_class_names_.size());
+  s->fct.emplace(fct_, fct_buckets_seconds(), size_class_names_.size());
   Series* raw = s.get();
   series_.emplace(key, std::move(s));
   return raw;
@@ -297,9 +366,8 @@ void Aggregator::add(const FlowRecord& f, AsnLabel asn) {
   // the daemon attached) has an unknown start.
   if (f.outcome == Outcome::kOk && bytes > 0 && !f.partial) {
     const uint32_t sc = size_class_index(bytes, options_.size_classes_bytes);
-    if (!s->fct[sc]) s->fct[sc] = &fct_->Add(s->with("size_class", size_class_names_[sc]), fct_buckets_seconds());
     const uint64_t fct_us = f.fct_us > 0 ? static_cast<uint64_t>(f.fct_us) : 0;
-    p.fct[sc].add(fct_buckets_seconds(), us_to_seconds(fct_us));
+    s->fct->add(sc, size_class_names_[sc], s->base(), us_to_seconds(fct_us));
 
     if (bytes >= options_.throughput_min_bytes && fct_us > 0) {
       if (!s->throughput) s->throughput = &throughput_->Add(s->base(), throughput_buckets_bytes_per_second());
@@ -341,8 +409,7 @@ void Aggregator::publish_locked() {
     publish(s->retrans_segments, &p.retrans_segments);
     for (size_t i = 0; i < kCaStates; ++i)
       if (s->ca_state[i]) publish(s->ca_state[i], &p.ca_state[i]);
-    for (size_t i = 0; i < s->fct.size(); ++i)
-      if (s->fct[i]) p.fct[i].publish(s->fct[i]);
+    s->fct->publish();
     if (s->throughput) p.throughput.publish(s->throughput);
     if (s->srtt) p.srtt.publish(s->srtt);
     if (s->min_rtt) p.min_rtt.publish(s->min_rtt);
@@ -365,16 +432,7 @@ void Aggregator::retire_series(const AsnRanking& ranking) {
   for (auto it = series_.begin(); it != series_.end();) {
     Series* s = it->second.get();
     // Histograms of replaced size classes go after the same grace period.
-    auto& retired = s->retired_fct;
-    for (size_t i = 0; i < retired.size();) {
-      if (expired(retired[i].since)) {
-        fct_->Remove(retired[i].histogram);
-        retired[i] = retired.back();
-        retired.pop_back();
-      } else {
-        ++i;
-      }
-    }
+    s->fct->remove_expired(expired);
     if (s->specific_asn) {
       if (ranking.label(s->asn_number) == AsnLabel::kOwn) {
         s->last_in_top = now;
@@ -426,9 +484,7 @@ void Aggregator::remove_series(Series* s) {
   if (s->srtt) srtt_->Remove(s->srtt);
   if (s->min_rtt) min_rtt_->Remove(s->min_rtt);
   if (s->throughput) throughput_->Remove(s->throughput);
-  for (auto* h : s->fct)
-    if (h) fct_->Remove(h);
-  for (const auto& r : s->retired_fct) fct_->Remove(r.histogram);
+  s->fct->remove_all();
 }
 
 void Aggregator::set_active_flows(const ActiveFlows& active) {
@@ -457,22 +513,7 @@ void Aggregator::update_options(AggregatorOptions options) {
     const auto old_names = std::move(size_class_names_);
     size_class_names_ = size_class_names(options_.size_classes_bytes);
     const Clock::time_point now = Clock::now();
-    for (auto& [key, s] : series_) {
-      std::vector<Series::Retired> pool = std::move(s->retired_fct);
-      s->retired_fct.clear();
-      for (size_t i = 0; i < s->fct.size(); ++i)
-        if (s->fct[i]) pool.push_back({old_names[i], s->fct[i], now});
-      std::vector<prometheus::Histogram*> kept(size_class_names_.size(), nullptr);
-      for (auto& r : pool) {
-        auto j = std::find(size_class_names_.begin(), size_class_names_.end(), r.size_class);
-        if (j != size_class_names_.end())
-          kept[static_cast<size_t>(j - size_class_names_.begin())] = r.histogram;
-        else
-          s->retired_fct.push_back(std::move(r));
-      }
-      s->fct = std::move(kept);
-      s->pending.fct.assign(size_class_names_.size(), PendingHistogram{});
-    }
+    for (auto& [key, s] : series_) s->fct->reclass(old_names, size_class_names_, now);
   }
 }
 
