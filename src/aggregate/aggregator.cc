@@ -20,6 +20,7 @@ namespace {
 
 constexpr size_t kDirs = 2;
 constexpr size_t kOutcomes = 5;
+constexpr size_t kTransferDirections = 2;  // send, recv
 constexpr size_t kCaStates = TCPSCOPE_CA_STATES;
 // Order of FlowRecord::ca_state_us (the kernel's TCP_CA_* order).
 constexpr const char* kCaStateNames[kCaStates] = {"open", "disorder", "cwr", "recovery", "loss"};
@@ -204,7 +205,11 @@ uint64_t series_budget(const AggregatorOptions& o, uint32_t top_n, uint64_t peer
                                  + kCaStates                             // congestion_state_seconds_total
                                  + size_classes * histogram(fct_buckets_seconds())
                                  + histogram(throughput_buckets_bytes_per_second())  //
-                                 + 2 * histogram(rtt_buckets_seconds());
+                                 + 2 * histogram(rtt_buckets_seconds())
+                                 + kTransferDirections                   // transfers_total
+                                 + size_classes * histogram(fct_buckets_seconds())   // transfer_seconds
+                                 + histogram(throughput_buckets_bytes_per_second())  // transfer_throughput
+                                 + 1;                                    // transfer_throughput_excluded_total
   const uint64_t asn_values = uint64_t{top_n} + o.max_stale_asns + 2;  // + "0" and "other"
   return peer_classes * congestion_controls * (asn_values * per_label_set + 1);
 }
@@ -236,6 +241,10 @@ struct Aggregator::Series {
   prometheus::Histogram* min_rtt = nullptr;
   prometheus::Histogram* throughput = nullptr;
   std::optional<SizeClassHistograms> fct;
+  prometheus::Counter* transfers[kTransferDirections] = {};
+  std::optional<SizeClassHistograms> transfer_seconds;
+  prometheus::Histogram* transfer_throughput = nullptr;
+  prometheus::Counter* transfer_throughput_excluded = nullptr;  // reason="rwnd_limited"
 
   // What flows added since the last publish_locked() put into the metrics
   // above; only `pending.dirty` series are visited when publishing.
@@ -244,6 +253,9 @@ struct Aggregator::Series {
     double bytes_acked = 0, bytes_received = 0, segments_out = 0, retrans_segments = 0;
     double ca_state[kCaStates] = {};
     PendingHistogram throughput, srtt, min_rtt;
+    double transfers[kTransferDirections] = {};
+    double transfer_throughput_excluded = 0;
+    PendingHistogram transfer_throughput;
     bool dirty = false;
   } pending;
 
@@ -298,6 +310,29 @@ Aggregator::Aggregator(std::shared_ptr<prometheus::Registry> registry, Aggregato
                   .Name("tcpscope_min_rtt_seconds")
                   .Help("Minimum RTT of completed flows that moved data.")
                   .Register(r);
+  transfers_total_ = &prometheus::BuildCounter()
+                          .Name("tcpscope_transfers_total")
+                          .Help("Transfers (runs of data in one direction of a flow) by peer class, ASN, congestion "
+                                "control and direction (send, recv).")
+                          .Register(r);
+  transfer_seconds_ = &prometheus::BuildHistogram()
+                           .Name("tcpscope_transfer_seconds")
+                           .Help("Transfer time (xfer_us: send, first byte handed to TCP to last byte acknowledged; "
+                                 "recv, first byte to last byte arrived), size class by the transfer's bytes.")
+                           .Register(r);
+  transfer_throughput_ = &prometheus::BuildHistogram()
+                              .Name("tcpscope_transfer_throughput_bytes_per_second")
+                              .Help("Payload bytes / transfer time of sent transfers of at least "
+                                    "throughput_min_bytes that the receiver's window did not limit for most of "
+                                    "their time.")
+                              .Register(r);
+  transfer_throughput_excluded_ = &prometheus::BuildCounter()
+                                       .Name("tcpscope_transfer_throughput_excluded_total")
+                                       .Help("Sent transfers of at least throughput_min_bytes left out of "
+                                             "tcpscope_transfer_throughput_bytes_per_second, by reason "
+                                             "(rwnd_limited: the receiver's window limited them for most of "
+                                             "their time).")
+                                       .Register(r);
   active_flows_ = &prometheus::BuildGauge()
                        .Name("tcpscope_active_flows")
                        .Help("Open TCP flows at the last snapshot, by peer class and congestion control.")
@@ -325,6 +360,7 @@ Aggregator::Series* Aggregator::series_for(uint8_t class_id, uint8_t cc_id, uint
   s->segments_out = &segments_out_->Add(labels);
   s->retrans_segments = &retrans_segments_->Add(labels);
   s->fct.emplace(fct_, fct_buckets_seconds(), size_class_names_.size());
+  s->transfer_seconds.emplace(transfer_seconds_, fct_buckets_seconds(), size_class_names_.size());
   Series* raw = s.get();
   series_.emplace(key, std::move(s));
   return raw;
@@ -386,6 +422,41 @@ void Aggregator::add(const FlowRecord& f, AsnLabel asn) {
   if (!batching_) publish_locked();
 }
 
+void Aggregator::add(const TransferRecord& t, AsnLabel asn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool other = asn == AsnLabel::kOther;
+  Series* s = series_for(class_ids_.id(t.peer_class), cc_ids_.id(t.cc), other ? 0 : t.asn, other);
+
+  const size_t d = t.direction == TransferDirection::kRecv ? 1 : 0;
+  if (!s->transfers[d]) s->transfers[d] = &transfers_total_->Add(s->with("direction", to_string(t.direction)));
+  auto& p = s->pending;
+  if (!p.dirty) {
+    p.dirty = true;
+    dirty_.push_back(s);
+  }
+  p.transfers[d] += 1;
+  const uint32_t sc = size_class_index(t.bytes, options_.size_classes_bytes);
+  const uint64_t xfer_us = t.xfer_us > 0 ? static_cast<uint64_t>(t.xfer_us) : 0;
+  s->transfer_seconds->add(sc, size_class_names_[sc], s->base(), us_to_seconds(xfer_us));
+
+  // What the path carried: only what this host sent (a received transfer's
+  // time includes the sender's pauses), large enough to leave slow start,
+  // and not held back by the receiver's window; those that were are counted
+  // so the histogram's share of them shows.
+  if (t.direction == TransferDirection::kSend && t.bytes >= options_.throughput_min_bytes && xfer_us > 0) {
+    if (t.rwnd_limited()) {
+      if (!s->transfer_throughput_excluded)
+        s->transfer_throughput_excluded = &transfer_throughput_excluded_->Add(s->with("reason", "rwnd_limited"));
+      p.transfer_throughput_excluded += 1;
+    } else {
+      if (!s->transfer_throughput)
+        s->transfer_throughput = &transfer_throughput_->Add(s->base(), throughput_buckets_bytes_per_second());
+      p.transfer_throughput.add(throughput_buckets_bytes_per_second(), t.throughput_bytes_per_second());
+    }
+  }
+  if (!batching_) publish_locked();
+}
+
 void Aggregator::begin_batch() {
   std::lock_guard<std::mutex> lock(mu_);
   batching_ = true;
@@ -413,6 +484,11 @@ void Aggregator::publish_locked() {
     if (s->throughput) p.throughput.publish(s->throughput);
     if (s->srtt) p.srtt.publish(s->srtt);
     if (s->min_rtt) p.min_rtt.publish(s->min_rtt);
+    for (size_t d = 0; d < kTransferDirections; ++d)
+      if (s->transfers[d]) publish(s->transfers[d], &p.transfers[d]);
+    s->transfer_seconds->publish();
+    if (s->transfer_throughput) p.transfer_throughput.publish(s->transfer_throughput);
+    if (s->transfer_throughput_excluded) publish(s->transfer_throughput_excluded, &p.transfer_throughput_excluded);
     p.dirty = false;
   }
   dirty_.clear();
@@ -433,6 +509,7 @@ void Aggregator::retire_series(const AsnRanking& ranking) {
     Series* s = it->second.get();
     // Histograms of replaced size classes go after the same grace period.
     s->fct->remove_expired(expired);
+    s->transfer_seconds->remove_expired(expired);
     if (s->specific_asn) {
       if (ranking.label(s->asn_number) == AsnLabel::kOwn) {
         s->last_in_top = now;
@@ -485,6 +562,11 @@ void Aggregator::remove_series(Series* s) {
   if (s->min_rtt) min_rtt_->Remove(s->min_rtt);
   if (s->throughput) throughput_->Remove(s->throughput);
   s->fct->remove_all();
+  for (auto* c : s->transfers)
+    if (c) transfers_total_->Remove(c);
+  s->transfer_seconds->remove_all();
+  if (s->transfer_throughput) transfer_throughput_->Remove(s->transfer_throughput);
+  if (s->transfer_throughput_excluded) transfer_throughput_excluded_->Remove(s->transfer_throughput_excluded);
 }
 
 void Aggregator::set_active_flows(const ActiveFlows& active) {
@@ -501,7 +583,7 @@ void Aggregator::set_active_flows(const ActiveFlows& active) {
 
 void Aggregator::update_options(AggregatorOptions options) {
   std::lock_guard<std::mutex> lock(mu_);
-  publish_locked();  // pending FCT observations are per size class of the old options
+  publish_locked();  // pending FCT and transfer-time observations are per size class of the old options
   const bool classes_changed = options.size_classes_bytes != options_.size_classes_bytes;
   options_ = std::move(options);
   if (classes_changed) {
@@ -513,7 +595,10 @@ void Aggregator::update_options(AggregatorOptions options) {
     const auto old_names = std::move(size_class_names_);
     size_class_names_ = size_class_names(options_.size_classes_bytes);
     const Clock::time_point now = Clock::now();
-    for (auto& [key, s] : series_) s->fct->reclass(old_names, size_class_names_, now);
+    for (auto& [key, s] : series_) {
+      s->fct->reclass(old_names, size_class_names_, now);
+      s->transfer_seconds->reclass(old_names, size_class_names_, now);
+    }
   }
 }
 
