@@ -1012,6 +1012,10 @@ TEST(SelfMetricsTest, TotalsAdvanceCountersByTheDelta) {
   m.set_records_lost(12);
   m.set_records(1000);
   m.set_records(1500);
+  m.set_transfer_records_lost(2);
+  m.set_transfer_records_lost(3);
+  m.set_transfer_records(40);
+  m.set_transfer_records(90);
   m.set_enrichment_lookups(40);
   m.set_flow_log_dropped(3);
   m.set_flow_log_dropped(1);  // source restarted: 1 new drop
@@ -1024,6 +1028,8 @@ TEST(SelfMetricsTest, TotalsAdvanceCountersByTheDelta) {
   Scrape s(*registry);
   EXPECT_EQ(s.counter("tcpscope_records_lost_total", {}), 12);
   EXPECT_EQ(s.counter("tcpscope_records_total", {}), 1500);
+  EXPECT_EQ(s.counter("tcpscope_transfer_records_lost_total", {}), 3);
+  EXPECT_EQ(s.counter("tcpscope_transfer_records_total", {}), 90);
   EXPECT_EQ(s.counter("tcpscope_enrichment_lookups_total", {}), 40);
   EXPECT_EQ(s.counter("tcpscope_flow_log_dropped_total", {}), 4);
   EXPECT_EQ(s.gauge("tcpscope_ring_buffer_fill_ratio", {}), 0.25);
