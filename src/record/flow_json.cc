@@ -23,10 +23,7 @@ void append_json_string(std::string_view s, std::string* out) {
 }
 
 void append_flow_json(const FlowRecord& r, std::string* out) {
-  size_t bound = kFixedBound + escaped_bound(r.cc) + escaped_bound(r.peer_class) + escaped_bound(r.as_org) +
-                 escaped_bound(r.comm);
-  for (const auto* o : {&r.cc_rule, &r.experiment, &r.arm})
-    if (*o) bound += escaped_bound(**o);
+  const size_t bound = kFixedBound + escaped_bound(r.cc) + escaped_bound(r.comm) + enrichment_bound(r);
   const size_t old = out->size();
   out->resize(old + bound);
   char* const begin = out->data() + old;
@@ -39,18 +36,7 @@ void append_flow_json(const FlowRecord& r, std::string* out) {
   p = put_int(p, r.fct_us);
   p = put(p, ",\"duration_us\":");
   p = put_int(p, r.duration_us);
-  p = put(p, ",\"family\":");
-  p = put_int(p, r.family());
-  p = put(p, ",\"laddr\":");
-  p = put_addr(p, r.laddr);
-  p = put(p, ",\"lport\":");
-  p = put_int(p, r.lport);
-  p = put(p, ",\"raddr\":");
-  p = put_addr(p, r.raddr);
-  p = put(p, ",\"rport\":");
-  p = put_int(p, r.rport);
-  p = put(p, ",\"dir\":");
-  p = put_escaped(p, to_string(r.dir));
+  p = put_endpoints(p, r);
   p = put(p, ",\"outcome\":");
   p = put_escaped(p, to_string(r.outcome));
   p = put(p, ",\"cc\":");
@@ -87,18 +73,7 @@ void append_flow_json(const FlowRecord& r, std::string* out) {
   p = put_int(p, r.delivery_rate_bps);
   p = put(p, ",\"pacing_rate_bps\":");
   p = put_int(p, r.pacing_rate_bps);
-  p = put(p, ",\"peer_class\":");
-  p = put_escaped(p, r.peer_class);
-  p = put(p, ",\"asn\":");
-  p = put_int(p, r.asn);
-  p = put(p, ",\"as_org\":");
-  p = put_escaped(p, r.as_org);
-  p = put(p, ",\"cc_rule\":");
-  p = put_opt(p, r.cc_rule);
-  p = put(p, ",\"experiment\":");
-  p = put_opt(p, r.experiment);
-  p = put(p, ",\"arm\":");
-  p = put_opt(p, r.arm);
+  p = put_enrichment(p, r);
   p = put(p, ",\"app_set_cc\":");
   p = put_bool(p, r.app_set_cc);
   p = put(p, ",\"pid\":");

@@ -8,11 +8,13 @@
 #include <charconv>
 #include <cstddef>
 #include <cstring>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "net/ip_addr.h"
+#include "record/flow_record.h"
 
 namespace tcpscope::json_writer {
 
@@ -86,6 +88,52 @@ inline char* put_addr(char* p, const IpAddr& a) {
   }
   *p++ = '"';
   return p;
+}
+
+// The field groups the flow line and the transfer line share, in SPEC.md's
+// order; `Record` is a FlowRecord or a TransferRecord.
+
+// The flow's endpoints: family, laddr, lport, raddr, rport, dir.
+template <class Record>
+char* put_endpoints(char* p, const Record& r) {
+  p = put(p, ",\"family\":");
+  p = put_int(p, r.family());
+  p = put(p, ",\"laddr\":");
+  p = put_addr(p, r.laddr);
+  p = put(p, ",\"lport\":");
+  p = put_int(p, r.lport);
+  p = put(p, ",\"raddr\":");
+  p = put_addr(p, r.raddr);
+  p = put(p, ",\"rport\":");
+  p = put_int(p, r.rport);
+  p = put(p, ",\"dir\":");
+  return put_escaped(p, to_string(r.dir));
+}
+
+// What the pipeline added: peer_class, asn, as_org, cc_rule, experiment, arm.
+template <class Record>
+char* put_enrichment(char* p, const Record& r) {
+  p = put(p, ",\"peer_class\":");
+  p = put_escaped(p, r.peer_class);
+  p = put(p, ",\"asn\":");
+  p = put_int(p, r.asn);
+  p = put(p, ",\"as_org\":");
+  p = put_escaped(p, r.as_org);
+  p = put(p, ",\"cc_rule\":");
+  p = put_opt(p, r.cc_rule);
+  p = put(p, ",\"experiment\":");
+  p = put_opt(p, r.experiment);
+  p = put(p, ",\"arm\":");
+  return put_opt(p, r.arm);
+}
+
+// The most bytes put_enrichment's strings take.
+template <class Record>
+size_t enrichment_bound(const Record& r) {
+  size_t bound = escaped_bound(r.peer_class) + escaped_bound(r.as_org);
+  for (const auto* o : {&r.cc_rule, &r.experiment, &r.arm})
+    if (*o) bound += escaped_bound(**o);
+  return bound;
 }
 
 }  // namespace tcpscope::json_writer

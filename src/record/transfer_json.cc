@@ -16,27 +16,14 @@ constexpr size_t kFixedBound = 1024;
 }  // namespace
 
 void append_transfer_json(const TransferRecord& r, std::string* out) {
-  size_t bound = kFixedBound + escaped_bound(r.cc) + escaped_bound(r.peer_class) + escaped_bound(r.as_org);
-  for (const auto* o : {&r.cc_rule, &r.experiment, &r.arm})
-    if (*o) bound += escaped_bound(**o);
+  const size_t bound = kFixedBound + escaped_bound(r.cc) + enrichment_bound(r);
   const size_t old = out->size();
   out->resize(old + bound);
   char* const begin = out->data() + old;
   char* p = begin;
   p = put(p, "{\"kind\":\"transfer\",\"flow_start_ns\":");
   p = put_int(p, r.flow_start_ns);
-  p = put(p, ",\"family\":");
-  p = put_int(p, r.family());
-  p = put(p, ",\"laddr\":");
-  p = put_addr(p, r.laddr);
-  p = put(p, ",\"lport\":");
-  p = put_int(p, r.lport);
-  p = put(p, ",\"raddr\":");
-  p = put_addr(p, r.raddr);
-  p = put(p, ",\"rport\":");
-  p = put_int(p, r.rport);
-  p = put(p, ",\"dir\":");
-  p = put_escaped(p, to_string(r.dir));
+  p = put_endpoints(p, r);
   p = put(p, ",\"seq\":");
   p = put_int(p, r.seq);
   p = put(p, ",\"direction\":");
@@ -65,18 +52,7 @@ void append_transfer_json(const TransferRecord& r, std::string* out) {
   p = put_int(p, r.sndbuf_limited_us);
   p = put(p, ",\"cc\":");
   p = put_escaped(p, r.cc);
-  p = put(p, ",\"peer_class\":");
-  p = put_escaped(p, r.peer_class);
-  p = put(p, ",\"asn\":");
-  p = put_int(p, r.asn);
-  p = put(p, ",\"as_org\":");
-  p = put_escaped(p, r.as_org);
-  p = put(p, ",\"cc_rule\":");
-  p = put_opt(p, r.cc_rule);
-  p = put(p, ",\"experiment\":");
-  p = put_opt(p, r.experiment);
-  p = put(p, ",\"arm\":");
-  p = put_opt(p, r.arm);
+  p = put_enrichment(p, r);
   // Extension beyond SPEC.md, as in the flow line: which namespace's flow it is.
   p = put(p, ",\"netns\":");
   p = put_int(p, r.netns);
