@@ -345,8 +345,15 @@ Aggregator::~Aggregator() = default;
 Aggregator::Series* Aggregator::series_for(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other) {
   const uint64_t key = series_key(class_id, cc_id, asn, other);
   auto it = series_.find(key);
-  if (it != series_.end()) return it->second.get();
+  Series* s = it != series_.end() ? it->second.get() : new_series(key, class_id, cc_id, asn, other);
+  if (!s->pending.dirty) {
+    s->pending.dirty = true;
+    dirty_.push_back(s);
+  }
+  return s;
+}
 
+Aggregator::Series* Aggregator::new_series(uint64_t key, uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other) {
   auto s = std::make_unique<Series>();
   s->peer_class = class_ids_.value(class_id);
   s->cc = cc_ids_.value(cc_id);
@@ -382,10 +389,6 @@ void Aggregator::add(const FlowRecord& f, AsnLabel asn) {
     s->flows[d][o] = &flows_total_->Add(l);
   }
   auto& p = s->pending;
-  if (!p.dirty) {
-    p.dirty = true;
-    dirty_.push_back(s);
-  }
   p.flows[d][o] += 1;
   p.bytes_acked += static_cast<double>(f.bytes_acked);
   p.bytes_received += static_cast<double>(f.bytes_received);
@@ -430,10 +433,6 @@ void Aggregator::add(const TransferRecord& t, AsnLabel asn) {
   const size_t d = t.direction == TransferDirection::kRecv ? 1 : 0;
   if (!s->transfers[d]) s->transfers[d] = &transfers_total_->Add(s->with("direction", to_string(t.direction)));
   auto& p = s->pending;
-  if (!p.dirty) {
-    p.dirty = true;
-    dirty_.push_back(s);
-  }
   p.transfers[d] += 1;
   const uint32_t sc = size_class_index(t.bytes, options_.size_classes_bytes);
   const uint64_t xfer_us = t.xfer_us > 0 ? static_cast<uint64_t>(t.xfer_us) : 0;

@@ -150,7 +150,11 @@ class Aggregator {
   };
   using Clock = std::chrono::steady_clock;
 
+  // The series of a label set, made on first use, listed for the next
+  // publish: its caller adds to its pending values.
   Series* series_for(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other);
+  // Makes it, with the counters every label set has, under `key`.
+  Series* new_series(uint64_t key, uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other);
   void publish_locked();
   void remove_series(Series* s);
 
