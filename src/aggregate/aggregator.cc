@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include "config/config.h"
@@ -19,6 +20,7 @@ namespace {
 
 constexpr size_t kDirs = 2;
 constexpr size_t kOutcomes = 5;
+constexpr size_t kTransferDirections = 2;  // send, recv
 constexpr size_t kCaStates = TCPSCOPE_CA_STATES;
 // Order of FlowRecord::ca_state_us (the kernel's TCP_CA_* order).
 constexpr const char* kCaStateNames[kCaStates] = {"open", "disorder", "cwr", "recovery", "loss"};
@@ -77,6 +79,84 @@ void publish(prometheus::Counter* c, double* pending) {
   *pending = 0;
 }
 
+// A histogram family split by size class, for one (peer_class, asn, cc)
+// label set: a histogram per configured class, created on first use, and
+// those of classes a reload replaced, which stop moving and are removed
+// stale_asn_seconds after the reload (or with the label set).
+class SizeClassHistograms {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  SizeClassHistograms(prometheus::Family<prometheus::Histogram>* family, const std::vector<double>& bounds,
+                      size_t classes)
+      : family_(family), bounds_(&bounds), live_(classes, nullptr), pending_(classes) {}
+
+  // Observes `value` in size class `sc`, named `name`; `labels` are the label set's.
+  void add(size_t sc, const std::string& name, const prometheus::Labels& labels, double value) {
+    if (!live_[sc]) {
+      auto l = labels;
+      l.emplace("size_class", name);
+      live_[sc] = &family_->Add(l, *bounds_);
+    }
+    pending_[sc].add(*bounds_, value);
+  }
+  void publish() {
+    for (size_t i = 0; i < live_.size(); ++i)
+      if (live_[i]) pending_[i].publish(live_[i]);
+  }
+  // New size classes (names in order): a class whose name is in force again
+  // keeps or gets back its histogram (the registry holds one series per
+  // label set), the others retire as of `now`. Publish first: pending
+  // observations are per old class.
+  void reclass(const std::vector<std::string>& old_names, const std::vector<std::string>& new_names,
+               Clock::time_point now) {
+    std::vector<Retired> pool = std::move(retired_);
+    retired_.clear();
+    for (size_t i = 0; i < live_.size(); ++i)
+      if (live_[i]) pool.push_back({old_names[i], live_[i], now});
+    std::vector<prometheus::Histogram*> kept(new_names.size(), nullptr);
+    for (auto& r : pool) {
+      auto j = std::find(new_names.begin(), new_names.end(), r.size_class);
+      if (j != new_names.end())
+        kept[static_cast<size_t>(j - new_names.begin())] = r.histogram;
+      else
+        retired_.push_back(std::move(r));
+    }
+    live_ = std::move(kept);
+    pending_.assign(new_names.size(), PendingHistogram{});
+  }
+  // Removes the retired histograms `expired(since)` says are past their grace period.
+  template <class Expired>
+  void remove_expired(Expired expired) {
+    for (size_t i = 0; i < retired_.size();) {
+      if (expired(retired_[i].since)) {
+        family_->Remove(retired_[i].histogram);
+        retired_[i] = retired_.back();
+        retired_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+  void remove_all() {
+    for (auto* h : live_)
+      if (h) family_->Remove(h);
+    for (const auto& r : retired_) family_->Remove(r.histogram);
+  }
+
+ private:
+  struct Retired {
+    std::string size_class;
+    prometheus::Histogram* histogram;
+    Clock::time_point since;
+  };
+  prometheus::Family<prometheus::Histogram>* family_;
+  const std::vector<double>* bounds_;
+  std::vector<prometheus::Histogram*> live_;   // per size class
+  std::vector<PendingHistogram> pending_;      // as live_
+  std::vector<Retired> retired_;
+};
+
 }  // namespace
 
 // Flow completion time, seconds: 100 us .. 60 s in 1-2-3-5 steps per decade
@@ -125,7 +205,11 @@ uint64_t series_budget(const AggregatorOptions& o, uint32_t top_n, uint64_t peer
                                  + kCaStates                             // congestion_state_seconds_total
                                  + size_classes * histogram(fct_buckets_seconds())
                                  + histogram(throughput_buckets_bytes_per_second())  //
-                                 + 2 * histogram(rtt_buckets_seconds());
+                                 + 2 * histogram(rtt_buckets_seconds())
+                                 + kTransferDirections                   // transfers_total
+                                 + size_classes * histogram(fct_buckets_seconds())   // transfer_seconds
+                                 + histogram(throughput_buckets_bytes_per_second())  // transfer_throughput
+                                 + 1;                                    // transfer_throughput_excluded_total
   const uint64_t asn_values = uint64_t{top_n} + o.max_stale_asns + 2;  // + "0" and "other"
   return peer_classes * congestion_controls * (asn_values * per_label_set + 1);
 }
@@ -156,15 +240,11 @@ struct Aggregator::Series {
   prometheus::Histogram* srtt = nullptr;
   prometheus::Histogram* min_rtt = nullptr;
   prometheus::Histogram* throughput = nullptr;
-  std::vector<prometheus::Histogram*> fct;  // per size class
-  // FCT histograms of size classes a reload replaced: they stop moving and
-  // are removed stale_asn_seconds after the reload (or with the series).
-  struct Retired {
-    std::string size_class;
-    prometheus::Histogram* histogram;
-    Clock::time_point since;
-  };
-  std::vector<Retired> retired_fct;
+  std::optional<SizeClassHistograms> fct;
+  prometheus::Counter* transfers[kTransferDirections] = {};
+  std::optional<SizeClassHistograms> transfer_seconds;
+  prometheus::Histogram* transfer_throughput = nullptr;
+  prometheus::Counter* transfer_throughput_excluded = nullptr;  // reason="rwnd_limited"
 
   // What flows added since the last publish_locked() put into the metrics
   // above; only `pending.dirty` series are visited when publishing.
@@ -172,8 +252,10 @@ struct Aggregator::Series {
     double flows[kDirs][kOutcomes] = {};
     double bytes_acked = 0, bytes_received = 0, segments_out = 0, retrans_segments = 0;
     double ca_state[kCaStates] = {};
-    std::vector<PendingHistogram> fct;  // as `fct`
     PendingHistogram throughput, srtt, min_rtt;
+    double transfers[kTransferDirections] = {};
+    double transfer_throughput_excluded = 0;
+    PendingHistogram transfer_throughput;
     bool dirty = false;
   } pending;
 
@@ -228,6 +310,29 @@ Aggregator::Aggregator(std::shared_ptr<prometheus::Registry> registry, Aggregato
                   .Name("tcpscope_min_rtt_seconds")
                   .Help("Minimum RTT of completed flows that moved data.")
                   .Register(r);
+  transfers_total_ = &prometheus::BuildCounter()
+                          .Name("tcpscope_transfers_total")
+                          .Help("Transfers (runs of data in one direction of a flow) by peer class, ASN, congestion "
+                                "control and direction (send, recv).")
+                          .Register(r);
+  transfer_seconds_ = &prometheus::BuildHistogram()
+                           .Name("tcpscope_transfer_seconds")
+                           .Help("Transfer time (xfer_us: send, first byte handed to TCP to last byte acknowledged; "
+                                 "recv, first byte to last byte arrived), size class by the transfer's bytes.")
+                           .Register(r);
+  transfer_throughput_ = &prometheus::BuildHistogram()
+                              .Name("tcpscope_transfer_throughput_bytes_per_second")
+                              .Help("Payload bytes / transfer time of sent transfers of at least "
+                                    "throughput_min_bytes that the receiver's window did not limit for most of "
+                                    "their time.")
+                              .Register(r);
+  transfer_throughput_excluded_ = &prometheus::BuildCounter()
+                                       .Name("tcpscope_transfer_throughput_excluded_total")
+                                       .Help("Sent transfers of at least throughput_min_bytes left out of "
+                                             "tcpscope_transfer_throughput_bytes_per_second, by reason "
+                                             "(rwnd_limited: the receiver's window limited them for most of "
+                                             "their time).")
+                                       .Register(r);
   active_flows_ = &prometheus::BuildGauge()
                        .Name("tcpscope_active_flows")
                        .Help("Open TCP flows at the last snapshot, by peer class and congestion control.")
@@ -240,8 +345,15 @@ Aggregator::~Aggregator() = default;
 Aggregator::Series* Aggregator::series_for(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other) {
   const uint64_t key = series_key(class_id, cc_id, asn, other);
   auto it = series_.find(key);
-  if (it != series_.end()) return it->second.get();
+  Series* s = it != series_.end() ? it->second.get() : new_series(key, class_id, cc_id, asn, other);
+  if (!s->pending.dirty) {
+    s->pending.dirty = true;
+    dirty_.push_back(s);
+  }
+  return s;
+}
 
+Aggregator::Series* Aggregator::new_series(uint64_t key, uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other) {
   auto s = std::make_unique<Series>();
   s->peer_class = class_ids_.value(class_id);
   s->cc = cc_ids_.value(cc_id);
@@ -254,8 +366,8 @@ Aggregator::Series* Aggregator::series_for(uint8_t class_id, uint8_t cc_id, uint
   s->bytes_received = &bytes_received_->Add(labels);
   s->segments_out = &segments_out_->Add(labels);
   s->retrans_segments = &retrans_segments_->Add(labels);
-  s->fct.assign(size_class_names_.size(), nullptr);
-  s->pending.fct.resize(size_class_names_.size());
+  s->fct.emplace(fct_, fct_buckets_seconds(), size_class_names_.size());
+  s->transfer_seconds.emplace(transfer_seconds_, fct_buckets_seconds(), size_class_names_.size());
   Series* raw = s.get();
   series_.emplace(key, std::move(s));
   return raw;
@@ -277,10 +389,6 @@ void Aggregator::add(const FlowRecord& f, AsnLabel asn) {
     s->flows[d][o] = &flows_total_->Add(l);
   }
   auto& p = s->pending;
-  if (!p.dirty) {
-    p.dirty = true;
-    dirty_.push_back(s);
-  }
   p.flows[d][o] += 1;
   p.bytes_acked += static_cast<double>(f.bytes_acked);
   p.bytes_received += static_cast<double>(f.bytes_received);
@@ -297,9 +405,8 @@ void Aggregator::add(const FlowRecord& f, AsnLabel asn) {
   // the daemon attached) has an unknown start.
   if (f.outcome == Outcome::kOk && bytes > 0 && !f.partial) {
     const uint32_t sc = size_class_index(bytes, options_.size_classes_bytes);
-    if (!s->fct[sc]) s->fct[sc] = &fct_->Add(s->with("size_class", size_class_names_[sc]), fct_buckets_seconds());
     const uint64_t fct_us = f.fct_us > 0 ? static_cast<uint64_t>(f.fct_us) : 0;
-    p.fct[sc].add(fct_buckets_seconds(), us_to_seconds(fct_us));
+    s->fct->add(sc, size_class_names_[sc], s->base(), us_to_seconds(fct_us));
 
     if (bytes >= options_.throughput_min_bytes && fct_us > 0) {
       if (!s->throughput) s->throughput = &throughput_->Add(s->base(), throughput_buckets_bytes_per_second());
@@ -313,6 +420,37 @@ void Aggregator::add(const FlowRecord& f, AsnLabel asn) {
     if (f.min_rtt_us && f.min_rtt_us != UINT32_MAX) {
       if (!s->min_rtt) s->min_rtt = &min_rtt_->Add(s->base(), rtt_buckets_seconds());
       p.min_rtt.add(rtt_buckets_seconds(), us_to_seconds(f.min_rtt_us));
+    }
+  }
+  if (!batching_) publish_locked();
+}
+
+void Aggregator::add(const TransferRecord& t, AsnLabel asn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool other = asn == AsnLabel::kOther;
+  Series* s = series_for(class_ids_.id(t.peer_class), cc_ids_.id(t.cc), other ? 0 : t.asn, other);
+
+  const size_t d = t.direction == TransferDirection::kRecv ? 1 : 0;
+  if (!s->transfers[d]) s->transfers[d] = &transfers_total_->Add(s->with("direction", to_string(t.direction)));
+  auto& p = s->pending;
+  p.transfers[d] += 1;
+  const uint32_t sc = size_class_index(t.bytes, options_.size_classes_bytes);
+  const uint64_t xfer_us = t.xfer_us > 0 ? static_cast<uint64_t>(t.xfer_us) : 0;
+  s->transfer_seconds->add(sc, size_class_names_[sc], s->base(), us_to_seconds(xfer_us));
+
+  // What the path carried: only what this host sent (a received transfer's
+  // time includes the sender's pauses), large enough to leave slow start,
+  // and not held back by the receiver's window; those that were are counted
+  // so the histogram's share of them shows.
+  if (t.direction == TransferDirection::kSend && t.bytes >= options_.throughput_min_bytes && xfer_us > 0) {
+    if (t.rwnd_limited()) {
+      if (!s->transfer_throughput_excluded)
+        s->transfer_throughput_excluded = &transfer_throughput_excluded_->Add(s->with("reason", "rwnd_limited"));
+      p.transfer_throughput_excluded += 1;
+    } else {
+      if (!s->transfer_throughput)
+        s->transfer_throughput = &transfer_throughput_->Add(s->base(), throughput_buckets_bytes_per_second());
+      p.transfer_throughput.add(throughput_buckets_bytes_per_second(), t.throughput_bytes_per_second());
     }
   }
   if (!batching_) publish_locked();
@@ -341,11 +479,15 @@ void Aggregator::publish_locked() {
     publish(s->retrans_segments, &p.retrans_segments);
     for (size_t i = 0; i < kCaStates; ++i)
       if (s->ca_state[i]) publish(s->ca_state[i], &p.ca_state[i]);
-    for (size_t i = 0; i < s->fct.size(); ++i)
-      if (s->fct[i]) p.fct[i].publish(s->fct[i]);
+    s->fct->publish();
     if (s->throughput) p.throughput.publish(s->throughput);
     if (s->srtt) p.srtt.publish(s->srtt);
     if (s->min_rtt) p.min_rtt.publish(s->min_rtt);
+    for (size_t d = 0; d < kTransferDirections; ++d)
+      if (s->transfers[d]) publish(s->transfers[d], &p.transfers[d]);
+    s->transfer_seconds->publish();
+    if (s->transfer_throughput) p.transfer_throughput.publish(s->transfer_throughput);
+    if (s->transfer_throughput_excluded) publish(s->transfer_throughput_excluded, &p.transfer_throughput_excluded);
     p.dirty = false;
   }
   dirty_.clear();
@@ -365,16 +507,8 @@ void Aggregator::retire_series(const AsnRanking& ranking) {
   for (auto it = series_.begin(); it != series_.end();) {
     Series* s = it->second.get();
     // Histograms of replaced size classes go after the same grace period.
-    auto& retired = s->retired_fct;
-    for (size_t i = 0; i < retired.size();) {
-      if (expired(retired[i].since)) {
-        fct_->Remove(retired[i].histogram);
-        retired[i] = retired.back();
-        retired.pop_back();
-      } else {
-        ++i;
-      }
-    }
+    s->fct->remove_expired(expired);
+    s->transfer_seconds->remove_expired(expired);
     if (s->specific_asn) {
       if (ranking.label(s->asn_number) == AsnLabel::kOwn) {
         s->last_in_top = now;
@@ -426,9 +560,12 @@ void Aggregator::remove_series(Series* s) {
   if (s->srtt) srtt_->Remove(s->srtt);
   if (s->min_rtt) min_rtt_->Remove(s->min_rtt);
   if (s->throughput) throughput_->Remove(s->throughput);
-  for (auto* h : s->fct)
-    if (h) fct_->Remove(h);
-  for (const auto& r : s->retired_fct) fct_->Remove(r.histogram);
+  s->fct->remove_all();
+  for (auto* c : s->transfers)
+    if (c) transfers_total_->Remove(c);
+  s->transfer_seconds->remove_all();
+  if (s->transfer_throughput) transfer_throughput_->Remove(s->transfer_throughput);
+  if (s->transfer_throughput_excluded) transfer_throughput_excluded_->Remove(s->transfer_throughput_excluded);
 }
 
 void Aggregator::set_active_flows(const ActiveFlows& active) {
@@ -445,7 +582,7 @@ void Aggregator::set_active_flows(const ActiveFlows& active) {
 
 void Aggregator::update_options(AggregatorOptions options) {
   std::lock_guard<std::mutex> lock(mu_);
-  publish_locked();  // pending FCT observations are per size class of the old options
+  publish_locked();  // pending FCT and transfer-time observations are per size class of the old options
   const bool classes_changed = options.size_classes_bytes != options_.size_classes_bytes;
   options_ = std::move(options);
   if (classes_changed) {
@@ -458,20 +595,8 @@ void Aggregator::update_options(AggregatorOptions options) {
     size_class_names_ = size_class_names(options_.size_classes_bytes);
     const Clock::time_point now = Clock::now();
     for (auto& [key, s] : series_) {
-      std::vector<Series::Retired> pool = std::move(s->retired_fct);
-      s->retired_fct.clear();
-      for (size_t i = 0; i < s->fct.size(); ++i)
-        if (s->fct[i]) pool.push_back({old_names[i], s->fct[i], now});
-      std::vector<prometheus::Histogram*> kept(size_class_names_.size(), nullptr);
-      for (auto& r : pool) {
-        auto j = std::find(size_class_names_.begin(), size_class_names_.end(), r.size_class);
-        if (j != size_class_names_.end())
-          kept[static_cast<size_t>(j - size_class_names_.begin())] = r.histogram;
-        else
-          s->retired_fct.push_back(std::move(r));
-      }
-      s->fct = std::move(kept);
-      s->pending.fct.assign(size_class_names_.size(), PendingHistogram{});
+      s->fct->reclass(old_names, size_class_names_, now);
+      s->transfer_seconds->reclass(old_names, size_class_names_, now);
     }
   }
 }

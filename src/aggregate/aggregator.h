@@ -1,6 +1,7 @@
-// Folds finished flows into the Prometheus series of SPEC.md ("Prometheus
-// metrics"): per (peer_class, asn, cc) counters, FCT / throughput / RTT
-// histograms, and the active-flow gauges.
+// Folds finished flows and their transfers into the Prometheus series of
+// SPEC.md ("Prometheus metrics"): per (peer_class, asn, cc) counters, FCT /
+// throughput / RTT histograms, transfer counts, times and throughput, and
+// the active-flow gauges.
 //
 // Label cardinality. ASNs are folded so that the series count stays bounded:
 // each flow comes with its ASN label from the ranking (asn_ranking.h: the
@@ -17,11 +18,16 @@
 //   27 S flow_completion_seconds (S size classes x (24 buckets + Inf + 2))
 //   22  flow_throughput_bytes_per_second (19 + Inf + 2)
 //   54  srtt_seconds, min_rtt_seconds (2 x (24 + Inf + 2))
-// i.e. P = 95 + 27 S series, and the families hold at most
+//   2   transfers_total (2 direction)
+//   27 S transfer_seconds (as flow_completion_seconds)
+//   22  transfer_throughput_bytes_per_second (as flow_throughput_...)
+//   1   transfer_throughput_excluded_total (reason rwnd_limited)
+// i.e. P = 120 + 54 S series, and the families hold at most
 //   C * A * K * P + C * K (tcpscope_active_flows)
 // with C peer classes (configured + default), K congestion controls in use.
 // For stale_asn_seconds after a reload that changes the size classes, the
-// FCT histograms of the replaced classes stay too (S_old + S_new instead of S).
+// FCT and transfer-time histograms of the replaced classes stay too (S_old +
+// S_new instead of S).
 // README.md "Series budget" has the default's figure; aggregator_test.cc
 // (SeriesCountMatchesTheBudget) counts a registry against this formula.
 //
@@ -45,6 +51,7 @@
 #include "aggregate/asn_ranking.h"
 #include "aggregate/label_ids.h"
 #include "record/flow_record.h"
+#include "record/transfer_record.h"
 
 namespace prometheus {
 class Counter;
@@ -98,6 +105,10 @@ class Aggregator {
   // its ASN's label (AsnRanking::add). Outside a batch the metrics move at
   // once.
   void add(const FlowRecord& flow, AsnLabel asn);
+  // Counts one transfer under its ASN's label as the ranking has it now
+  // (AsnRanking::label: a transfer's bytes are its flow's, which ranks them
+  // when it finishes).
+  void add(const TransferRecord& transfer, AsnLabel asn);
 
   // Between these, add() only accumulates per series; end_batch() publishes
   // to the registry. prometheus-cpp takes a compare-and-swap per counter and
@@ -108,7 +119,7 @@ class Aggregator {
 
   // After a new ranking: series of ASNs out of its top-N stop moving and
   // are removed once stale (stale_asn_seconds, max_stale_asns), as are FCT
-  // histograms of size classes a reload replaced.
+  // and transfer-time histograms of size classes a reload replaced.
   void retire_series(const AsnRanking& ranking);
 
   // Sets tcpscope_active_flows from a snapshot of open flows; series missing
@@ -116,9 +127,10 @@ class Aggregator {
   void set_active_flows(const ActiveFlows& active);
 
   // Config reload: new size classes / top_n / throughput threshold apply to
-  // flows added from now on. Existing series keep their values; FCT
-  // histograms of size classes no longer configured stop moving and are
-  // removed stale_asn_seconds later (at a retire_series()).
+  // flows and transfers added from now on. Existing series keep their
+  // values; FCT and transfer-time histograms of size classes no longer
+  // configured stop moving and are removed stale_asn_seconds later (at a
+  // retire_series()).
   void update_options(AggregatorOptions options);
 
   // The size_class label for a flow that moved this many payload bytes.
@@ -138,7 +150,11 @@ class Aggregator {
   };
   using Clock = std::chrono::steady_clock;
 
+  // The series of a label set, made on first use, listed for the next
+  // publish: its caller adds to its pending values.
   Series* series_for(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other);
+  // Makes it, with the counters every label set has, under `key`.
+  Series* new_series(uint64_t key, uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other);
   void publish_locked();
   void remove_series(Series* s);
 
@@ -156,6 +172,10 @@ class Aggregator {
   prometheus::Family<prometheus::Histogram>* throughput_;
   prometheus::Family<prometheus::Histogram>* srtt_;
   prometheus::Family<prometheus::Histogram>* min_rtt_;
+  prometheus::Family<prometheus::Counter>* transfers_total_;
+  prometheus::Family<prometheus::Histogram>* transfer_seconds_;
+  prometheus::Family<prometheus::Histogram>* transfer_throughput_;
+  prometheus::Family<prometheus::Counter>* transfer_throughput_excluded_;
   prometheus::Family<prometheus::Gauge>* active_flows_;
 
   mutable std::mutex mu_;

@@ -32,8 +32,8 @@ const std::vector<std::string>& config_top_level_keys() {
   static const std::vector<std::string> kKeys = {
       "listen",         "flow_log",    "cgroup",           "asn",
       "peer_classes",   "default_peer_class",              "size_classes_bytes",
-      "throughput_min_bytes",          "cc_policy",        "ring_buffer_bytes",
-      "snapshot_interval_s",           "http"};
+      "throughput_min_bytes",          "flow_log_transfers", "cc_policy",
+      "ring_buffer_bytes",             "snapshot_interval_s", "http"};
   return kKeys;
 }
 
@@ -64,7 +64,7 @@ std::string type_name(const YAML::Node& n) {
 // A list echoed in a message (known keys, available CCs, defined classes):
 // each item clipped and at most kMaxListedItems of them, so a config with a
 // hundred long class names still gives a one-line message.
-constexpr size_t kMaxListedItems = 12;  // the longest fixed key list (top level)
+constexpr size_t kMaxListedItems = 13;  // the longest fixed key list (top level)
 std::string join(const std::vector<std::string>& items, const char* sep) {
   std::string out;
   const size_t shown = std::min(items.size(), kMaxListedItems);
@@ -205,6 +205,9 @@ class ConfigParser {
   }
   std::optional<uint64_t> integer_value(const YAML::Node& v, int line, const std::string& what,
                                         uint64_t min, uint64_t max);
+  // `true` or `false`, nothing else: a "yes" or "1" that YAML 1.1 would
+  // read as true is an error rather than a guess.
+  std::optional<bool> bool_value(const Entry& e, const std::string& what);
   // Elements of a list; a null value is an empty list. nullopt when not a list.
   std::optional<std::vector<YAML::Node>> list_value(const Entry& e, const std::string& what);
 
@@ -340,6 +343,13 @@ std::optional<uint64_t> ConfigParser::integer_value(const YAML::Node& v, int lin
   return value;
 }
 
+std::optional<bool> ConfigParser::bool_value(const Entry& e, const std::string& what) {
+  if (e.value.IsScalar() && e.value.Scalar() == "true") return true;
+  if (e.value.IsScalar() && e.value.Scalar() == "false") return false;
+  error(line_of(e.value, e.line), what + " must be true or false, got " + type_name(e.value));
+  return std::nullopt;
+}
+
 std::optional<std::vector<YAML::Node>> ConfigParser::list_value(const Entry& e,
                                                                 const std::string& what) {
   std::vector<YAML::Node> out;
@@ -442,6 +452,8 @@ void ConfigParser::parse_top(const YAML::Node& root, Config* c) {
       if (auto v = integer_value(e.value, e.line, "throughput_min_bytes", 1, kMaxBytes)) {
         c->throughput_min_bytes = *v;
       }
+    } else if (e.key == "flow_log_transfers") {
+      if (auto v = bool_value(e, "flow_log_transfers")) c->flow_log_transfers = *v;
     } else if (e.key == "cc_policy") {
       parse_cc_policy(e, &c->cc_policy);
     } else if (e.key == "ring_buffer_bytes") {

@@ -74,6 +74,9 @@ struct Config {
   std::string default_peer_class = "client";
   std::vector<uint64_t> size_classes_bytes{100000, 1000000, 3000000};
   uint64_t throughput_min_bytes = 3000000;
+  // Transfer lines in the flow log beside the flow lines; the transfer
+  // metrics count transfers either way.
+  bool flow_log_transfers = true;
   CcPolicy cc_policy;
   HttpConfig http;
   uint64_t ring_buffer_bytes = 16u << 20;  // power of two, page multiple

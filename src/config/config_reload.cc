@@ -24,6 +24,7 @@ const std::vector<ReloadRule>& reload_rules() {
       APPLIED("default_peer_class", default_peer_class),
       APPLIED("size_classes_bytes", size_classes_bytes),
       APPLIED("throughput_min_bytes", throughput_min_bytes),
+      APPLIED("flow_log_transfers", flow_log_transfers),     // read for every transfer
       APPLIED("cc_policy", cc_policy),
       APPLIED("snapshot_interval_s", snapshot_interval_s),
   };

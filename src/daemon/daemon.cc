@@ -45,6 +45,7 @@
 #include "pipeline/flow_pipeline.h"
 #include "record/flow_decoder.h"
 #include "record/flow_json.h"
+#include "record/transfer_json.h"
 
 namespace tcpscope {
 
@@ -139,6 +140,10 @@ class Daemon {
  private:
   int start();
   void on_event(const tcpscope_flow_event& ev);
+  void on_transfer(const tcpscope_transfer_event& ev);
+  // A record's line was appended to batch_: counts it, and hands the batch
+  // to the flow log once it is large.
+  void batched_line();
   void flush_batch();
   int drain_ring();
   void on_tick();
@@ -241,8 +246,10 @@ int Daemon::start() {
   if (!policy_->load(config_, enricher_->tables()->asn_db.get(), &error)) return fail("cc_policy: " + error);
   pipeline_ = std::make_unique<FlowPipeline>(clock_, *enricher_, policy_->rule_names());
   http_->handle_json("/api/v1/policy", [this](const std::string&) { return policy_->to_json(); });
-  ring_ = RingReader::create(probe_->ring_buffer_fd(), probe_->ring_buffer_bytes(),
-                             [this](const tcpscope_flow_event& ev) { on_event(ev); }, &error);
+  RingReader::Handlers handlers;
+  handlers.flow = [this](const tcpscope_flow_event& ev) { on_event(ev); };
+  handlers.transfer = [this](const tcpscope_transfer_event& ev) { on_transfer(ev); };
+  ring_ = RingReader::create(probe_->ring_buffer_fd(), probe_->ring_buffer_bytes(), std::move(handlers), &error);
   if (!ring_) return fail(error);
   if (!drop_capabilities_after_start(*probe_, config_.snapshot_interval_s > 0, &error)) return fail(error);
 
@@ -267,11 +274,28 @@ void Daemon::on_event(const tcpscope_flow_event& ev) {
   if (asn.reranked) aggregator_->retire_series(*asn_ranking_);
   if (flow_log_) {
     append_flow_json(flow, &batch_);
-    ++batch_records_;
-    // Under sustained overload one drain can last long: hand the writer
-    // bounded batches instead of letting this one grow without limit.
-    if (batch_.size() >= kMaxBatchBytes) flush_batch();
+    batched_line();
   }
+}
+
+// A transfer takes the same path as its flow's record, but its bytes are the
+// flow's: it is labelled by the ASN ranking without being counted in it.
+void Daemon::on_transfer(const tcpscope_transfer_event& ev) {
+  const TransferRecord transfer = pipeline_->record_of(ev);
+  const AsnLabel label = asn_ranking_->label(transfer.asn);
+  aggregator_->add(transfer, label);
+  // MERGE: distributions_->add(transfer, label);  -- FlowDistributions::add(const TransferRecord&, AsnLabel) comes from its own branch
+  if (flow_log_ && config_.flow_log_transfers) {
+    append_transfer_json(transfer, &batch_);
+    batched_line();
+  }
+}
+
+void Daemon::batched_line() {
+  ++batch_records_;
+  // Under sustained overload one drain can last long: hand the writer
+  // bounded batches instead of letting this one grow without limit.
+  if (batch_.size() >= kMaxBatchBytes) flush_batch();
 }
 
 // One drain's records reach the metrics together (Aggregator::begin_batch).
@@ -311,9 +335,11 @@ void Daemon::on_tick() {
   // A socket whose storage could not be created is never tracked: its record is lost too.
   self_->set_records_lost(probe_->counter(TCPSCOPE_CNT_RECORDS_LOST) +
                           probe_->counter(TCPSCOPE_CNT_STORAGE_FAILED));
+  self_->set_transfer_records_lost(probe_->counter(TCPSCOPE_CNT_TRANSFERS_LOST));
   update_recursion_metrics();
   self_->set_ring_buffer_fill(ring_->fill_ratio());
   self_->set_records(ring_->records());
+  self_->set_transfer_records(ring_->transfers());
   self_->set_enrichment_lookups(pipeline_->lookups());
   if (flow_log_) {
     const uint64_t dropped = flow_log_->dropped_records();

@@ -1,4 +1,4 @@
-// Adds what the kernel cannot know to a flow: the remote's AS number and
+// Adds what the kernel cannot know to a record (a flow's or a transfer's): the remote's AS number and
 // organisation and its peer class. The lookup tables are immutable and held
 // by shared_ptr, so SIGHUP swaps them in one step and readers never see a
 // half-loaded database.
@@ -9,7 +9,6 @@
 
 #include "enrich/asn_db.h"
 #include "enrich/peer_classifier.h"
-#include "record/flow_record.h"
 
 namespace tcpscope {
 
@@ -27,17 +26,19 @@ class Enricher {
   }
   std::shared_ptr<const EnrichmentTables> tables() const { return std::atomic_load(&tables_); }
 
-  // Fills asn, as_org and peer_class; returns the number of lookups made.
-  int enrich(FlowRecord* flow) const {
+  // Fills asn, as_org and peer_class from raddr; returns the number of
+  // lookups made. `Record`: FlowRecord or TransferRecord, enriched alike.
+  template <class Record>
+  int enrich(Record* record) const {
     auto t = tables();
     int lookups = 0;
     if (t->asn_db) {
-      AsnInfo info = t->asn_db->lookup(flow->raddr);
-      flow->asn = info.asn;
-      flow->as_org = std::move(info.org);
+      AsnInfo info = t->asn_db->lookup(record->raddr);
+      record->asn = info.asn;
+      record->as_org = std::move(info.org);
       ++lookups;
     }
-    flow->peer_class = t->classifier->classify(flow->raddr, flow->asn);
+    record->peer_class = t->classifier->classify(record->raddr, record->asn);
     return lookups + 1;
   }
 

@@ -30,6 +30,9 @@ SelfMetrics::SelfMetrics(std::shared_ptr<prometheus::Registry> registry, const s
       r, "tcpscope_records_lost_total",
       "Flow records the kernel could not hand over (ring buffer full, or no socket storage to "
       "track the flow); must stay 0."));
+  transfer_records_lost_ = TotalCounter(plain_counter(
+      r, "tcpscope_transfer_records_lost_total",
+      "Transfer records the kernel could not hand over (ring buffer full); must stay 0."));
   state_changes_missed_ = TotalCounter(plain_counter(
       r, "tcpscope_state_changes_missed_total",
       "TCP state changes the kernel ran neither state-change program for (recursion on a CPU); "
@@ -40,10 +43,13 @@ SelfMetrics::SelfMetrics(std::shared_ptr<prometheus::Registry> registry, const s
                                         "was already running on that CPU.")
                                   .Register(r);
   records_ = TotalCounter(plain_counter(r, "tcpscope_records_total", "Flow records read from the ring buffer."));
+  transfer_records_ = TotalCounter(
+      plain_counter(r, "tcpscope_transfer_records_total", "Transfer records read from the ring buffer."));
   lookups_ = TotalCounter(plain_counter(r, "tcpscope_enrichment_lookups_total",
                                    "Peer class and ASN lookups done to enrich flow records."));
   flow_log_dropped_ = TotalCounter(plain_counter(r, "tcpscope_flow_log_dropped_total",
-                                            "Flow records not written to the flow log: its queue was full or a write failed."));
+                                            "Flow-log lines (flow and transfer records) not written to the flow log: its "
+                                            "queue was full or a write failed."));
   ring_fill_ = plain_gauge(r, "tcpscope_ring_buffer_fill_ratio",
                            "Fill of the kernel ring buffer (0..1) at the last drain.");
   snapshot_flows_ = plain_gauge(r, "tcpscope_snapshot_flows", "Open TCP flows in the last snapshot.");
@@ -77,6 +83,11 @@ void SelfMetrics::set_records_lost(uint64_t kernel_total) {
   records_lost_.set(kernel_total);
 }
 
+void SelfMetrics::set_transfer_records_lost(uint64_t kernel_total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  transfer_records_lost_.set(kernel_total);
+}
+
 void SelfMetrics::set_recursion_misses(const std::string& program, uint64_t total) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = recursion_misses_.find(program);
@@ -94,6 +105,11 @@ void SelfMetrics::set_state_changes_missed(uint64_t total) {
 void SelfMetrics::set_records(uint64_t total) {
   std::lock_guard<std::mutex> lock(mu_);
   records_.set(total);
+}
+
+void SelfMetrics::set_transfer_records(uint64_t total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  transfer_records_.set(total);
 }
 
 void SelfMetrics::set_enrichment_lookups(uint64_t total) {

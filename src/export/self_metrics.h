@@ -1,6 +1,7 @@
-// The daemon's own health in the same registry as the flow metrics: records
-// lost by the kernel, ring buffer fill, records and enrichment lookups
-// processed, config reloads, flow-log drops, build information.
+// The daemon's own health in the same registry as the flow metrics: flow and
+// transfer records lost by the kernel, ring buffer fill, records and
+// enrichment lookups processed, config reloads, flow-log drops, build
+// information.
 //
 // The daemon samples monotonically growing totals (the kernel's drop counter,
 // the ring reader's record count, ...) on its tick; the set_* setters for
@@ -36,13 +37,17 @@ class SelfMetrics {
 
   // tcpscope_records_lost_total from the kernel's cumulative drop count.
   void set_records_lost(uint64_t kernel_total);
+  // tcpscope_transfer_records_lost_total, the same for transfer records.
+  void set_transfer_records_lost(uint64_t kernel_total);
   // tcpscope_bpf_recursion_misses_total{program}: how often the kernel skipped
   // a program because it was already running on that CPU (cumulative).
   void set_recursion_misses(const std::string& program, uint64_t total);
   // tcpscope_state_changes_missed_total: TCP state changes no program saw.
   void set_state_changes_missed(uint64_t total);
-  // tcpscope_records_total from the ring reader's cumulative record count.
+  // tcpscope_records_total from the ring reader's cumulative (flow) record count.
   void set_records(uint64_t total);
+  // tcpscope_transfer_records_total from its cumulative transfer record count.
+  void set_transfer_records(uint64_t total);
   // tcpscope_enrichment_lookups_total from the enricher's cumulative lookups.
   void set_enrichment_lookups(uint64_t total);
   // tcpscope_flow_log_dropped_total from the flow log's cumulative drops.
@@ -65,7 +70,8 @@ class SelfMetrics {
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   std::mutex mu_;  // the setters may be called from different threads
-  TotalCounter records_lost_, state_changes_missed_, records_, lookups_, flow_log_dropped_;
+  TotalCounter records_lost_, transfer_records_lost_, state_changes_missed_, records_, transfer_records_, lookups_,
+      flow_log_dropped_;
   prometheus::Family<prometheus::Counter>* recursion_misses_family_;
   std::map<std::string, TotalCounter> recursion_misses_;
   prometheus::Gauge* ring_fill_;

@@ -11,10 +11,14 @@
 
 namespace tcpscope {
 
-std::unique_ptr<RingReader> RingReader::create(int ring_fd, uint64_t ring_bytes, Handler handler,
+std::unique_ptr<RingReader> RingReader::create(int ring_fd, uint64_t ring_bytes, Handlers handlers,
                                                std::string* error) {
+  if (!handlers.flow || !handlers.transfer) {
+    *error = "ring buffer reader: a handler for flow and for transfer records is required";
+    return nullptr;
+  }
   std::unique_ptr<RingReader> r(new RingReader());
-  r->handler_ = std::move(handler);
+  r->handlers_ = std::move(handlers);
   r->ring_bytes_ = ring_bytes;
   r->rb_ = ring_buffer__new(ring_fd, &RingReader::on_sample, r.get(), nullptr);
   if (!r->rb_) {
@@ -54,14 +58,25 @@ int RingReader::drain(int budget) {
 
 int RingReader::on_sample(void* ctx, void* data, size_t size) {
   auto* self = static_cast<RingReader*>(ctx);
-  if (size < sizeof(tcpscope_flow_event)) {
-    ++self->malformed_;
-    return 0;
+  switch (sample_kind(size)) {
+    case SampleKind::kFlow: {
+      tcpscope_flow_event ev;
+      std::memcpy(&ev, data, sizeof(ev));
+      ++self->records_;
+      self->handlers_.flow(ev);
+      break;
+    }
+    case SampleKind::kTransfer: {
+      tcpscope_transfer_event ev;
+      std::memcpy(&ev, data, sizeof(ev));
+      ++self->transfers_;
+      self->handlers_.transfer(ev);
+      break;
+    }
+    case SampleKind::kMalformed:
+      ++self->malformed_;
+      return 0;
   }
-  tcpscope_flow_event ev;
-  std::memcpy(&ev, data, sizeof(ev));
-  ++self->records_;
-  self->handler_(ev);
   return ++self->drained_ < self->budget_ ? 0 : kBudgetSpent;
 }
 

@@ -1,7 +1,10 @@
 // Drains the BPF ring buffer. The kernel side wakes us only when a batch is
 // waiting (BPF_RB_NO_WAKEUP otherwise), so the daemon also drains on a timer.
+// The ring holds two kinds of record, told apart by their size
+// (tcpscope/flow_event.h): finished flows and transfers.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -13,16 +16,30 @@ struct ring_buffer;
 
 namespace tcpscope {
 
+// What a ring sample of `size` bytes holds. A transfer record is exactly its
+// size; a flow record at least its own (a newer kernel side may append
+// fields; it is read up to what this daemon knows); anything else is malformed.
+enum class SampleKind { kFlow, kTransfer, kMalformed };
+constexpr SampleKind sample_kind(size_t size) {
+  if (size == sizeof(tcpscope_transfer_event)) return SampleKind::kTransfer;
+  if (size >= sizeof(tcpscope_flow_event)) return SampleKind::kFlow;
+  return SampleKind::kMalformed;
+}
+
 class RingReader {
  public:
-  using Handler = std::function<void(const tcpscope_flow_event&)>;
-  static std::unique_ptr<RingReader> create(int ring_fd, uint64_t ring_bytes, Handler handler,
+  // Both must be set.
+  struct Handlers {
+    std::function<void(const tcpscope_flow_event&)> flow;
+    std::function<void(const tcpscope_transfer_event&)> transfer;
+  };
+  static std::unique_ptr<RingReader> create(int ring_fd, uint64_t ring_bytes, Handlers handlers,
                                             std::string* error);
   ~RingReader();
 
   // The fd to put in the daemon's epoll set: readable when the kernel woke us.
   int epoll_fd() const;
-  // Hands queued records to the handler, at most `budget` of them (the kernel
+  // Hands queued records to their handlers, at most `budget` of them (both kinds) (the kernel
   // may keep producing while we read, so an unbounded drain could run for as
   // long as the overload lasts and starve the daemon's timer and signals);
   // returns how many. A return equal to the budget means more may be queued.
@@ -30,7 +47,9 @@ class RingReader {
   static constexpr int kDefaultDrainBudget = 16384;
   // How full the ring is right now, 0..1 (producer - consumer over size).
   double fill_ratio() const;
+  // Flow records and transfer records read so far.
   uint64_t records() const { return records_; }
+  uint64_t transfers() const { return transfers_; }
   uint64_t malformed() const { return malformed_; }
 
  private:
@@ -38,11 +57,12 @@ class RingReader {
   static int on_sample(void* ctx, void* data, size_t size);
 
   ring_buffer* rb_ = nullptr;
-  Handler handler_;
+  Handlers handlers_;
   uint64_t ring_bytes_ = 0;
   void* positions_ = nullptr;  // read-only view of consumer + producer pages
   size_t positions_len_ = 0;
   uint64_t records_ = 0;
+  uint64_t transfers_ = 0;
   uint64_t malformed_ = 0;
   int budget_ = 0;   // of the drain() in progress
   int drained_ = 0;  // by it so far

@@ -1,12 +1,25 @@
 #include "pipeline/flow_pipeline.h"
 
+#include "record/transfer_decoder.h"
+
 namespace tcpscope {
+
+template <class Record>
+void FlowPipeline::enrich_and_name(Record* record, uint32_t rule_tag, uint8_t arm_tag) {
+  lookups_ += static_cast<uint64_t>(enricher_.enrich(record));
+  rule_names_.name_flow(rule_tag, arm_tag, record);
+}
 
 FlowRecord FlowPipeline::record_of(const tcpscope_flow_event& ev) {
   FlowRecord flow = decode_flow_event(ev, clock_);
-  lookups_ += static_cast<uint64_t>(enricher_.enrich(&flow));
-  rule_names_.name_flow(ev.cc_rule, ev.arm, &flow);
+  enrich_and_name(&flow, ev.cc_rule, ev.arm);
   return flow;
+}
+
+TransferRecord FlowPipeline::record_of(const tcpscope_transfer_event& ev) {
+  TransferRecord transfer = decode_transfer_event(ev, clock_);
+  enrich_and_name(&transfer, ev.cc_rule, ev.arm);
+  return transfer;
 }
 
 }  // namespace tcpscope

@@ -2,7 +2,9 @@
 // decode it (units, the realtime clock), enrich it (peer class, ASN), and
 // name the rule that chose its congestion control. Finished flows (from the
 // ring buffer) and open flows (from a snapshot) both go through it, so the
-// flow log, the metrics and /api/v1/flows describe a flow the same way.
+// flow log, the metrics and /api/v1/flows describe a flow the same way; the
+// transfers of a flow (from the ring buffer) are enriched and named by the
+// same code, so a transfer carries its flow's peer class, ASN and rule.
 //
 // The daemon's loop thread is its only caller.
 #pragma once
@@ -13,6 +15,7 @@
 #include "policy/rule_names.h"
 #include "record/flow_decoder.h"
 #include "record/flow_record.h"
+#include "record/transfer_record.h"
 #include "tcpscope/flow_event.h"
 
 namespace tcpscope {
@@ -24,11 +27,16 @@ class FlowPipeline {
       : clock_(clock), enricher_(enricher), rule_names_(rule_names) {}
 
   FlowRecord record_of(const tcpscope_flow_event& ev);
+  TransferRecord record_of(const tcpscope_transfer_event& ev);
 
   // Peer class and ASN lookups made so far (tcpscope_enrichment_lookups_total).
   uint64_t lookups() const { return lookups_; }
 
  private:
+  // Enriches a decoded record and names its rule from the kernel's tags.
+  template <class Record>
+  void enrich_and_name(Record* record, uint32_t rule_tag, uint8_t arm_tag);
+
   const MonotonicToRealtime& clock_;
   const Enricher& enricher_;
   const RuleNames& rule_names_;

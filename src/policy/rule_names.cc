@@ -20,18 +20,13 @@ void RuleNames::add(const CompiledPolicy& policy) {
   }
 }
 
-void RuleNames::name_flow(uint32_t rule_tag, uint8_t arm_tag, FlowRecord* flow) const {
-  if (!rule_tag) return;
+const RuleNames::RuleLabel* RuleNames::rule_of(uint32_t rule_tag) const {
+  if (!rule_tag) return nullptr;
   const uint16_t install = static_cast<uint16_t>(TCPSCOPE_RULE_TAG_INSTALL(rule_tag));
   const uint32_t idx = TCPSCOPE_RULE_TAG_INDEX(rule_tag);
   auto it = installs_.find(install);
-  if (it == installs_.end() || idx >= it->second.size()) return;
-  const RuleLabel& rule = it->second[idx];
-  flow->cc_rule = rule.name;
-  if (rule.experiment) {
-    flow->experiment = rule.experiment;
-    if (arm_tag && arm_tag <= rule.arms.size()) flow->arm = rule.arms[TCPSCOPE_ARM_TAG_INDEX(arm_tag)];
-  }
+  if (it == installs_.end() || idx >= it->second.size()) return nullptr;
+  return &it->second[idx];
 }
 
 }  // namespace tcpscope

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "policy/cc_policy.h"
-#include "record/flow_record.h"
+#include "tcpscope/policy.h"
 
 namespace tcpscope {
 
@@ -30,10 +30,21 @@ class RuleNames {
   uint16_t next_install() const { return next_install_; }
   // `policy` was installed as next_install(): keeps its names, moves on.
   void add(const CompiledPolicy& policy);
-  // cc_rule / experiment / arm of a flow whose socket the kernel tagged
-  // `rule_tag` and `arm_tag` (tcpscope_flow_event's cc_rule and arm); left
-  // unset when no rule chose it or its install is no longer kept.
-  void name_flow(uint32_t rule_tag, uint8_t arm_tag, FlowRecord* flow) const;
+  // cc_rule / experiment / arm of a record of a flow whose socket the kernel
+  // tagged `rule_tag` and `arm_tag` (the cc_rule and arm of its
+  // tcpscope_flow_event or tcpscope_transfer_event); left unset when no rule
+  // chose it or its install is no longer kept. `Record`: FlowRecord or
+  // TransferRecord, named alike.
+  template <class Record>
+  void name_flow(uint32_t rule_tag, uint8_t arm_tag, Record* record) const {
+    const RuleLabel* rule = rule_of(rule_tag);
+    if (!rule) return;
+    record->cc_rule = rule->name;
+    if (rule->experiment) {
+      record->experiment = rule->experiment;
+      if (arm_tag && arm_tag <= rule->arms.size()) record->arm = rule->arms[TCPSCOPE_ARM_TAG_INDEX(arm_tag)];
+    }
+  }
 
  private:
   struct RuleLabel {
@@ -41,6 +52,9 @@ class RuleNames {
     std::optional<std::string> experiment;
     std::vector<std::string> arms;
   };
+
+  // The rule of a tag, null for no rule or an install no longer kept.
+  const RuleLabel* rule_of(uint32_t rule_tag) const;
 
   uint16_t next_install_ = 1;
   std::map<uint16_t, std::vector<RuleLabel>> installs_;

@@ -15,9 +15,6 @@ int64_t clock_ns(clockid_t id) {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
-// Reads a NUL-terminated kernel string that may fill its whole buffer.
-std::string bounded_string(const char* s, size_t cap) { return std::string(s, strnlen(s, cap)); }
-
 uint64_t delivery_rate_bps(const tcpscope_flow_event& ev) {
   // As tcp_info's tcpi_delivery_rate: delivered segments x mss over the sample interval.
   if (ev.rate_interval_us == 0) return 0;
@@ -46,6 +43,10 @@ IpAddr event_address(const __u8 bytes[16], uint8_t family) {
   return family == 4 ? IpAddr::v4(bytes) : IpAddr::v6(bytes).unmapped();
 }
 
+std::string event_string(const char* s, size_t capacity) { return std::string(s, strnlen(s, capacity)); }
+
+Direction event_direction(uint8_t dir) { return dir == TCPSCOPE_DIR_PASSIVE ? Direction::kPassive : Direction::kActive; }
+
 FlowRecord decode_flow_event(const tcpscope_flow_event& ev, const MonotonicToRealtime& clock) {
   FlowRecord r;
   r.start_ns = clock.to_realtime(ev.start_ns);
@@ -57,7 +58,7 @@ FlowRecord decode_flow_event(const tcpscope_flow_event& ev, const MonotonicToRea
   r.raddr = event_address(ev.daddr, ev.family);
   r.lport = ev.sport;
   r.rport = ev.dport;
-  r.dir = ev.dir == TCPSCOPE_DIR_PASSIVE ? Direction::kPassive : Direction::kActive;
+  r.dir = event_direction(ev.dir);
   switch (ev.outcome) {
     case TCPSCOPE_OUTCOME_OK: r.outcome = Outcome::kOk; break;
     case TCPSCOPE_OUTCOME_RESET: r.outcome = Outcome::kReset; break;
@@ -68,7 +69,7 @@ FlowRecord decode_flow_event(const tcpscope_flow_event& ev, const MonotonicToRea
   r.partial = ev.flags & TCPSCOPE_F_PARTIAL;
   r.app_set_cc = ev.flags & TCPSCOPE_F_APP_SET_CC;
 
-  r.cc = bounded_string(ev.cc, sizeof(ev.cc));
+  r.cc = event_string(ev.cc, sizeof(ev.cc));
   r.srtt_us = ev.srtt_us;
   r.min_rtt_us = ev.min_rtt_us;
   r.rttvar_us = ev.rttvar_us;
@@ -88,7 +89,7 @@ FlowRecord decode_flow_event(const tcpscope_flow_event& ev, const MonotonicToRea
   for (size_t i = 0; i < r.ca_state_us.size(); ++i) r.ca_state_us[i] = ev.ca_state_ns[i] / 1000;
 
   r.pid = ev.pid;
-  r.comm = bounded_string(ev.comm, sizeof(ev.comm));
+  r.comm = event_string(ev.comm, sizeof(ev.comm));
   r.cgroup_id = ev.cgroup_id;
   r.netns = ev.netns;
   return r;

@@ -3,7 +3,9 @@
 // derived quantities of SPEC.md (fct_us, duration_us, rates in bits/s).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "record/flow_record.h"
 #include "tcpscope/flow_event.h"
@@ -25,8 +27,14 @@ class MonotonicToRealtime {
 };
 
 FlowRecord decode_flow_event(const tcpscope_flow_event& ev, const MonotonicToRealtime& clock);
-// A record's address as the decoder reports it (IPv4-mapped IPv6 unmapped).
+// Fields every kernel record has, decoded as the flow decoder does (the
+// transfer decoder uses them too):
+// a record's address (IPv4-mapped IPv6 unmapped),
 IpAddr event_address(const __u8 bytes[16], uint8_t family);
+// a NUL-terminated kernel string that may fill its whole buffer (cc, comm),
+std::string event_string(const char* s, size_t capacity);
+// the flow's direction (enum tcpscope_dir).
+Direction event_direction(uint8_t dir);
 
 // Flow completion time: first SYN to the last data byte acknowledged in
 // either direction. A flow that moved no data completes with its handshake;

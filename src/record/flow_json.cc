@@ -1,90 +1,17 @@
 #include "record/flow_json.h"
 
-#include <arpa/inet.h>
-
-#include <charconv>
-#include <cstring>
+#include "record/json_writer.h"
 
 namespace tcpscope {
 
+using namespace json_writer;
+
 namespace {
 
-// The flow log's writer is on the ring reader's path for every flow, so the
-// line is built in place: the output grows once by an upper bound of the
-// line's length, fields are written through a char pointer (keys are
-// literals of known length, numbers go through to_chars, IPv4 addresses are
-// formatted here rather than by inet_ntop's printf), then the string is cut
-// to the length written. Measured by bench/pipeline_bench.cc
-// (BM_PipelineFlowJson); the previous append-per-token version spent most
-// of its time in std::string::append and vfprintf.
-
-// Everything but the variable-length strings: 46 keys (< 800 bytes with
+// Everything but the variable-length strings: 47 keys (< 800 bytes with
 // their quotes, colons and commas), at most 20 digits per number, two
 // addresses of at most INET6_ADDRSTRLEN.
 constexpr size_t kFixedBound = 2048;
-
-// An escaped byte is at most 6 ("\u00XX"); plus the two quotes.
-size_t escaped_bound(std::string_view s) { return 6 * s.size() + 2; }
-
-template <size_t N>
-char* put(char* p, const char (&literal)[N]) {
-  std::memcpy(p, literal, N - 1);
-  return p + N - 1;
-}
-
-char* put(char* p, std::string_view s) {
-  std::memcpy(p, s.data(), s.size());
-  return p + s.size();
-}
-
-template <class Int>
-char* put_int(char* p, Int v) {
-  return std::to_chars(p, p + 24, v).ptr;
-}
-
-char* put_bool(char* p, bool v) { return v ? put(p, "true") : put(p, "false"); }
-
-char* put_escaped(char* p, std::string_view s) {
-  static const char kHex[] = "0123456789abcdef";
-  *p++ = '"';
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': p = put(p, "\\\""); break;
-      case '\\': p = put(p, "\\\\"); break;
-      case '\n': p = put(p, "\\n"); break;
-      case '\t': p = put(p, "\\t"); break;
-      case '\r': p = put(p, "\\r"); break;
-      default:
-        if (c < 0x20 || c >= 0x7f) {
-          p = put(p, "\\u00");
-          *p++ = kHex[c >> 4];
-          *p++ = kHex[c & 15];
-        } else {
-          *p++ = static_cast<char>(c);
-        }
-    }
-  }
-  *p++ = '"';
-  return p;
-}
-
-char* put_opt(char* p, const std::optional<std::string>& v) { return v ? put_escaped(p, *v) : put(p, "null"); }
-
-// As IpAddr::to_string(), quoted: dotted quad, inet_ntop's IPv6 text, "" when unset.
-char* put_addr(char* p, const IpAddr& a) {
-  *p++ = '"';
-  if (a.family == 4) {
-    for (int i = 0; i < 4; ++i) {
-      if (i) *p++ = '.';
-      p = put_int(p, static_cast<unsigned>(a.bytes[i]));
-    }
-  } else if (a.family == 6) {
-    char buf[INET6_ADDRSTRLEN];
-    if (inet_ntop(AF_INET6, a.bytes.data(), buf, sizeof buf)) p = put(p, std::string_view(buf));
-  }
-  *p++ = '"';
-  return p;
-}
 
 }  // namespace
 
@@ -96,15 +23,12 @@ void append_json_string(std::string_view s, std::string* out) {
 }
 
 void append_flow_json(const FlowRecord& r, std::string* out) {
-  size_t bound = kFixedBound + escaped_bound(r.cc) + escaped_bound(r.peer_class) + escaped_bound(r.as_org) +
-                 escaped_bound(r.comm);
-  for (const auto* o : {&r.cc_rule, &r.experiment, &r.arm})
-    if (*o) bound += escaped_bound(**o);
+  const size_t bound = kFixedBound + escaped_bound(r.cc) + escaped_bound(r.comm) + enrichment_bound(r);
   const size_t old = out->size();
   out->resize(old + bound);
   char* const begin = out->data() + old;
   char* p = begin;
-  p = put(p, "{\"start_ns\":");
+  p = put(p, "{\"kind\":\"flow\",\"start_ns\":");
   p = put_int(p, r.start_ns);
   p = put(p, ",\"end_ns\":");
   p = put_int(p, r.end_ns);
@@ -112,18 +36,7 @@ void append_flow_json(const FlowRecord& r, std::string* out) {
   p = put_int(p, r.fct_us);
   p = put(p, ",\"duration_us\":");
   p = put_int(p, r.duration_us);
-  p = put(p, ",\"family\":");
-  p = put_int(p, r.family());
-  p = put(p, ",\"laddr\":");
-  p = put_addr(p, r.laddr);
-  p = put(p, ",\"lport\":");
-  p = put_int(p, r.lport);
-  p = put(p, ",\"raddr\":");
-  p = put_addr(p, r.raddr);
-  p = put(p, ",\"rport\":");
-  p = put_int(p, r.rport);
-  p = put(p, ",\"dir\":");
-  p = put_escaped(p, to_string(r.dir));
+  p = put_endpoints(p, r);
   p = put(p, ",\"outcome\":");
   p = put_escaped(p, to_string(r.outcome));
   p = put(p, ",\"cc\":");
@@ -160,18 +73,7 @@ void append_flow_json(const FlowRecord& r, std::string* out) {
   p = put_int(p, r.delivery_rate_bps);
   p = put(p, ",\"pacing_rate_bps\":");
   p = put_int(p, r.pacing_rate_bps);
-  p = put(p, ",\"peer_class\":");
-  p = put_escaped(p, r.peer_class);
-  p = put(p, ",\"asn\":");
-  p = put_int(p, r.asn);
-  p = put(p, ",\"as_org\":");
-  p = put_escaped(p, r.as_org);
-  p = put(p, ",\"cc_rule\":");
-  p = put_opt(p, r.cc_rule);
-  p = put(p, ",\"experiment\":");
-  p = put_opt(p, r.experiment);
-  p = put(p, ",\"arm\":");
-  p = put_opt(p, r.arm);
+  p = put_enrichment(p, r);
   p = put(p, ",\"app_set_cc\":");
   p = put_bool(p, r.app_set_cc);
   p = put(p, ",\"pid\":");

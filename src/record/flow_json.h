@@ -1,4 +1,6 @@
-// The NDJSON flow record of SPEC.md: one object per line, fields in a fixed order.
+// The NDJSON flow record of SPEC.md: one object per line, fields in a fixed
+// order, the first "kind": "flow" (the flow log also holds transfer lines,
+// transfer_json.h).
 #pragma once
 
 #include <string>

@@ -82,15 +82,26 @@ class Daemon:
             raise RuntimeError(f"tcpscope did not start: {self.stderr_text()}")
         self._offset = 0
         self._records = []
+        self._transfers = []
 
     def stderr_text(self):
         return self.stderr_path.read_text() if self.stderr_path.exists() else ""
 
     def all_records(self):
-        """Every record of a test's namespaces written so far (read incrementally).
+        """Every flow record of a test's namespaces written so far (read incrementally).
         The daemon sees every flow on the host: records of other namespaces
         (the host's own traffic, other work on the machine) are skipped
-        unparsed, so a busy host cannot blow up the test's memory."""
+        unparsed, so a busy host cannot blow up the test's memory. Transfer
+        lines ("kind": "transfer") are kept apart: all_transfers()."""
+        self._read_flow_log()
+        return self._records
+
+    def all_transfers(self):
+        """Every transfer record of a test's namespaces written so far."""
+        self._read_flow_log()
+        return self._transfers
+
+    def _read_flow_log(self):
         if self.flow_log.exists():
             with open(self.flow_log, "rb") as f:
                 f.seek(self._offset)
@@ -100,8 +111,8 @@ class Daemon:
                     self._offset += len(line)
                     m = NETNS_FIELD.search(line)
                     if m and int(m.group(1)) in WATCHED_NETNS:
-                        self._records.append(json.loads(line))
-        return self._records
+                        r = json.loads(line)
+                        (self._transfers if r.get("kind") == "transfer" else self._records).append(r)
 
     def records(self, net, side=None):
         """Records of the sockets in `net`'s namespaces (both, or side "cli"/"srv").

@@ -834,6 +834,7 @@ FLAG_OVERRIDDEN_CHANGES = {
 APPLIED_CHANGES = {
     "snapshot_interval_s": "snapshot_interval_s: 3\n",
     "throughput_min_bytes": "throughput_min_bytes: 1000\n",
+    "flow_log_transfers": "flow_log_transfers: false\n",
     "size_classes_bytes": "size_classes_bytes: [1000, 2000]\n",
     "default_peer_class": "default_peer_class: elsewhere\n",
     "asn": "asn:\n  top_n: 3\n",

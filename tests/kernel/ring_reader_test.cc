@@ -80,16 +80,19 @@ TEST_F(RealProbe, DrainStopsAtItsBudgetAndTheNextDrainContinues) {
   constexpr int kConnections = 150;  // 300 records: one per end
   uint32_t netns = 0;
   int ours = 0, others = 0;
+  int transfers = 0;
   auto make_reader = [&](std::string* error) {
-    return RingReader::create(probe_->ring_buffer_fd(), probe_->ring_buffer_bytes(),
-                              [&](const tcpscope_flow_event& ev) { (ev.netns == netns ? ours : others)++; },
-                              error);
+    RingReader::Handlers handlers;
+    handlers.flow = [&](const tcpscope_flow_event& ev) { (ev.netns == netns ? ours : others)++; };
+    handlers.transfer = [&](const tcpscope_transfer_event&) { ++transfers; };
+    return RingReader::create(probe_->ring_buffer_fd(), probe_->ring_buffer_bytes(), std::move(handlers), error);
   };
   std::string error;
   auto reader = make_reader(&error);
   ASSERT_TRUE(reader) << error;
   reader->drain(1 << 30);  // whatever the host queued before the test
   others = 0;
+  transfers = 0;
 
   netns = make_connections(kConnections);
   // The passive ends close on the final ACK, which may trail the child's exit.
@@ -110,6 +113,25 @@ TEST_F(RealProbe, DrainStopsAtItsBudgetAndTheNextDrainContinues) {
   EXPECT_EQ(ours, 2 * kConnections) << "others " << others;
   EXPECT_EQ(probe_->counter(TCPSCOPE_CNT_RECORDS_LOST), 0u);
   EXPECT_EQ(reader->records(), static_cast<uint64_t>(ours + others));
+  EXPECT_EQ(reader->transfers(), static_cast<uint64_t>(transfers));
+}
+
+// The one rule for telling the ring's records apart; no kernel needed.
+TEST(RingSamples, TransfersByTheirExactSizeFlowsByAtLeastTheirsTheRestMalformed) {
+  EXPECT_EQ(sample_kind(sizeof(tcpscope_transfer_event)), SampleKind::kTransfer);
+  EXPECT_EQ(sample_kind(sizeof(tcpscope_flow_event)), SampleKind::kFlow);
+  EXPECT_EQ(sample_kind(sizeof(tcpscope_flow_event) + 8), SampleKind::kFlow);  // a newer kernel side's longer record
+  for (size_t size : {size_t{0}, size_t{8}, sizeof(tcpscope_transfer_event) - 8, sizeof(tcpscope_transfer_event) + 8,
+                      sizeof(tcpscope_flow_event) - 8})
+    EXPECT_EQ(sample_kind(size), SampleKind::kMalformed) << size;
+}
+
+TEST(RingSamples, AReaderNeedsBothHandlers) {
+  std::string error;
+  RingReader::Handlers only_flows;
+  only_flows.flow = [](const tcpscope_flow_event&) {};
+  EXPECT_FALSE(RingReader::create(-1, 0, only_flows, &error));
+  EXPECT_NE(error.find("transfer"), std::string::npos) << error;
 }
 
 }  // namespace

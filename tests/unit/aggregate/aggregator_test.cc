@@ -113,8 +113,20 @@ FlowRecord good_flow(uint32_t asn, uint64_t bytes_acked, int64_t fct_us) {
   return f;
 }
 
+TransferRecord transfer(uint32_t asn, TransferDirection direction, uint64_t bytes, int64_t xfer_us) {
+  TransferRecord t;
+  t.peer_class = "client";
+  t.cc = "cubic";
+  t.asn = asn;
+  t.direction = direction;
+  t.bytes = bytes;
+  t.xfer_us = xfer_us;
+  return t;
+}
+
 // The daemon's order: the ASN ranking labels each flow, then the aggregator
-// counts it under that label; a new ranking retires series.
+// counts it under that label; a new ranking retires series. A transfer is
+// labelled by the ranking as it stands and adds no bytes to it.
 struct TestOptions {
   AggregatorOptions series;
   AsnRankingOptions ranking;
@@ -131,6 +143,7 @@ class RankedAggregator {
     if (c.reranked) agg.retire_series(ranking);
     return ranking.label(f.asn) == AsnLabel::kOwn;
   }
+  void add(const TransferRecord& t) { agg.add(t, ranking.label(t.asn)); }
   void recompute_top_asns() {
     ranking.recompute();
     agg.retire_series(ranking);
@@ -466,11 +479,135 @@ TEST_F(AggregatorTest, ReloadWithNewSizeClassesKeepsOldSeries) {
   EXPECT_EQ(s.counter("tcpscope_bytes_acked_total", base("0")), 105000);
 }
 
+TEST_F(AggregatorTest, TransfersAreCountedByDirection) {
+  RankedAggregator agg(registry_, no_warmup());
+  for (int i = 0; i < 3; ++i) agg.add(transfer(0, TransferDirection::kSend, 1000, 2000));
+  agg.add(transfer(0, TransferDirection::kRecv, 1000, 2000));
+  Scrape s(*registry_);
+  EXPECT_EQ(s.counter("tcpscope_transfers_total", with(base("0"), "direction", "send")), 3);
+  EXPECT_EQ(s.counter("tcpscope_transfers_total", with(base("0"), "direction", "recv")), 1);
+  // Transfers are not flows.
+  EXPECT_TRUE(s.series("tcpscope_flows_total").empty());
+  EXPECT_EQ(s.counter("tcpscope_bytes_acked_total", base("0")), 0);
+  EXPECT_TRUE(s.series("tcpscope_flow_completion_seconds").empty());
+}
+
+TEST_F(AggregatorTest, TransferTimeBySizeClassOfTheTransfersBytes) {
+  RankedAggregator agg(registry_, no_warmup());
+  agg.add(transfer(0, TransferDirection::kSend, 99999, 1500));     // lt_100k
+  agg.add(transfer(0, TransferDirection::kRecv, 100000, 2500));    // 100k_1m, either direction
+  agg.add(transfer(0, TransferDirection::kSend, 2999999, 40000));  // 1m_3m
+  agg.add(transfer(0, TransferDirection::kSend, 3000000, 90000000));
+  agg.add(transfer(0, TransferDirection::kSend, 3000000, -5));     // clock step: no negative time
+  Scrape s(*registry_);
+  const auto h = [&](const char* sc) {
+    return s.histogram("tcpscope_transfer_seconds", with(base("0"), "size_class", sc));
+  };
+  ASSERT_TRUE(h("lt_100k") && h("100k_1m") && h("1m_3m") && h("ge_3m"));
+  EXPECT_EQ(h("lt_100k")->sample_count, 1u);
+  EXPECT_DOUBLE_EQ(h("lt_100k")->sample_sum, 0.0015);
+  EXPECT_EQ(h("100k_1m")->sample_count, 1u);
+  EXPECT_EQ(h("1m_3m")->sample_count, 1u);
+  EXPECT_EQ(h("ge_3m")->sample_count, 2u);
+  EXPECT_DOUBLE_EQ(h("ge_3m")->sample_sum, 90);
+  EXPECT_EQ(h("ge_3m")->bucket.size(), fct_buckets_seconds().size() + 1);  // the FCT buckets
+  EXPECT_EQ(bucket(*h("lt_100k"), 0.002), 1u);
+}
+
+TEST_F(AggregatorTest, TransferThroughputOnlyForLargeSendTransfersTheReceiverDidNotLimit) {
+  RankedAggregator agg(registry_, no_warmup());
+  const uint64_t big = 3000000;  // throughput_min_bytes
+  agg.add(transfer(0, TransferDirection::kSend, big, 1000000));       // 3 MB/s: counted
+  agg.add(transfer(0, TransferDirection::kRecv, 2 * big, 1000000));   // received: the sender's pace
+  agg.add(transfer(0, TransferDirection::kSend, big - 1, 1000000));   // one byte short
+  TransferRecord limited = transfer(0, TransferDirection::kSend, big, 1000000);
+  limited.rwnd_limited_us = 500001;                                    // most of its time
+  agg.add(limited);
+  agg.add(limited);
+  TransferRecord small_limited = limited;
+  small_limited.bytes = big - 1;                                       // too small to be considered at all
+  agg.add(small_limited);
+  TransferRecord half = transfer(0, TransferDirection::kSend, 2 * big, 1000000);
+  half.rwnd_limited_us = 500000;                                       // exactly half: not most
+  agg.add(half);
+
+  Scrape s(*registry_);
+  const auto* h = s.histogram("tcpscope_transfer_throughput_bytes_per_second", base("0"));
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->sample_count, 2u);
+  EXPECT_DOUBLE_EQ(h->sample_sum, 3e6 + 6e6);
+  EXPECT_EQ(h->bucket.size(), throughput_buckets_bytes_per_second().size() + 1);  // the flow throughput's buckets
+  EXPECT_EQ(bucket(*h, 5e6), 1u);
+  EXPECT_EQ(s.counter("tcpscope_transfer_throughput_excluded_total", with(base("0"), "reason", "rwnd_limited")), 2);
+  EXPECT_EQ(s.series("tcpscope_transfer_throughput_excluded_total").size(), 1u);
+}
+
+TEST_F(AggregatorTest, TransfersAreLabelledByTheRankingButDoNotRankTheirAsn) {
+  TestOptions o = no_warmup();
+  o.ranking.top_n = 1;
+  RankedAggregator agg(registry_, o);
+  agg.add(good_flow(100, 1000, 1000));  // 100 joins the top-N
+  for (int i = 0; i < 5; ++i) agg.add(transfer(200, TransferDirection::kSend, 1000000000, 1000000));
+  agg.recompute_top_asns();
+  EXPECT_EQ(agg.top_asns(), std::vector<uint32_t>{100}) << "a transfer's bytes are its flow's, counted once";
+  agg.add(transfer(100, TransferDirection::kSend, 1000, 1000));
+  agg.add(transfer(0, TransferDirection::kSend, 1000, 1000));
+  Scrape s(*registry_);
+  EXPECT_EQ(s.counter("tcpscope_transfers_total", with(base("other"), "direction", "send")), 5);
+  EXPECT_EQ(s.counter("tcpscope_transfers_total", with(base("100"), "direction", "send")), 1);
+  EXPECT_EQ(s.counter("tcpscope_transfers_total", with(base("0"), "direction", "send")), 1);
+}
+
+TEST_F(AggregatorTest, TransferSeriesGoWithTheirAsnWhenItLeavesTheTop) {
+  TestOptions o = no_warmup();
+  o.ranking.top_n = 1;
+  o.series.stale_asn_seconds = 0;
+  RankedAggregator agg(registry_, o);
+  agg.add(good_flow(100, 1000, 1000));
+  TransferRecord limited = transfer(100, TransferDirection::kSend, 5000000, 1000000);
+  limited.rwnd_limited_us = 900000;
+  for (const auto& t : {transfer(100, TransferDirection::kSend, 5000000, 1000000),
+                        transfer(100, TransferDirection::kRecv, 1000, 1000), limited})
+    agg.add(t);
+  {
+    Scrape s(*registry_);
+    EXPECT_TRUE(s.metric("tcpscope_transfer_throughput_bytes_per_second", base("100")));
+    EXPECT_TRUE(s.metric("tcpscope_transfer_seconds", with(base("100"), "size_class", "ge_3m")));
+  }
+  agg.add(good_flow(200, 1000000, 1000));  // 200 overtakes 100
+  agg.recompute_top_asns();
+  Scrape s(*registry_);
+  for (const char* name : {"tcpscope_transfers_total", "tcpscope_transfer_seconds",
+                           "tcpscope_transfer_throughput_bytes_per_second",
+                           "tcpscope_transfer_throughput_excluded_total"})
+    for (const auto& labels : s.series(name)) EXPECT_NE(labels.at("asn"), "100") << name;
+}
+
+TEST_F(AggregatorTest, ReplacedSizeClassTransferHistogramsAreRemovedAfterTheGracePeriod) {
+  TestOptions o = no_warmup();
+  o.series.stale_asn_seconds = 0;
+  RankedAggregator agg(registry_, o);
+  agg.add(transfer(0, TransferDirection::kSend, 5000000, 1000));  // ge_3m
+  o.series.size_classes_bytes = {100000, 1000000};
+  agg.update_options(o);
+  agg.add(transfer(0, TransferDirection::kSend, 5000000, 1000));  // ge_1m
+  EXPECT_TRUE(Scrape(*registry_).histogram("tcpscope_transfer_seconds", with(base("0"), "size_class", "ge_3m")));
+  agg.recompute_top_asns();
+  Scrape s(*registry_);
+  EXPECT_FALSE(s.histogram("tcpscope_transfer_seconds", with(base("0"), "size_class", "ge_3m")));
+  ASSERT_TRUE(s.histogram("tcpscope_transfer_seconds", with(base("0"), "size_class", "ge_1m")));
+  EXPECT_EQ(s.histogram("tcpscope_transfer_seconds", with(base("0"), "size_class", "ge_1m"))->sample_count, 1u);
+}
+
 TEST_F(AggregatorTest, MetricTypesAreAsSpecified) {
   RankedAggregator agg(registry_, no_warmup());
   FlowRecord f = good_flow(0, 5000000, 1000000);
   f.ca_state_us[0] = 1;
   agg.add(f);
+  agg.add(transfer(0, TransferDirection::kSend, 5000000, 1000000));
+  TransferRecord limited = transfer(0, TransferDirection::kSend, 5000000, 1000000);
+  limited.rwnd_limited_us = 1000000;
+  agg.add(limited);
   agg.set_active_flows({{{"client", "cubic"}, 1}});
   Scrape s(*registry_);
   using T = prometheus::MetricType;
@@ -486,6 +623,10 @@ TEST_F(AggregatorTest, MetricTypesAreAsSpecified) {
       {"tcpscope_srtt_seconds", T::Histogram},
       {"tcpscope_min_rtt_seconds", T::Histogram},
       {"tcpscope_active_flows", T::Gauge},
+      {"tcpscope_transfers_total", T::Counter},
+      {"tcpscope_transfer_seconds", T::Histogram},
+      {"tcpscope_transfer_throughput_bytes_per_second", T::Histogram},
+      {"tcpscope_transfer_throughput_excluded_total", T::Counter},
   };
   for (const auto& [name, type] : expected) {
     const auto* fam = s.family(name);
@@ -559,6 +700,24 @@ std::vector<FlowRecord> flows_filling_every_series(uint32_t asn, const std::stri
   return out;
 }
 
+// Every transfer shape that creates a series for (asn, class, cc): both
+// directions, each size class, a large send counted for throughput and one
+// left out because the receiver's window limited it.
+std::vector<TransferRecord> transfers_filling_every_series(uint32_t asn, const std::string& cls,
+                                                           const std::string& cc) {
+  std::vector<TransferRecord> out;
+  for (auto direction : {TransferDirection::kSend, TransferDirection::kRecv})
+    for (uint64_t bytes : {50000, 500000, 2000000, 5000000}) out.push_back(transfer(asn, direction, bytes, 100000));
+  TransferRecord limited = transfer(asn, TransferDirection::kSend, 5000000, 100000);
+  limited.rwnd_limited_us = 100000;
+  out.push_back(limited);
+  for (auto& t : out) {
+    t.peer_class = cls;
+    t.cc = cc;
+  }
+  return out;
+}
+
 // Samples as Prometheus counts them: every non-comment line of the exposition.
 size_t exposition_samples(const prometheus::Registry& r) {
   const std::string text = prometheus::TextSerializer().Serialize(r.Collect());
@@ -584,9 +743,12 @@ std::set<std::string> asn_labels(const prometheus::Registry& r) {
 
 TEST_F(AggregatorTest, SeriesCountMatchesTheBudget) {
   // The per-label-set count of the README and aggregator.h, by hand: 4
-  // counters, 10 flows_total, 5 states, S x 27 FCT, 22 throughput, 2 x 27 RTT.
-  const uint64_t S = 4, P = 4 + 10 + 5 + S * (24 + 3) + (19 + 3) + 2 * (24 + 3);
-  ASSERT_EQ(P, 203u);
+  // counters, 10 flows_total, 5 states, S x 27 FCT, 22 throughput, 2 x 27 RTT,
+  // 2 transfers_total, S x 27 transfer time, 22 transfer throughput, 1
+  // transfer throughput excluded.
+  const uint64_t S = 4,
+                 P = 4 + 10 + 5 + S * (24 + 3) + (19 + 3) + 2 * (24 + 3) + 2 + S * (24 + 3) + (19 + 3) + 1;
+  ASSERT_EQ(P, 336u);
   const std::vector<std::string> classes{"client", "origin"}, ccs{"cubic", "bbr"};
   const uint64_t C = classes.size(), K = ccs.size();
 
@@ -598,8 +760,10 @@ TEST_F(AggregatorTest, SeriesCountMatchesTheBudget) {
   RankedAggregator agg(registry_, o);
   auto feed = [&](uint32_t asn, uint64_t scale) {
     for (const auto& cls : classes)
-      for (const auto& cc : ccs)
+      for (const auto& cc : ccs) {
         for (const auto& f : flows_filling_every_series(asn, cls, cc, scale)) agg.add(f);
+        for (const auto& t : transfers_filling_every_series(asn, cls, cc)) agg.add(t);
+      }
   };
   std::map<std::pair<std::string, std::string>, int64_t> active;
   for (const auto& cls : classes)
@@ -642,8 +806,8 @@ TEST_F(AggregatorTest, DefaultSeriesBudgetIsTheReadmeFigure) {
   const AggregatorOptions o = AggregatorOptions::from_config(defaults);
   const uint32_t top_n = AsnRankingOptions::from_config(defaults).top_n;
   EXPECT_EQ(o.max_stale_asns, 50u);
-  EXPECT_EQ(series_budget(o, top_n, 1, 1), 20707u);
-  EXPECT_EQ(series_budget(o, top_n, 1, 2), 41414u);
+  EXPECT_EQ(series_budget(o, top_n, 1, 1), 34273u);
+  EXPECT_EQ(series_budget(o, top_n, 1, 2), 68546u);
 }
 
 TEST_F(AggregatorTest, ReplacedSizeClassHistogramsGoWithAStaleAsn) {
@@ -749,6 +913,23 @@ std::vector<FlowRecord> mixed_flows(size_t n, uint32_t seed) {
   return out;
 }
 
+// A transfer for each flow of mixed_flows: both directions, every size
+// class, some left out of the throughput histogram by the receiver's window.
+std::vector<TransferRecord> mixed_transfers(const std::vector<FlowRecord>& flows, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const uint64_t sizes[] = {1000, 200000, 2000000, 4000000};
+  std::vector<TransferRecord> out;
+  for (const auto& f : flows) {
+    TransferRecord t = transfer(f.asn, rng() % 3 ? TransferDirection::kSend : TransferDirection::kRecv,
+                                sizes[rng() % 4], static_cast<int64_t>(rng() % 2000000));
+    t.peer_class = f.peer_class;
+    t.cc = f.cc;
+    t.rwnd_limited_us = rng() % 4 ? 0 : static_cast<uint32_t>(t.xfer_us);
+    out.push_back(t);
+  }
+  return out;
+}
+
 // The daemon adds a drain's records in a batch and publishes once; the
 // metrics must come out as if each flow had been added on its own, across a
 // ranking that removes series and a reload that replaces size classes.
@@ -765,10 +946,13 @@ void expect_batched_equals_single(size_t batch) {
   auto batched_registry = std::make_shared<prometheus::Registry>();
   RankedAggregator single(single_registry, o), batched(batched_registry, o);
   const auto flows = mixed_flows(5000, 7);
+  const auto transfers = mixed_transfers(flows, 8);
   for (size_t i = 0; i < flows.size(); i += batch) {
     batched.begin_batch();
     for (size_t j = i; j < std::min(flows.size(), i + batch); ++j) {
       EXPECT_EQ(single.add(flows[j]), batched.add(flows[j])) << "flow " << j;
+      single.add(transfers[j]);
+      batched.add(transfers[j]);
       if (j == 1200 || j == 3300) {
         single.recompute_top_asns();
         batched.recompute_top_asns();
@@ -828,6 +1012,10 @@ TEST(SelfMetricsTest, TotalsAdvanceCountersByTheDelta) {
   m.set_records_lost(12);
   m.set_records(1000);
   m.set_records(1500);
+  m.set_transfer_records_lost(2);
+  m.set_transfer_records_lost(3);
+  m.set_transfer_records(40);
+  m.set_transfer_records(90);
   m.set_enrichment_lookups(40);
   m.set_flow_log_dropped(3);
   m.set_flow_log_dropped(1);  // source restarted: 1 new drop
@@ -840,6 +1028,8 @@ TEST(SelfMetricsTest, TotalsAdvanceCountersByTheDelta) {
   Scrape s(*registry);
   EXPECT_EQ(s.counter("tcpscope_records_lost_total", {}), 12);
   EXPECT_EQ(s.counter("tcpscope_records_total", {}), 1500);
+  EXPECT_EQ(s.counter("tcpscope_transfer_records_lost_total", {}), 3);
+  EXPECT_EQ(s.counter("tcpscope_transfer_records_total", {}), 90);
   EXPECT_EQ(s.counter("tcpscope_enrichment_lookups_total", {}), 40);
   EXPECT_EQ(s.counter("tcpscope_flow_log_dropped_total", {}), 4);
   EXPECT_EQ(s.gauge("tcpscope_ring_buffer_fill_ratio", {}), 0.25);

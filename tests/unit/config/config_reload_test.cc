@@ -34,6 +34,7 @@ const std::map<std::string, std::function<void(Config&)>>& changes() {
       {"default_peer_class", [](Config& c) { c.default_peer_class = "lab"; }},
       {"size_classes_bytes", [](Config& c) { c.size_classes_bytes = {1000}; }},
       {"throughput_min_bytes", [](Config& c) { c.throughput_min_bytes = 1; }},
+      {"flow_log_transfers", [](Config& c) { c.flow_log_transfers = false; }},
       {"cc_policy", [](Config& c) { c.cc_policy.sysctl_guard = SysctlGuard::kDeny; }},
       {"snapshot_interval_s", [](Config& c) { c.snapshot_interval_s = 1; }},
   };
@@ -72,6 +73,7 @@ TEST(ConfigReload, AppliedKeysReachTheRunningConfig) {
   fresh.http.basic_auth_password_sha256 = std::string(64, 'b');
   fresh.snapshot_interval_s = 0;
   fresh.throughput_min_bytes = 5;
+  fresh.flow_log_transfers = false;
   fresh.listen = "0.0.0.0:1";
   std::vector<std::string> next_start;
   const Config merged = merge_reload(running, fresh, &next_start);
@@ -79,6 +81,7 @@ TEST(ConfigReload, AppliedKeysReachTheRunningConfig) {
   EXPECT_EQ(merged.http.basic_auth_password_sha256, std::string(64, 'b'));
   EXPECT_EQ(merged.snapshot_interval_s, 0u);
   EXPECT_EQ(merged.throughput_min_bytes, 5u);
+  EXPECT_FALSE(merged.flow_log_transfers);
   EXPECT_EQ(merged.listen, running.listen);
   EXPECT_EQ(next_start, std::vector<std::string>{"listen"});
 }

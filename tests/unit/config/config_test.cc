@@ -84,6 +84,7 @@ TEST(ConfigTest, EmptyTextIsAllDefaults) {
   EXPECT_EQ(c.default_peer_class, "client");
   EXPECT_EQ(c.size_classes_bytes, (std::vector<uint64_t>{100000, 1000000, 3000000}));
   EXPECT_EQ(c.throughput_min_bytes, 3000000u);
+  EXPECT_TRUE(c.flow_log_transfers);
   EXPECT_TRUE(c.peer_classes.empty());
   EXPECT_TRUE(c.cc_policy.rules.empty());
   EXPECT_EQ(c.source, "test.yaml");
@@ -235,7 +236,7 @@ TEST(ConfigErrorTest, ListsInMessagesAreCut) {
             std::to_string(i) + ".0.0/16] }\n";
   }
   yaml += "cc_policy:\n  rules:\n    - { name: r, match: { peer_class: nope }, cc: bbr }\n";
-  EXPECT_TRUE(OneError(yaml, 44, "and 29 more)"));
+  EXPECT_TRUE(OneError(yaml, 44, "and 28 more)"));
   std::vector<tcpscope::ConfigError> errors;
   tcpscope::parse_config(yaml, "t.yaml", {"cubic", "bbr"}, &errors);
   ASSERT_EQ(errors.size(), 1u);
@@ -527,6 +528,25 @@ TEST(ConfigErrorTest, RingBufferBytes) {
   EXPECT_TRUE(NoErrors("ring_buffer_bytes: 65536\n"));
 }
 
+TEST(ConfigTest, FlowLogTransfers) {
+  Config c;
+  ASSERT_TRUE(errors_of("flow_log_transfers: false\n", &c).empty());
+  EXPECT_FALSE(c.flow_log_transfers);
+  ASSERT_TRUE(errors_of("flow_log_transfers: true\n", &c).empty());
+  EXPECT_TRUE(c.flow_log_transfers);
+  ASSERT_TRUE(errors_of("flow_log_transfers:\n", &c).empty());
+  EXPECT_TRUE(c.flow_log_transfers) << "null keeps the default";
+}
+
+TEST(ConfigErrorTest, FlowLogTransfersMustBeABool) {
+  EXPECT_TRUE(OneError("flow_log_transfers: yes\n", 1,
+                       "flow_log_transfers must be true or false, got a scalar \"yes\""));
+  EXPECT_TRUE(OneError("flow_log_transfers: 1\n", 1, "flow_log_transfers must be true or false"));
+  EXPECT_TRUE(OneError("\nflow_log_transfers: [true]\n", 2,
+                       "flow_log_transfers must be true or false, got a list"));
+  EXPECT_TRUE(OneError("flow_log_transfer: false\n", 1, "did you mean \"flow_log_transfers\"?"));
+}
+
 TEST(ConfigErrorTest, SnapshotInterval) {
   EXPECT_TRUE(OneError("snapshot_interval_s: 3601\n", 1,
                        "snapshot_interval_s 3601 is out of range 0..3600"));
@@ -701,6 +721,7 @@ TEST(DefaultConfigTest, OnlyObserves) {
   EXPECT_EQ(c.cgroup, "");
   EXPECT_EQ(c.ring_buffer_bytes, defaults.ring_buffer_bytes);
   EXPECT_EQ(c.snapshot_interval_s, defaults.snapshot_interval_s);
+  EXPECT_TRUE(c.flow_log_transfers);
 }
 
 TEST(ListenAddressTest, ParsesIpv4AndBracketedIpv6) {

@@ -91,5 +91,61 @@ TEST(FlowPipeline, SeesTheTablesAReloadSwappedIn) {
   EXPECT_EQ(pipeline.record_of(event_to("8.8.8.8")).peer_class, "client");
 }
 
+tcpscope_transfer_event transfer_to(const char* raddr) {
+  tcpscope_transfer_event ev{};
+  ev.family = 4;
+  ev.dir = TCPSCOPE_DIR_PASSIVE;
+  ev.direction = TCPSCOPE_XFER_SEND;
+  inet_pton(AF_INET, "198.18.0.1", ev.saddr);
+  inet_pton(AF_INET, raddr, ev.daddr);
+  ev.sport = 443;
+  ev.dport = 50000;
+  ev.flow_start_ns = 1'000'000'000;
+  ev.start_ns = 1'500'000'000;
+  ev.end_ns = 1'750'000'000;
+  ev.wait_us = TCPSCOPE_NO_WAIT;
+  ev.bytes = 4'000'000;
+  std::strcpy(ev.cc, "bbr");
+  return ev;
+}
+
+TEST(FlowPipeline, ATransferIsDecodedEnrichedAndNamedAsItsFlow) {
+  Fixture fx;
+  Enricher enricher(fx.tables);
+  FlowPipeline pipeline(fx.clock, enricher, fx.names);
+
+  tcpscope_flow_event flow_ev = event_to("8.8.8.8");
+  tcpscope_transfer_event ev = transfer_to("8.8.8.8");
+  flow_ev.cc_rule = ev.cc_rule = TCPSCOPE_RULE_TAG(fx.install, 0);
+  flow_ev.arm = ev.arm = 2;
+  const FlowRecord f = pipeline.record_of(flow_ev);
+  const TransferRecord t = pipeline.record_of(ev);
+  EXPECT_EQ(t.flow_start_ns, 6'000'000'000);  // the clock's offset applied
+  EXPECT_EQ(t.start_ns, 6'500'000'000);
+  EXPECT_EQ(t.xfer_us, 250'000);
+  EXPECT_FALSE(t.wait_us);
+  EXPECT_EQ(t.raddr.to_string(), "8.8.8.8");
+  EXPECT_EQ(t.cc, "bbr");
+  EXPECT_EQ(t.asn, 15169u);
+  EXPECT_EQ(t.peer_class, "origin");
+  EXPECT_EQ(t.as_org, f.as_org);
+  EXPECT_EQ(t.cc_rule, "wan");
+  EXPECT_EQ(t.experiment, "bbr-trial");
+  EXPECT_EQ(t.arm, "bbr");
+  EXPECT_EQ(pipeline.lookups(), 4u);  // ASN and peer class, for each record
+}
+
+TEST(FlowPipeline, ATransferNoRuleChoseHasNoRuleNames) {
+  Fixture fx;
+  Enricher enricher(fx.tables);
+  FlowPipeline pipeline(fx.clock, enricher, fx.names);
+  const TransferRecord t = pipeline.record_of(transfer_to("198.18.0.2"));
+  EXPECT_EQ(t.asn, 0u);
+  EXPECT_EQ(t.peer_class, "client");
+  EXPECT_FALSE(t.cc_rule);
+  EXPECT_FALSE(t.experiment);
+  EXPECT_FALSE(t.arm);
+}
+
 }  // namespace
 }  // namespace tcpscope

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "record/flow_record.h"
+
 namespace tcpscope {
 namespace {
 

@@ -37,13 +37,15 @@ TEST(FlowJson, OneValidObjectPerLineWithSpecFields) {
   EXPECT_EQ(out.back(), '\n');
   EXPECT_EQ(out.find('\n'), out.size() - 1);
   auto j = nlohmann::json::parse(out);
-  for (const char* k : {"start_ns", "end_ns", "fct_us", "duration_us", "family", "laddr", "lport", "raddr",
+  for (const char* k : {"kind", "start_ns", "end_ns", "fct_us", "duration_us", "family", "laddr", "lport", "raddr",
                         "rport", "dir", "outcome", "cc", "srtt_us", "min_rtt_us", "rttvar_us", "cwnd",
                         "max_cwnd", "ssthresh", "mss", "bytes_acked", "bytes_received", "bytes_retrans",
                         "segs_out", "segs_in", "retrans_segs", "lost_segs", "delivery_rate_bps",
                         "pacing_rate_bps", "peer_class", "asn", "as_org", "cc_rule", "experiment", "arm",
                         "app_set_cc", "pid", "comm", "cgroup_id", "netns"})
     EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["kind"], "flow");
+  EXPECT_EQ(out.rfind("{\"kind\":\"flow\",", 0), 0u) << "kind comes first";
   EXPECT_EQ(j["start_ns"].get<int64_t>(), 1700000000123456789);
   EXPECT_EQ(j["family"], 6);
   EXPECT_EQ(j["raddr"], "fd00::2");

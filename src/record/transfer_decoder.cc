@@ -1,0 +1,34 @@
+#include "record/transfer_decoder.h"
+
+namespace tcpscope {
+
+TransferRecord decode_transfer_event(const tcpscope_transfer_event& ev, const MonotonicToRealtime& clock) {
+  TransferRecord r;
+  r.flow_start_ns = clock.to_realtime(ev.flow_start_ns);
+  r.laddr = event_address(ev.saddr, ev.family);
+  r.raddr = event_address(ev.daddr, ev.family);
+  r.lport = ev.sport;
+  r.rport = ev.dport;
+  r.dir = event_direction(ev.dir);
+  r.netns = ev.netns;
+
+  r.seq = ev.seq;
+  r.direction = ev.direction == TCPSCOPE_XFER_RECV ? TransferDirection::kRecv : TransferDirection::kSend;
+  r.start_ns = clock.to_realtime(ev.start_ns);
+  r.end_ns = clock.to_realtime(ev.end_ns);
+  r.xfer_us = ev.end_ns > ev.start_ns ? static_cast<int64_t>((ev.end_ns - ev.start_ns) / 1000) : 0;
+  if (ev.wait_us != TCPSCOPE_NO_WAIT) r.wait_us = ev.wait_us;
+  r.bytes = ev.bytes;
+  r.retrans_segs = ev.retrans_segs;
+  r.srtt_us = ev.srtt_us;
+  r.min_rtt_us = ev.min_rtt_us;
+  r.busy_us = ev.busy_us;
+  r.rwnd_limited_us = ev.rwnd_limited_us;
+  r.sndbuf_limited_us = ev.sndbuf_limited_us;
+  r.cc = event_string(ev.cc, sizeof(ev.cc));
+  return r;
+}
+
+const char* to_string(TransferDirection d) { return d == TransferDirection::kRecv ? "recv" : "send"; }
+
+}  // namespace tcpscope

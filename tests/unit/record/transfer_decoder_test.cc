@@ -1,0 +1,123 @@
+#include "record/transfer_decoder.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace tcpscope {
+namespace {
+
+tcpscope_transfer_event base_event() {
+  tcpscope_transfer_event ev{};
+  ev.family = 4;
+  ev.dir = TCPSCOPE_DIR_PASSIVE;
+  ev.direction = TCPSCOPE_XFER_SEND;
+  inet_pton(AF_INET, "198.18.0.1", ev.saddr);
+  inet_pton(AF_INET, "198.18.0.2", ev.daddr);
+  ev.sport = 443;
+  ev.dport = 50000;
+  ev.netns = 4026531840u;
+  ev.flow_start_ns = 1'000'000'000;
+  ev.start_ns = 1'200'000'000;
+  ev.end_ns = 1'450'000'000;
+  ev.seq = 3;
+  ev.wait_us = 1500;
+  ev.bytes = 5'000'000'000ULL;  // beyond 32 bits
+  ev.retrans_segs = 4;
+  ev.srtt_us = 20000;
+  ev.min_rtt_us = 10000;
+  ev.busy_us = 250000;
+  ev.rwnd_limited_us = 100000;
+  ev.sndbuf_limited_us = 7;
+  std::strcpy(ev.cc, "bbr");
+  return ev;
+}
+
+TEST(TransferDecoder, TimesBecomeRealtimeAndXferUs) {
+  const TransferRecord r = decode_transfer_event(base_event(), MonotonicToRealtime(5'000'000'000));
+  EXPECT_EQ(r.flow_start_ns, 6'000'000'000);
+  EXPECT_EQ(r.start_ns, 6'200'000'000);
+  EXPECT_EQ(r.end_ns, 6'450'000'000);
+  EXPECT_EQ(r.xfer_us, 250'000);
+}
+
+TEST(TransferDecoder, AnEndBeforeTheStartTakesNoTime) {
+  auto ev = base_event();
+  ev.end_ns = ev.start_ns - 1;
+  EXPECT_EQ(decode_transfer_event(ev, MonotonicToRealtime(0)).xfer_us, 0);
+}
+
+TEST(TransferDecoder, NoWaitIsNull) {
+  auto ev = base_event();
+  EXPECT_EQ(decode_transfer_event(ev, MonotonicToRealtime(0)).wait_us, 1500);
+  ev.wait_us = 0;
+  EXPECT_EQ(decode_transfer_event(ev, MonotonicToRealtime(0)).wait_us, 0);  // 0 is a wait, not none
+  ev.wait_us = TCPSCOPE_NO_WAIT;
+  EXPECT_FALSE(decode_transfer_event(ev, MonotonicToRealtime(0)).wait_us);
+}
+
+TEST(TransferDecoder, CountersAndTheirUnits) {
+  const TransferRecord r = decode_transfer_event(base_event(), MonotonicToRealtime(0));
+  EXPECT_EQ(r.seq, 3u);
+  EXPECT_EQ(r.bytes, 5'000'000'000ULL);
+  EXPECT_EQ(r.retrans_segs, 4u);
+  EXPECT_EQ(r.srtt_us, 20000u);
+  EXPECT_EQ(r.min_rtt_us, 10000u);
+  EXPECT_EQ(r.busy_us, 250000u);
+  EXPECT_EQ(r.rwnd_limited_us, 100000u);
+  EXPECT_EQ(r.sndbuf_limited_us, 7u);
+  EXPECT_EQ(r.netns, 4026531840u);
+  EXPECT_EQ(r.cc, "bbr");
+}
+
+TEST(TransferDecoder, Ipv4AddressesAndPorts) {
+  const TransferRecord r = decode_transfer_event(base_event(), MonotonicToRealtime(0));
+  EXPECT_EQ(r.family(), 4);
+  EXPECT_EQ(r.laddr.to_string(), "198.18.0.1");
+  EXPECT_EQ(r.raddr.to_string(), "198.18.0.2");
+  EXPECT_EQ(r.lport, 443);
+  EXPECT_EQ(r.rport, 50000);
+}
+
+TEST(TransferDecoder, Ipv6AndIpv4MappedPeers) {
+  auto ev = base_event();
+  ev.family = 6;
+  std::memset(ev.saddr, 0, 16);
+  std::memset(ev.daddr, 0, 16);
+  inet_pton(AF_INET6, "fd00::1", ev.saddr);
+  inet_pton(AF_INET6, "fd00::2", ev.daddr);
+  TransferRecord r = decode_transfer_event(ev, MonotonicToRealtime(0));
+  EXPECT_EQ(r.family(), 6);
+  EXPECT_EQ(r.laddr.to_string(), "fd00::1");
+  EXPECT_EQ(r.raddr.to_string(), "fd00::2");
+
+  inet_pton(AF_INET6, "::ffff:198.18.0.1", ev.saddr);
+  inet_pton(AF_INET6, "::ffff:203.0.113.9", ev.daddr);
+  r = decode_transfer_event(ev, MonotonicToRealtime(0));
+  EXPECT_EQ(r.family(), 4);  // as the flow record reports it
+  EXPECT_EQ(r.raddr.to_string(), "203.0.113.9");
+}
+
+TEST(TransferDecoder, DirectionsOfTheTransferAndItsFlow) {
+  auto ev = base_event();
+  TransferRecord r = decode_transfer_event(ev, MonotonicToRealtime(0));
+  EXPECT_EQ(r.direction, TransferDirection::kSend);
+  EXPECT_STREQ(to_string(r.direction), "send");
+  EXPECT_EQ(r.dir, Direction::kPassive);
+  ev.direction = TCPSCOPE_XFER_RECV;
+  ev.dir = TCPSCOPE_DIR_ACTIVE;
+  r = decode_transfer_event(ev, MonotonicToRealtime(0));
+  EXPECT_EQ(r.direction, TransferDirection::kRecv);
+  EXPECT_STREQ(to_string(r.direction), "recv");
+  EXPECT_EQ(r.dir, Direction::kActive);
+}
+
+TEST(TransferDecoder, FullLengthCcIsBounded) {
+  auto ev = base_event();
+  std::memset(ev.cc, 'y', sizeof(ev.cc));  // no NUL
+  EXPECT_EQ(decode_transfer_event(ev, MonotonicToRealtime(0)).cc, std::string(16, 'y'));
+}
+
+}  // namespace
+}  // namespace tcpscope
