@@ -9,6 +9,7 @@
 #include "config/config.h"
 #include "record/flow_record.h"
 #include "record/size_class.h"
+#include "record/transfer_record.h"
 #include "text/url_query.h"
 
 namespace tcpscope {
@@ -44,7 +45,7 @@ FlowDistributionsOptions FlowDistributionsOptions::from_config(const Config& con
 }
 
 struct FlowDistributions::Entry {
-  std::unique_ptr<FlowSketch> sketch[kCompareMetricCount];
+  std::unique_ptr<FlowSketch> sketch[kCompareUnitCount][kCompareMetricCount];
 };
 
 struct FlowDistributions::Generation {
@@ -52,8 +53,8 @@ struct FlowDistributions::Generation {
   Clock::time_point start;
   uint64_t serial;
   std::unordered_map<uint64_t, Entry> entries;
-  uint64_t flows = 0;
-  uint64_t folded_flows = 0;  // counted under asn "other": key table full
+  uint64_t records[kCompareUnitCount] = {};  // flows, transfers
+  uint64_t folded[kCompareUnitCount] = {};   // counted under asn "other": key table full
 };
 
 FlowDistributions::FlowDistributions(FlowDistributionsOptions options)
@@ -74,7 +75,8 @@ void FlowDistributions::rotate_if_due(Clock::time_point now) {
   current_ = std::make_unique<Generation>(now, ++generations_made_);
 }
 
-FlowDistributions::Entry* FlowDistributions::entry_for(uint64_t key, uint64_t folded_key, bool top_asn) {
+FlowDistributions::Entry* FlowDistributions::entry_for(uint64_t key, uint64_t folded_key, bool top_asn,
+                                                       CompareUnit unit) {
   auto& entries = current_->entries;
   auto it = entries.find(key);
   if (it != entries.end()) return &it->second;
@@ -89,7 +91,7 @@ FlowDistributions::Entry* FlowDistributions::entry_for(uint64_t key, uint64_t fo
     if (entries.size() >= hard_limit) return nullptr;
     it = entries.emplace(folded_key, Entry{}).first;
   }
-  ++current_->folded_flows;
+  ++current_->folded[static_cast<int>(unit)];
   return &it->second;
 }
 
@@ -97,13 +99,27 @@ size_t FlowDistributions::reserve_keys() const { return std::max<size_t>(options
 
 void FlowDistributions::add(const FlowRecord& flow, AsnLabel asn_label) { add_at(flow, asn_label, Clock::now()); }
 
+void FlowDistributions::add(const TransferRecord& transfer, AsnLabel asn_label) {
+  add_at(transfer, asn_label, Clock::now());
+}
+
 void FlowDistributions::add_at(const FlowRecord& flow, AsnLabel asn_label, Clock::time_point now) {
-  const MetricInputs in = metric_inputs(flow);
-  if (!in.ok || in.partial || in.bytes == 0) return;  // no metric counts such a flow
+  add_record(flow, metric_inputs(flow), asn_label, now);
+}
+
+void FlowDistributions::add_at(const TransferRecord& transfer, AsnLabel asn_label, Clock::time_point now) {
+  add_record(transfer, metric_inputs(transfer), asn_label, now);
+}
+
+template <class Record>
+void FlowDistributions::add_record(const Record& r, const MetricInputs& in, AsnLabel asn_label,
+                                   Clock::time_point now) {
+  if (!in.ok || in.partial || in.bytes == 0) return;  // no metric counts such a record
   // Keyed by the raw ASN, as the flow log has it, so that --server groups
   // and selections by asn mean what --flows means. The label only says
   // whether the ASN is one of the dashboards' top-N (a claim on the reserve).
   const bool top_asn = asn_label == AsnLabel::kOwn;
+  const int unit = static_cast<int>(in.unit);
 
   std::lock_guard<std::mutex> lock(mu_);  // options_ may change on reload
   std::optional<double> values[kCompareMetricCount];
@@ -111,21 +127,22 @@ void FlowDistributions::add_at(const FlowRecord& flow, AsnLabel asn_label, Clock
     values[m] = metric_value(static_cast<CompareMetric>(m), in, metric_options_);
   const uint32_t sc = std::min(size_class_index(in.bytes, options_.size_classes_bytes), kMaxSizeClass);
   rotate_if_due(now);
-  const uint8_t cls = names_.classes.id(flow.peer_class);
-  const uint8_t cc = names_.ccs.id(flow.cc);
-  const uint8_t arm = flow.arm ? names_.arms.id(*flow.arm) : 0;
-  Entry* e = entry_for(pack_key(cls, cc, arm, sc, false, flow.asn), pack_key(cls, cc, arm, sc, true, 0), top_asn);
+  const uint8_t cls = names_.classes.id(r.peer_class);
+  const uint8_t cc = names_.ccs.id(r.cc);
+  const uint8_t arm = r.arm ? names_.arms.id(*r.arm) : 0;
+  Entry* e = entry_for(pack_key(cls, cc, arm, sc, false, r.asn), pack_key(cls, cc, arm, sc, true, 0), top_asn,
+                       in.unit);
   if (!e) {
-    ++dropped_flows_;
+    ++dropped_[unit];
     return;
   }
   for (int m = 0; m < kCompareMetricCount; ++m) {
     if (!values[m]) continue;
-    auto& s = e->sketch[m];
+    auto& s = e->sketch[unit][m];
     if (!s) s = std::make_unique<FlowSketch>(new_sketch(static_cast<CompareMetric>(m)));
     s->add(*values[m]);
   }
-  ++current_->flows;
+  ++current_->records[unit];
 }
 
 FlowSketch FlowDistributions::new_sketch(CompareMetric m) const {
@@ -161,14 +178,17 @@ std::string FlowDistributions::KeyNames::field(uint64_t key, const std::string& 
   return "";
 }
 
-FlowDistributions::QueryResult FlowDistributions::query(CompareMetric metric, const std::string& by,
-                                                        const Selection& a, const Selection& b) {
-  return query_at(metric, by, a, b, Clock::now());
+FlowDistributions::QueryResult FlowDistributions::query(CompareMetric metric, CompareUnit unit,
+                                                        const std::string& by, const Selection& a,
+                                                        const Selection& b) {
+  return query_at(metric, unit, by, a, b, Clock::now());
 }
 
-FlowDistributions::QueryResult FlowDistributions::query_at(CompareMetric metric, const std::string& by,
-                                                           const Selection& a, const Selection& b,
-                                                           Clock::time_point now) {
+FlowDistributions::QueryResult FlowDistributions::query_at(CompareMetric metric, CompareUnit unit,
+                                                           const std::string& by, const Selection& a,
+                                                           const Selection& b, Clock::time_point now) {
+  if (const std::string why = unit_unsupported_reason(metric, unit); !why.empty())
+    throw std::invalid_argument("unit " + std::string(to_string(unit)) + ": " + why);
   const auto& fields = distribution_key_fields();
   auto kept = [&](const std::string& f) { return std::find(fields.begin(), fields.end(), f) != fields.end(); };
   const std::string kept_list = "peer_class, asn, cc, arm, size_class";
@@ -182,7 +202,7 @@ FlowDistributions::QueryResult FlowDistributions::query_at(CompareMetric metric,
                                     "\": the daemon keeps distributions by " + kept_list +
                                     " only (use the flow log for other fields)");
 
-  const int mi = static_cast<int>(metric);
+  const int ui = static_cast<int>(unit), mi = static_cast<int>(metric);
   const bool sized = split_by_size_class(metric);
   QueryResult out;
 
@@ -204,9 +224,9 @@ FlowDistributions::QueryResult FlowDistributions::query_at(CompareMetric metric,
     names = names_;
     for (const Generation* gen : {previous_.get(), current_.get()}) {
       if (!gen) continue;
-      out.folded_flows += gen->folded_flows;
+      out.folded += gen->folded[ui];
       for (const auto& [key, entry] : gen->entries)
-        if (entry.sketch[mi] && !entry.sketch[mi]->empty()) items.push_back(Item{gen->serial, key});
+        if (entry.sketch[ui][mi] && !entry.sketch[ui][mi]->empty()) items.push_back(Item{gen->serial, key});
     }
   }
 
@@ -242,9 +262,11 @@ FlowDistributions::QueryResult FlowDistributions::query_at(CompareMetric metric,
                                                                                    : nullptr;
       if (!gen) continue;
       auto e = gen->entries.find(item.key);
-      if (e == gen->entries.end() || !e->second.sketch[mi]) continue;
-      if (item.in_a) item.group->second.a.merge(*e->second.sketch[mi]);
-      if (item.in_b) item.group->second.b.merge(*e->second.sketch[mi]);
+      if (e == gen->entries.end()) continue;
+      const FlowSketch* sketch = e->second.sketch[ui][mi].get();
+      if (!sketch) continue;
+      if (item.in_a) item.group->second.a.merge(*sketch);
+      if (item.in_b) item.group->second.b.merge(*sketch);
     }
   }
   for (auto& [k, g] : groups) out.groups.push_back(std::move(g));
@@ -254,8 +276,8 @@ FlowDistributions::QueryResult FlowDistributions::query_at(CompareMetric metric,
 std::string FlowDistributions::handle_query(const std::string& query_string) {
   const auto params = parse_query_string(query_string);
   for (const auto& [name, value] : params)
-    if (name != "metric" && name != "by" && name != "a" && name != "b")
-      throw std::invalid_argument("unknown query parameter \"" + name + "\" (metric, by, a, b)");
+    if (name != "metric" && name != "unit" && name != "by" && name != "a" && name != "b")
+      throw std::invalid_argument("unknown query parameter \"" + name + "\" (metric, unit, by, a, b)");
   auto param = [&](const char* name, const char* fallback) -> std::string {
     auto it = params.find(name);
     if (it != params.end() && !it->second.empty()) return it->second;
@@ -266,6 +288,9 @@ std::string FlowDistributions::handle_query(const std::string& query_string) {
   const std::string metric_name = param("metric", "fct");
   const auto metric = parse_compare_metric(metric_name);
   if (!metric) throw std::invalid_argument("unknown metric \"" + metric_name + "\" (fct, throughput, rtt, retrans)");
+  const std::string unit_name = param("unit", "flow");
+  const auto unit = parse_compare_unit(unit_name);
+  if (!unit) throw std::invalid_argument("unknown unit \"" + unit_name + "\" (flow, transfer)");
   const std::string by = param("by", "peer_class");
   std::string why;
   const auto a = Selection::parse(param("a", nullptr), &why);
@@ -278,7 +303,7 @@ std::string FlowDistributions::handle_query(const std::string& query_string) {
                                   std::to_string(sel->terms().size()) + " terms; at most " +
                                   std::to_string(kMaxSelectionTerms));
 
-  QueryResult res = query(*metric, by, *a, *b);
+  QueryResult res = query(*metric, *unit, by, *a, *b);
   const Stats st = stats();
   nlohmann::json groups = nlohmann::json::array();
   for (const auto& g : res.groups) {
@@ -298,7 +323,10 @@ std::string FlowDistributions::handle_query(const std::string& query_string) {
     max_buckets = new_sketch(*metric).max_buckets();
   }
   const MetricSpan span = metric_sketch_span(*metric);
+  const std::string units = unit_plural(*unit);
+  const bool transfers = *unit == CompareUnit::kTransfer;
   nlohmann::json out{{"metric", to_string(*metric)},
+                     {"unit", to_string(*unit)},
                      {"by", by},
                      {"a", a->text()},
                      {"b", b->text()},
@@ -312,8 +340,8 @@ std::string FlowDistributions::handle_query(const std::string& query_string) {
                      {"throughput_min_bytes", o.throughput_min_bytes},
                      {"keys", st.keys},
                      {"memory_bytes", st.memory_bytes},
-                     {"dropped_flows", st.dropped_flows},
-                     {"folded_flows", res.folded_flows},
+                     {"dropped_" + units, transfers ? st.dropped_transfers : st.dropped_flows},
+                     {"folded_" + units, res.folded},
                      {"groups", std::move(groups)}};
   return out.dump() + "\n";
 }
@@ -321,19 +349,25 @@ std::string FlowDistributions::handle_query(const std::string& query_string) {
 FlowDistributions::Stats FlowDistributions::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   Stats st;
-  st.dropped_flows = dropped_flows_;
+  constexpr int kFlow = static_cast<int>(CompareUnit::kFlow), kTransfer = static_cast<int>(CompareUnit::kTransfer);
+  st.dropped_flows = dropped_[kFlow];
+  st.dropped_transfers = dropped_[kTransfer];
   for (const Generation* gen : {previous_.get(), current_.get()}) {
     if (!gen) continue;
     st.keys += gen->entries.size();
-    st.flows += gen->flows;
-    st.folded_flows += gen->folded_flows;
+    st.flows += gen->records[kFlow];
+    st.transfers += gen->records[kTransfer];
+    st.folded_flows += gen->folded[kFlow];
+    st.folded_transfers += gen->folded[kTransfer];
     // Hash node plus entry, roughly, and each sketch's object and counters.
     st.memory_bytes += gen->entries.size() * (sizeof(Entry) + sizeof(uint64_t) + 2 * sizeof(void*));
     for (const auto& [key, e] : gen->entries) {
-      for (const auto& s : e.sketch) {
-        if (!s) continue;
-        ++st.sketches;
-        st.memory_bytes += sizeof(FlowSketch) + s->memory_bytes();
+      for (const auto& per_unit : e.sketch) {
+        for (const auto& s : per_unit) {
+          if (!s) continue;
+          ++st.sketches;
+          st.memory_bytes += sizeof(FlowSketch) + s->memory_bytes();
+        }
       }
     }
   }

@@ -1,7 +1,10 @@
 // What the daemon keeps so that `tcpscope compare --server URL` can answer
-// without a flow log: one FlowSketch (1 % relative error) per metric and per
-// key (peer_class, asn label, cc, arm, size_class) of finished flows, over a
-// sliding window. A compare query merges the sketches of the keys that match
+// without a flow log: one FlowSketch (1 % relative error) per unit, metric
+// and key (peer_class, asn label, cc, arm, size_class) of finished flows and
+// of transfers, over a sliding window. Flows feed every metric; transfers
+// the ones compare_metric.h defines per transfer (fct, throughput), keyed
+// by the same fields (size_class by the transfer's bytes), so a key's flows
+// and transfers share its entry. A compare query merges the sketches of the keys that match
 // its A and B selections into one pair per group and returns them; the
 // client runs the statistics (compare_stats.h) on those, so the daemon's
 // HTTP threads only merge.
@@ -26,10 +29,11 @@
 // group holds fewer flows than the flow log's. A flow finding even the
 // reserve full is dropped and counted (dropped_flows).
 // Each sketch holds at most max_buckets 4-byte counters (1153 at the
-// default 1 % over 10 decades) and a key at most three sketches (fct or
-// throughput, rtt, retrans), so the hard ceiling is 2 generations x 5120
-// keys x 3 x (1153 x 4 B + ~100 B) = 140 MiB, reached only if every key's
-// values spread over all 10 decades of every metric. A sketch's array spans
+// default 1 % over 10 decades) and a key at most four sketches (flows: fct
+// or throughput, rtt, retrans; transfers: fct or throughput), so the hard
+// ceiling is 2 generations x 5120 keys x 4 x (1153 x 4 B + ~100 B) =
+// 184 MiB, reached only if every key's values spread over all 10 decades of
+// every metric. A sketch's array spans
 // only the buckets between its smallest and largest value: edge-like keys
 // use a few hundred buckets in all (BM_DistributionsAdd in
 // bench/compare_bench.cc: 1,809 keys in 3.2 MiB, ~1.8 KiB a key, so ~18 MiB
@@ -67,6 +71,7 @@ namespace tcpscope {
 
 struct Config;
 struct FlowRecord;
+struct TransferRecord;
 
 struct FlowDistributionsOptions {
   std::vector<uint64_t> size_classes_bytes{100000, 1000000, 3000000};
@@ -96,8 +101,11 @@ class FlowDistributions {
   // use): it only decides whether the flow's key may use the reserve once
   // max_keys are in use (top-N ASNs may, "other" may not).
   void add(const FlowRecord& flow, AsnLabel asn_label);
+  // Counts one finished transfer, the same way (the label of its flow's ASN).
+  void add(const TransferRecord& transfer, AsnLabel asn_label);
   // For tests: the same with an explicit time.
   void add_at(const FlowRecord& flow, AsnLabel asn_label, Clock::time_point now);
+  void add_at(const TransferRecord& transfer, AsnLabel asn_label, Clock::time_point now);
 
   // Config reload. New size classes or threshold: the sketches no longer
   // mean the same thing, so they are dropped (returns true).
@@ -112,21 +120,25 @@ class FlowDistributions {
   struct QueryResult {
     std::vector<Group> groups;
     double covers_s = 0;  // age of the oldest generation merged
-    uint64_t folded_flows = 0;  // in the generations merged: counted under asn "other" (table full)
+    uint64_t folded = 0;  // records of the unit in the generations merged counted under asn "other" (table full)
   };
-  // Merges the sketches of `metric` per group of `by` for the keys matching
-  // a and b. Throws std::invalid_argument when `by` or a selection names a
-  // field the distributions do not keep.
-  QueryResult query(CompareMetric metric, const std::string& by, const Selection& a, const Selection& b);
-  QueryResult query_at(CompareMetric metric, const std::string& by, const Selection& a, const Selection& b,
-                       Clock::time_point now);
+  // Merges the sketches of `metric` per `unit` per group of `by` for the
+  // keys matching a and b. Throws std::invalid_argument when `by` or a
+  // selection names a field the distributions do not keep, or the metric is
+  // not compared per that unit (unit_unsupported_reason).
+  QueryResult query(CompareMetric metric, CompareUnit unit, const std::string& by, const Selection& a,
+                    const Selection& b);
+  QueryResult query_at(CompareMetric metric, CompareUnit unit, const std::string& by, const Selection& a,
+                       const Selection& b, Clock::time_point now);
   // Terms a selection of a query may have (past it: 400).
   static constexpr size_t kMaxSelectionTerms = 32;
   static constexpr size_t kMergesPerLock = 128;
 
-  // GET /api/v1/distributions?metric=fct&by=asn&a=cc%3Dcubic&b=cc%3Dbbr
-  // (a and b URL-encoded selections; metric defaults to fct, by to
-  // peer_class): the query above as JSON, see query_response_json.
+  // GET /api/v1/distributions?metric=fct&unit=transfer&by=asn&a=cc%3Dcubic&b=cc%3Dbbr
+  // (a and b URL-encoded selections; metric defaults to fct, unit to flow
+  // (what clients from before transfers mean), by to peer_class): the query
+  // above as JSON, with "unit" and the unit's "dropped_flows" /
+  // "folded_flows" or "dropped_transfers" / "folded_transfers".
   // std::invalid_argument for a bad query (the HTTP server answers 400).
   std::string handle_query(const std::string& query_string);
 
@@ -137,6 +149,7 @@ class FlowDistributions {
     uint64_t flows = 0;         // counted into the current generations
     uint64_t dropped_flows = 0; // key table and its reserve full (since start)
     uint64_t folded_flows = 0;  // current generations: counted under asn "other"
+    uint64_t transfers = 0, dropped_transfers = 0, folded_transfers = 0;  // the same for transfers
   };
   Stats stats() const;
 
@@ -144,8 +157,12 @@ class FlowDistributions {
   struct Entry;
   struct Generation;
 
+  template <class Record>
+  void add_record(const Record& r, const MetricInputs& in, AsnLabel asn_label, Clock::time_point now);
   void rotate_if_due(Clock::time_point now);
-  Entry* entry_for(uint64_t key, uint64_t folded_key, bool top_asn);
+  // The entry for `key`, or its "other" key's (counting a folded record of
+  // `unit`), or null when the table is full.
+  Entry* entry_for(uint64_t key, uint64_t folded_key, bool top_asn, CompareUnit unit);
   size_t reserve_keys() const;
   FlowSketch new_sketch(CompareMetric m) const;
   // A key's fields as text. Queries copy them, and match keys against
@@ -164,7 +181,7 @@ class FlowDistributions {
   KeyNames names_;
   uint64_t generations_made_ = 0;  // a generation's serial: a query finds its keys' again by it
   std::unique_ptr<Generation> current_, previous_;
-  uint64_t dropped_flows_ = 0;
+  uint64_t dropped_[kCompareUnitCount] = {};
 };
 
 }  // namespace tcpscope

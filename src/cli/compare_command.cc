@@ -31,7 +31,8 @@ namespace tcpscope {
 
 const char* const kCompareUsage =
     "usage: tcpscope compare (--flows FILE | --server URL) --a SEL --b SEL\n"
-    "                        [--by FIELD] [--metric fct|throughput|rtt|retrans] [--json] [--plot FILE.svg]\n"
+    "                        [--by FIELD] [--metric fct|throughput|rtt|retrans] [--unit transfer|flow]\n"
+    "                        [--json] [--plot FILE.svg]\n"
     "                        [--config FILE] [--size-classes B1,B2,..] [--throughput-min-bytes N]\n"
     "                        [--alpha 0.05] [--min-sample 20] [--resamples 10000] [--seed 1] [--top N]\n"
     "                        [--timeout-ms 10000]\n"
@@ -40,6 +41,9 @@ const char* const kCompareUsage =
     "  --server URL   a running daemon (e.g. http://127.0.0.1:9810): its sketches of the last 1-2 h,\n"
     "                 quantiles within 1 %; fields peer_class, asn, cc, arm, size_class only.\n"
     "                 Basic auth: http://USER:PASSWORD@HOST:PORT or TCPSCOPE_BASIC_AUTH=USER:PASSWORD\n"
+    "  --unit U       transfer: each run of data in one direction of a connection (the default for fct\n"
+    "                 and throughput; throughput counts send transfers the receiver's window did not limit);\n"
+    "                 flow: whole connections (the default, and the only unit, for rtt and retrans)\n"
     "  --by FIELD     group by a record field (asn, peer_class, cc, arm, ...), size_class, or all\n"
     "                 (default peer_class); fct is always split by size class as well\n"
     "  --config FILE  size classes and throughput_min_bytes for --flows (default: the built-in config)\n"
@@ -53,6 +57,7 @@ struct Args {
   std::string flows, server, a, b, plot, config;
   std::string by = "peer_class";
   std::string metric = "fct";
+  std::string unit;  // "": the metric's default_unit()
   std::string size_classes;
   std::optional<uint64_t> throughput_min_bytes;
   bool json = false;
@@ -74,6 +79,7 @@ std::string parse_args(const std::vector<std::string>& args, Args* a) {
       .option("--b", &a->b)
       .option("--by", &a->by)
       .option("--metric", &a->metric)
+      .option("--unit", &a->unit)
       .option("--plot", &a->plot)
       .option("--config", &a->config)
       .option("--size-classes", &a->size_classes)
@@ -98,7 +104,14 @@ std::string parse_args(const std::vector<std::string>& args, Args* a) {
   if (a->flows.empty() == a->server.empty()) return "give exactly one of --flows FILE and --server URL";
   if (a->a.empty() || a->b.empty()) return "--a SEL and --b SEL are both required (e.g. --a cc=cubic --b cc=bbr)";
   if (a->by != "all" && !valid_field_name(a->by)) return "--by \"" + a->by + "\" is not a field name";
-  if (!parse_compare_metric(a->metric)) return "--metric must be fct, throughput, rtt or retrans, not \"" + a->metric + "\"";
+  const auto metric = parse_compare_metric(a->metric);
+  if (!metric) return "--metric must be fct, throughput, rtt or retrans, not \"" + a->metric + "\"";
+  if (!a->unit.empty()) {
+    const auto unit = parse_compare_unit(a->unit);
+    if (!unit) return "--unit must be transfer or flow, not \"" + a->unit + "\"";
+    if (const std::string why = unit_unsupported_reason(*metric, *unit); !why.empty())
+      return "--unit " + a->unit + ": " + why;
+  }
   if (!a->plot.empty()) {
     const size_t dot = a->plot.rfind('.');
     const std::string ext = dot == std::string::npos ? "" : a->plot.substr(dot);
@@ -225,10 +238,9 @@ bool write_plot(const std::string& path, const CompareResult& r,
     panels.push_back(std::move(p));
   }
   CdfPlotOptions po;
-  po.title = std::string(to_string(o.metric)) + ": A " + o.a + " vs B " + o.b + " by " + o.by + " (" + r.source + ")";
-  static const char* const kAxis[] = {"flow completion time", "throughput", "smoothed RTT",
-                                      "retransmitted / sent segments"};
-  po.x_label = kAxis[static_cast<int>(o.metric)];
+  po.title = std::string(to_string(o.metric)) + " per " + to_string(o.unit) + ": A " + o.a + " vs B " + o.b +
+             " by " + o.by + " (" + r.source + ")";
+  po.x_label = metric_axis_label(o.metric, o.unit);
   const CompareMetric m = o.metric;
   po.format_x = [m](double x) { return format_metric_tick(m, x); };
   const std::string svg = render_cdf_svg(panels, po);
@@ -269,6 +281,7 @@ int compare_command(const std::vector<std::string>& argv, std::ostream& out, std
 
   CompareOptions o;
   o.metric = *parse_compare_metric(args.metric);
+  o.unit = args.unit.empty() ? default_unit(o.metric) : *parse_compare_unit(args.unit);
   o.by = args.by;
   o.a = args.a;
   o.b = args.b;

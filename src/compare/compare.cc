@@ -82,9 +82,10 @@ std::string share_statistic_note() {
          "shares; exact in both modes, since sketches count zeros exactly.";
 }
 
-std::string test_method_note() {
+std::string test_method_note(const CompareOptions& o) {
+  const std::string one = to_string(o.unit);
   return "p: two-sided Mann-Whitney U test (normal approximation with tie and continuity correction); "
-         "P(B better) is the probability that a random B flow beats a random A flow.";
+         "P(B better) is the probability that a random B " + one + " beats a random A " + one + ".";
 }
 
 std::string fdr_note(const CompareResult& r) {
@@ -97,8 +98,8 @@ std::string fdr_note(const CompareResult& r) {
 }
 
 std::string min_sample_note(const CompareOptions& o) {
-  return "insufficient data: fewer than " + std::to_string(o.min_sample) +
-         " flows in an arm (below that the normal approximation of U and the bootstrap interval of a median lose "
+  return "insufficient data: fewer than " + std::to_string(o.min_sample) + " " + unit_plural(o.unit) +
+         " in an arm (below that the normal approximation of U and the bootstrap interval of a median lose "
          "their stated accuracy and coverage).";
 }
 
@@ -184,8 +185,8 @@ CompareResult compare_groups(std::vector<GroupSamples> groups, const CompareOpti
                       "the metric's span) in " + list(collapsed) +
                       ": their low quantiles and intervals are not within the stated relative error.");
   if (!clamped.empty())
-    r.notes.push_back("note: " + std::to_string(clamped_flows) +
-                      " flows lay outside the sketches' span and were counted at its end (" + list(clamped) +
+    r.notes.push_back("note: " + std::to_string(clamped_flows) + " " + unit_plural(options.unit) +
+                      " lay outside the sketches' span and were counted at its end (" + list(clamped) +
                       "); their own ranks read as the span's end, every other quantile keeps the stated error.");
   for (size_t i = 0; i < no_ci.size() && i < 8; ++i) r.notes.push_back("no 95% CI for " + no_ci[i] + ".");
   if (no_ci.size() > 8) r.notes.push_back("(" + std::to_string(no_ci.size() - 8) + " more groups without a CI)");
@@ -264,9 +265,10 @@ nlohmann::ordered_json compare_result_json(const CompareResult& r) {
   out["b"] = o.b;
   out["groups"] = std::move(groups);
   out["by"] = o.by;
-  out["unit"] = metric_unit(o.metric);
+  out["unit"] = to_string(o.unit);
+  out["value_unit"] = metric_unit(o.metric);
   out["lower_is_better"] = lower_is_better(o.metric);
-  out["description"] = metric_description(o.metric, o.metric_options.throughput_min_bytes);
+  out["description"] = metric_description(o.metric, o.unit, o.metric_options.throughput_min_bytes);
   out["source"] = r.source;
   out["relative_accuracy"] = r.relative_accuracy;
   out["throughput_min_bytes"] = o.metric_options.throughput_min_bytes;
@@ -275,7 +277,7 @@ nlohmann::ordered_json compare_result_json(const CompareResult& r) {
   out["groups_tested"] = r.groups_tested;
   out["groups_total"] = r.groups_total;
   out["ci_method"] = ci_method_note(o);
-  out["test_method"] = test_method_note();
+  out["test_method"] = test_method_note(o);
   out["fdr_note"] = fdr_note(r);
   out["min_sample_note"] = min_sample_note(o);
   out["diff_statistic_note"] = share_statistic_note();
@@ -342,13 +344,15 @@ std::string format_compare_table(const CompareResult& r) {
   };
 
   std::ostringstream out;
-  out << "metric: " << to_string(m) << " = " << metric_description(m, o.metric_options.throughput_min_bytes) << "\n";
-  out << "A: " << o.a << "   B: " << o.b << "   by: " << o.by << "   source: " << r.source;
+  out << "metric: " << to_string(m) << " = " << metric_description(m, o.unit, o.metric_options.throughput_min_bytes)
+      << "\n";
+  out << "A: " << o.a << "   B: " << o.b << "   by: " << o.by << "   unit: " << to_string(o.unit)
+      << "   source: " << r.source;
   if (r.relative_accuracy > 0)
     out << " (quantiles within " << percent_text(r.relative_accuracy, kShortestDecimals) << ")";
   out << "\n\n";
   if (rows.empty()) {
-    out << "no flows matched A or B\n";
+    out << "no " << unit_plural(o.unit) << " matched A or B\n";
   } else {
     out << line(header);
     for (const auto& row : rows) out << line(row);
@@ -357,7 +361,7 @@ std::string format_compare_table(const CompareResult& r) {
   out << wrap(std::string(lower_is_better(m) ? "Lower" : "Higher") + " is better for " + to_string(m) + ". " +
               ci_method_note(o));
   if (any_share) out << wrap(share_statistic_note());
-  out << wrap(test_method_note());
+  out << wrap(test_method_note(o));
   out << wrap(fdr_note(r));
   out << wrap(min_sample_note(o));
   if (r.groups.size() < r.groups_total)

@@ -22,10 +22,13 @@ namespace tcpscope {
 
 struct CompareOptions {
   CompareMetric metric = CompareMetric::kFct;
+  // What a sample is. The CLI's default is default_unit(metric); here it is
+  // flow so that a caller naming only the metric gets what it always got.
+  CompareUnit unit = CompareUnit::kFlow;
   std::string by = "peer_class";  // a record field, "size_class" or "all"
   std::string a, b;               // selection texts (compare_selection.h)
   double alpha = 0.05;            // false discovery rate for verdicts
-  uint64_t min_sample = 20;       // flows per arm below which: insufficient data
+  uint64_t min_sample = 20;       // samples (flows or transfers) per arm below which: insufficient data
   uint32_t resamples = 10000;     // bootstrap resamples per group
   uint64_t seed = 1;              // mixed with each group's name
   size_t top = 0;                 // report only the first N groups (by flows); 0 = all
@@ -91,7 +94,8 @@ CompareResult compare_groups(std::vector<GroupSamples> groups, const CompareOpti
 CompareResult compare_samples(CompareSamples samples, CompareOptions options, const std::string& source);
 
 // The SPEC.md document: {"metric", "a", "b", "groups": [...]} plus extra
-// fields (by, unit, size_class, method, fdr_note, min_sample, ...).
+// fields (by, unit: "flow" or "transfer", value_unit: "us", "bit/s" or
+// "ratio", size_class, method, fdr_note, min_sample, ...).
 nlohmann::ordered_json compare_result_json(const CompareResult& r);
 // An aligned table with the method, the FDR control and the minimum sample
 // in footnotes.
@@ -99,7 +103,7 @@ std::string format_compare_table(const CompareResult& r);
 
 // The footnotes (shared by the table and the JSON's "method" fields).
 std::string ci_method_note(const CompareOptions& o);
-std::string test_method_note();
+std::string test_method_note(const CompareOptions& o);
 std::string fdr_note(const CompareResult& r);
 std::string min_sample_note(const CompareOptions& o);
 std::string share_statistic_note();

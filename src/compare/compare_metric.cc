@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "record/flow_record.h"
+#include "record/transfer_record.h"
 #include "text/unit_text.h"
 
 namespace tcpscope {
@@ -26,6 +27,43 @@ std::optional<CompareMetric> parse_compare_metric(const std::string& name) {
   return std::nullopt;
 }
 
+const char* to_string(CompareUnit u) { return u == CompareUnit::kTransfer ? "transfer" : "flow"; }
+
+std::optional<CompareUnit> parse_compare_unit(const std::string& name) {
+  for (int i = 0; i < kCompareUnitCount; ++i) {
+    auto u = static_cast<CompareUnit>(i);
+    if (name == to_string(u)) return u;
+  }
+  return std::nullopt;
+}
+
+const char* unit_plural(CompareUnit u) { return u == CompareUnit::kTransfer ? "transfers" : "flows"; }
+
+CompareUnit default_unit(CompareMetric m) {
+  return m == CompareMetric::kFct || m == CompareMetric::kThroughput ? CompareUnit::kTransfer : CompareUnit::kFlow;
+}
+
+bool unit_supported(CompareMetric m, CompareUnit u) {
+  return u == CompareUnit::kFlow || m == CompareMetric::kFct || m == CompareMetric::kThroughput;
+}
+
+std::string unit_unsupported_reason(CompareMetric m, CompareUnit u) {
+  if (unit_supported(m, u)) return "";
+  switch (m) {
+    case CompareMetric::kFct:
+    case CompareMetric::kThroughput: return "";
+    case CompareMetric::kRtt:
+      // The rank test and the bootstrap assume independent samples; one
+      // connection's transfers all read the same smoothed estimate.
+      return "rtt is compared per flow only: a transfer's srtt_us is its connection's smoothed RTT, which "
+             "the connection's other transfers repeat, so per-transfer samples are not independent (use --unit flow)";
+    case CompareMetric::kRetrans:
+      return "retrans is compared per flow only: a transfer record has no count of segments sent, so it has "
+             "no retransmitted / sent ratio (use --unit flow)";
+  }
+  return "";
+}
+
 const char* metric_unit(CompareMetric m) {
   switch (m) {
     case CompareMetric::kFct:
@@ -36,8 +74,19 @@ const char* metric_unit(CompareMetric m) {
   return "";
 }
 
-std::string metric_description(CompareMetric m, uint64_t throughput_min_bytes) {
+std::string metric_description(CompareMetric m, CompareUnit u, uint64_t throughput_min_bytes) {
   const std::string tmin = std::to_string(throughput_min_bytes);
+  if (u == CompareUnit::kTransfer) {
+    switch (m) {
+      case CompareMetric::kFct:
+        return "transfer time (xfer_us) of transfers below " + tmin + " bytes, per size class of the transfer";
+      case CompareMetric::kThroughput:
+        return "throughput (8 * bytes / xfer_us) of send transfers of at least " + tmin +
+               " bytes that the receiver's window did not limit";
+      case CompareMetric::kRtt:
+      case CompareMetric::kRetrans: break;  // unit_unsupported_reason()
+    }
+  }
   switch (m) {
     case CompareMetric::kFct:
       return "flow completion time (fct_us) of completed flows below " + tmin + " bytes, per size class";
@@ -45,6 +94,16 @@ std::string metric_description(CompareMetric m, uint64_t throughput_min_bytes) {
       return "throughput (8 * bytes / fct) of completed flows of at least " + tmin + " bytes";
     case CompareMetric::kRtt: return "smoothed RTT at close (srtt_us) of completed flows that moved data";
     case CompareMetric::kRetrans: return "retransmitted / sent segments per completed flow";
+  }
+  return "";
+}
+
+const char* metric_axis_label(CompareMetric m, CompareUnit u) {
+  switch (m) {
+    case CompareMetric::kFct: return u == CompareUnit::kTransfer ? "transfer time" : "flow completion time";
+    case CompareMetric::kThroughput: return "throughput";
+    case CompareMetric::kRtt: return "smoothed RTT";
+    case CompareMetric::kRetrans: return "retransmitted / sent segments";
   }
   return "";
 }
@@ -88,16 +147,31 @@ MetricInputs metric_inputs(const FlowRecord& f) {
   return in;
 }
 
+MetricInputs metric_inputs(const TransferRecord& t) {
+  MetricInputs in;
+  in.unit = CompareUnit::kTransfer;
+  in.ok = true;
+  in.bytes = t.bytes;
+  in.fct_us = t.xfer_us;
+  in.srtt_us = t.srtt_us;
+  in.retrans_segs = t.retrans_segs;
+  in.recv = t.direction == TransferDirection::kRecv;
+  in.rwnd_limited = t.rwnd_limited();
+  return in;
+}
+
 std::optional<double> metric_value(CompareMetric m, const MetricInputs& in, const MetricOptions& opts) {
   // The same population as the Prometheus distributions: flows that did
   // their job, with a known start, that moved data.
   if (!in.ok || in.partial || in.bytes == 0) return std::nullopt;
+  if (!unit_supported(m, in.unit)) return std::nullopt;
   switch (m) {
     case CompareMetric::kFct:
       if (in.bytes >= opts.throughput_min_bytes || in.fct_us <= 0) return std::nullopt;
       return static_cast<double>(in.fct_us);
     case CompareMetric::kThroughput:
       if (in.bytes < opts.throughput_min_bytes || in.fct_us <= 0) return std::nullopt;
+      if (in.recv || in.rwnd_limited) return std::nullopt;  // transfers: see the table in the header
       return 8.0 * static_cast<double>(in.bytes) / (static_cast<double>(in.fct_us) / 1e6);
     case CompareMetric::kRtt:
       // 0 means the kernel has no RTT sample.

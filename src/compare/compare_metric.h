@@ -1,7 +1,8 @@
-// What `tcpscope compare` measures per flow, in one place so that the flow-log
-// mode, the daemon's sketches (--server mode) and the Prometheus histograms
-// pick the same flows for the same metric.
+// What `tcpscope compare` measures per flow or per transfer, in one place so
+// that the flow-log mode, the daemon's sketches (--server mode) and the
+// Prometheus histograms pick the same records for the same metric.
 //
+// Unit flow (whole connections):
 //   fct         fct_us (microseconds) of completed flows (outcome ok, not
 //               partial, fct_us > 0) that moved 0 < bytes < throughput_min_bytes
 //               payload bytes (bytes = bytes_acked + bytes_received); compared
@@ -20,6 +21,23 @@
 //               moved data and sent segments. Its median is often 0; the
 //               rank test still compares the distributions.
 //
+// Unit transfer (one run of data in one direction of a connection; the
+// default for fct and throughput, see default_unit()): a reused connection
+// carries many objects, and its fct_us spans all of them and the idle time
+// between, so per-object figures need the transfer.
+//
+//   fct         xfer_us of transfers (either direction) with
+//               0 < bytes < throughput_min_bytes, per size class by the
+//               transfer's own bytes.
+//   throughput  8 * bytes / (xfer_us / 1e6), bits/s, of send transfers with
+//               bytes >= throughput_min_bytes that the receiver's window did
+//               not limit for most of their time (TransferRecord::
+//               rwnd_limited): those measure how fast the peer read, and recv
+//               transfers end when the last byte arrives, not when the path
+//               delivered it to the reader. The same population as
+//               tcpscope_transfer_throughput_bytes_per_second.
+//   rtt, retrans  not per transfer (unit_unsupported_reason()).
+//
 // Lower is better for fct, rtt and retrans; higher for throughput.
 #pragma once
 
@@ -31,16 +49,35 @@
 namespace tcpscope {
 
 struct FlowRecord;
+struct TransferRecord;
 
 enum class CompareMetric { kFct, kThroughput, kRtt, kRetrans };
 constexpr int kCompareMetricCount = 4;
+
+// What one sample is: a whole connection or one transfer of it.
+enum class CompareUnit { kFlow, kTransfer };
+constexpr int kCompareUnitCount = 2;
+
+const char* to_string(CompareUnit u);  // "flow", "transfer"
+std::optional<CompareUnit> parse_compare_unit(const std::string& name);
+// "flows", "transfers": for counts in reports.
+const char* unit_plural(CompareUnit u);
+// transfer for fct and throughput, flow for rtt and retrans.
+CompareUnit default_unit(CompareMetric m);
+// Whether `m` is compared per `u`: every metric per flow, fct and
+// throughput per transfer.
+bool unit_supported(CompareMetric m, CompareUnit u);
+// Why not (one line for the CLI and the daemon's 400), or "" when it is.
+std::string unit_unsupported_reason(CompareMetric m, CompareUnit u);
 
 const char* to_string(CompareMetric m);
 std::optional<CompareMetric> parse_compare_metric(const std::string& name);
 // "us", "bit/s", "ratio".
 const char* metric_unit(CompareMetric m);
 // One line for report headers, e.g. "flow completion time (fct_us) of completed flows below 3000000 bytes".
-std::string metric_description(CompareMetric m, uint64_t throughput_min_bytes);
+std::string metric_description(CompareMetric m, CompareUnit u, uint64_t throughput_min_bytes);
+// The plot's x axis: "flow completion time", "transfer time", ...
+const char* metric_axis_label(CompareMetric m, CompareUnit u);
 bool lower_is_better(CompareMetric m);
 // Human-readable value for tables: 850us, 12.3ms, 1.24s; 85.2Mbit/s; 0.12%.
 std::string format_metric_value(CompareMetric m, double v);
@@ -54,22 +91,28 @@ struct MetricOptions {
   uint64_t throughput_min_bytes = 3000000;
 };
 
-// The fields of a flow record the metrics read, from either a FlowRecord (the
-// daemon) or a flow-log line (compare --flows).
+// The fields of a flow or transfer record the metrics read, from a
+// FlowRecord or TransferRecord (the daemon) or a flow-log line (compare
+// --flows).
 struct MetricInputs {
-  bool ok = false;       // outcome == "ok"
+  CompareUnit unit = CompareUnit::kFlow;
+  bool ok = false;       // outcome == "ok"; transfers: always (they are records of finished runs)
   bool partial = false;  // opened before the daemon attached
-  uint64_t bytes = 0;    // bytes_acked + bytes_received
-  int64_t fct_us = 0;
+  uint64_t bytes = 0;    // bytes_acked + bytes_received; transfers: bytes
+  int64_t fct_us = 0;    // transfers: xfer_us
   uint64_t srtt_us = 0;
   uint64_t retrans_segs = 0;
   uint64_t segs_out = 0;
+  // Transfers only.
+  bool recv = false;          // direction "recv"
+  bool rwnd_limited = false;  // TransferRecord::rwnd_limited()
 };
 
 MetricInputs metric_inputs(const FlowRecord& flow);
+MetricInputs metric_inputs(const TransferRecord& transfer);
 
-// The flow's value for the metric, or nullopt when the flow does not count
-// for it (see the table above).
+// The record's value for the metric, or nullopt when it does not count for
+// it (see the tables above; in.unit says which applies).
 std::optional<double> metric_value(CompareMetric m, const MetricInputs& in, const MetricOptions& opts);
 
 // The realistic range of the metric's values, which the daemon's sketches

@@ -21,8 +21,9 @@ std::string seconds_text(double s) {
 }  // namespace
 
 std::string distributions_target(const CompareOptions& o) {
-  return std::string(kDistributionsPath) + "?metric=" + url_encode(to_string(o.metric)) + "&by=" + url_encode(o.by) +
-         "&a=" + url_encode(o.a) + "&b=" + url_encode(o.b);
+  std::string target = std::string(kDistributionsPath) + "?metric=" + url_encode(to_string(o.metric));
+  if (o.unit != CompareUnit::kFlow) target += "&unit=" + url_encode(to_string(o.unit));
+  return target + "&by=" + url_encode(o.by) + "&a=" + url_encode(o.a) + "&b=" + url_encode(o.b);
 }
 
 bool parse_distributions_response(const std::string& body, ServerScan* out, std::string* error) {
@@ -33,14 +34,23 @@ bool parse_distributions_response(const std::string& body, ServerScan* out, std:
   }
   try {
     ServerScan s;
+    // A daemon from before transfers names no unit: its sketches are of flows.
+    const std::string unit_name = j.value("unit", std::string("flow"));
+    const auto unit = parse_compare_unit(unit_name);
+    if (!unit) {
+      *error = "malformed answer: unknown unit \"" + unit_name + "\"";
+      return false;
+    }
+    s.unit = *unit;
+    const std::string units = unit_plural(s.unit);
     s.relative_accuracy = j.at("relative_accuracy").get<double>();
     s.window_s = j.at("window_s").get<double>();
     s.covers_s = j.at("covers_s").get<double>();
     s.size_classes = j.at("size_classes").get<std::vector<std::string>>();
     s.size_classes_bytes = j.at("size_classes_bytes").get<std::vector<uint64_t>>();
     s.throughput_min_bytes = j.at("throughput_min_bytes").get<uint64_t>();
-    s.dropped_flows = j.value("dropped_flows", uint64_t{0});
-    s.folded_flows = j.value("folded_flows", uint64_t{0});
+    s.dropped = j.value("dropped_" + units, uint64_t{0});
+    s.folded = j.value("folded_" + units, uint64_t{0});
     for (const auto& g : j.at("groups")) {
       GroupSamples gs;
       gs.group = g.at("group").get<std::string>();
@@ -81,12 +91,19 @@ bool query_server(const std::string& base_url, const CompareOptions& options, in
     const nlohmann::json j = nlohmann::json::parse(resp.body, nullptr, false);
     if (j.is_object() && j.contains("error") && j["error"].is_string()) reason = j["error"].get<std::string>();
     while (!reason.empty() && (reason.back() == '\n' || reason.back() == '\r')) reason.pop_back();
+    if (options.unit != CompareUnit::kFlow && reason.find("unknown query parameter \"unit\"") != std::string::npos)
+      reason += ": a daemon from before transfers (--unit flow compares its flows)";
     *error = "GET " + shown + ": " + std::to_string(resp.status) + ": " + reason;
     return false;
   }
   std::string why;
   if (!parse_distributions_response(resp.body, out, &why)) {
     *error = "GET " + shown + ": " + why;
+    return false;
+  }
+  if (out->unit != options.unit) {
+    *error = "GET " + shown + ": the daemon answered with " + unit_plural(out->unit) + ", not " +
+             unit_plural(options.unit);
     return false;
   }
   return true;
@@ -108,18 +125,19 @@ bool DaemonSource::collect(const CompareOptions& options, const Selection&, cons
   s.metric_options.throughput_min_bytes = scan.throughput_min_bytes;
   s.size_classes = size_class_names(scan.size_classes_bytes);
   const std::string acc = percent_text(scan.relative_accuracy, kShortestDecimals);
-  s.notes.push_back("server: sketches of the flows of the last " + seconds_text(scan.covers_s) + " (window " +
+  const std::string units = unit_plural(scan.unit);
+  s.notes.push_back("server: sketches of the " + units + " of the last " + seconds_text(scan.covers_s) + " (window " +
                     seconds_text(scan.window_s) + "); quantiles are within " + acc +
                     " of the exact order statistics, and the rank test treats values in the same " + acc +
                     " bucket as ties.");
-  if (scan.dropped_flows)
-    s.notes.push_back("warning: the daemon dropped " + std::to_string(scan.dropped_flows) +
-                      " flows from its distributions (key table full).");
-  if (scan.folded_flows)
-    s.notes.push_back("warning: the daemon's key table was full, so " + std::to_string(scan.folded_flows) +
-                      " flows of ASNs first seen after that are counted under asn \"other\" instead of their own "
-                      "ASN: groups and selections by asn hold fewer flows than the flow log's (other fields are "
-                      "unaffected).");
+  if (scan.dropped)
+    s.notes.push_back("warning: the daemon dropped " + std::to_string(scan.dropped) + " " + units +
+                      " from its distributions (key table full).");
+  if (scan.folded)
+    s.notes.push_back("warning: the daemon's key table was full, so " + std::to_string(scan.folded) + " " + units +
+                      " of ASNs first seen after that are counted under asn \"other\" instead of their own "
+                      "ASN: groups and selections by asn hold fewer " + units + " than the flow log's (other "
+                      "fields are unaffected).");
   *out = std::move(s);
   return true;
 }

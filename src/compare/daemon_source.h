@@ -14,6 +14,7 @@ namespace tcpscope {
 constexpr const char* kDistributionsPath = "/api/v1/distributions";
 
 struct ServerScan {
+  CompareUnit unit = CompareUnit::kFlow;  // what the daemon answered for
   std::vector<GroupSamples> groups;
   double relative_accuracy = 0;
   double window_s = 0;
@@ -21,11 +22,13 @@ struct ServerScan {
   std::vector<std::string> size_classes;
   std::vector<uint64_t> size_classes_bytes;
   uint64_t throughput_min_bytes = 0;
-  uint64_t dropped_flows = 0;
-  uint64_t folded_flows = 0;  // counted under asn "other" (the daemon's key table was full)
+  uint64_t dropped = 0;  // records of the unit the daemon could not keep (key table full)
+  uint64_t folded = 0;   // counted under asn "other" (the daemon's key table was full)
 };
 
-// The request path and query for these options.
+// The request path and query for these options: metric, unit (only when
+// transfer: flow is the endpoint's default, so a flow query stays answerable
+// by a daemon from before transfers), by, a, b.
 std::string distributions_target(const CompareOptions& options);
 
 // GETs the distributions from the daemon at base_url. False and *error

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "record/size_class.h"
+#include "record/transfer_record.h"
 
 namespace tcpscope {
 
@@ -262,8 +264,22 @@ FlowLogCollector::FlowLogCollector(const CompareOptions& options, const Selectio
 
 FlowLogCollector::~FlowLogCollector() = default;
 
+namespace {
+
+// Which unit a line is a record of: "kind": "transfer", or a flow ("kind":
+// "flow", or no kind: logs written before transfers existed). nullopt for a
+// kind this version does not know.
 template <class Access>
-void FlowLogCollector::add_record(const Access& rec) {
+std::optional<CompareUnit> record_unit(const Access& rec) {
+  if (rec.string_is("kind", "transfer")) return CompareUnit::kTransfer;
+  if (rec.string_is("kind", "flow") || !rec.text("kind")) return CompareUnit::kFlow;
+  return std::nullopt;
+}
+
+uint32_t to_u32(uint64_t v) { return static_cast<uint32_t>(std::min<uint64_t>(v, UINT32_MAX)); }
+
+template <class Access>
+MetricInputs flow_inputs(const Access& rec) {
   MetricInputs in;
   in.ok = rec.string_is("outcome", "ok");
   in.partial = rec.is_true("partial");
@@ -272,6 +288,35 @@ void FlowLogCollector::add_record(const Access& rec) {
   in.srtt_us = rec.uint("srtt_us");
   in.retrans_segs = rec.uint("retrans_segs");
   in.segs_out = rec.uint("segs_out");
+  return in;
+}
+
+// Through TransferRecord, so that which transfers count (direction, receiver
+// window) is decided where the daemon decides it.
+template <class Access>
+MetricInputs transfer_inputs(const Access& rec) {
+  TransferRecord t;
+  // Anything but "send" is not data this host sent: no throughput sample.
+  t.direction = rec.string_is("direction", "send") ? TransferDirection::kSend : TransferDirection::kRecv;
+  t.xfer_us = rec.int64("xfer_us");
+  t.bytes = rec.uint("bytes");
+  t.srtt_us = to_u32(rec.uint("srtt_us"));
+  t.retrans_segs = to_u32(rec.uint("retrans_segs"));
+  t.rwnd_limited_us = to_u32(rec.uint("rwnd_limited_us"));
+  return metric_inputs(t);
+}
+
+}  // namespace
+
+template <class Access>
+void FlowLogCollector::add_record(const Access& rec) {
+  const std::optional<CompareUnit> unit = record_unit(rec);
+  if (unit != options_.unit) {
+    ++(unit ? scan_.other_unit : scan_.unknown_kind);
+    return;
+  }
+  ++scan_.records;
+  const MetricInputs in = *unit == CompareUnit::kTransfer ? transfer_inputs(rec) : flow_inputs(rec);
   const std::optional<double> value = metric_value(options_.metric, in, options_.metric_options);
   if (!value) return;
   const uint32_t sc = size_class_index(in.bytes, options_.metric_options.size_classes_bytes);
@@ -395,17 +440,27 @@ bool FlowLogSource::collect(const CompareOptions& options, const Selection& a, c
   s.groups = std::move(scan.groups);
   s.metric_options = metric_options_;
   s.size_classes = size_class_names(metric_options_.size_classes_bytes);
-  s.notes.push_back("flow log: " + std::to_string(scan.lines) + " records read, " + std::to_string(scan.matched_a) +
-                    " flows in A and " + std::to_string(scan.matched_b) + " in B have a value for " +
-                    to_string(o.metric) + ".");
+  const std::string unit = to_string(o.unit), units = unit_plural(o.unit);
+  s.notes.push_back("flow log: " + std::to_string(scan.lines) + " lines read, " + std::to_string(scan.records) + " " +
+                    unit + " records among them; " + std::to_string(scan.matched_a) + " " + units + " in A and " +
+                    std::to_string(scan.matched_b) + " in B have a value for " + to_string(o.metric) + ".");
+  if (scan.records == 0 && scan.other_unit > 0)
+    s.notes.push_back(o.unit == CompareUnit::kTransfer
+                          ? "warning: the log has flow records but no transfer records (written with "
+                            "flow_log_transfers: false, or before tcpscope recorded transfers): compare its flows "
+                            "with --unit flow."
+                          : "warning: the log has transfer records but no flow records: compare its transfers "
+                            "with --unit transfer.");
+  if (scan.unknown_kind)
+    s.notes.push_back(std::to_string(scan.unknown_kind) + " lines of a kind other than flow or transfer skipped.");
   if (scan.malformed)
     s.notes.push_back(std::to_string(scan.malformed) + " malformed lines skipped (not a JSON object).");
   if (scan.truncated)
     s.notes.push_back("warning: " + path_ + " ends in the middle of its gzip stream; the records before "
                       "that point were used.");
   if (scan.matched_both)
-    s.notes.push_back("warning: " + std::to_string(scan.matched_both) +
-                      " flows match both A and B and count in both arms.");
+    s.notes.push_back("warning: " + std::to_string(scan.matched_both) + " " + units +
+                      " match both A and B and count in both arms.");
   *out = std::move(s);
   return true;
 }

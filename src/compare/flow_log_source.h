@@ -1,5 +1,10 @@
 // `tcpscope compare --flows FILE`: the exact samples, from a flow log
 // (NDJSON as the daemon writes it, plain or gzip-compressed, "-" = stdin).
+// The options' unit says which lines count: "kind": "transfer" lines for
+// transfers; "kind": "flow" lines, and lines without a kind (logs from
+// before transfers), for flows. Selections and --by read the line's own
+// fields, so a transfer has cc, peer_class, asn, arm, dir, direction, ...
+// but no outcome or bytes_acked.
 #pragma once
 
 #include <cstdint>
@@ -20,14 +25,17 @@ class FlatRecord;  // flow_log_source.cc: the allocation-free reader of flat log
 struct FlowLogScan {
   uint64_t lines = 0;
   uint64_t malformed = 0;    // not a JSON object (e.g. a line cut by a crash)
-  uint64_t matched_a = 0;    // flows in A with a value for the metric
+  uint64_t records = 0;      // records of the compared unit
+  uint64_t other_unit = 0;   // records of the other unit (skipped)
+  uint64_t unknown_kind = 0; // a "kind" that is neither (skipped)
+  uint64_t matched_a = 0;    // records in A with a value for the metric
   uint64_t matched_b = 0;
   uint64_t matched_both = 0; // in both selections: counted in both arms
   bool truncated = false;    // a gzip stream that ends early (still being written?)
   std::vector<GroupSamples> groups;
 };
 
-// Groups the flows of the log that match A or B and have a value for the
+// Groups the records of the options' unit in the log that match A or B and have a value for the
 // metric. False and *error ("FILE: reason") when the file cannot be read.
 bool scan_flow_log(const std::string& path, const CompareOptions& options, const Selection& a,
                    const Selection& b, FlowLogScan* out, std::string* error);

@@ -5,8 +5,10 @@ The server namespace listens on two ports, one whose sockets use CUBIC and
 one BBR (TCP_CONGESTION on the listener, inherited by accepted sockets; the
 clients set the same CC on theirs). Two client source addresses map to two
 ASNs. `compare --flows LOG` (exact values) and `compare --server URL` (the
-daemon's sketches) must then report the same flow counts exactly and the same
-quantiles within the sketch's stated relative error.
+daemon's sketches) must then report the same counts exactly and the same
+quantiles within the sketch's stated relative error, for flows and for
+transfers. A hand-written mixed log checks which lines each unit reads,
+without a daemon.
 
 Run as a script (inside a namespace) this file is also the traffic generator:
   test_compare.py serve --bind ADDR --count N   (ports 8080 cubic, 8081 bbr)
@@ -267,7 +269,7 @@ def test_server_mode_agrees_with_the_flow_log(lab, net, tmp_path):
     # Both ends of every connection are in the lab class; wait until the log
     # has them all: the sketches got each record before the log did.
     lab_records = lambda: [r for r in daemon.all_records() if r["peer_class"] == "lab"
-                           and r["start_ns"] >= net.created_ns]
+                           and r.get("kind", "flow") == "flow" and r["start_ns"] >= net.created_ns]
     wait_for(lambda: len(lab_records()) >= 2 * n_conn, 30, what=f"{2 * n_conn} lab records")
     time.sleep(0.5)
     recs = lab_records()
@@ -275,18 +277,22 @@ def test_server_mode_agrees_with_the_flow_log(lab, net, tmp_path):
     assert {r["cc"] for r in recs} == {"cubic", "bbr"}
 
     sel = ["--a", "cc=cubic,peer_class=lab", "--b", "cc=bbr,peer_class=lab"]
-    for metric, by in (("fct", "asn"), ("throughput", "asn"), ("rtt", "peer_class"), ("retrans", "asn")):
-        exact = compare_json("--flows", str(daemon.flow_log), "--metric", metric, "--by", by, *sel)
-        sketched = compare_json("--server", daemon.url, "--metric", metric, "--by", by, *sel)
+    for metric, unit, by in (("fct", "flow", "asn"), ("throughput", "flow", "asn"), ("fct", "transfer", "asn"),
+                             ("throughput", "transfer", "asn"), ("rtt", "flow", "peer_class"),
+                             ("retrans", "flow", "asn")):
+        args = ("--metric", metric, "--unit", unit, "--by", by, *sel)
+        exact = compare_json("--flows", str(daemon.flow_log), *args)
+        sketched = compare_json("--server", daemon.url, *args)
+        assert exact["unit"] == sketched["unit"] == unit
         assert exact["relative_accuracy"] == 0
         assert sketched["relative_accuracy"] == RELATIVE_ACCURACY
         key = lambda g: (g["group"], g["size_class"])
         e_groups = {key(g): g for g in exact["groups"]}
         s_groups = {key(g): g for g in sketched["groups"]}
-        assert e_groups.keys() == s_groups.keys(), metric
+        assert e_groups.keys() == s_groups.keys(), (metric, unit)
         for k, e in e_groups.items():
             s = s_groups[k]
-            where = f"{metric} by {by} {k}"
+            where = f"{metric} per {unit} by {by} {k}"
             assert (e["n_a"], e["n_b"]) == (s["n_a"], s["n_b"]), where
             for arm in ("a", "b"):
                 for q in ("p50", "p90", "p99"):
@@ -312,7 +318,7 @@ def test_server_mode_agrees_with_the_flow_log(lab, net, tmp_path):
                 # 1 + diff is a ratio of two medians, each within 1 %.
                 assert abs(e["diff"] - s["diff"]) <= 0.0203 * (1 + abs(e["diff"])), where
 
-        if metric == "fct":
+        if metric == "fct" and unit == "flow":
             # Every completed lab flow below 3 MB is in exactly one group.
             want = sum(1 for r in recs if r["outcome"] == "ok" and not r.get("partial")
                        and 0 < r["bytes_acked"] + r["bytes_received"] < 3_000_000 and r["fct_us"] > 0)
@@ -329,9 +335,11 @@ def test_server_mode_agrees_with_the_flow_log(lab, net, tmp_path):
 def test_flow_log_mode_table_json_and_plot(lab, net, tmp_path):
     daemon, sources = lab
     n_conn = run_traffic(net, tmp_path, sources)
-    wait_for(lambda: sum(1 for r in daemon.all_records() if r["peer_class"] == "lab") >= 2 * n_conn, 30,
+    wait_for(lambda: sum(1 for r in daemon.all_records()
+                         if r["peer_class"] == "lab" and r.get("kind", "flow") == "flow") >= 2 * n_conn, 30,
              what="lab records")
-    sel = ["--a", "cc=cubic,peer_class=lab", "--b", "cc=bbr,peer_class=lab", "--by", "asn"]
+    # One request per connection: whole flows, at least 20 per arm and group.
+    sel = ["--a", "cc=cubic,peer_class=lab", "--b", "cc=bbr,peer_class=lab", "--by", "asn", "--unit", "flow"]
 
     # gzip-compressed logs read the same.
     gz = tmp_path / "flows.ndjson.gz"
@@ -388,3 +396,95 @@ def test_flows_shows_open_connections_enriched(lab, net, tmp_path):
     assert len(frames) == 2
     assert all(any(f["rport"] == PORTS["bbr"] or f["lport"] == PORTS["bbr"] for f in frame) for frame in frames)
     holder.kill()
+
+
+def mixed_log(path):
+    """A flow log as a daemon with transfers writes it, plus lines from before
+    transfers (no "kind") and a kind this version does not know. Per cc, 30
+    connections, each a flow record and three transfers: a 50 kB request
+    received, a 50 kB response sent and a 4 MB response sent (every fifth one
+    receiver-window limited). BBR's transfers take 20 % less time."""
+    lines = []
+    for cc, scale in (("cubic", 1.0), ("bbr", 0.8)):
+        for i in range(30):
+            common = {"family": 4, "laddr": "198.18.0.2", "lport": 443, "raddr": "198.18.0.1",
+                      "rport": 40000 + i, "dir": "passive", "cc": cc, "peer_class": "client", "asn": 64501,
+                      "as_org": "", "cc_rule": "client-ab", "experiment": "bbr-vs-cubic", "arm": cc,
+                      "netns": 4026531840}
+            start = 1_700_000_000_000_000_000 + i * 10_000_000_000
+            flow = dict(common, start_ns=start, end_ns=start + 2_000_000_000, fct_us=1_500_000 + i,
+                        duration_us=2_000_000, outcome="ok", srtt_us=20000 + i, min_rtt_us=15000,
+                        rttvar_us=1000, bytes_acked=4_050_000, bytes_received=50_000, segs_out=3000,
+                        segs_in=1000, retrans_segs=i % 3, lost_segs=0)
+            if i % 4:
+                flow = {"kind": "flow", **flow}  # every fourth as before transfers: no kind
+            lines.append(flow)
+            for seq, (direction, size, us) in enumerate((("recv", 50_000, 400), ("send", 50_000, 2000),
+                                                          ("send", 4_000_000, 400_000))):
+                xfer_us = int((us + 10 * i) * scale)
+                lines.append(dict(common, kind="transfer", flow_start_ns=start, seq=seq, direction=direction,
+                                  start_ns=start + seq * 100_000_000,
+                                  end_ns=start + seq * 100_000_000 + xfer_us * 1000, xfer_us=xfer_us,
+                                  wait_us=None if direction == "recv" else 100, bytes=size, retrans_segs=0,
+                                  srtt_us=20000, min_rtt_us=15000, busy_us=xfer_us,
+                                  rwnd_limited_us=xfer_us if size > 3_000_000 and i % 5 == 0 else 0,
+                                  sndbuf_limited_us=0))
+    lines.append({"kind": "heartbeat", "cc": "cubic", "outcome": "ok", "bytes_acked": 1, "fct_us": 1})
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+
+def test_units_on_a_hand_written_mixed_log(tmp_path):
+    log = tmp_path / "flows.ndjson"
+    mixed_log(log)
+    sel = ["--flows", str(log), "--a", "cc=cubic", "--b", "cc=bbr", "--by", "peer_class"]
+
+    # fct per transfer (the default): both directions, by the transfer's size.
+    fct = compare_json(*sel)
+    assert fct["unit"] == "transfer" and fct["value_unit"] == "us"
+    assert "xfer_us" in fct["description"]
+    [g] = fct["groups"]
+    assert (g["size_class"], g["n_a"], g["n_b"]) == ("lt_100k", 60, 60)
+    assert any("180 transfer records" in n for n in fct["notes"]), fct["notes"]
+
+    # Selections on a transfer's own fields: only the responses.
+    sent = compare_json(*sel, "--a", "cc=cubic,direction=send", "--b", "cc=bbr,direction=send,dir=passive")
+    [g] = sent["groups"]
+    assert (g["n_a"], g["n_b"]) == (30, 30)
+    assert g["verdict"] == "b better", g
+
+    # Throughput per transfer: the 4 MB sends the receiver's window did not limit.
+    tput = compare_json(*sel, "--metric", "throughput")
+    assert tput["unit"] == "transfer" and tput["value_unit"] == "bit/s"
+    [g] = tput["groups"]
+    assert (g["n_a"], g["n_b"]) == (24, 24)
+    # bits/s over xfer_us, as flow throughput; the median is one of the middle two.
+    cubic = sorted(8 * 4_000_000 / ((400_000 + 10 * i) / 1e6) for i in range(30) if i % 5)
+    assert g["a"]["p50"] in (pytest.approx(cubic[11], rel=1e-9), pytest.approx(cubic[12], rel=1e-9))
+    assert g["verdict"] == "b better", g
+
+    # --unit flow: the flow records, with and without "kind"; one size class above
+    # throughput_min_bytes, so nothing for fct and every flow for throughput.
+    flows = compare_json(*sel, "--unit", "flow")
+    assert flows["unit"] == "flow" and flows["groups"] == []
+    flow_tput = compare_json(*sel, "--metric", "throughput", "--unit", "flow")
+    assert (flow_tput["groups"][0]["n_a"], flow_tput["groups"][0]["n_b"]) == (30, 30)
+    assert any("30 flows in A" in n for n in flow_tput["notes"]), flow_tput["notes"]
+
+    # rtt and retrans are per flow, and refuse --unit transfer in one line.
+    assert compare_json(*sel, "--metric", "rtt")["unit"] == "flow"
+    r = tcpscope("compare", *sel, "--metric", "retrans", "--unit", "transfer")
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[0].startswith("tcpscope compare: --unit transfer: retrans is compared per flow only")
+
+    # The table says which unit it compared.
+    table = tcpscope("compare", *sel)
+    assert table.returncode == 0, table.stderr
+    assert "unit: transfer" in table.stdout and "fewer than 20 transfers" in table.stdout
+
+    # A log from before transfers: --unit transfer finds nothing and says to use --unit flow.
+    old = tmp_path / "old.ndjson"
+    old.write_text("".join(line + "\n" for line in log.read_text().splitlines()
+                           if '"kind": "transfer"' not in line and '"kind": "heartbeat"' not in line))
+    nothing = compare_json("--flows", str(old), *sel[2:])
+    assert nothing["groups"] == []
+    assert any("--unit flow" in n for n in nothing["notes"]), nothing["notes"]

@@ -189,10 +189,15 @@ def test_dashboard_is_importable_and_covers_the_ab_panels():
         # CUBIC vs BBR per peer class (a repeated row) and per ASN.
         assert any(p["type"] == "row" and p.get("repeat") == "peer_class" for p in panels)
         exprs = " ".join(t["expr"] for p in panels for t in p.get("targets", []))
-        for needed in ("tcpscope_flow_completion_seconds_bucket", "tcpscope_flow_throughput_bytes_per_second_bucket",
+        # Completion time and throughput per transfer first; whole flows stay.
+        for needed in ("tcpscope_transfer_seconds_bucket", "tcpscope_transfer_throughput_bytes_per_second_bucket",
+                       "tcpscope_transfers_total", "tcpscope_transfer_throughput_excluded_total",
+                       "tcpscope_flow_completion_seconds_bucket", "tcpscope_flow_throughput_bytes_per_second_bucket",
                        "tcpscope_retransmitted_segments_total", "tcpscope_srtt_seconds_bucket",
                        "tcpscope_records_lost_total"):
             assert needed in exprs, f"{path.name}: no panel uses {needed}"
+        assert re.search(r"sum by \(cc, size_class, le\) \(rate\(tcpscope_transfer_seconds_bucket", exprs), \
+            "transfer time quantiles by size class"
         assert re.search(r"sum by \(cc, size_class, le\)", exprs), "FCT quantiles by size class"
         assert re.search(r"sum by \(asn, cc, le\)", exprs), "quantiles per ASN and CC"
         assert {"cc_a", "cc_b", "peer_class", "asn", "instance"} <= variables

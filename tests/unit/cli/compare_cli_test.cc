@@ -19,6 +19,7 @@
 #include "net/http_client.h"
 #include "record/flow_json.h"
 #include "record/flow_record.h"
+#include "record/transfer_record.h"
 #include "text/url_query.h"
 
 namespace tcpscope {
@@ -256,7 +257,8 @@ TEST(CompareCommand, ServerAndFlowLogGiveTheSameAnswer) {
   server->handle_json("/api/v1/distributions", [&](const std::string& q) { return dist.handle_query(q); });
 
   std::string out, err;
-  const std::vector<std::string> common = {"--a", "cc=cubic", "--b", "cc=bbr", "--by", "asn", "--json"};
+  const std::vector<std::string> common = {"--a", "cc=cubic", "--b", "cc=bbr", "--by", "asn",
+                                           "--unit", "flow", "--json"};
   std::vector<std::string> from_log = {"--flows", log, "--plot", plot};
   from_log.insert(from_log.end(), common.begin(), common.end());
   ASSERT_EQ(run(compare_command, from_log, &out, &err), 0) << err;
@@ -296,7 +298,8 @@ TEST(CompareCommand, ServerAndFlowLogGiveTheSameAnswer) {
   EXPECT_EQ(curves_b, exact["groups"].size());
 
   // The table names the method, the FDR control and the server's error.
-  ASSERT_EQ(run(compare_command, {"--server", base(*server), "--a", "cc=cubic", "--b", "cc=bbr", "--by", "asn"}, &out,
+  ASSERT_EQ(run(compare_command,
+                {"--server", base(*server), "--a", "cc=cubic", "--b", "cc=bbr", "--by", "asn", "--unit", "flow"}, &out,
                 &err),
             0);
   EXPECT_NE(out.find("Benjamini-Hochberg"), std::string::npos);
@@ -324,7 +327,9 @@ TEST(CompareCommand, PlotsPngThroughRsvgConvert) {
     f << lines;
   }
   std::string out, err;
-  ASSERT_EQ(run(compare_command, {"--flows", log, "--a", "cc=cubic", "--b", "cc=bbr", "--plot", png}, &out, &err), 0)
+  ASSERT_EQ(run(compare_command, {"--flows", log, "--a", "cc=cubic", "--b", "cc=bbr", "--unit", "flow", "--plot", png},
+                &out, &err),
+            0)
       << err;
   std::ifstream p(png, std::ios::binary);
   const std::string data((std::istreambuf_iterator<char>(p)), std::istreambuf_iterator<char>());
@@ -332,6 +337,96 @@ TEST(CompareCommand, PlotsPngThroughRsvgConvert) {
   EXPECT_EQ(data.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
   EXPECT_EQ(data.substr(12, 4), "IHDR");
   std::remove(png.c_str());
+  std::remove(log.c_str());
+  rmdir(dir);
+}
+
+// A hand-written mixed log: `tcpscope compare` compares transfers for fct and
+// throughput unless told --unit flow, flows for rtt and retrans, says which
+// in its JSON, and refuses the units a metric has none of in one line.
+TEST(CompareCommand, UnitDefaultsToTransfersForFctAndThroughput) {
+  char dir[] = "/tmp/tcpscope-compare-unit-XXXXXX";
+  ASSERT_TRUE(mkdtemp(dir));
+  const std::string log = std::string(dir) + "/flows.ndjson";
+  FlowDistributions dist{FlowDistributionsOptions{}};
+  {
+    std::ofstream f(log);
+    for (int i = 0; i < 40; ++i) {
+      const std::string cc = i % 2 ? "bbr" : "cubic";
+      const std::string common = "\"cc\": \"" + cc + "\", \"peer_class\": \"client\", \"asn\": 64501";
+      // One flow (every third without "kind", as before transfers) carrying
+      // a small response and a large one.
+      f << "{" << (i % 3 ? "\"kind\": \"flow\", " : "") << common
+        << ", \"outcome\": \"ok\", \"bytes_acked\": 4000000, \"bytes_received\": 400, \"fct_us\": "
+        << 900000 + i << ", \"srtt_us\": 20000, \"segs_out\": 3000, \"retrans_segs\": 1}\n";
+      const std::string send = "{\"kind\": \"transfer\", " + common + ", \"direction\": \"send\", ";
+      f << send << "\"bytes\": 50000, \"xfer_us\": " << 1000 + i << ", \"rwnd_limited_us\": 0}\n";
+      f << send << "\"bytes\": 3950000, \"xfer_us\": " << 400000 + i << ", \"rwnd_limited_us\": 0}\n";
+      TransferRecord t;
+      t.cc = cc;
+      t.peer_class = "client";
+      t.asn = 64501;
+      t.bytes = 50000;
+      t.xfer_us = 1000 + i;
+      dist.add(t, AsnLabel::kOwn);
+    }
+  }
+  std::string out, err;
+  auto json_of = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--flows", log, "--a", "cc=cubic", "--b", "cc=bbr", "--by", "all", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    EXPECT_EQ(run(compare_command, args, &out, &err), 0) << err;
+    return nlohmann::json::parse(out);
+  };
+  auto fct = json_of({});
+  EXPECT_EQ(fct["unit"], "transfer");
+  ASSERT_EQ(fct["groups"].size(), 1u);  // the small transfers, all lt_100k
+  EXPECT_EQ(fct["groups"][0]["n_a"], 20);
+  EXPECT_EQ(fct["groups"][0]["a"]["p50"], 1018);
+  auto fct_flows = json_of({"--unit", "flow"});
+  EXPECT_EQ(fct_flows["unit"], "flow");
+  EXPECT_TRUE(fct_flows["groups"].empty());  // every flow is above throughput_min_bytes
+  auto tput = json_of({"--metric", "throughput"});
+  EXPECT_EQ(tput["unit"], "transfer");
+  EXPECT_EQ(tput["groups"][0]["n_a"], 20);
+  auto tput_flows = json_of({"--metric", "throughput", "--unit", "flow"});
+  EXPECT_EQ(tput_flows["groups"][0]["n_a"], 20);
+  EXPECT_LT(tput_flows["groups"][0]["a"]["p50"].get<double>(), tput["groups"][0]["a"]["p50"].get<double>());
+  EXPECT_EQ(json_of({"--metric", "rtt"})["unit"], "flow");
+  EXPECT_EQ(json_of({"--metric", "retrans"})["unit"], "flow");
+
+  EXPECT_EQ(run(compare_command,
+                {"--flows", log, "--a", "cc=a", "--b", "cc=b", "--metric", "rtt", "--unit", "transfer"}, &out, &err),
+            2);
+  EXPECT_EQ(err.rfind("tcpscope compare: --unit transfer: rtt is compared per flow only", 0), 0u) << err;
+  EXPECT_NE(err.substr(0, err.find('\n')).find("(use --unit flow)"), std::string::npos) << err;
+  EXPECT_EQ(run(compare_command, {"--flows", log, "--a", "cc=a", "--b", "cc=b", "--unit", "connection"}, &out, &err), 2);
+  EXPECT_NE(err.find("--unit must be transfer or flow"), std::string::npos) << err;
+
+  // --server asks the daemon for the unit, and the table says which it was.
+  auto server = start_server();
+  ASSERT_TRUE(server);
+  server->handle_json("/api/v1/distributions", [&](const std::string& q) { return dist.handle_query(q); });
+  ASSERT_EQ(run(compare_command,
+                {"--server", base(*server), "--a", "cc=cubic", "--b", "cc=bbr", "--by", "all", "--json"}, &out, &err),
+            0)
+      << err;
+  const auto sketched = nlohmann::json::parse(out);
+  EXPECT_EQ(sketched["unit"], "transfer");
+  EXPECT_EQ(sketched["groups"][0]["n_a"], 20);
+  ASSERT_EQ(run(compare_command, {"--server", base(*server), "--a", "cc=cubic", "--b", "cc=bbr"}, &out, &err), 0);
+  EXPECT_NE(out.find("unit: transfer"), std::string::npos) << out;
+  EXPECT_NE(out.find("sketches of the transfers of the last"), std::string::npos) << out;
+
+  // A daemon from before transfers rejects the parameter: the error says what to do.
+  auto old = start_server();
+  ASSERT_TRUE(old);
+  old->handle_json("/api/v1/distributions", [](const std::string&) -> std::string {
+    throw std::invalid_argument("unknown query parameter \"unit\" (metric, by, a, b)");
+  });
+  EXPECT_EQ(run(compare_command, {"--server", base(*old), "--a", "cc=cubic", "--b", "cc=bbr"}, &out, &err), 1);
+  EXPECT_NE(err.find("a daemon from before transfers (--unit flow compares its flows)"), std::string::npos) << err;
+
   std::remove(log.c_str());
   rmdir(dir);
 }

@@ -295,7 +295,8 @@ TEST(FlowLogSource, NamesItsFileAndNotesWhatItRead) {
   EXPECT_EQ(samples.size_classes, (std::vector<std::string>{"lt_100k", "100k_1m", "ge_1m"}));
   EXPECT_EQ(samples.groups.size(), 3u);
   ASSERT_EQ(samples.notes.size(), 3u);
-  EXPECT_EQ(samples.notes[0], "flow log: 4 records read, 2 flows in A and 2 in B have a value for fct.");
+  EXPECT_EQ(samples.notes[0],
+            "flow log: 4 lines read, 3 flow records among them; 2 flows in A and 2 in B have a value for fct.");
   EXPECT_EQ(samples.notes[1], "1 malformed lines skipped (not a JSON object).");
   EXPECT_EQ(samples.notes[2], "warning: 1 flows match both A and B and count in both arms.");
 

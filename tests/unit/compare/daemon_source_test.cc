@@ -185,9 +185,11 @@ TEST(FlowDistributions, ServerModeAgreesWithFlowLogOnTheSameTraffic) {
 
 TEST(FlowDistributions, QueriesOnlyTheFieldsItKeeps) {
   FlowDistributions d{FlowDistributionsOptions{}};
-  EXPECT_THROW(d.query(CompareMetric::kFct, "comm", sel("cc=bbr"), sel("cc=cubic")), std::invalid_argument);
-  EXPECT_THROW(d.query(CompareMetric::kFct, "asn", sel("dir=active"), sel("cc=cubic")), std::invalid_argument);
-  EXPECT_NO_THROW(d.query(CompareMetric::kFct, "all", sel("arm=bbr"), sel("size_class=lt_100k")));
+  const CompareMetric fct = CompareMetric::kFct;
+  const CompareUnit flow = CompareUnit::kFlow;
+  EXPECT_THROW(d.query(fct, flow, "comm", sel("cc=bbr"), sel("cc=cubic")), std::invalid_argument);
+  EXPECT_THROW(d.query(fct, flow, "asn", sel("dir=active"), sel("cc=cubic")), std::invalid_argument);
+  EXPECT_NO_THROW(d.query(fct, flow, "all", sel("arm=bbr"), sel("size_class=lt_100k")));
   EXPECT_THROW(d.handle_query("metric=fct&a=cc%3Dbbr"), std::invalid_argument);              // no b
   EXPECT_THROW(d.handle_query("metric=speed&a=cc%3Dbbr&b=cc%3Dcubic"), std::invalid_argument);  // bad metric
   EXPECT_THROW(d.handle_query("a=cc&b=cc%3Dcubic"), std::invalid_argument);                     // bad selection
@@ -239,8 +241,8 @@ TEST(FlowDistributions, KeyTableIsBoundedAndOverflowFoldsIntoOther) {
   d.add(small_flow(57, "bbr", 300), AsnLabel::kOther);  // no "other" key for bbr and no room: dropped
   EXPECT_EQ(d.stats().folded_flows, 25u);
   EXPECT_EQ(d.stats().dropped_flows, 1u);
-  const auto r = d.query(CompareMetric::kFct, "asn", sel("cc=cubic"), sel("cc=bbr"));
-  EXPECT_EQ(r.folded_flows, 25u);
+  const auto r = d.query(CompareMetric::kFct, CompareUnit::kFlow, "asn", sel("cc=cubic"), sel("cc=bbr"));
+  EXPECT_EQ(r.folded, 25u);
   std::map<std::string, uint64_t> n;
   for (const auto& g : r.groups) n[g.group] += g.a.count();
   EXPECT_EQ(n["other"], 25u);
@@ -394,11 +396,12 @@ TEST(FlowDistributions, WindowKeepsBetweenOneAndTwoWindowsOfFlows) {
   d.add_at(small_flow(1, "cubic", 100), AsnLabel::kOwn, t0);
   d.add_at(small_flow(1, "cubic", 200), AsnLabel::kOwn, t0 + std::chrono::seconds(61));  // rotates
   auto count = [&](Clock::time_point t) {
-    const auto r = d.query_at(CompareMetric::kFct, "all", sel("cc=cubic"), sel("cc=bbr"), t);
+    const auto r = d.query_at(CompareMetric::kFct, CompareUnit::kFlow, "all", sel("cc=cubic"), sel("cc=bbr"), t);
     return r.groups.empty() ? uint64_t{0} : r.groups[0].a.count();
   };
   EXPECT_EQ(count(t0 + std::chrono::seconds(62)), 2u);
-  const auto r = d.query_at(CompareMetric::kFct, "all", sel("cc=cubic"), sel("cc=bbr"), t0 + std::chrono::seconds(62));
+  const auto r = d.query_at(CompareMetric::kFct, CompareUnit::kFlow, "all", sel("cc=cubic"), sel("cc=bbr"),
+                            t0 + std::chrono::seconds(62));
   EXPECT_NEAR(r.covers_s, 62, 1);
   // One more window: the first flow's generation is gone.
   EXPECT_EQ(count(t0 + std::chrono::seconds(122)), 1u);
@@ -416,7 +419,7 @@ TEST(FlowDistributions, NewSizeClassesResetTheSketches) {
   EXPECT_TRUE(d.update_options(other));
   EXPECT_EQ(d.stats().keys, 0u);
   d.add(small_flow(1, "cubic", 100), AsnLabel::kOwn);
-  const auto r = d.query(CompareMetric::kFct, "asn", sel("cc=cubic"), sel("cc=bbr"));
+  const auto r = d.query(CompareMetric::kFct, CompareUnit::kFlow, "asn", sel("cc=cubic"), sel("cc=bbr"));
   ASSERT_EQ(r.groups.size(), 1u);
   EXPECT_EQ(r.groups[0].size_class, std::string("lt_50k"));
 }
