@@ -284,7 +284,7 @@ void Daemon::on_transfer(const tcpscope_transfer_event& ev) {
   const TransferRecord transfer = pipeline_->record_of(ev);
   const AsnLabel label = asn_ranking_->label(transfer.asn);
   aggregator_->add(transfer, label);
-  // MERGE: distributions_->add(transfer, label);  -- FlowDistributions::add(const TransferRecord&, AsnLabel) comes from its own branch
+  distributions_->add(transfer, label);
   if (flow_log_ && config_.flow_log_transfers) {
     append_transfer_json(transfer, &batch_);
     batched_line();
