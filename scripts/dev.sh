@@ -18,6 +18,7 @@ PACKAGES=(
   libmaxmind-db-writer-perl prometheus
   dpkg-dev lintian man-db systemd systemd-container strace adduser logrotate
   nginx-light wrk iperf3 libbpf-tools linux-perf  # wrk: bench/churn.py --load nginx
+  nghttp2-client  # h2load: tests/lab/test_lab_transfers.py (HTTP/2 streams on one connection)
   librsvg2-bin  # compare --plot png (rsvg-convert)
 )
 

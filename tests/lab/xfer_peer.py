@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Both ends of kept-alive HTTP/1.1 exchanges with their own clocks, for
+test_lab_transfers.py (ground truth for tcpscope's transfer records).
+
+client: ONE TCP connection, a plan of requests sent one after the other
+(GET, or POST with a body), a pause before each but the first. Raw sockets,
+so every byte is counted exactly: for each request the bytes it sent
+(request line + headers + body), the response's header and body bytes, and
+three instants on both CLOCK_MONOTONIC and CLOCK_REALTIME (the daemon's
+records use CLOCK_REALTIME, so they can be set side by side):
+  send   just before the request's first byte is handed to the kernel
+  first  when recv() returned the response's first byte
+  last   when recv() returned the response's last body byte
+Prints one JSON object: the connection's 4-tuple and the requests.
+
+    xfer_peer.py client --addr A --port P --plan '[{"path": "/x", "pause": 0.4},
+                                                   {"method": "POST", "path": "/upload", "body": 1000000}]'
+
+serve: an HTTP/1.1 keep-alive upstream (http.server, one thread per
+connection). GET /delay?ms=M&bytes=N sleeps M ms after reading the request,
+then writes the whole response in one sendall(); POST /upload reads the body
+(Content-Length) and answers with a short JSON. Every request is logged (JSON
+lines, --log) with the sleep it really took and the body bytes it read.
+"""
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+
+def now():
+    return time.monotonic_ns(), time.time_ns()
+
+
+def read_response(sock, buf):
+    """Reads one response (Content-Length framed). Returns (header bytes, body
+    bytes, status, first (mono, real), last (mono, real), leftover buffer)."""
+    first = None
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            raise ConnectionError("connection closed inside the response header")
+        if first is None:
+            first = now()
+        buf += chunk
+    if first is None:  # (a pipelined leftover: not used by the plans here)
+        first = now()
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    header_bytes = len(head) + 4
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    length = 0
+    for l in lines[1:]:
+        k, _, v = l.partition(":")
+        if k.strip().lower() == "content-length":
+            length = int(v.strip())
+    last = now()
+    # Count the body, keep none of it: the read loop must not fall behind
+    # the arrivals (appending to a growing bytes object did, by ~3 ms per 5 MB).
+    got, leftover = min(len(rest), length), rest[length:]
+    view = memoryview(bytearray(1 << 20))
+    while got < length:
+        n = sock.recv_into(view, min(len(view), length - got))
+        if not n:
+            raise ConnectionError(f"connection closed after {got} of {length} body bytes")
+        got += n
+        last = now()
+    return header_bytes, length, status, first, last, leftover
+
+
+def client(args):
+    plan = json.loads(args.plan)
+    family = socket.AF_INET6 if ":" in args.addr else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.settimeout(args.timeout)
+    deadline = time.monotonic() + args.timeout
+    t_connect = now()
+    sock.connect((args.addr, args.port))
+    laddr, lport = sock.getsockname()[:2]
+    out = {"laddr": laddr, "lport": lport, "raddr": args.addr, "rport": args.port,
+           "connect": t_connect, "requests": []}
+    host = f"[{args.addr}]" if family == socket.AF_INET6 else args.addr
+    buf = b""
+    for i, item in enumerate(plan):
+        if i and item.get("pause"):
+            time.sleep(item["pause"])
+        if time.monotonic() > deadline:
+            raise TimeoutError("the plan ran past --timeout")
+        method = item.get("method", "GET")
+        body = os.urandom(16) * (item.get("body", 0) // 16) + os.urandom(item.get("body", 0) % 16)
+        head = (f"{method} {item['path']} HTTP/1.1\r\nHost: {host}:{args.port}\r\n"
+                f"User-Agent: xfer_peer\r\nAccept: */*\r\n")
+        if method == "POST":
+            head += f"Content-Type: application/octet-stream\r\nContent-Length: {len(body)}\r\n"
+        req = head.encode() + b"\r\n" + body
+        t_send = now()
+        sock.sendall(req)
+        hb, bb, status, first, last, buf = read_response(sock, buf)
+        out["requests"].append({"path": item["path"], "method": method, "req_bytes": len(req),
+                                "req_header_bytes": len(req) - len(body), "req_body_bytes": len(body),
+                                "status": status, "header_bytes": hb, "body_bytes": bb,
+                                "send": t_send, "first": first, "last": last})
+    sock.close()
+    print(json.dumps(out))
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    log_path = None
+
+    def log_message(self, *a):
+        pass
+
+    def _log(self, rec):
+        with open(self.log_path, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+    def _reply(self, body, ctype="application/octet-stream"):
+        head = (f"HTTP/1.1 200 OK\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                f"Connection: keep-alive\r\n\r\n").encode()
+        self.wfile.write(head + body)   # one sendall(): unbuffered wfile
+        return len(head)
+
+    def do_GET(self):
+        u = urlparse(self.path)
+        q = parse_qs(u.query)
+        if u.path != "/delay":
+            self.send_error(404)
+            return
+        ms, n = float(q.get("ms", ["0"])[0]), int(q.get("bytes", ["100"])[0])
+        t0 = time.monotonic_ns()
+        time.sleep(ms / 1000)
+        slept = time.monotonic_ns() - t0
+        hb = self._reply(os.urandom(n))
+        self._log({"path": self.path, "port": self.client_address[1], "slept_ns": slept,
+                   "resp_header_bytes": hb, "resp_body_bytes": n})
+
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length", "0"))
+        got = 0
+        while got < n:
+            chunk = self.rfile.read(min(1 << 20, n - got))
+            if not chunk:
+                break
+            got += len(chunk)
+        body = json.dumps({"read": got}).encode()
+        hb = self._reply(body, "application/json")
+        self._log({"path": self.path, "port": self.client_address[1], "body_read": got,
+                   "resp_header_bytes": hb, "resp_body_bytes": len(body)})
+
+
+def serve(args):
+    Handler.log_path = args.log
+    family = socket.AF_INET6 if ":" in args.bind else socket.AF_INET
+
+    class Server(ThreadingHTTPServer):
+        address_family = family
+        daemon_threads = True
+
+    srv = Server((args.bind, args.port), Handler)
+    Path(args.ready).write_text("ready")
+    srv.timeout = 0.5
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:   # bounded: the test stops it long before
+        srv.handle_request()
+    srv.server_close()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="mode", required=True)
+    c = sub.add_parser("client")
+    c.add_argument("--addr", required=True)
+    c.add_argument("--port", type=int, required=True)
+    c.add_argument("--plan", required=True, help="JSON list of {method, path, body, pause}")
+    c.add_argument("--timeout", type=float, default=60)
+    s = sub.add_parser("serve")
+    s.add_argument("--bind", required=True)
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--log", required=True)
+    s.add_argument("--ready", required=True)
+    s.add_argument("--timeout", type=float, default=300)
+    args = p.parse_args()
+    (client if args.mode == "client" else serve)(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
