@@ -6,11 +6,14 @@ client: ONE TCP connection, a plan of requests sent one after the other
 (GET, or POST with a body), a pause before each but the first. Raw sockets,
 so every byte is counted exactly: for each request the bytes it sent
 (request line + headers + body), the response's header and body bytes, and
-three instants on both CLOCK_MONOTONIC and CLOCK_REALTIME (the daemon's
-records use CLOCK_REALTIME, so they can be set side by side):
+three instants as [CLOCK_MONOTONIC, CLOCK_REALTIME] (the daemon's records
+use CLOCK_REALTIME, so they can be set side by side):
   send   just before the request's first byte is handed to the kernel
-  first  when recv() returned the response's first byte
-  last   when recv() returned the response's last body byte
+  first  when recv() returned the response's first byte, + the kernel's
+         receive timestamp of that segment (SO_TIMESTAMPNS, realtime)
+  last   the same for the response's last body byte
+The kernel timestamps are the arrivals themselves: a loaded machine that
+wakes this process late does not move them.
 Prints one JSON object: the connection's 4-tuple and the requests.
 
     xfer_peer.py client --addr A --port P --plan '[{"path": "/x", "pause": 0.4},
@@ -26,6 +29,7 @@ import argparse
 import json
 import os
 import socket
+import struct
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,44 +37,66 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)   # = SCM_TIMESTAMPNS (x86, arm64)
+ANC = socket.CMSG_SPACE(16)
+
+
 def now():
     return time.monotonic_ns(), time.time_ns()
 
 
-def read_response(sock, buf):
-    """Reads one response (Content-Length framed). Returns (header bytes, body
-    bytes, status, first (mono, real), last (mono, real), leftover buffer)."""
+def recv_stamped(sock, view, n):
+    """recv_into with the kernel's receive timestamp (CLOCK_REALTIME ns) of
+    the last segment this read took data from (SO_TIMESTAMPNS): when the
+    bytes arrived, however late this process woke up to read them."""
+    got, anc, _, _ = sock.recvmsg_into([view[:n]], ANC)
+    stamp = None
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            sec, nsec = struct.unpack("qq", data[:16])
+            stamp = sec * 1_000_000_000 + nsec
+    return got, stamp
+
+
+def read_response(sock):
+    """Reads one response (Content-Length framed), keeping none of the body.
+    Returns (header bytes, body bytes, status, first, last): first/last are
+    (monotonic, realtime, kernel arrival realtime) of the reads that returned
+    the first and the last byte."""
+    buf = bytearray(1 << 20)
+    view = memoryview(buf)
+    head = b""
     first = None
-    while b"\r\n\r\n" not in buf:
-        chunk = sock.recv(1 << 16)
-        if not chunk:
+    while b"\r\n\r\n" not in head:
+        # The first read takes one byte: its stamp is then the first
+        # segment's (a read's stamp is that of the last segment it took from).
+        n, stamp = recv_stamped(sock, view, 1 if first is None else 1 << 16)
+        if not n:
             raise ConnectionError("connection closed inside the response header")
         if first is None:
-            first = now()
-        buf += chunk
-    if first is None:  # (a pipelined leftover: not used by the plans here)
-        first = now()
-    head, _, rest = buf.partition(b"\r\n\r\n")
-    header_bytes = len(head) + 4
-    lines = head.decode("latin-1").split("\r\n")
+            first = (*now(), stamp)
+        head += bytes(view[:n])
+    last = (*now(), stamp)
+    hdr, _, rest = head.partition(b"\r\n\r\n")
+    header_bytes = len(hdr) + 4
+    lines = hdr.decode("latin-1").split("\r\n")
     status = int(lines[0].split()[1])
     length = 0
     for l in lines[1:]:
         k, _, v = l.partition(":")
         if k.strip().lower() == "content-length":
             length = int(v.strip())
-    last = now()
-    # Count the body, keep none of it: the read loop must not fall behind
-    # the arrivals (appending to a growing bytes object did, by ~3 ms per 5 MB).
-    got, leftover = min(len(rest), length), rest[length:]
-    view = memoryview(bytearray(1 << 20))
+    if len(rest) > length:
+        raise ValueError("bytes beyond the response: the plans here never pipeline")
+    # Count the body, keep none of it: the read loop must not fall behind.
+    got = len(rest)
     while got < length:
-        n = sock.recv_into(view, min(len(view), length - got))
+        n, stamp = recv_stamped(sock, view, min(len(buf), length - got))
         if not n:
             raise ConnectionError(f"connection closed after {got} of {length} body bytes")
         got += n
-        last = now()
-    return header_bytes, length, status, first, last, leftover
+        last = (*now(), stamp)
+    return header_bytes, length, status, first, last
 
 
 def client(args):
@@ -78,6 +104,7 @@ def client(args):
     family = socket.AF_INET6 if ":" in args.addr else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.settimeout(args.timeout)
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     deadline = time.monotonic() + args.timeout
     t_connect = now()
     sock.connect((args.addr, args.port))
@@ -85,7 +112,6 @@ def client(args):
     out = {"laddr": laddr, "lport": lport, "raddr": args.addr, "rport": args.port,
            "connect": t_connect, "requests": []}
     host = f"[{args.addr}]" if family == socket.AF_INET6 else args.addr
-    buf = b""
     for i, item in enumerate(plan):
         if i and item.get("pause"):
             time.sleep(item["pause"])
@@ -100,7 +126,7 @@ def client(args):
         req = head.encode() + b"\r\n" + body
         t_send = now()
         sock.sendall(req)
-        hb, bb, status, first, last, buf = read_response(sock, buf)
+        hb, bb, status, first, last = read_response(sock)
         out["requests"].append({"path": item["path"], "method": method, "req_bytes": len(req),
                                 "req_header_bytes": len(req) - len(body), "req_body_bytes": len(body),
                                 "status": status, "header_bytes": hb, "body_bytes": bb,
