@@ -294,18 +294,13 @@ class ChurnServer:
         return json.loads(r.stdout)
 
 
-class NginxServer:
-    """Debian's nginx in the server namespace, configured in a temporary
-    directory: `return 200` with a 1000-byte body, no access log, no
-    keep-alive (it closes first, as loadgen's server does); the client is wrk
-    with "Connection: close", one connection per request."""
-
-    def __init__(self, net, tmp, port=8081, workers=2, resp=1000):
-        tmp = Path(tmp)
-        d = tmp / "nginx"
-        d.mkdir(exist_ok=True)
-        body = "x" * resp
-        (d / "nginx.conf").write_text(f"""
+def start_nginx(net, d, listen, server_body, http_extra="", workers=2):
+    """Debian's nginx in the server namespace, its config, pid and logs in
+    directory `d`, one server block listening on `listen`; returns the process
+    once it serves."""
+    d = Path(d)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "nginx.conf").write_text(f"""
 worker_processes {workers};
 daemon off;
 pid {d}/nginx.pid;
@@ -314,23 +309,35 @@ worker_rlimit_nofile 16384;
 events {{ worker_connections 8192; }}
 http {{
   access_log off;
-  keepalive_timeout 0;
+{http_extra}
   client_body_temp_path {d}/body;
   proxy_temp_path {d}/proxy;
   fastcgi_temp_path {d}/fastcgi;
   uwsgi_temp_path {d}/uwsgi;
   scgi_temp_path {d}/scgi;
   server {{
-    listen {net.srv_v4}:{port} backlog=65535 reuseport;
-    location / {{ return 200 "{body}"; }}
+    listen {listen} backlog=65535 reuseport;
+{server_body}
   }}
 }}
 """)
-        self.p = net.spawn(net.srv, "nginx", "-c", d / "nginx.conf", "-p", d)
-        wait_for(lambda: (d / "nginx.pid").exists() or self.p.poll() is not None, 10, "nginx start")
-        if self.p.poll() is not None:
-            raise RuntimeError(f"nginx exited: {self.p.stderr.read()} {(d / 'error.log').read_text()}")
-        time.sleep(0.3)
+    p = net.spawn(net.srv, "nginx", "-c", d / "nginx.conf", "-p", d)
+    wait_for(lambda: (d / "nginx.pid").exists() or p.poll() is not None, 10, "nginx start")
+    if p.poll() is not None:
+        raise RuntimeError(f"nginx exited: {p.stderr.read()} {(d / 'error.log').read_text()}")
+    time.sleep(0.3)
+    return p
+
+
+class NginxServer:
+    """nginx answering `return 200` with a 1000-byte body, no access log, no
+    keep-alive (it closes first, as loadgen's server does); the client is wrk
+    with "Connection: close", one connection per request."""
+
+    def __init__(self, net, tmp, port=8081, workers=2, resp=1000):
+        body = "x" * resp
+        self.p = start_nginx(net, Path(tmp) / "nginx", f"{net.srv_v4}:{port}",
+                             f'    location / {{ return 200 "{body}"; }}', "  keepalive_timeout 0;", workers)
         self.port = port
 
     def run_client(self, net, seconds, threads):
@@ -511,9 +518,10 @@ class Tcpscope:
 
 
 def count_flow_log(path, netns_ids, since_ns=0, detail=None):
-    """Records of the benchmark's namespaces in an NDJSON flow log. With a
-    dict as `detail`, also counts them per namespace, outcome and partial flag
-    (to tell which end of a connection a missing record belongs to)."""
+    """Flow records (not transfer lines) of the benchmark's namespaces in an
+    NDJSON flow log. With a dict as `detail`, also counts them per namespace,
+    outcome and partial flag (to tell which end of a connection a missing
+    record belongs to)."""
     n = 0
     ids = {str(i) for i in netns_ids}
     if not Path(path).exists():
@@ -521,6 +529,8 @@ def count_flow_log(path, netns_ids, since_ns=0, detail=None):
     with open(path) as f:
         for line in f:
             # Cheap pre-filter; the JSON parse only when needed.
+            if line.startswith('{"kind":"transfer"'):
+                continue
             m = re.search(r'"netns":(\d+)', line)
             if not m or m.group(1) not in ids:
                 continue

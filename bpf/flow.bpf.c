@@ -262,8 +262,10 @@ static __always_inline __u8 copy_addresses(const struct sock *sk, __u8 saddr[16]
 		__builtin_memcpy(daddr, &sk->__sk_common.skc_daddr, 4);
 		return 4;
 	}
-	BPF_CORE_READ_INTO(saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
-	BPF_CORE_READ_INTO(daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+	/* Sized reads: through a pointer parameter BPF_CORE_READ_INTO would
+	 * copy sizeof(*saddr), one byte. */
+	bpf_core_read(saddr, 16, &sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
+	bpf_core_read(daddr, 16, &sk->__sk_common.skc_v6_daddr.in6_u.u6_addr8);
 	return 6;
 }
 

@@ -29,7 +29,35 @@ void MonotonicToRealtime::refresh() {
   int64_t m1 = clock_ns(CLOCK_MONOTONIC);
   int64_t r = clock_ns(CLOCK_REALTIME);
   int64_t m2 = clock_ns(CLOCK_MONOTONIC);
-  offset_ns_ = r - (m1 + (m2 - m1) / 2);
+  const int64_t mid = m1 + (m2 - m1) / 2;
+  add_reading(static_cast<uint64_t>(mid), r - mid);
+}
+
+void MonotonicToRealtime::add_reading(uint64_t mono_ns, int64_t offset_ns) {
+  if (offsets_.empty()) {
+    offsets_.push_back({0, offset_ns});
+    return;
+  }
+  const int64_t moved = offset_ns - offsets_.back().offset_ns;
+  if (moved <= kMinChangeNs && moved >= -kMinChangeNs) return;
+  if (mono_ns <= offsets_.back().mono_ns) return;
+  if (offsets_.size() == kMaxReadings) {
+    // Drop the older half; the oldest kept then covers all earlier times.
+    offsets_.erase(offsets_.begin(), offsets_.begin() + kMaxReadings / 2);
+    offsets_.front().mono_ns = 0;
+  }
+  offsets_.push_back({mono_ns, offset_ns});
+}
+
+int64_t MonotonicToRealtime::to_realtime(uint64_t mono_ns) const {
+  // Almost every time converted is after the latest reading.
+  auto it = offsets_.end() - 1;
+  if (mono_ns < it->mono_ns) {
+    it = std::upper_bound(offsets_.begin(), offsets_.end(), mono_ns,
+                          [](uint64_t t, const Reading& r) { return t < r.mono_ns; });
+    if (it != offsets_.begin()) --it;
+  }
+  return static_cast<int64_t>(mono_ns) + it->offset_ns;
 }
 
 int64_t flow_completion_us(const tcpscope_flow_event& ev) {

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 #include <string>
 
 #include "record/flow_record.h"
@@ -13,17 +14,37 @@
 namespace tcpscope {
 
 // CLOCK_REALTIME - CLOCK_MONOTONIC, sampled so that conversions are cheap.
-// refresh() picks up NTP steps; call it every few seconds.
+// refresh() picks up NTP steps and slews; call it every few seconds.
+//
+// A monotonic time always converts to the same wall-clock time, however
+// often it is converted and whenever: a flow's start appears in each of its
+// transfer records (flow_start_ns) and in its own record, converted at
+// different moments, and they must be equal to join them. So a reading is
+// kept only when it moved by more than kMinChangeNs (a reading's own jitter
+// is a few ns), and each kept offset applies from the monotonic time it was
+// read; times before the oldest kept reading take the oldest.
 class MonotonicToRealtime {
  public:
   MonotonicToRealtime() { refresh(); }
-  explicit MonotonicToRealtime(int64_t offset_ns) : offset_ns_(offset_ns) {}
+  explicit MonotonicToRealtime(int64_t offset_ns) : offsets_{{0, offset_ns}} {}
   void refresh();
-  int64_t to_realtime(uint64_t mono_ns) const { return static_cast<int64_t>(mono_ns) + offset_ns_; }
-  int64_t offset_ns() const { return offset_ns_; }
+  // As refresh(), with the reading given (tests).
+  void add_reading(uint64_t mono_ns, int64_t offset_ns);
+  int64_t to_realtime(uint64_t mono_ns) const;
+  int64_t offset_ns() const { return offsets_.back().offset_ns; }
+  size_t readings_kept() const { return offsets_.size(); }
+
+  static constexpr int64_t kMinChangeNs = 1000;
+  // At one kept reading per refresh (a clock slewed at >= 100 ppm) that is
+  // 45 hours of history; NTP's usual few ppm make it weeks.
+  static constexpr size_t kMaxReadings = 16384;
 
  private:
-  int64_t offset_ns_ = 0;
+  struct Reading {
+    uint64_t mono_ns;  // the offset applies from here on
+    int64_t offset_ns;
+  };
+  std::vector<Reading> offsets_;  // ascending mono_ns, never empty
 };
 
 FlowRecord decode_flow_event(const tcpscope_flow_event& ev, const MonotonicToRealtime& clock);

@@ -26,6 +26,38 @@ tcpscope_flow_event base_event() {
   return ev;
 }
 
+TEST(MonotonicToRealtime, ATimeConvertsTheSameBeforeAndAfterLaterReadings) {
+  MonotonicToRealtime clock(1'000'000);
+  const uint64_t flow_start = 5'000'000'000;
+  const int64_t first = clock.to_realtime(flow_start);
+  // A reading's jitter (a few ns) is not kept at all.
+  clock.add_reading(10'000'000'000, 1'000'003);
+  EXPECT_EQ(clock.readings_kept(), 1u);
+  // A slew past the threshold applies from its reading on, not before it.
+  clock.add_reading(20'000'000'000, 1'002'000);
+  EXPECT_EQ(clock.readings_kept(), 2u);
+  EXPECT_EQ(clock.to_realtime(flow_start), first);
+  EXPECT_EQ(clock.to_realtime(20'000'000'000), 20'000'000'000 + 1'002'000);
+  EXPECT_EQ(clock.to_realtime(19'999'999'999), 19'999'999'999 + 1'000'000);
+  // A step back, as NTP may make.
+  clock.add_reading(30'000'000'000, -5'000'000);
+  EXPECT_EQ(clock.offset_ns(), -5'000'000);
+  EXPECT_EQ(clock.to_realtime(25'000'000'000), 25'000'000'000 + 1'002'000);
+  EXPECT_EQ(clock.to_realtime(flow_start), first);
+}
+
+TEST(MonotonicToRealtime, HistoryIsBoundedAndTheOldestCoversEarlierTimes) {
+  MonotonicToRealtime clock(0);
+  for (size_t i = 1; i <= MonotonicToRealtime::kMaxReadings + 10; ++i)
+    clock.add_reading(i * 1'000'000'000ULL, static_cast<int64_t>(i) * 2 * MonotonicToRealtime::kMinChangeNs);
+  EXPECT_LE(clock.readings_kept(), MonotonicToRealtime::kMaxReadings);
+  const uint64_t last = (MonotonicToRealtime::kMaxReadings + 10) * 1'000'000'000ULL;
+  EXPECT_EQ(clock.to_realtime(last), static_cast<int64_t>(last) + clock.offset_ns());
+  // Older than the history: converted with the oldest reading kept, the same every time.
+  EXPECT_EQ(clock.to_realtime(5), clock.to_realtime(5));
+  EXPECT_GT(clock.to_realtime(5), 5);
+}
+
 TEST(FlowDecoder, TimesBecomeRealtimeAndDurations) {
   MonotonicToRealtime clock(5'000'000'000);
   FlowRecord r = decode_flow_event(base_event(), clock);

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Keep-alive request rate: wrk over kept-alive connections to nginx, across a
+veth between two network namespaces, with nothing attached (baseline) and with
+tcpscope following every transfer (flow log on, transfer lines included).
+Every request is two transfers on each end (request and response), so this is
+the load that costs tcpscope the most per byte.
+
+For each response size, baseline and tcpscope runs alternate, starting and
+ending with a baseline; each tcpscope run's ratio is to the mean of the
+baselines either side. The baselines' spread is the noise: above
+benchlib.MAX_BASELINE_SPREAD the size is reported invalid, without ratios.
+
+Also reported, from the tcpscope runs: transfer records the kernel could not
+hand over (tcpscope_transfer_records_lost_total, must be 0), records read per
+request, and, in one extra run with kernel.bpf_stats_enabled=1 (which adds two
+clock reads per program run, so it is not used for the ratios), the kernel
+time of each program per request and the daemon's CPU time per transfer.
+
+  bench/keepalive.py [--seconds 15] [--rounds 3] [--sizes 1000,100000] [--connections 16] [--out FILE]
+
+Needs root. Prints a table, writes JSON (bench/results/keepalive.json by default).
+"""
+import argparse
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib as B  # noqa: E402
+from bpf_cost import delta, prog_stats  # noqa: E402
+
+
+class KeepAliveNginx:
+    """nginx serving one static file per size, with keep-alive (no request
+    limit per connection) and no access log."""
+
+    def __init__(self, net, tmp, sizes, port=8090):
+        d = Path(tmp) / "nginx-keepalive"
+        (d / "www").mkdir(parents=True, exist_ok=True)
+        for size in sizes:
+            (d / "www" / f"obj-{size}").write_bytes(b"x" * size)
+        self.p = B.start_nginx(net, d, f"{net.srv_v4}:{port}", f"    root {d}/www;",
+                               "  keepalive_timeout 300;\n  keepalive_requests 100000000;\n"
+                               "  sendfile on;\n  tcp_nopush on;")
+        self.url = f"http://{net.srv_v4}:{port}"
+
+    def close(self):
+        B.stop_process(self.p)
+
+
+def wrk(net, url, seconds, connections):
+    r = net.run(net.cli, "wrk", "-t", 2, "-c", connections, "-d", f"{seconds:g}s", url, timeout=seconds + 60)
+    m = re.search(r"(\d+) requests in ([\d.]+)(us|ms|s|m|h)\b", r.stdout)
+    if not m:
+        raise RuntimeError(f"wrk output not understood: {r.stdout} {r.stderr}")
+    n = int(m.group(1))
+    secs = float(m.group(2)) * {"us": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}[m.group(3)]
+    errs = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", r.stdout)
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", r.stdout)
+    failed = (sum(int(x) for x in errs.groups()) if errs else 0) + (int(non2xx.group(1)) if non2xx else 0)
+    return {"requests": n, "failed": failed, "seconds": secs, "rate": n / secs}
+
+
+def start_tcpscope(tmp, net, tag):
+    port = B.free_port()
+    log = Path(tmp) / f"flows-{tag}.ndjson"
+    cfg = B.write_config(Path(tmp) / f"tcpscope-{tag}.yaml", port=port, flow_log=log, rules=0)
+    return B.Tcpscope(tmp, cfg, port), log
+
+
+def tcpscope_run(tmp, net, url, args, tag):
+    """One measured run with tcpscope attached; start-up and the final drain
+    are outside the window."""
+    d, log = start_tcpscope(tmp, net, tag)
+    try:
+        wrk(net, url, 1, args.connections)  # warm-up, outside the window
+        lost0 = d.metric("tcpscope_transfer_records_lost_total")
+        read0 = d.metric("tcpscope_transfer_records_total")
+        r = wrk(net, url, args.seconds, args.connections)
+        time.sleep(1.5)  # the daemon's periodic drain
+        r["transfer_records_lost"] = d.metric("tcpscope_transfer_records_lost_total") - lost0
+        r["transfer_records_per_request"] = round((d.metric("tcpscope_transfer_records_total") - read0) /
+                                                  max(r["requests"], 1), 3)
+        r["flow_log_bytes"] = log.stat().st_size if log.exists() else 0
+    finally:
+        d.stop()
+        log.unlink(missing_ok=True)
+    return r
+
+
+def cost_run(tmp, net, url, args):
+    """Per-program kernel time per request, and the daemon's CPU per transfer
+    record, with BPF statistics on (not used for ratios)."""
+    d, log = start_tcpscope(tmp, net, "cost")
+    try:
+        with B.BpfStats():
+            wrk(net, url, 1, args.connections)
+            s0, cpu0 = prog_stats(d.pid), B.proc_cpu_seconds(d.pid)
+            read0 = d.metric("tcpscope_transfer_records_total")
+            r = wrk(net, url, args.seconds, args.connections)
+            time.sleep(1.5)
+            s1, cpu1 = prog_stats(d.pid), B.proc_cpu_seconds(d.pid)
+            transfers = d.metric("tcpscope_transfer_records_total") - read0
+        rows, total = delta(s0, s1, r["seconds"], r["requests"], "request")
+        return {"requests_per_s": round(r["rate"]), "programs": rows, "total": total,
+                "transfer_records": int(transfers),
+                "daemon_cpu_us_per_transfer": round(1e6 * (cpu1 - cpu0) / transfers, 2) if transfers else None}
+    finally:
+        d.stop()
+        log.unlink(missing_ok=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=15)
+    ap.add_argument("--rounds", type=int, default=3, help="tcpscope runs per size (baselines: one more)")
+    ap.add_argument("--sizes", default="1000,100000")
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--no-cost", action="store_true", help="skip the BPF-statistics run")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("keepalive.py: needs root")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    tmp = B.tmpdir("keepalive")
+    result = {"benchmark": "keepalive", "seconds_per_run": args.seconds,
+              "connections": args.connections, "sizes": {}}
+    net = server = None
+    try:
+        net = B.NetPair()
+        server = KeepAliveNginx(net, tmp, sizes)
+        for size in sizes:
+            url = f"{server.url}/obj-{size}"
+            runs = []
+            for i in range(args.rounds):
+                runs.append({"variant": "baseline", **wrk(net, url, args.seconds, args.connections)})
+                runs.append({"variant": "tcpscope", **tcpscope_run(tmp, net, url, args, f"{size}-{i}")})
+            runs.append({"variant": "baseline", **wrk(net, url, args.seconds, args.connections)})
+            noise = B.baseline_noise([r["rate"] for r in runs if r["variant"] == "baseline"])
+            ratios = [r["rate"] / B.interleaved_baseline(runs, i) for i, r in enumerate(runs)
+                      if r["variant"] == "tcpscope"]
+            t_runs = [r for r in runs if r["variant"] == "tcpscope"]
+            entry = {"runs": runs, "noise": noise, "ratios": [round(x, 4) for x in ratios],
+                     "median_ratio": round(statistics.median(ratios), 4),
+                     "transfer_records_lost": sum(r["transfer_records_lost"] for r in t_runs),
+                     "failed_requests": sum(r["failed"] for r in runs)}
+            if not args.no_cost:
+                entry["cost"] = cost_run(tmp, net, url, args)
+            result["sizes"][str(size)] = entry
+            base = noise["mean"]
+            print(f"\n{size} B responses, {args.connections} kept-alive connections: baseline "
+                  f"{base:.0f} req/s (spread {noise['spread_pct']}%)")
+            if noise["invalid"]:
+                print(f"  invalid: {noise['invalid']}")
+            else:
+                print(f"  tcpscope / baseline: median {B.ratio_text(noise, entry['median_ratio'])}, runs "
+                      + ", ".join(B.ratio_text(noise, x) for x in ratios))
+            print(f"  transfer records lost: {entry['transfer_records_lost']}; records per request: "
+                  + ", ".join(str(r["transfer_records_per_request"]) for r in t_runs)
+                  + f"; failed requests: {entry['failed_requests']}")
+            if "cost" in entry:
+                c = entry["cost"]
+                print(f"  kernel, per request (bpf_stats on, {c['requests_per_s']} req/s): "
+                      f"{c['total'].get('ns_per_request')} ns in all; daemon "
+                      f"{c['daemon_cpu_us_per_transfer']} us CPU per transfer record")
+                for row in c["programs"]:
+                    if row["runs"]:
+                        print(f"    {row['program']:<24} {row['runs_per_request']:>7} runs/request "
+                              f"{row['ns_per_run']:>8} ns/run")
+    finally:
+        if server:
+            server.close()
+        if net:
+            net.close()
+    B.write_result("keepalive", result, args.out)
+
+
+if __name__ == "__main__":
+    main()
