@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """Keep-alive request rate: wrk over kept-alive connections to nginx, across a
 veth between two network namespaces, with nothing attached (baseline) and with
-tcpscope following every transfer (flow log on, transfer lines included).
+tcpscope following every transfer:
+
+  tcpscope          flow log on, every transfer a line in it (flow_log_transfers: true)
+  tcpscope-nolog    no flow log (the shipped default): transfers feed the metrics only
+
 Every request is two transfers on each end (request and response), so this is
 the load that costs tcpscope the most per byte.
 
-For each response size, baseline and tcpscope runs alternate, starting and
-ending with a baseline; each tcpscope run's ratio is to the mean of the
+For each response size, baseline and variant runs alternate, starting and
+ending with a baseline; each variant run's ratio is to the mean of the
 baselines either side. The baselines' spread is the noise: above
 benchlib.MAX_BASELINE_SPREAD the size is reported invalid, without ratios.
 
@@ -16,7 +20,8 @@ request, and, in one extra run with kernel.bpf_stats_enabled=1 (which adds two
 clock reads per program run, so it is not used for the ratios), the kernel
 time of each program per request and the daemon's CPU time per transfer.
 
-  bench/keepalive.py [--seconds 15] [--rounds 3] [--sizes 1000,100000] [--connections 16] [--out FILE]
+  bench/keepalive.py [--seconds 15] [--rounds 3] [--sizes 1000,100000] [--connections 16]
+                     [--variants tcpscope,tcpscope-nolog] [--out FILE]
 
 Needs root. Prints a table, writes JSON (bench/results/keepalive.json by default).
 """
@@ -64,17 +69,21 @@ def wrk(net, url, seconds, connections):
     return {"requests": n, "failed": failed, "seconds": secs, "rate": n / secs}
 
 
-def start_tcpscope(tmp, net, tag):
+VARIANTS = ["tcpscope", "tcpscope-nolog"]
+
+
+def start_tcpscope(tmp, net, tag, flow_log=True):
     port = B.free_port()
     log = Path(tmp) / f"flows-{tag}.ndjson"
-    cfg = B.write_config(Path(tmp) / f"tcpscope-{tag}.yaml", port=port, flow_log=log, rules=0)
+    cfg = B.write_config(Path(tmp) / f"tcpscope-{tag}.yaml", port=port, flow_log=log if flow_log else None,
+                         rules=0)
     return B.Tcpscope(tmp, cfg, port), log
 
 
-def tcpscope_run(tmp, net, url, args, tag):
+def tcpscope_run(tmp, net, url, args, variant, tag):
     """One measured run with tcpscope attached; start-up and the final drain
     are outside the window."""
-    d, log = start_tcpscope(tmp, net, tag)
+    d, log = start_tcpscope(tmp, net, tag, flow_log=variant == "tcpscope")
     try:
         wrk(net, url, 1, args.connections)  # warm-up, outside the window
         lost0 = d.metric("tcpscope_transfer_records_lost_total")
@@ -119,12 +128,17 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="tcpscope runs per size (baselines: one more)")
     ap.add_argument("--sizes", default="1000,100000")
     ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--no-cost", action="store_true", help="skip the BPF-statistics run")
     ap.add_argument("--out")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("keepalive.py: needs root")
     sizes = [int(s) for s in args.sizes.split(",")]
+    variants = args.variants.split(",")
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        raise SystemExit(f"keepalive.py: unknown variants {sorted(unknown)} (known: {VARIANTS})")
     tmp = B.tmpdir("keepalive")
     result = {"benchmark": "keepalive", "seconds_per_run": args.seconds,
               "connections": args.connections, "sizes": {}}
@@ -136,17 +150,22 @@ def main():
             url = f"{server.url}/obj-{size}"
             runs = []
             for i in range(args.rounds):
-                runs.append({"variant": "baseline", **wrk(net, url, args.seconds, args.connections)})
-                runs.append({"variant": "tcpscope", **tcpscope_run(tmp, net, url, args, f"{size}-{i}")})
+                for v in variants:
+                    runs.append({"variant": "baseline", **wrk(net, url, args.seconds, args.connections)})
+                    runs.append({"variant": v, **tcpscope_run(tmp, net, url, args, v, f"{size}-{v}-{i}")})
             runs.append({"variant": "baseline", **wrk(net, url, args.seconds, args.connections)})
             noise = B.baseline_noise([r["rate"] for r in runs if r["variant"] == "baseline"])
-            ratios = [r["rate"] / B.interleaved_baseline(runs, i) for i, r in enumerate(runs)
-                      if r["variant"] == "tcpscope"]
-            t_runs = [r for r in runs if r["variant"] == "tcpscope"]
-            entry = {"runs": runs, "noise": noise, "ratios": [round(x, 4) for x in ratios],
-                     "median_ratio": round(statistics.median(ratios), 4),
-                     "transfer_records_lost": sum(r["transfer_records_lost"] for r in t_runs),
+            entry = {"runs": runs, "noise": noise, "variants": {},
                      "failed_requests": sum(r["failed"] for r in runs)}
+            for v in variants:
+                ratios = [r["rate"] / B.interleaved_baseline(runs, i) for i, r in enumerate(runs)
+                          if r["variant"] == v]
+                v_runs = [r for r in runs if r["variant"] == v]
+                entry["variants"][v] = {"ratios": [round(x, 4) for x in ratios],
+                                        "median_ratio": round(statistics.median(ratios), 4),
+                                        "transfer_records_lost": sum(r["transfer_records_lost"] for r in v_runs),
+                                        "transfer_records_per_request": [r["transfer_records_per_request"]
+                                                                         for r in v_runs]}
             if not args.no_cost:
                 entry["cost"] = cost_run(tmp, net, url, args)
             result["sizes"][str(size)] = entry
@@ -155,12 +174,12 @@ def main():
                   f"{base:.0f} req/s (spread {noise['spread_pct']}%)")
             if noise["invalid"]:
                 print(f"  invalid: {noise['invalid']}")
-            else:
-                print(f"  tcpscope / baseline: median {B.ratio_text(noise, entry['median_ratio'])}, runs "
-                      + ", ".join(B.ratio_text(noise, x) for x in ratios))
-            print(f"  transfer records lost: {entry['transfer_records_lost']}; records per request: "
-                  + ", ".join(str(r["transfer_records_per_request"]) for r in t_runs)
-                  + f"; failed requests: {entry['failed_requests']}")
+            for v, e in entry["variants"].items():
+                print(f"  {v:<15} / baseline: median {B.ratio_text(noise, e['median_ratio'])}, runs "
+                      + ", ".join(B.ratio_text(noise, x) for x in e["ratios"])
+                      + f"; transfer records lost {e['transfer_records_lost']:g}, per request "
+                      + ", ".join(str(x) for x in e["transfer_records_per_request"]))
+            print(f"  failed requests: {entry['failed_requests']}")
             if "cost" in entry:
                 c = entry["cost"]
                 print(f"  kernel, per request (bpf_stats on, {c['requests_per_s']} req/s): "

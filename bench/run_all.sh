@@ -31,6 +31,7 @@ if ((smoke)); then
   cost_args=(--seconds 2 --prefixes 20000)
   scale_args=(--connections 4000 --prefixes 20000)
   floor_args=(--seconds 2 --reps 1 --prefixes 20000)
+  keepalive_args=(--seconds 1 --rounds 1 --sizes 1000)
 else
   micro_args=()
   lookup_args=(--benchmark_repetitions=3)
@@ -40,6 +41,7 @@ else
   cost_args=(--seconds 20)
   scale_args=(--connections 100000)
   floor_args=(--seconds 20 --reps 3)
+  keepalive_args=(--seconds 15 --rounds 3)
 fi
 
 echo "== daemon pipeline micro-benchmarks (one core)"
@@ -52,6 +54,8 @@ echo "== connection churn"
 python3 bench/churn.py "${churn_args[@]}" --out "$OUT/churn.json"
 echo "== connection churn, HTTP: nginx + wrk"
 python3 bench/churn.py --load nginx "${churn_args[@]}" --out "$OUT/churn_nginx.json"
+echo "== kept-alive requests: every request and response a transfer (nginx + wrk)"
+python3 bench/keepalive.py "${keepalive_args[@]}" --out "$OUT/keepalive.json"
 echo "== the floor: the least any tracker of every flow costs (state-change tracepoint, SK_STORAGE, ring)"
 python3 bench/floor.py "${floor_args[@]}" --out "$OUT/floor.json"
 echo "== bulk throughput"

@@ -207,7 +207,7 @@ uint64_t series_budget(const AggregatorOptions& o, uint32_t top_n, uint64_t peer
                                  + histogram(throughput_buckets_bytes_per_second())  //
                                  + 2 * histogram(rtt_buckets_seconds())
                                  + kTransferDirections                   // transfers_total
-                                 + size_classes * histogram(fct_buckets_seconds())   // transfer_seconds
+                                 + kTransferDirections * size_classes * histogram(fct_buckets_seconds())  // transfer_seconds
                                  + histogram(throughput_buckets_bytes_per_second())  // transfer_throughput
                                  + 1;                                    // transfer_throughput_excluded_total
   const uint64_t asn_values = uint64_t{top_n} + o.max_stale_asns + 2;  // + "0" and "other"
@@ -242,7 +242,7 @@ struct Aggregator::Series {
   prometheus::Histogram* throughput = nullptr;
   std::optional<SizeClassHistograms> fct;
   prometheus::Counter* transfers[kTransferDirections] = {};
-  std::optional<SizeClassHistograms> transfer_seconds;
+  std::optional<SizeClassHistograms> transfer_seconds[kTransferDirections];  // by direction
   prometheus::Histogram* transfer_throughput = nullptr;
   prometheus::Counter* transfer_throughput_excluded = nullptr;  // reason="rwnd_limited"
 
@@ -318,7 +318,8 @@ Aggregator::Aggregator(std::shared_ptr<prometheus::Registry> registry, Aggregato
   transfer_seconds_ = &prometheus::BuildHistogram()
                            .Name("tcpscope_transfer_seconds")
                            .Help("Transfer time (xfer_us: send, first byte handed to TCP to last byte acknowledged; "
-                                 "recv, first byte to last byte arrived), size class by the transfer's bytes.")
+                                 "recv, first byte to last byte arrived) by direction; size class by the transfer's "
+                                 "bytes.")
                            .Register(r);
   transfer_throughput_ = &prometheus::BuildHistogram()
                               .Name("tcpscope_transfer_throughput_bytes_per_second")
@@ -367,7 +368,7 @@ Aggregator::Series* Aggregator::new_series(uint64_t key, uint8_t class_id, uint8
   s->segments_out = &segments_out_->Add(labels);
   s->retrans_segments = &retrans_segments_->Add(labels);
   s->fct.emplace(fct_, fct_buckets_seconds(), size_class_names_.size());
-  s->transfer_seconds.emplace(transfer_seconds_, fct_buckets_seconds(), size_class_names_.size());
+  for (auto& h : s->transfer_seconds) h.emplace(transfer_seconds_, fct_buckets_seconds(), size_class_names_.size());
   Series* raw = s.get();
   series_.emplace(key, std::move(s));
   return raw;
@@ -431,12 +432,13 @@ void Aggregator::add(const TransferRecord& t, AsnLabel asn) {
   Series* s = series_for(class_ids_.id(t.peer_class), cc_ids_.id(t.cc), other ? 0 : t.asn, other);
 
   const size_t d = t.direction == TransferDirection::kRecv ? 1 : 0;
-  if (!s->transfers[d]) s->transfers[d] = &transfers_total_->Add(s->with("direction", to_string(t.direction)));
+  const auto direction_labels = s->with("direction", to_string(t.direction));
+  if (!s->transfers[d]) s->transfers[d] = &transfers_total_->Add(direction_labels);
   auto& p = s->pending;
   p.transfers[d] += 1;
   const uint32_t sc = size_class_index(t.bytes, options_.size_classes_bytes);
   const uint64_t xfer_us = t.xfer_us > 0 ? static_cast<uint64_t>(t.xfer_us) : 0;
-  s->transfer_seconds->add(sc, size_class_names_[sc], s->base(), us_to_seconds(xfer_us));
+  s->transfer_seconds[d]->add(sc, size_class_names_[sc], direction_labels, us_to_seconds(xfer_us));
 
   // What the path carried: only what this host sent (a received transfer's
   // time includes the sender's pauses), large enough to leave slow start,
@@ -485,7 +487,7 @@ void Aggregator::publish_locked() {
     if (s->min_rtt) p.min_rtt.publish(s->min_rtt);
     for (size_t d = 0; d < kTransferDirections; ++d)
       if (s->transfers[d]) publish(s->transfers[d], &p.transfers[d]);
-    s->transfer_seconds->publish();
+    for (auto& h : s->transfer_seconds) h->publish();
     if (s->transfer_throughput) p.transfer_throughput.publish(s->transfer_throughput);
     if (s->transfer_throughput_excluded) publish(s->transfer_throughput_excluded, &p.transfer_throughput_excluded);
     p.dirty = false;
@@ -508,7 +510,7 @@ void Aggregator::retire_series(const AsnRanking& ranking) {
     Series* s = it->second.get();
     // Histograms of replaced size classes go after the same grace period.
     s->fct->remove_expired(expired);
-    s->transfer_seconds->remove_expired(expired);
+    for (auto& h : s->transfer_seconds) h->remove_expired(expired);
     if (s->specific_asn) {
       if (ranking.label(s->asn_number) == AsnLabel::kOwn) {
         s->last_in_top = now;
@@ -563,7 +565,7 @@ void Aggregator::remove_series(Series* s) {
   s->fct->remove_all();
   for (auto* c : s->transfers)
     if (c) transfers_total_->Remove(c);
-  s->transfer_seconds->remove_all();
+  for (auto& h : s->transfer_seconds) h->remove_all();
   if (s->transfer_throughput) transfer_throughput_->Remove(s->transfer_throughput);
   if (s->transfer_throughput_excluded) transfer_throughput_excluded_->Remove(s->transfer_throughput_excluded);
 }
@@ -596,7 +598,7 @@ void Aggregator::update_options(AggregatorOptions options) {
     const Clock::time_point now = Clock::now();
     for (auto& [key, s] : series_) {
       s->fct->reclass(old_names, size_class_names_, now);
-      s->transfer_seconds->reclass(old_names, size_class_names_, now);
+      for (auto& h : s->transfer_seconds) h->reclass(old_names, size_class_names_, now);
     }
   }
 }

@@ -19,10 +19,10 @@
 //   22  flow_throughput_bytes_per_second (19 + Inf + 2)
 //   54  srtt_seconds, min_rtt_seconds (2 x (24 + Inf + 2))
 //   2   transfers_total (2 direction)
-//   27 S transfer_seconds (as flow_completion_seconds)
+//   54 S transfer_seconds (2 direction x as flow_completion_seconds)
 //   22  transfer_throughput_bytes_per_second (as flow_throughput_...)
 //   1   transfer_throughput_excluded_total (reason rwnd_limited)
-// i.e. P = 120 + 54 S series, and the families hold at most
+// i.e. P = 120 + 81 S series, and the families hold at most
 //   C * A * K * P + C * K (tcpscope_active_flows)
 // with C peer classes (configured + default), K congestion controls in use.
 // For stale_asn_seconds after a reload that changes the size classes, the

@@ -79,7 +79,7 @@ std::string metric_description(CompareMetric m, CompareUnit u, uint64_t throughp
   if (u == CompareUnit::kTransfer) {
     switch (m) {
       case CompareMetric::kFct:
-        return "transfer time (xfer_us) of transfers below " + tmin + " bytes, per size class of the transfer";
+        return "transfer time (xfer_us) of send transfers below " + tmin + " bytes, per size class of the transfer";
       case CompareMetric::kThroughput:
         return "throughput (8 * bytes / xfer_us) of send transfers of at least " + tmin +
                " bytes that the receiver's window did not limit";
@@ -168,6 +168,7 @@ std::optional<double> metric_value(CompareMetric m, const MetricInputs& in, cons
   switch (m) {
     case CompareMetric::kFct:
       if (in.bytes >= opts.throughput_min_bytes || in.fct_us <= 0) return std::nullopt;
+      if (in.recv) return std::nullopt;  // transfers: see the table in the header
       return static_cast<double>(in.fct_us);
     case CompareMetric::kThroughput:
       if (in.bytes < opts.throughput_min_bytes || in.fct_us <= 0) return std::nullopt;

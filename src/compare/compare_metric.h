@@ -26,9 +26,12 @@
 // carries many objects, and its fct_us spans all of them and the idle time
 // between, so per-object figures need the transfer.
 //
-//   fct         xfer_us of transfers (either direction) with
-//               0 < bytes < throughput_min_bytes, per size class by the
-//               transfer's own bytes.
+//   fct         xfer_us of send transfers with 0 < bytes <
+//               throughput_min_bytes, per size class by the transfer's own
+//               bytes: this host's congestion control moved them. Received
+//               ones follow the peer's, and a server's requests (a segment
+//               each, no time) would pull the quantiles down. The same
+//               population as tcpscope_transfer_seconds{direction="send"}.
 //   throughput  8 * bytes / (xfer_us / 1e6), bits/s, of send transfers with
 //               bytes >= throughput_min_bytes that the receiver's window did
 //               not limit for most of their time (TransferRecord::

@@ -1,7 +1,7 @@
-// Adds what the kernel cannot know to a record (a flow's or a transfer's): the remote's AS number and
-// organisation and its peer class. The lookup tables are immutable and held
-// by shared_ptr, so SIGHUP swaps them in one step and readers never see a
-// half-loaded database.
+// Adds what the kernel cannot know to a record (a flow's or a transfer's):
+// the remote's AS number and organisation and its peer class. The lookup
+// tables are immutable and held by shared_ptr, so SIGHUP swaps them in one
+// step and readers never see a half-loaded database.
 #pragma once
 
 #include <atomic>

@@ -495,18 +495,22 @@ TEST_F(AggregatorTest, TransfersAreCountedByDirection) {
 TEST_F(AggregatorTest, TransferTimeBySizeClassOfTheTransfersBytes) {
   RankedAggregator agg(registry_, no_warmup());
   agg.add(transfer(0, TransferDirection::kSend, 99999, 1500));     // lt_100k
-  agg.add(transfer(0, TransferDirection::kRecv, 100000, 2500));    // 100k_1m, either direction
+  agg.add(transfer(0, TransferDirection::kRecv, 100000, 2500));    // 100k_1m, recv
   agg.add(transfer(0, TransferDirection::kSend, 2999999, 40000));  // 1m_3m
   agg.add(transfer(0, TransferDirection::kSend, 3000000, 90000000));
   agg.add(transfer(0, TransferDirection::kSend, 3000000, -5));     // clock step: no negative time
   Scrape s(*registry_);
-  const auto h = [&](const char* sc) {
-    return s.histogram("tcpscope_transfer_seconds", with(base("0"), "size_class", sc));
+  const auto h = [&](const char* sc, const char* direction = "send") {
+    return s.histogram("tcpscope_transfer_seconds", with(with(base("0"), "size_class", sc), "direction", direction));
   };
-  ASSERT_TRUE(h("lt_100k") && h("100k_1m") && h("1m_3m") && h("ge_3m"));
+  ASSERT_TRUE(h("lt_100k") && h("100k_1m", "recv") && h("1m_3m") && h("ge_3m"));
+  // Each direction has its own histograms: a server's requests do not mix
+  // with its responses.
+  EXPECT_FALSE(h("100k_1m", "send"));
+  EXPECT_FALSE(h("lt_100k", "recv"));
   EXPECT_EQ(h("lt_100k")->sample_count, 1u);
   EXPECT_DOUBLE_EQ(h("lt_100k")->sample_sum, 0.0015);
-  EXPECT_EQ(h("100k_1m")->sample_count, 1u);
+  EXPECT_EQ(h("100k_1m", "recv")->sample_count, 1u);
   EXPECT_EQ(h("1m_3m")->sample_count, 1u);
   EXPECT_EQ(h("ge_3m")->sample_count, 2u);
   EXPECT_DOUBLE_EQ(h("ge_3m")->sample_sum, 90);
@@ -572,7 +576,8 @@ TEST_F(AggregatorTest, TransferSeriesGoWithTheirAsnWhenItLeavesTheTop) {
   {
     Scrape s(*registry_);
     EXPECT_TRUE(s.metric("tcpscope_transfer_throughput_bytes_per_second", base("100")));
-    EXPECT_TRUE(s.metric("tcpscope_transfer_seconds", with(base("100"), "size_class", "ge_3m")));
+    EXPECT_TRUE(s.metric("tcpscope_transfer_seconds",
+                         with(with(base("100"), "size_class", "ge_3m"), "direction", "send")));
   }
   agg.add(good_flow(200, 1000000, 1000));  // 200 overtakes 100
   agg.recompute_top_asns();
@@ -591,12 +596,13 @@ TEST_F(AggregatorTest, ReplacedSizeClassTransferHistogramsAreRemovedAfterTheGrac
   o.series.size_classes_bytes = {100000, 1000000};
   agg.update_options(o);
   agg.add(transfer(0, TransferDirection::kSend, 5000000, 1000));  // ge_1m
-  EXPECT_TRUE(Scrape(*registry_).histogram("tcpscope_transfer_seconds", with(base("0"), "size_class", "ge_3m")));
+  const auto sent = [](const char* sc) { return with(with(base("0"), "size_class", sc), "direction", "send"); };
+  EXPECT_TRUE(Scrape(*registry_).histogram("tcpscope_transfer_seconds", sent("ge_3m")));
   agg.recompute_top_asns();
   Scrape s(*registry_);
-  EXPECT_FALSE(s.histogram("tcpscope_transfer_seconds", with(base("0"), "size_class", "ge_3m")));
-  ASSERT_TRUE(s.histogram("tcpscope_transfer_seconds", with(base("0"), "size_class", "ge_1m")));
-  EXPECT_EQ(s.histogram("tcpscope_transfer_seconds", with(base("0"), "size_class", "ge_1m"))->sample_count, 1u);
+  EXPECT_FALSE(s.histogram("tcpscope_transfer_seconds", sent("ge_3m")));
+  ASSERT_TRUE(s.histogram("tcpscope_transfer_seconds", sent("ge_1m")));
+  EXPECT_EQ(s.histogram("tcpscope_transfer_seconds", sent("ge_1m"))->sample_count, 1u);
 }
 
 TEST_F(AggregatorTest, MetricTypesAreAsSpecified) {
@@ -744,11 +750,11 @@ std::set<std::string> asn_labels(const prometheus::Registry& r) {
 TEST_F(AggregatorTest, SeriesCountMatchesTheBudget) {
   // The per-label-set count of the README and aggregator.h, by hand: 4
   // counters, 10 flows_total, 5 states, S x 27 FCT, 22 throughput, 2 x 27 RTT,
-  // 2 transfers_total, S x 27 transfer time, 22 transfer throughput, 1
-  // transfer throughput excluded.
+  // 2 transfers_total, 2 directions x S x 27 transfer time, 22 transfer
+  // throughput, 1 transfer throughput excluded.
   const uint64_t S = 4,
-                 P = 4 + 10 + 5 + S * (24 + 3) + (19 + 3) + 2 * (24 + 3) + 2 + S * (24 + 3) + (19 + 3) + 1;
-  ASSERT_EQ(P, 336u);
+                 P = 4 + 10 + 5 + S * (24 + 3) + (19 + 3) + 2 * (24 + 3) + 2 + 2 * S * (24 + 3) + (19 + 3) + 1;
+  ASSERT_EQ(P, 444u);
   const std::vector<std::string> classes{"client", "origin"}, ccs{"cubic", "bbr"};
   const uint64_t C = classes.size(), K = ccs.size();
 
@@ -806,8 +812,8 @@ TEST_F(AggregatorTest, DefaultSeriesBudgetIsTheReadmeFigure) {
   const AggregatorOptions o = AggregatorOptions::from_config(defaults);
   const uint32_t top_n = AsnRankingOptions::from_config(defaults).top_n;
   EXPECT_EQ(o.max_stale_asns, 50u);
-  EXPECT_EQ(series_budget(o, top_n, 1, 1), 34273u);
-  EXPECT_EQ(series_budget(o, top_n, 1, 2), 68546u);
+  EXPECT_EQ(series_budget(o, top_n, 1, 1), 45289u);
+  EXPECT_EQ(series_budget(o, top_n, 1, 2), 90578u);
 }
 
 TEST_F(AggregatorTest, ReplacedSizeClassHistogramsGoWithAStaleAsn) {
