@@ -284,6 +284,14 @@ def test_server_mode_agrees_with_the_flow_log(lab, net, tmp_path):
         exact = compare_json("--flows", str(daemon.flow_log), *args)
         sketched = compare_json("--server", daemon.url, *args)
         assert exact["unit"] == sketched["unit"] == unit
+        if metric == "throughput" and unit == "transfer" and not exact["groups"]:
+            # The Python clients can read slower than a veth carries: then
+            # every large response was limited by their window, and left out.
+            assert sketched["groups"] == [], sketched
+            big = [t for t in daemon.all_transfers() if t["peer_class"] == "lab" and t["direction"] == "send"
+                   and t["bytes"] >= 3_000_000 and t["start_ns"] >= net.created_ns]
+            assert big and all(2 * t["rwnd_limited_us"] > t["xfer_us"] for t in big), big[:3]
+            continue
         assert exact["relative_accuracy"] == 0
         assert sketched["relative_accuracy"] == RELATIVE_ACCURACY
         key = lambda g: (g["group"], g["size_class"])
@@ -438,19 +446,22 @@ def test_units_on_a_hand_written_mixed_log(tmp_path):
     mixed_log(log)
     sel = ["--flows", str(log), "--a", "cc=cubic", "--b", "cc=bbr", "--by", "peer_class"]
 
-    # fct per transfer (the default): both directions, by the transfer's size.
+    # fct per transfer (the default): the responses (send transfers), by the
+    # transfer's size; the requests (recv) are read but give no sample.
     fct = compare_json(*sel)
     assert fct["unit"] == "transfer" and fct["value_unit"] == "us"
     assert "xfer_us" in fct["description"]
     [g] = fct["groups"]
-    assert (g["size_class"], g["n_a"], g["n_b"]) == ("lt_100k", 60, 60)
+    assert (g["size_class"], g["n_a"], g["n_b"]) == ("lt_100k", 30, 30)
+    assert g["verdict"] == "b better", g
     assert any("180 transfer records" in n for n in fct["notes"]), fct["notes"]
 
-    # Selections on a transfer's own fields: only the responses.
-    sent = compare_json(*sel, "--a", "cc=cubic,direction=send", "--b", "cc=bbr,direction=send,dir=passive")
-    [g] = sent["groups"]
+    # Selections on a transfer's own fields.
+    passive = compare_json(*sel, "--a", "cc=cubic,direction=send", "--b", "cc=bbr,direction=send,dir=passive")
+    [g] = passive["groups"]
     assert (g["n_a"], g["n_b"]) == (30, 30)
-    assert g["verdict"] == "b better", g
+    received = compare_json(*sel, "--a", "cc=cubic,direction=recv", "--b", "cc=bbr,direction=recv")
+    assert received["groups"] == [], received
 
     # Throughput per transfer: the 4 MB sends the receiver's window did not limit.
     tput = compare_json(*sel, "--metric", "throughput")
