@@ -341,18 +341,25 @@ class NginxServer:
         self.port = port
 
     def run_client(self, net, seconds, threads):
-        r = net.run(net.cli, "wrk", "-t", min(threads, 2), "-c", threads * 2, "-d", f"{seconds:g}s",
-                    "-H", "Connection: close", f"http://{net.srv_v4}:{self.port}/", timeout=seconds + 60)
-        m = re.search(r"(\d+) requests in ([\d.]+)(us|ms|s|m|h)\b", r.stdout)
-        if not m:
-            raise RuntimeError(f"wrk output not understood: {r.stdout} {r.stderr}")
-        n = int(m.group(1))
-        secs = float(m.group(2)) * {"us": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}[m.group(3)]
-        errs = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", r.stdout)
-        non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", r.stdout)
-        failed = (sum(int(x) for x in errs.groups()) if errs else 0) + (int(non2xx.group(1)) if non2xx else 0)
-        return {"connections": n, "failed": failed, "first_errno": 0, "seconds": secs, "threads": threads,
-                "rate": n / secs}
+        r = run_wrk(net, f"http://{net.srv_v4}:{self.port}/", seconds, min(threads, 2), threads * 2,
+                    "-H", "Connection: close")
+        return {"connections": r["requests"], "failed": r["failed"], "first_errno": 0, "seconds": r["seconds"],
+                "threads": threads, "rate": r["rate"]}
+
+
+def run_wrk(net, url, seconds, threads, connections, *extra):
+    """wrk from the client namespace: {requests, failed, seconds, rate}."""
+    r = net.run(net.cli, "wrk", "-t", threads, "-c", connections, "-d", f"{seconds:g}s", *extra, url,
+                timeout=seconds + 60)
+    m = re.search(r"(\d+) requests in ([\d.]+)(us|ms|s|m|h)\b", r.stdout)
+    if not m:
+        raise RuntimeError(f"wrk output not understood: {r.stdout} {r.stderr}")
+    n = int(m.group(1))
+    secs = float(m.group(2)) * {"us": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}[m.group(3)]
+    errs = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", r.stdout)
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", r.stdout)
+    failed = (sum(int(x) for x in errs.groups()) if errs else 0) + (int(non2xx.group(1)) if non2xx else 0)
+    return {"requests": n, "failed": failed, "seconds": secs, "rate": n / secs}
 
 
 def churn(net, server, seconds, threads):

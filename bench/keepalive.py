@@ -27,7 +27,6 @@ Needs root. Prints a table, writes JSON (bench/results/keepalive.json by default
 """
 import argparse
 import os
-import re
 import statistics
 import sys
 import time
@@ -57,16 +56,7 @@ class KeepAliveNginx:
 
 
 def wrk(net, url, seconds, connections):
-    r = net.run(net.cli, "wrk", "-t", 2, "-c", connections, "-d", f"{seconds:g}s", url, timeout=seconds + 60)
-    m = re.search(r"(\d+) requests in ([\d.]+)(us|ms|s|m|h)\b", r.stdout)
-    if not m:
-        raise RuntimeError(f"wrk output not understood: {r.stdout} {r.stderr}")
-    n = int(m.group(1))
-    secs = float(m.group(2)) * {"us": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}[m.group(3)]
-    errs = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", r.stdout)
-    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", r.stdout)
-    failed = (sum(int(x) for x in errs.groups()) if errs else 0) + (int(non2xx.group(1)) if non2xx else 0)
-    return {"requests": n, "failed": failed, "seconds": secs, "rate": n / secs}
+    return B.run_wrk(net, url, seconds, 2, connections)
 
 
 VARIANTS = ["tcpscope", "tcpscope-nolog"]
