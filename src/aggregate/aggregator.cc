@@ -91,10 +91,13 @@ class SizeClassHistograms {
                       size_t classes)
       : family_(family), bounds_(&bounds), live_(classes, nullptr), pending_(classes) {}
 
-  // Observes `value` in size class `sc`, named `name`; `labels` are the label set's.
-  void add(size_t sc, const std::string& name, const prometheus::Labels& labels, double value) {
+  // Observes `value` in size class `sc`, named `name`; `labels()` makes the
+  // label set's labels, called only when the series is made (a label map
+  // costs allocations the per-record path should not pay).
+  template <class MakeLabels>
+  void add(size_t sc, const std::string& name, MakeLabels labels, double value) {
     if (!live_[sc]) {
-      auto l = labels;
+      auto l = labels();
       l.emplace("size_class", name);
       live_[sc] = &family_->Add(l, *bounds_);
     }
@@ -407,7 +410,7 @@ void Aggregator::add(const FlowRecord& f, AsnLabel asn) {
   if (f.outcome == Outcome::kOk && bytes > 0 && !f.partial) {
     const uint32_t sc = size_class_index(bytes, options_.size_classes_bytes);
     const uint64_t fct_us = f.fct_us > 0 ? static_cast<uint64_t>(f.fct_us) : 0;
-    s->fct->add(sc, size_class_names_[sc], s->base(), us_to_seconds(fct_us));
+    s->fct->add(sc, size_class_names_[sc], [s] { return s->base(); }, us_to_seconds(fct_us));
 
     if (bytes >= options_.throughput_min_bytes && fct_us > 0) {
       if (!s->throughput) s->throughput = &throughput_->Add(s->base(), throughput_buckets_bytes_per_second());
@@ -432,8 +435,8 @@ void Aggregator::add(const TransferRecord& t, AsnLabel asn) {
   Series* s = series_for(class_ids_.id(t.peer_class), cc_ids_.id(t.cc), other ? 0 : t.asn, other);
 
   const size_t d = t.direction == TransferDirection::kRecv ? 1 : 0;
-  const auto direction_labels = s->with("direction", to_string(t.direction));
-  if (!s->transfers[d]) s->transfers[d] = &transfers_total_->Add(direction_labels);
+  const auto direction_labels = [s, &t] { return s->with("direction", to_string(t.direction)); };
+  if (!s->transfers[d]) s->transfers[d] = &transfers_total_->Add(direction_labels());
   auto& p = s->pending;
   p.transfers[d] += 1;
   const uint32_t sc = size_class_index(t.bytes, options_.size_classes_bytes);

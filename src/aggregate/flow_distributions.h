@@ -103,7 +103,7 @@ class FlowDistributions {
   void add(const FlowRecord& flow, AsnLabel asn_label);
   // Counts one finished transfer, the same way (the label of its flow's ASN).
   void add(const TransferRecord& transfer, AsnLabel asn_label);
-  // For tests: the same with an explicit time.
+  // The same at the caller's time (the daemon's drain; tests).
   void add_at(const FlowRecord& flow, AsnLabel asn_label, Clock::time_point now);
   void add_at(const TransferRecord& transfer, AsnLabel asn_label, Clock::time_point now);
 

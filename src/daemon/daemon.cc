@@ -188,6 +188,7 @@ class Daemon {
   uint64_t batch_records_ = 0;
   std::atomic<int64_t> last_drain_ns_{0};
   SteadyClock::time_point last_clock_refresh_ = SteadyClock::now();
+  SteadyClock::time_point drain_time_ = SteadyClock::now();  // of the drain in progress
   SteadyClock::time_point last_top_asn_ = SteadyClock::now();
   SteadyClock::time_point last_snapshot_{};
   // SIGHUP: the reload being prepared off the loop (see start_reload).
@@ -270,7 +271,7 @@ void Daemon::on_event(const tcpscope_flow_event& ev) {
   aggregator_->add(flow, asn.label);
   // Sketches are keyed by the raw ASN (as the flow log); the label only
   // decides whether a new key may still be added when the table is full.
-  distributions_->add(flow, asn.label);
+  distributions_->add_at(flow, asn.label, drain_time_);
   if (asn.reranked) aggregator_->retire_series(*asn_ranking_);
   if (flow_log_) {
     append_flow_json(flow, &batch_);
@@ -284,7 +285,7 @@ void Daemon::on_transfer(const tcpscope_transfer_event& ev) {
   const TransferRecord transfer = pipeline_->record_of(ev);
   const AsnLabel label = asn_ranking_->label(transfer.asn);
   aggregator_->add(transfer, label);
-  distributions_->add(transfer, label);
+  distributions_->add_at(transfer, label, drain_time_);
   if (flow_log_ && config_.flow_log_transfers) {
     append_transfer_json(transfer, &batch_);
     batched_line();
@@ -298,8 +299,11 @@ void Daemon::batched_line() {
   if (batch_.size() >= kMaxBatchBytes) flush_batch();
 }
 
-// One drain's records reach the metrics together (Aggregator::begin_batch).
+// One drain's records reach the metrics together (Aggregator::begin_batch),
+// and the distributions at the drain's time: one clock read per drain, not
+// per record (a drain lasts milliseconds, their windows minutes).
 int Daemon::drain_ring() {
+  drain_time_ = SteadyClock::now();
   aggregator_->begin_batch();
   const int n = ring_->drain();
   aggregator_->end_batch();
