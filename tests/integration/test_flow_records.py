@@ -406,3 +406,79 @@ def test_refused_program_is_one_line_naming_it(tmp_path):
     text = log.read_text()
     assert "on_state_change" in text and "BEGIN PROG LOAD LOG" in text, text[:2000]
     assert not (tmp_path / "flows.ndjson").exists() or not (tmp_path / "flows.ndjson").read_text()
+
+
+KEPT_ALIVE_PEER = """
+import socket, sys, time
+role, addr, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
+if role == "server":
+    ls = socket.socket(fam); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((addr, port)); ls.listen(1); open(sys.argv[4], "w").close()
+    ls.settimeout(20); c, _ = ls.accept(); c.settimeout(20)
+    got = 0
+    while got < 100: got += len(c.recv(100 - got))
+    c.sendall(b"r" * 50000)
+    while c.recv(65536): pass  # until the client closes
+    c.close()
+else:
+    c = socket.create_connection((addr, port), timeout=20)
+    c.sendall(b"q" * 100)
+    got = 0
+    while got < 50000: got += len(c.recv(65536))
+    open(sys.argv[4], "w").close()  # the response is in: now idle, kept alive
+    time.sleep(float(sys.argv[5]))
+    c.close()
+"""
+
+
+def test_an_idle_kept_alive_connections_finished_transfers_come_before_its_close(net, tmp_path):
+    """The open-flow snapshot hands over transfers nothing can extend any more
+    (everything sent is acknowledged; a receive transfer followed by a send
+    transfer whose reply could have arrived): with snapshots every second, the
+    request and the response are in the log while the connection idles, long
+    before it closes. The client's receive transfer can still grow (a later
+    arrival would join it), so it comes at close."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to load BPF programs")
+    cfg = tmp_path / "tcpscope.yaml"
+    cfg.write_text("snapshot_interval_s: 1\n")
+    d = Daemon(tmp_path, extra_args=("--config", str(cfg)))
+    idle_s = 5.0
+    try:
+        ready, done = tmp_path / "server.ready", tmp_path / "response.in"
+        server = net.spawn(net.srv, "python3", "-c", KEPT_ALIVE_PEER, "server", net.srv_v4, "8090", str(ready))
+        wait_for(ready.exists, 10, what="server start")
+        client = net.spawn(net.cli, "python3", "-c", KEPT_ALIVE_PEER, "client", net.srv_v4, "8090", str(done),
+                           str(idle_s))
+        wait_for(done.exists, 10, what="the response")
+        t_response = time.monotonic()
+
+        def ours():
+            ids = set(net.netns_ids.values())
+            return [t for t in d.all_transfers() if t["netns"] in ids and t["flow_start_ns"] >= net.created_ns]
+        wait_for(lambda: len(ours()) >= 3, idle_s - 1.5, what="3 transfers while the connection idles")
+        assert time.monotonic() - t_response < idle_s - 1, "they must come before the close"
+        assert d.records(net) == [], "no flow has closed yet"
+        seen = {(t["dir"], t["direction"]): t for t in ours()}
+        assert set(seen) == {("passive", "recv"), ("passive", "send"), ("active", "send")}, ours()
+        assert seen[("passive", "send")]["bytes"] == 50000 and seen[("passive", "recv")]["bytes"] == 100
+        assert seen[("passive", "send")]["wait_us"] is not None
+
+        assert client.wait(timeout=idle_s + 10) == 0 and server.wait(timeout=10) == 0
+        recs = d.wait_records(net, 2)
+        wait_for(lambda: len(ours()) >= 4, 10, what="the client's receive transfer at close")
+        ts = ours()
+        assert len(ts) == 4, ts
+        client_recv = next(t for t in ts if (t["dir"], t["direction"]) == ("active", "recv"))
+        assert client_recv["bytes"] == 50000
+        for r in recs:
+            mine = sorted((t for t in ts if t["lport"] == r["lport"] and t["rport"] == r["rport"]),
+                          key=lambda t: t["seq"])
+            assert [t["seq"] for t in mine] == [0, 1], mine
+            assert all(t["flow_start_ns"] == r["start_ns"] for t in mine)
+            assert sum(t["bytes"] for t in mine if t["direction"] == "send") == r["bytes_acked"]
+            assert sum(t["bytes"] for t in mine if t["direction"] == "recv") == r["bytes_received"]
+    finally:
+        rc = d.stop()
+    assert rc == 0, d.stderr_text()
