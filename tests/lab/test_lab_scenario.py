@@ -178,7 +178,7 @@ KA_OBJECTS, KA_PAUSE = "3-6", "0.05-0.5"
 MEDIAN_TOL_MS, MEDIAN_TOL_REL = 2.0, 0.10
 TOL_SEND_US = 3_000         # the client reads its send clock just before sendall()
 TOL_STAMP_US = 1_000        # tcpscope's times vs the kernel's receive timestamps
-ATO_MIN_US = 40_000         # the kernel's minimum delayed-ACK timeout
+DELACK_MAX_US = 200_000     # the kernel's longest delayed-ACK timeout (TCP_DELACK_MAX)
 
 
 def agree(a_ms, b_ms):
@@ -200,9 +200,14 @@ def test_keepalive_transfers_vs_flows(tmp_path, delayline_checked):
       clocks differ by the request's one-way trip (client only) against the
       final ACK's (server only): the same idle direction of the same path, so
       they cancel; left are the client's send clock read before sendall()
-      (< 3 ms) and a delayed ACK of the last segment (< 42 ms, measured
-      ~0.1 ms). Checked per request too (below). 2 ms absolute covers those
-      for small objects; the 10% covers what moves a median: on the lossy
+      (TOL_SEND, 3 ms) and a delayed ACK of the last segment (measured per
+      request: the server's end - the client's stamp of the last byte - the
+      one-way delay; the kernel bounds it by 200 ms, TCP_DELACK_MAX; it is
+      part of the server's clock: when it learnt the data had arrived).
+      Checked per request for exchanges without retransmissions:
+      -3 ms <= server - client <= 1 ms + ack delay. 2 ms absolute on the
+      median covers the send clock and stamp offsets for small objects; the
+      10% covers what moves a median: on the lossy
       paths a lost request or a lost final ACK puts one exchange's two clocks
       a retransmission timeout apart (and a response whose tail was repaired
       is stamped at its first arrival by the client, acknowledged after the
@@ -299,7 +304,7 @@ def test_keepalive_transfers_vs_flows(tmp_path, delayline_checked):
                 if is_repaired:
                     repaired += 1
                     continue
-                assert -200 - TOL_STAMP_US <= ack_delay <= ATO_MIN_US + 2000, (where, i, pairs[-1])
+                assert -200 - TOL_STAMP_US <= ack_delay <= DELACK_MAX_US + 2000, (where, i, pairs[-1])
                 assert -TOL_SEND_US <= diff <= TOL_STAMP_US + max(0, ack_delay), \
                     (where, i, pairs[-1])
         print(f"\n{cc}: {len(conns)} connections, {n_req} requests; {repaired} exchanges "
@@ -342,6 +347,13 @@ def test_keepalive_transfers_vs_flows(tmp_path, delayline_checked):
                   f"{f(r['xfer_ms']):>8s} ({f(d)}) | {r['n_flows']:3d} {f(r['flow_ms']):>8s} | "
                   f"{r['n_carry']:3d} {f(r['carry_ms']):>8s} {'-' if ratio is None else f'x{ratio:.1f}'}")
     print()
+    clean = [p for p in pairs if not p["repaired"]]
+    if clean:
+        ds = sorted(p["diff_us"] for p in clean)
+        acks = sorted(p["ack_delay_us"] for p in clean)
+        print(f"per request, {len(clean)} exchanges without retransmissions: server - client "
+              f"{ds[0]}..{ds[-1]} us (median {ds[len(ds) // 2]}), ack delay {acks[0]}..{acks[-1]} us; "
+              f"{len(pairs) - len(clean)} repaired")
     tab = sorted(pairs, key=lambda p: abs(p["diff_us"]), reverse=True)
     print("largest per-request differences (server - client, us):",
           [(p["cc"], p["path"], p["bytes"], p["diff_us"], p["repaired"]) for p in tab[:8]])
