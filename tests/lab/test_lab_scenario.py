@@ -275,6 +275,12 @@ def test_keepalive_transfers_vs_flows(tmp_path, delayline_checked):
     rep = run_scenario(tmp_path, ["--duration", str(KA_DURATION_S), "--large-mb", "5",
                                   "--keepalive", KA_OBJECTS, "--pause", KA_PAUSE], timeout=240)
     assert rep["keepalive"]["objects_per_conn"] == [3, 6]
+    # The daemon sees the whole host: a benchmark elsewhere on it can overrun
+    # the flow log (seen: 34 000 transfers/s from another workload, 31 067
+    # records dropped, two pieces of one response among them). Then this run
+    # proves nothing about transfers; say so rather than blame the counts.
+    assert not any(rep["lost"].values()), \
+        f"the daemon lost or dropped records (other traffic on the host?): {rep['lost']}"
     owd_us = {n: info["rtt_ms"] * 1000 / 2 for n, info in rep["paths"].items()}
     shaped = {n for n, info in rep["paths"].items() if info["rtt_ms"] > 0}
     assert shaped and shaped != set(rep["paths"])

@@ -377,6 +377,15 @@ def run(args):
         if f.exists():
             ep_info["stats"] = json.loads(f.read_text())
 
+    # What the daemon could not write: the daemon sees the whole host, and
+    # other traffic on it (a benchmark) can overrun the flow log's queue.
+    report["lost"] = {}
+    for name in ("tcpscope_flow_log_dropped_total", "tcpscope_records_lost_total",
+                 "tcpscope_transfer_records_lost_total"):
+        m = re.search(rf"^{name}(?:{{[^}}]*}})? (\S+)$", metrics, re.M)
+        report["lost"][name] = float(m.group(1)) if m else None
+    if any(report["lost"].values()):
+        print(f"WARNING: records lost or dropped: {report['lost']} (other traffic on the host?)")
     fct = parse_histograms(metrics, "tcpscope_flow_completion_seconds")
     # Exported in bytes/s (Prometheus' base unit); reported here in bits/s
     # beside the paths' bottlenecks, which are link rates.
