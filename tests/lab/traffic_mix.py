@@ -9,13 +9,23 @@ Library (used by scenarios/):
 
 CLI, the client side (what run_mix starts in each client namespace):
     ip netns exec NS traffic_mix.py client --url http://ADDR:PORT --rate 2 --duration 30 \
-        --mix small:0.8,medium:0.17,large:0.03 --out FILE
+        --mix small:0.8,medium:0.17,large:0.03 --out FILE [--keepalive 3-6 --pause 0.05-0.5]
 
-Each flow is one HTTP/1.1 request on its own TCP connection (curl, no
-keep-alive), so each object is one flow in tcpscope. For every flow curl's own
-timings are kept (time_connect, time_total; curl starts its clock before
+By default each flow is one HTTP/1.1 request on its own TCP connection (curl,
+no keep-alive), so each object is one flow in tcpscope. For every flow curl's
+own timings are kept (time_connect, time_total; curl starts its clock before
 connect()), and nginx logs $request_time, the "proxy log" view that starts
 only once the request has arrived.
+
+Keep-alive mode (--keepalive MIN-MAX, nginx started with keepalive=True):
+each arrival is ONE connection that fetches MIN..MAX objects of the mix one
+after the other, a random pause (--pause LO-HI seconds) before each but the
+first, like a browser or a video player. The client is xfer_peer.py (raw
+socket): per request its exact bytes, the instant just before the request
+was handed to the kernel and the kernel's receive timestamps (SO_TIMESTAMPNS)
+of the response's first and last byte, so each object has its own clock
+(request sent -> last byte arrived) however late a loaded machine wakes the
+client. The connection is one flow in tcpscope, each response one transfer.
 """
 import argparse
 import json
@@ -26,6 +36,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path as FsPath
+from urllib.parse import urlsplit
 
 HERE = FsPath(__file__).resolve().parent
 
@@ -49,9 +60,10 @@ class Nginx:
     """Our own nginx instance: config, objects and logs in `workdir`, listening
     only on the server namespace's addresses of the lab's paths."""
 
-    def __init__(self, lab, workdir: FsPath, objects=None, port=8080):
+    def __init__(self, lab, workdir: FsPath, objects=None, port=8080, keepalive=False):
         self.lab, self.dir, self.port = lab, FsPath(workdir), port
         self.objects = objects or DEFAULT_OBJECTS
+        self.keepalive = keepalive
         self.proc = None
 
     def _write_files(self):
@@ -75,8 +87,11 @@ class Nginx:
             if self.lab.ipv6:
                 listens.append(f"    listen [{ep.server_v6}]:{self.port};")
         d = self.dir
-        # One connection per object (no keep-alive); $request_time starts when
-        # nginx reads the request's first bytes: the proxy-log clock.
+        # One connection per object (no keep-alive) unless keepalive=True;
+        # $request_time starts when nginx reads the request's first bytes: the
+        # proxy-log clock.
+        keepalive = ("keepalive_timeout 120s;\n  keepalive_requests 1000;" if self.keepalive
+                     else "keepalive_timeout 0;")
         (d / "nginx.conf").write_text(f"""
 user root;
 worker_processes 2;
@@ -87,7 +102,8 @@ events {{ worker_connections 4096; }}
 http {{
   access_log off;
   log_format flows escape=json '{{"remote_addr":"$remote_addr","remote_port":$remote_port,'
-      '"request_time":$request_time,"bytes_sent":$bytes_sent,"status":$status,"uri":"$uri"}}';
+      '"request_time":$request_time,"bytes_sent":$bytes_sent,"status":$status,"uri":"$uri",'
+      '"connection_requests":$connection_requests}}';
   client_body_temp_path {d}/tmp/body;
   proxy_temp_path {d}/tmp/proxy;
   fastcgi_temp_path {d}/tmp/fastcgi;
@@ -95,7 +111,7 @@ http {{
   scgi_temp_path {d}/tmp/scgi;
   sendfile on;
   tcp_nopush on;
-  keepalive_timeout 0;
+  {keepalive}
   types {{ }}
   default_type application/octet-stream;
   server {{
@@ -154,8 +170,25 @@ def parse_mix(text):
     return mix
 
 
+def parse_range(text, kind=float):
+    lo, _, hi = str(text).partition("-")
+    lo = kind(lo)
+    return lo, kind(hi) if hi else lo
+
+
+def keepalive_plan(rng, kinds, weights, objects, n_range, pause_range):
+    """One kept-alive connection: sizes of its objects and the pause before
+    each (0 before the first)."""
+    n = rng.randint(*n_range)
+    sizes = [rng.choice(objects[rng.choices(kinds, weights)[0]]) for _ in range(n)]
+    pauses = [0.0] + [round(rng.uniform(*pause_range), 3) for _ in range(n - 1)]
+    return sizes, pauses
+
+
 def client(args):
-    """Poisson arrivals of curl downloads, run inside one client namespace."""
+    """Poisson arrivals of downloads, run inside one client namespace: curl,
+    one object per connection; or (--keepalive) xfer_peer.py, several objects
+    per connection."""
     rng = random.Random(args.seed)
     mix = parse_mix(args.mix)
     objects = json.loads(args.objects)
@@ -181,10 +214,13 @@ def client(args):
             running.remove((proc, rec))
             stdout = proc.stdout.read()
             rec["exit"] = proc.returncode
+            key = "conn" if args.keepalive else "curl"
             try:
-                rec["curl"] = json.loads(stdout) if stdout else {}
+                rec[key] = json.loads(stdout) if stdout else {}
             except ValueError:
-                rec["curl"] = {"unparsed": stdout[:200]}
+                rec[key] = {"unparsed": stdout[:200]}
+            if args.keepalive and proc.returncode != 0:
+                rec["stderr"] = proc.stderr.read()[-500:]
             out.write(json.dumps(rec) + "\n")
 
     while time.monotonic() < end:
@@ -194,17 +230,32 @@ def client(args):
             reap()
             continue
         next_at += rng.expovariate(args.rate)
-        kind = rng.choices(kinds, weights)[0]
-        size = rng.choice(objects[kind])
+        if args.keepalive:
+            sizes, pauses = keepalive_plan(rng, kinds, weights, objects,
+                                           parse_range(args.keepalive, int),
+                                           parse_range(args.pause))
+        else:
+            kind = rng.choices(kinds, weights)[0]
+            size = rng.choice(objects[kind])
         if len(running) >= args.max_inflight:
             skipped += 1  # an overloaded client would queue; we count instead
             continue
-        rec = {"kind": kind, "size": size, "t_start": now - t0, "ns": args.label}
-        proc = subprocess.Popen(
-            ["curl", "-s", "-o", "/dev/null", "--max-time", str(args.max_time),
-             "-H", "Connection: close", "-w", "%{json}",
-             f"{args.url}/{object_name(size)}"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        if args.keepalive:
+            rec = {"sizes": sizes, "pauses": pauses, "t_start": now - t0, "ns": args.label}
+            u = urlsplit(args.url)
+            plan = [{"path": "/" + object_name(s), "pause": p} for s, p in zip(sizes, pauses)]
+            proc = subprocess.Popen(
+                [sys.executable, str(HERE / "xfer_peer.py"), "client", "--addr", u.hostname,
+                 "--port", str(u.port), "--plan", json.dumps(plan),
+                 "--timeout", str(args.max_time)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        else:
+            rec = {"kind": kind, "size": size, "t_start": now - t0, "ns": args.label}
+            proc = subprocess.Popen(
+                ["curl", "-s", "-o", "/dev/null", "--max-time", str(args.max_time),
+                 "-H", "Connection: close", "-w", "%{json}",
+                 f"{args.url}/{object_name(size)}"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         running.append((proc, rec))
         started += 1
     reap(block=True)
@@ -212,9 +263,12 @@ def client(args):
 
 
 def run_mix(lab, nginx, rates, duration_s, seed=1, mix=None, objects=None, out_dir=None,
-            family=4, label=""):
+            family=4, label="", keepalive=None, pause=None):
     """Runs the mix from every client namespace named in `rates` (path name ->
-    flows per second) at once; returns {path name: [flow result, ...]}."""
+    connections per second) at once; returns {path name: [connection result, ...]}.
+    keepalive="MIN-MAX": that many objects per connection (nginx must keep
+    connections alive), pause="LO-HI" seconds before each but the first."""
+    extra = ["--keepalive", keepalive, "--pause", pause or "0.05-0.5"] if keepalive else []
     out_dir = FsPath(out_dir or nginx.dir)
     mix = mix or DEFAULT_MIX
     objects = objects or nginx.objects
@@ -226,7 +280,7 @@ def run_mix(lab, nginx, rates, duration_s, seed=1, mix=None, objects=None, out_d
             "--url", nginx.url(name, family), "--rate", rate, "--duration", duration_s,
             "--mix", ",".join(f"{k}:{v}" for k, v in mix.items()),
             "--objects", json.dumps(objects), "--seed", seed * 1000 + i, "--out", out,
-            "--label", name), out)
+            "--label", name, *extra), out)
     results = {}
     for name, (p, out) in procs.items():
         stdout, stderr = p.communicate(timeout=duration_s + 180)
@@ -239,9 +293,9 @@ def run_mix(lab, nginx, rates, duration_s, seed=1, mix=None, objects=None, out_d
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="mode", required=True)
-    c = sub.add_parser("client", help="Poisson curl downloads (run inside a client namespace)")
+    c = sub.add_parser("client", help="Poisson downloads (run inside a client namespace)")
     c.add_argument("--url", required=True, help="http://SERVER:PORT")
-    c.add_argument("--rate", type=float, required=True, help="flow arrivals per second")
+    c.add_argument("--rate", type=float, required=True, help="connection arrivals per second")
     c.add_argument("--duration", type=float, required=True, help="seconds of arrivals")
     c.add_argument("--mix", default=",".join(f"{k}:{v}" for k, v in DEFAULT_MIX.items()))
     c.add_argument("--objects", default=json.dumps(DEFAULT_OBJECTS),
@@ -250,7 +304,11 @@ def main():
     c.add_argument("--out", required=True)
     c.add_argument("--label", default="")
     c.add_argument("--max-inflight", type=int, default=64)
-    c.add_argument("--max-time", type=float, default=120, help="curl --max-time per flow")
+    c.add_argument("--max-time", type=float, default=120,
+                   help="seconds per connection (curl --max-time, xfer_peer --timeout)")
+    c.add_argument("--keepalive", help="MIN-MAX objects per kept-alive connection (xfer_peer.py)")
+    c.add_argument("--pause", default="0.05-0.5",
+                   help="LO-HI seconds before each object of a connection but the first")
     c.add_argument("--grace", type=float, default=120,
                    help="seconds after the last arrival to let flows finish")
     args = p.parse_args()

@@ -25,6 +25,23 @@ bottleneck (the payload share of the rate: rate * 1448/1514).
     sudo TCPSCOPE_BUILD=build tests/lab/scenarios/cdn_bbr_vs_cubic.py               # ~1.5 min
     sudo TCPSCOPE_BUILD=build tests/lab/scenarios/cdn_bbr_vs_cubic.py --duration 300 --large-mb 20
 
+Keep-alive mode (--keepalive [MIN-MAX], default 3-6): each client connection
+fetches several objects of the mix one after the other with short random
+pauses (--pause LO-HI s, default 0.05-0.5), like a browser or a video player
+(traffic_mix.py with xfer_peer.py: per request its own clock, request sent ->
+the kernel's receive timestamp of the last body byte). Connection arrival
+rates are the object rates divided by the mean objects per connection, so
+the paths carry the same load. Every response is then a transfer in
+tcpscope's flow log ("kind": "transfer") inside one flow ("kind": "flow"),
+and the report adds, per size class and CC, the clients' median
+per-request clock beside the server's send transfers' median
+(wait_us + xfer_us) and the flows' median fct_us (a kept-alive flow spans
+several objects and the pauses, and is classed by all its bytes).
+In both modes each peer class also shows its send transfers' wait + xfer
+quantiles beside the flow FCT.
+
+    sudo TCPSCOPE_BUILD=build tests/lab/scenarios/cdn_bbr_vs_cubic.py --keepalive
+
 --json FILE writes everything printed, and the per-flow ground truth, as JSON.
 """
 import argparse
@@ -92,10 +109,23 @@ class Daemon:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
             return r.read().decode()
 
-    def records(self):
+    def _lines(self):
         if not self.flow_log.exists():
             return []
         return [json.loads(l) for l in self.flow_log.read_text().splitlines() if l.strip()]
+
+    def records(self):
+        """Flow records ("kind": "flow"); transfer lines are transfers()."""
+        return [r for r in self._lines() if r.get("kind", "flow") == "flow"]
+
+    def transfers(self):
+        """Transfer records ("kind": "transfer"): one per run of data one way."""
+        return [r for r in self._lines() if r.get("kind") == "transfer"]
+
+    def split(self):
+        lines = self._lines()
+        return ([r for r in lines if r.get("kind", "flow") == "flow"],
+                [r for r in lines if r.get("kind") == "transfer"])
 
     def stop(self):
         if self.proc.poll() is None:
@@ -156,13 +186,125 @@ def fmt(v, scale, unit):
     return "-" if v is None else f"{v * scale:.1f}{unit}"
 
 
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    if not n:
+        return None
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def is_keepalive(f):
+    return "sizes" in f
+
+
+def conn_ok(f):
+    """The client's connection did all it planned, every answer a 200."""
+    if is_keepalive(f):
+        reqs = f.get("conn", {}).get("requests", [])
+        return f["exit"] == 0 and len(reqs) == len(f["sizes"]) and \
+            all(q["status"] == 200 for q in reqs)
+    return f["exit"] == 0 and f["curl"].get("http_code") == 200
+
+
+def conn_bytes(f):
+    """Bytes of the connection, as its size class counts them: the object
+    (one-object mode; the response header adds a few hundred bytes, and no
+    object of the mix is that close to a boundary), or, kept alive, exactly
+    every request and response byte the client counted."""
+    if is_keepalive(f):
+        reqs = f.get("conn", {}).get("requests", [])
+        if len(reqs) == len(f["sizes"]):
+            return sum(q["req_bytes"] + q["header_bytes"] + q["body_bytes"] for q in reqs)
+        return sum(f["sizes"])
+    return f["size"]
+
+
+def client_clock_us(q):
+    """A kept-alive request's own clock: just before the request was handed to
+    the kernel -> the kernel's receive timestamp of the response's last byte
+    (its read time if the kernel gave no stamp)."""
+    last = q["last"][2] if q["last"][2] is not None else q["last"][1]
+    return (last - q["send"][1]) / 1000
+
+
+def requests_of(flows_by_path):
+    """Every request of the kept-alive connections: (path, connection, request)."""
+    return [(name, f, q) for name, fs in flows_by_path.items() for f in fs
+            if is_keepalive(f) and conn_ok(f) for q in f["conn"]["requests"]]
+
+
+def response_bytes(q):
+    return q["header_bytes"] + q["body_bytes"]
+
+
+def transfer_us(t):
+    """A send transfer's request-to-done time: wait_us (request's arrival ->
+    the response's first byte handed to TCP) + xfer_us (-> the ACK of its last byte)."""
+    return (t["wait_us"] or 0) + t["xfer_us"]
+
+
+def keepalive_table(report):
+    """Per size class x CC: requests and the clients' median clock, the server's
+    send transfers and their median wait + xfer, the server's flows (classed
+    by all their bytes) and their median fct_us, and the fct_us of the flows
+    that carried the class's requests."""
+    table = {}
+    for cc, run in report["runs"].items():
+        reqs = requests_of(run["flows"])
+        sends = [t for t in run["server_transfers"] if t["direction"] == "send"]
+        flows = run["server_flows"]
+        by_tuple = {(r["raddr"], r["rport"]): r for r in flows}
+        for sc in SIZE_CLASSES:
+            rq = [(n, f, q) for n, f, q in reqs if size_class(response_bytes(q)) == sc]
+            xs = [transfer_us(t) for t in sends if size_class(t["bytes"]) == sc]
+            fl = [r["fct_us"] for r in flows
+                  if size_class(r["bytes_acked"] + r["bytes_received"]) == sc]
+            carrying = {(f["conn"]["laddr"], f["conn"]["lport"]) for _, f, _ in rq}
+            carry = [by_tuple[k]["fct_us"] for k in carrying if k in by_tuple]
+            cm = median([client_clock_us(q) for _, _, q in rq])
+            table.setdefault(sc, {})[cc] = {
+                "n_requests": len(rq), "client_median_ms": cm and cm / 1e3,
+                "n_transfers": len(xs), "transfer_median_ms": median(xs) and median(xs) / 1e3,
+                "n_flows": len(fl), "flow_median_fct_ms": median(fl) and median(fl) / 1e3,
+                "n_carrying_flows": len(carry),
+                "carrying_flow_median_fct_ms": median(carry) and median(carry) / 1e3,
+            }
+    return table
+
+
+def print_keepalive_table(table):
+    print()
+    print("Kept-alive connections, server side, per size class (by bytes: a request by its "
+          "response, a transfer by its bytes, a flow by ALL its bytes):")
+    print("  class    cc     | req  client p50 | xfers  wait+xfer p50 | flows  fct p50 | "
+          "flows carrying the class's requests: n  fct p50  (x client p50)")
+    for sc, by_cc in table.items():
+        for cc, r in by_cc.items():
+            ratio = (r["carrying_flow_median_fct_ms"] / r["client_median_ms"]
+                     if r["client_median_ms"] and r["carrying_flow_median_fct_ms"] else None)
+            print("  %-8s %-6s | %4d %10s | %5d %14s | %5d %8s | %4d %8s  %s" % (
+                sc, cc, r["n_requests"], fmt(r["client_median_ms"], 1, "ms"),
+                r["n_transfers"], fmt(r["transfer_median_ms"], 1, "ms"),
+                r["n_flows"], fmt(r["flow_median_fct_ms"], 1, "ms"),
+                r["n_carrying_flows"], fmt(r["carrying_flow_median_fct_ms"], 1, "ms"),
+                "-" if ratio is None else f"x{ratio:.1f}"))
+
+
 def run(args):
     workdir = FsPath(args.workdir or f"/tmp/tcpscope-cdn-{os.getpid()}")
     workdir.mkdir(parents=True, exist_ok=True)
     paths = [labmod.Path.preset(preset, name=name, asn=asn) for preset, name, asn, _ in PATHS]
     rates = {name: rate * args.rate_scale for _, name, _, rate in PATHS}
     objects = dict(traffic_mix.DEFAULT_OBJECTS, large=[int(args.large_mb * 1e6)])
-    report = {"duration_s": args.duration, "objects": objects, "runs": {}, "classes": {}}
+    report = {"duration_s": args.duration, "objects": objects, "runs": {}, "classes": {},
+              "keepalive": None}
+    if args.keepalive:
+        lo, hi = traffic_mix.parse_range(args.keepalive, int)
+        # The same object rate as one object per connection: the same load.
+        rates = {n: r / ((lo + hi) / 2) for n, r in rates.items()}
+        report["keepalive"] = {"objects_per_conn": [lo, hi],
+                               "pause_s": list(traffic_mix.parse_range(args.pause))}
     with labmod.Lab(paths, tag=args.tag, workdir=workdir / "lab", seed=args.seed) as lab:
         cfg = lab.tcpscope_config(workdir / "tcpscope.yaml", extra="snapshot_interval_s: 0\n")
         daemon = Daemon(cfg, workdir)
@@ -172,22 +314,38 @@ def run(args):
                 # Accepted sockets inherit the listener's congestion control,
                 # so nginx starts after the namespace's default is set.
                 lab.set_cc(cc)
-                nginx = traffic_mix.Nginx(lab, workdir / f"nginx-{cc}", objects=objects).start()
-                print(f"== {cc}: {args.duration:.0f} s of Poisson arrivals "
-                      f"({', '.join(f'{n} {r:g}/s' for n, r in rates.items())})", flush=True)
+                nginx = traffic_mix.Nginx(lab, workdir / f"nginx-{cc}", objects=objects,
+                                          keepalive=bool(args.keepalive)).start()
+                what = (f"connections of {args.keepalive} objects, {args.pause} s apart"
+                        if args.keepalive else "downloads")
+                print(f"== {cc}: {args.duration:.0f} s of Poisson arrivals of {what} "
+                      f"({', '.join(f'{n} {r:.3g}/s' for n, r in rates.items())})", flush=True)
                 t0 = time.monotonic()
+                t0_ns = time.time_ns()
                 try:
                     flows = traffic_mix.run_mix(lab, nginx, rates, args.duration,
-                                                seed=args.seed, out_dir=workdir, label=cc)
+                                                seed=args.seed, out_dir=workdir, label=cc,
+                                                keepalive=args.keepalive, pause=args.pause)
                 finally:
                     nginx.stop()
                 report["runs"][cc] = {"flows": flows, "nginx": nginx.access_log(),
-                                      "seconds": time.monotonic() - t0}
+                                      "seconds": time.monotonic() - t0,
+                                      "window_ns": [t0_ns, time.time_ns()],
+                                      "port": nginx.port}
             time.sleep(1.5)  # the daemon drains its ring buffer every 100 ms
             metrics = daemon.metrics()
-            records = [r for r in daemon.records()
+            # The flow log holds flow records ("kind": "flow") and transfer
+            # records ("kind": "transfer"); each list keeps its own kind.
+            all_flows, all_transfers = daemon.split()
+            records = [r for r in all_flows
                        if r["netns"] == lab.netns_ids[lab.server_ns]
                        and r["start_ns"] >= lab.created_ns]
+            transfers = [t for t in all_transfers
+                         if t["netns"] == lab.netns_ids[lab.server_ns]
+                         and t["start_ns"] >= lab.created_ns]
+            client_ns = {lab.netns_ids[ep.client_ns] for ep in lab.endpoints.values()}
+            client_transfers = [t for t in all_transfers if t["netns"] in client_ns
+                                and t["start_ns"] >= lab.created_ns]
         finally:
             rc = daemon.stop()
             if rc != 0:
@@ -195,12 +353,39 @@ def run(args):
         report["paths"] = {ep.path.name: {"peer_class": ep.path.peer_class, "asn": ep.path.asn,
                                           "client_v4": ep.client_v4, "rtt_ms": ep.path.rtt_ms}
                            for ep in lab.endpoints.values()}
+    # Raw per-run lists of the server's transfers and flows on nginx's port
+    # (the lab's clients only: nginx's own start-up probe comes from the
+    # server's address), and the clients' send transfers (their requests).
+    lab_addrs = {a for ep in lab.endpoints.values() for a in ep.client_v4 + ep.client_v6}
+    keep = ("flow_start_ns", "laddr", "lport", "raddr", "rport", "seq", "direction", "start_ns",
+            "end_ns", "xfer_us", "wait_us", "bytes", "retrans_segs", "srtt_us", "min_rtt_us",
+            "cc", "peer_class", "asn")
+    for cc, run_ in report["runs"].items():
+        port = run_["port"]
+        lo_ns, hi_ns = run_["window_ns"]
+        run_["server_transfers"] = [{k: t[k] for k in keep} for t in transfers
+                                    if t["lport"] == port and t["raddr"] in lab_addrs
+                                    and t["cc"] == cc]
+        run_["server_flows"] = [r for r in records if r["lport"] == port
+                                and r["raddr"] in lab_addrs and r["cc"] == cc]
+        run_["client_send_transfers"] = [{k: t[k] for k in keep} for t in client_transfers
+                                         if t["rport"] == port and t["direction"] == "send"
+                                         and lo_ns <= t["start_ns"] <= hi_ns]
     # After teardown the delay lines have written their final counters.
     for name, ep_info in report["paths"].items():
         f = workdir / "lab" / f"{name}.stats.json"
         if f.exists():
             ep_info["stats"] = json.loads(f.read_text())
 
+    # What the daemon could not write: the daemon sees the whole host, and
+    # other traffic on it (a benchmark) can overrun the flow log's queue.
+    report["lost"] = {}
+    for name in ("tcpscope_flow_log_dropped_total", "tcpscope_records_lost_total",
+                 "tcpscope_transfer_records_lost_total"):
+        m = re.search(rf"^{name}(?:{{[^}}]*}})? (\S+)$", metrics, re.M)
+        report["lost"][name] = float(m.group(1)) if m else None
+    if any(report["lost"].values()):
+        print(f"WARNING: records lost or dropped: {report['lost']} (other traffic on the host?)")
     fct = parse_histograms(metrics, "tcpscope_flow_completion_seconds")
     # Exported in bytes/s (Prometheus' base unit); reported here in bits/s
     # beside the paths' bottlenecks, which are link rates.
@@ -238,6 +423,9 @@ def run(args):
             recs = [r for r in records if r["raddr"] in addrs and r["cc"] == cc and
                     r["outcome"] == "ok"]
             curl = [f for n in names for f in report["runs"][cc]["flows"][n]]
+            sends = [t for t in report["runs"][cc]["server_transfers"]
+                     if t["raddr"] in addrs and t["direction"] == "send"]
+            reqs = requests_of({n: report["runs"][cc]["flows"][n] for n in names})
             nginx_log = [e for e in report["runs"][cc]["nginx"] if e["remote_addr"] in addrs]
             fct_rows = {}
             for sc in SIZE_CLASSES:
@@ -248,7 +436,7 @@ def run(args):
                 fct_rows[sc] = {
                     "n": int(b[-1][1]) if b else 0,
                     "buckets": b,
-                    "curl_n": sum(1 for f in curl if size_class(f["size"]) == sc),
+                    "curl_n": sum(1 for f in curl if size_class(conn_bytes(f)) == sc),
                     "metrics_s": {str(q): histogram_quantile(q, b) for q in QUANTILES},
                     "log_s": quantiles(log_s),
                     "log_values_s": sorted(log_s),
@@ -256,6 +444,15 @@ def run(args):
                     "nginx_request_time_s": quantiles(
                         [e["request_time"] for e in nginx_log
                          if size_class(e["bytes_sent"]) == sc]),
+                    # Transfers: the server's send transfers (responses) of
+                    # this size, request arrival -> ACK of the last byte.
+                    "transfer_n": sum(1 for t in sends if size_class(t["bytes"]) == sc),
+                    "transfer_s": quantiles([transfer_us(t) / 1e6 for t in sends
+                                             if size_class(t["bytes"]) == sc]),
+                    # Kept alive: the clients' own per-request clocks.
+                    "client_n": sum(1 for _, _, q in reqs if size_class(response_bytes(q)) == sc),
+                    "client_s": quantiles([client_clock_us(q) / 1e6 for _, _, q in reqs
+                                           if size_class(response_bytes(q)) == sc]),
                 }
             big = [tput(r) for r in recs if nbytes(r) >= THROUGHPUT_MIN_BYTES and r["fct_us"] > 0]
             tb = merge(thr, peer_class=pc, cc=cc)
@@ -263,8 +460,7 @@ def run(args):
                 "flows_exported": sum(v for (c, _, k, _), v in flows_total.items()
                                       if c == pc and k == cc),
                 "flows_ok_in_log": len(recs),
-                "curl_ok": sum(1 for f in curl
-                               if f["exit"] == 0 and f["curl"].get("http_code") == 200),
+                "curl_ok": sum(1 for f in curl if conn_ok(f)),
                 "curl_started": len(curl),
                 "fct": fct_rows,
                 "throughput_n": int(tb[-1][1]) if tb else 0,
@@ -273,7 +469,8 @@ def run(args):
             }
             report["classes"].setdefault(pc, {})[cc] = row
             print(f"\n[{pc} / {cc}] flows: {row['flows_exported']:.0f} exported, "
-                  f"{row['curl_ok']} of {row['curl_started']} curl downloads ok")
+                  f"{row['curl_ok']} of {row['curl_started']} client connections ok"
+                  + (f" ({len(reqs)} requests)" if args.keepalive else ""))
             for sc, f in fct_rows.items():
                 print("  FCT %-8s n=%-4d %s | %s | nginx %s" % (
                     sc, f["n"],
@@ -282,6 +479,16 @@ def run(args):
                     " ".join(fmt(f["log_s"][str(q)], 1e3, "ms") for q in QUANTILES),
                     " ".join(fmt(f["nginx_request_time_s"][str(q)], 1e3, "ms")
                              for q in QUANTILES)))
+            for sc, f in fct_rows.items():
+                if not f["transfer_n"] and not f["client_n"]:
+                    continue
+                print("  XFER %-8s n=%-4d wait+xfer %s" % (
+                    sc, f["transfer_n"],
+                    " ".join(f"p{int(q * 100)} {fmt(f['transfer_s'][str(q)], 1e3, 'ms')}"
+                             for q in QUANTILES))
+                    + ("" if not args.keepalive else " | client n=%d %s" % (
+                        f["client_n"], " ".join(fmt(f["client_s"][str(q)], 1e3, "ms")
+                                                for q in QUANTILES))))
             print("  throughput   n=%-4d %s | %s" % (
                 row["throughput_n"],
                 " ".join(f"p{int(q * 100)} {fmt(row['throughput_metrics_bps'][str(q)], 1e-6, 'M')}"
@@ -328,6 +535,9 @@ def run(args):
                       f"p{int(q * 100)} {fmt(prow['throughput_metrics_bps'][str(q)], 1e-6, 'M')}"
                       for q in QUANTILES) +
                   f" | max {fmt(big[-1] if big else None, 1e-6, 'M')} ({lim})")
+    if args.keepalive:
+        report["keepalive_table"] = keepalive_table(report)
+        print_keepalive_table(report["keepalive_table"])
     if args.json:
         FsPath(args.json).write_text(json.dumps(report, indent=1, default=str))
     return 0
@@ -346,6 +556,10 @@ def main():
     ap.add_argument("--workdir", help="where configs, logs and results go")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--tag", help="the lab's tag (4 characters), for `lab.py down --tag`")
+    ap.add_argument("--keepalive", nargs="?", const="3-6", metavar="MIN-MAX",
+                    help="kept-alive connections of MIN-MAX objects each (default 3-6)")
+    ap.add_argument("--pause", default="0.05-0.5", metavar="LO-HI",
+                    help="seconds between a kept-alive connection's objects (default 0.05-0.5)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         ap.error("run as root: the lab needs network namespaces and the daemon loads BPF")
