@@ -378,15 +378,20 @@ static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
  *
  * Send. A send transfer starts when the application hands TCP data while
  * everything it sent before is acknowledged (snd_una == write_seq when
- * tcp_sendmsg_locked begins, before this call's bytes are queued). Data
- * handed over while earlier data is in flight joins the running transfer, so
- * pipelined responses and overlapping HTTP/2 streams form one transfer, as
- * the network carried them. It ends with the ACK of its last byte: the
- * kernel's delivered_mstamp (the latest ACK that delivered data), read once
- * nothing is outstanding: at the next start, at the open-flow sweep, or at
- * close (from tx_end_ns there, as the FIN's own ACK also delivers). If that
- * last segment's ACK was delayed by the receiver, the end includes the delay:
- * it is when this host learnt the data had arrived.
+ * tcp_sendmsg_locked begins, before this call's bytes are queued) and the
+ * running transfer is over: data arrived since it began (this write can be
+ * the reply to a new request), or nothing has been in flight for
+ * TRANSFER_IDLE_NS. Data handed over while earlier data is in flight joins
+ * the running transfer, so pipelined responses and overlapping HTTP/2
+ * streams form one transfer, as the network carried them. So does a
+ * response written in pieces that a short path drains between writes (a
+ * 50 us veth did for nginx, 2-4 pieces per response): no request came
+ * in between. It ends with the ACK of its last byte: the kernel's
+ * delivered_mstamp (the latest ACK that delivered data), read once nothing
+ * is outstanding: at the next start, at the open-flow sweep, or at close
+ * (from tx_end_ns there, as the FIN's own ACK also delivers). If that last
+ * segment's ACK was delayed by the receiver, the end includes the delay: it
+ * is when this host learnt the data had arrived.
  *
  * Receive. A receiver cannot see the sender's idle point, only its own data:
  * an arrival starts a new receive transfer if this host started a send
@@ -534,16 +539,35 @@ static __always_inline void end_recv_transfer(const struct sock *sk, struct tcp_
 	count(TCPSCOPE_CNT_TRANSFERS_SENT);
 }
 
+/* A send transfer with nothing in flight this long is over even if no data
+ * arrived: a writer that pauses a second is not writing one object. */
+#define TRANSFER_IDLE_NS (1000ULL * NSEC_PER_MSEC)
+
+/* Everything sent is acknowledged and the running send transfer (if any)
+ * cannot be extended by a write at `now`: see "Transfers". */
+static __always_inline bool send_transfer_over(struct tcp_sock *tp, const struct flow_state *st, __u64 now)
+{
+	__u64 idle_since = tp->delivered_mstamp * NSEC_PER_USEC;
+
+	if (tp->snd_una != tp->write_seq)
+		return false;
+	if (!(st->flags & TCPSCOPE_ST_TX_OPEN))
+		return true;
+	return st->last_rx_ns > st->tx_start_ns || now >= idle_since + TRANSFER_IDLE_NS;
+}
+
 /* tcp_sendmsg_locked, before this call's data is queued. */
 static __always_inline void note_send(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st)
 {
 	__u64 now;
 
-	if (tp->snd_una != tp->write_seq || !(st->flags & TCPSCOPE_F_ESTABLISHED))
-		return; /* joins the running transfer (or a Fast Open SYN's) */
+	if (!(st->flags & TCPSCOPE_F_ESTABLISHED))
+		return; /* a Fast Open SYN's data: the flow's only */
+	now = bpf_ktime_get_ns();
+	if (!send_transfer_over(tp, st, now))
+		return; /* joins the running transfer */
 	if (st->flags & TCPSCOPE_ST_TX_OPEN)
 		end_send_transfer(sk, tp, st, tp->delivered_mstamp * NSEC_PER_USEC);
-	now = bpf_ktime_get_ns();
 	st->tx_seq = next_transfer_seq(st);
 	st->tx_start_ns = now;
 	st->tx_acked_base = payload_acked(tp, st);
@@ -587,7 +611,7 @@ static __always_inline void sweep_transfers(const struct sock *sk, struct tcp_so
 					    struct flow_state *st, __u64 now)
 {
 	if ((st->flags & TCPSCOPE_ST_TX_OPEN) && !(st->flags & TCPSCOPE_F_FIN_SENT) &&
-	    tp->snd_una == tp->write_seq)
+	    send_transfer_over(tp, st, now))
 		end_send_transfer(sk, tp, st, tp->delivered_mstamp * NSEC_PER_USEC);
 	if ((st->flags & TCPSCOPE_ST_RX_OPEN) && reply_possible(tp, st, now))
 		end_recv_transfer(sk, tp, st, payload_received(sk, tp));

@@ -433,18 +433,18 @@ else:
 
 
 def test_an_idle_kept_alive_connections_finished_transfers_come_before_its_close(net, tmp_path):
-    """The open-flow snapshot hands over transfers nothing can extend any more
-    (everything sent is acknowledged; a receive transfer followed by a send
-    transfer whose reply could have arrived): with snapshots every second, the
-    request and the response are in the log while the connection idles, long
-    before it closes. The client's receive transfer can still grow (a later
-    arrival would join it), so it comes at close."""
+    """The open-flow snapshot hands over transfers nothing can extend any more:
+    a request once a send transfer followed it, the client's request once the
+    response arrived, the server's response once nothing has been in flight
+    for a second. With snapshots every second they are in the log while the
+    connection idles, long before it closes. The client's receive transfer
+    can still grow (a later arrival would join it), so it comes at close."""
     if os.geteuid() != 0:
         pytest.skip("needs root to load BPF programs")
     cfg = tmp_path / "tcpscope.yaml"
     cfg.write_text("snapshot_interval_s: 1\n")
     d = Daemon(tmp_path, extra_args=("--config", str(cfg)))
-    idle_s = 5.0
+    idle_s = 7.0
     try:
         ready, done = tmp_path / "server.ready", tmp_path / "response.in"
         server = net.spawn(net.srv, "python3", "-c", KEPT_ALIVE_PEER, "server", net.srv_v4, "8090", str(ready))

@@ -64,11 +64,8 @@ int keep_alive_exchange() {
   socklen_t len = sizeof(a);
   getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
   int c = socket(AF_INET, SOCK_STREAM, 0);
-  // Loopback outruns any application: with the client's window as the
-  // bottleneck the server always has data queued while it writes the large
-  // response, as on a real path; unbounded, the queue can drain completely
-  // while the writer waits to be scheduled, which by the rule starts a new
-  // transfer.
+  // A small window and a slow reader: the large response is limited by the
+  // client's window for most of its time, which its record must say.
   int rcvbuf = kClientRcvBuf;
   if (setsockopt(c, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)) != 0) return 5;
   if (connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return 2;
@@ -88,6 +85,36 @@ int keep_alive_exchange() {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   server.join();
+  close(c);
+  close(s);
+  close(ls);
+  return ok ? 0 : 4;
+}
+
+// One request, one response written in kPieces pieces with a pause between
+// them: loopback acknowledges each piece before the next is written, yet no
+// request came in between, so it is one send transfer. Runs in the child.
+constexpr int kPieces = 10;
+constexpr size_t kPieceBytes = 10000;
+
+int response_in_pieces() {
+  int ls = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(ls, 8) != 0) return 1;
+  socklen_t len = sizeof(a);
+  getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
+  int c = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return 2;
+  int s = accept(ls, nullptr, nullptr);
+  if (s < 0) return 3;
+  bool ok = write_all(c, kRequestBytes) && read_all(s, kRequestBytes);
+  for (int i = 0; ok && i < kPieces; ++i) {
+    ok = write_all(s, kPieceBytes);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ok = ok && read_all(c, kPieces * kPieceBytes);
   close(c);
   close(s);
   close(ls);
@@ -219,6 +246,29 @@ TEST_F(TransferProbe, KeptAliveRequestsAndResponsesAreOneTransferEach) {
     }
     EXPECT_EQ(sent, flow->bytes_acked);
     EXPECT_EQ(received, flow->bytes_received);
+  }
+}
+
+TEST_F(TransferProbe, AResponseWrittenInPiecesIsOneTransfer) {
+  const uint32_t netns = run_in_private_netns(response_in_pieces);
+  auto ours = [&] {
+    return std::count_if(flows_.begin(), flows_.end(), [&](const auto& f) { return f.netns == netns; });
+  };
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (ours() < 2 && std::chrono::steady_clock::now() < deadline) {
+    ring_buffer__consume(ring_);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(ours(), 2);
+  for (const auto& f : flows_) {
+    if (f.netns != netns || f.dir != TCPSCOPE_DIR_PASSIVE) continue;
+    auto ts = of(netns, f.sport);
+    ASSERT_EQ(ts.size(), 2u);
+    EXPECT_EQ(ts[0].direction, TCPSCOPE_XFER_RECV);
+    EXPECT_EQ(ts[1].direction, TCPSCOPE_XFER_SEND);
+    EXPECT_EQ(ts[1].bytes, kPieces * kPieceBytes);
+    // It spans the pauses between the pieces.
+    EXPECT_GE(ts[1].end_ns - ts[1].start_ns, (kPieces - 1) * 5000000ULL);
   }
 }
 
