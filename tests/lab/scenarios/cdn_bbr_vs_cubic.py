@@ -351,7 +351,8 @@ def run(args):
             if rc != 0:
                 print(f"tcpscope exited {rc}: {daemon.stderr_path.read_text()}", file=sys.stderr)
         report["paths"] = {ep.path.name: {"peer_class": ep.path.peer_class, "asn": ep.path.asn,
-                                          "client_v4": ep.client_v4, "rtt_ms": ep.path.rtt_ms}
+                                          "client_v4": ep.client_v4, "rtt_ms": ep.path.rtt_ms,
+                                          "up_loss": ep.path.up.loss}
                            for ep in lab.endpoints.values()}
     # Raw per-run lists of the server's transfers and flows on nginx's port
     # (the lab's clients only: nginx's own start-up probe comes from the
