@@ -1,10 +1,13 @@
 // Runs a test's traffic in a child process inside a network namespace of its
 // own (only lo, brought up), so the records it makes are told from the host's
-// by their netns inode and nothing of it outlives the child.
+// by their netns inode and nothing of it outlives the child; and the
+// loopback listener that traffic connects to.
 #pragma once
 
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
 #include <net/if.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -48,6 +51,19 @@ uint32_t run_in_private_netns(Body body) {
   EXPECT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
   return inum;
+}
+
+// A listening TCP socket on 127.0.0.1, its address in `*addr`; -1 on failure.
+inline int listen_on_loopback(sockaddr_in* addr) {
+  int ls = socket(AF_INET, SOCK_STREAM, 0);
+  *addr = sockaddr_in{};
+  addr->sin_family = AF_INET;
+  addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(*addr);
+  if (ls < 0 || bind(ls, reinterpret_cast<sockaddr*>(addr), sizeof(*addr)) != 0 || listen(ls, 128) != 0 ||
+      getsockname(ls, reinterpret_cast<sockaddr*>(addr), &len) != 0)
+    return -1;
+  return ls;
 }
 
 }  // namespace tcpscope

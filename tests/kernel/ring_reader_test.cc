@@ -24,13 +24,9 @@ namespace {
 // Makes `n` connections to a listener on 127.0.0.1 and closes both ends of
 // each; returns 0 on success (run in the child of run_in_private_netns).
 int connect_and_close(int n) {
-  int ls = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(ls, 128) != 0) return 1;
-  socklen_t len = sizeof(a);
-  getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
+  int ls = listen_on_loopback(&a);
+  if (ls < 0) return 1;
   for (int i = 0; i < n; ++i) {
     int c = socket(AF_INET, SOCK_STREAM, 0);
     if (connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return 2;

@@ -56,13 +56,9 @@ bool read_all(int fd, size_t n, std::chrono::microseconds pause = {}) {
 // the server reads it, thinks, and answers; the client reads the answer and
 // pauses before the next request. Runs in the child.
 int keep_alive_exchange() {
-  int ls = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(ls, 8) != 0) return 1;
-  socklen_t len = sizeof(a);
-  getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
+  int ls = listen_on_loopback(&a);
+  if (ls < 0) return 1;
   int c = socket(AF_INET, SOCK_STREAM, 0);
   // A small window and a slow reader: the large response is limited by the
   // client's window for most of its time, which its record must say.
@@ -98,13 +94,9 @@ constexpr int kPieces = 10;
 constexpr size_t kPieceBytes = 10000;
 
 int response_in_pieces() {
-  int ls = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(ls, 8) != 0) return 1;
-  socklen_t len = sizeof(a);
-  getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
+  int ls = listen_on_loopback(&a);
+  if (ls < 0) return 1;
   int c = socket(AF_INET, SOCK_STREAM, 0);
   if (connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return 2;
   int s = accept(ls, nullptr, nullptr);
@@ -153,6 +145,22 @@ class TransferProbe : public ::testing::Test {
     return 0;
   }
 
+  // Reads the ring until both ends of the child's connection have their
+  // flow records (the passive end closes on the final ACK, which may trail
+  // the child's exit), at most 5 s; returns how many it has.
+  long wait_for_both_ends(uint32_t netns) {
+    auto ours = [&] {
+      return std::count_if(flows_.begin(), flows_.end(), [&](const auto& f) { return f.netns == netns; });
+    };
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    // The kernel wakes readers only for a filling ring: consume, do not poll.
+    while (ours() < 2 && std::chrono::steady_clock::now() < deadline) {
+      ring_buffer__consume(ring_);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return ours();
+  }
+
   // Transfers of `netns`'s socket on local port `lport`, in seq order.
   std::vector<tcpscope_transfer_event> of(uint32_t netns, uint16_t lport) const {
     std::vector<tcpscope_transfer_event> out;
@@ -170,18 +178,7 @@ class TransferProbe : public ::testing::Test {
 
 TEST_F(TransferProbe, KeptAliveRequestsAndResponsesAreOneTransferEach) {
   const uint32_t netns = run_in_private_netns(keep_alive_exchange);
-  // Both ends' records; the passive end closes on the final ACK, which may
-  // trail the child's exit.
-  auto ours = [&] {
-    return std::count_if(flows_.begin(), flows_.end(), [&](const auto& f) { return f.netns == netns; });
-  };
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  // The kernel wakes readers only for a filling ring: consume, do not poll.
-  while (ours() < 2 && std::chrono::steady_clock::now() < deadline) {
-    ring_buffer__consume(ring_);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_EQ(ours(), 2);
+  ASSERT_EQ(wait_for_both_ends(netns), 2);
   EXPECT_EQ(probe_->counter(TCPSCOPE_CNT_TRANSFERS_LOST), 0u);
 
   const tcpscope_flow_event* server = nullptr;
@@ -251,15 +248,7 @@ TEST_F(TransferProbe, KeptAliveRequestsAndResponsesAreOneTransferEach) {
 
 TEST_F(TransferProbe, AResponseWrittenInPiecesIsOneTransfer) {
   const uint32_t netns = run_in_private_netns(response_in_pieces);
-  auto ours = [&] {
-    return std::count_if(flows_.begin(), flows_.end(), [&](const auto& f) { return f.netns == netns; });
-  };
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (ours() < 2 && std::chrono::steady_clock::now() < deadline) {
-    ring_buffer__consume(ring_);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_EQ(ours(), 2);
+  ASSERT_EQ(wait_for_both_ends(netns), 2);
   for (const auto& f : flows_) {
     if (f.netns != netns || f.dir != TCPSCOPE_DIR_PASSIVE) continue;
     auto ts = of(netns, f.sport);
