@@ -590,13 +590,14 @@ static __always_inline bool reply_possible(struct tcp_sock *tp, const struct flo
 static __always_inline void note_arrival(const struct sock *sk, struct tcp_sock *tp,
 					 struct flow_state *st, __u64 now, __u32 grew)
 {
-	__u64 before = payload_received(sk, tp) - grew;
+	__u64 before;
 
-	if (st->flags & TCPSCOPE_ST_RX_OPEN) {
-		if (!reply_possible(tp, st, now))
-			return;
+	/* Most arrivals join the running transfer: they need nothing more. */
+	if ((st->flags & TCPSCOPE_ST_RX_OPEN) && !reply_possible(tp, st, now))
+		return;
+	before = payload_received(sk, tp) - grew;
+	if (st->flags & TCPSCOPE_ST_RX_OPEN)
 		end_recv_transfer(sk, tp, st, before);
-	}
 	st->rx_seq = next_transfer_seq(st);
 	st->rx_start_ns = now;
 	st->rx_received_base = before;
