@@ -47,6 +47,15 @@ struct remote_trie {
 struct remote_trie remote_gen0 SEC(".maps");
 struct remote_trie remote_gen1 SEC(".maps");
 
+/* A controller rule's weights per cohort, kept by the daemon as it decides:
+ * one entry is replaced at a time, so a new socket sees old or new weights. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TCPSCOPE_MAX_COHORT_WEIGHTS);
+	__type(key, struct tcpscope_cohort_key);
+	__type(value, struct tcpscope_cohort_weights);
+} cohort_weights SEC(".maps");
+
 /* The per-socket state of both objects (bpf/flow_state.h): defined here,
  * extern in flow.bpf.c. This program writes only its `policy` part. */
 TCPSCOPE_FLOWS_MAP flows SEC(".maps");
@@ -136,17 +145,38 @@ static __always_inline __u32 lowest_bit(__u64 m)
 	return n;
 }
 
-static __always_inline __u32 pick_arm(const struct tcpscope_rule *r)
+static __always_inline __u32 pick_arm(const __u32 *cum_weight, __u32 n_arms)
 {
 	__u32 roll = bpf_get_prandom_u32() % 100;
 
 	for (int i = 0; i < TCPSCOPE_MAX_ARMS; i++) {
-		if (i >= r->n_arms)
+		if (i >= n_arms)
 			break;
-		if (roll < r->cum_weight[i])
+		if (roll < cum_weight[i])
 			return i;
 	}
 	return 0;
+}
+
+/* A controller rule's weights for this peer's cohort: its ASN's when the
+ * controller keeps them, else its peer class's; null: the rule's own. */
+static __always_inline const __u32 *cohort_cum_weight(const struct tcpscope_rule *r, __u32 slot,
+						       const struct tcpscope_remote_info *info)
+{
+	struct tcpscope_cohort_key key = { .rule_slot = slot };
+	struct tcpscope_cohort_weights *w;
+
+	if (!info || r->cohort_mode == TCPSCOPE_COHORT_NONE)
+		return 0;
+	if (r->cohort_mode == TCPSCOPE_COHORT_ASN && info->asn) {
+		key.cohort = info->asn;
+		w = bpf_map_lookup_elem(&cohort_weights, &key);
+		if (w)
+			return w->cum_weight;
+	}
+	key.cohort = TCPSCOPE_COHORT_CLASS_KEY(info->class_id);
+	w = bpf_map_lookup_elem(&cohort_weights, &key);
+	return w ? w->cum_weight : 0;
 }
 
 static __always_inline void apply_policy(struct bpf_sock_ops *skops)
@@ -154,6 +184,7 @@ static __always_inline void apply_policy(struct bpf_sock_ops *skops)
 	struct tcpscope_policy_state *ps = state();
 	struct tcpscope_remote_key key;
 	struct tcpscope_remote_info *info;
+	const __u32 *cum_weight;
 	struct tcpscope_sock_policy *sp;
 	struct flow_state *st;
 	struct bpf_sock *sk = skops->sk;
@@ -213,7 +244,8 @@ static __always_inline void apply_policy(struct bpf_sock_ops *skops)
 		sp = &st->policy;
 		if (sp->app_set_cc && ps->app_override == TCPSCOPE_APP_RESPECT)
 			return; /* the application's choice stands */
-		arm = pick_arm(r);
+		cum_weight = cohort_cum_weight(r, slot, info);
+		arm = pick_arm(cum_weight ? cum_weight : r->cum_weight, r->n_arms);
 		if (arm >= TCPSCOPE_MAX_ARMS)
 			return;
 		__builtin_memcpy(cc, r->cc[arm], sizeof(cc));

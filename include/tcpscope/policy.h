@@ -42,8 +42,13 @@ struct tcpscope_remote_info {
 	 * is left for the kernel to check, so the sockops program visits just
 	 * the set bits, lowest first: first match wins as in the rule order. */
 	__u64 rules;
+	/* The cohort keys a controller rule's weights are looked up by
+	 * (tcpscope_cohort_key): the ASN when a controller keeps one for it
+	 * (else 0: the ASN is pooled into its class), and the peer class. */
+	__u32 asn;
+	__u32 class_id;
 };
-TCPSCOPE_ASSERT_SIZE(tcpscope_remote_info, 8);
+TCPSCOPE_ASSERT_SIZE(tcpscope_remote_info, 16);
 
 /* What the sockops program needs of a rule once the trie has settled its
  * other conditions: the local ports, and the arms to pick from. The rest of
@@ -55,8 +60,31 @@ struct tcpscope_rule {
 	__u32 n_arms;     /* 1 for a plain `cc:` rule */
 	__u32 cum_weight[TCPSCOPE_MAX_ARMS]; /* cumulative percent; the last is 100 */
 	char cc[TCPSCOPE_MAX_ARMS][TCPSCOPE_CC_NAME_LEN];
+	/* TCPSCOPE_COHORT_*: a controller rule's weights are per cohort
+	 * (cohort_weights); cum_weight is then the weights of a cohort the
+	 * controller has not decided for. */
+	__u32 cohort_mode;
+	__u32 pad;        /* zero */
 };
-TCPSCOPE_ASSERT_SIZE(tcpscope_rule, 200);
+TCPSCOPE_ASSERT_SIZE(tcpscope_rule, 208);
+
+#define TCPSCOPE_COHORT_NONE 0
+#define TCPSCOPE_COHORT_ASN 1        /* per ASN, pooled into the peer class without weights of its own */
+#define TCPSCOPE_COHORT_PEER_CLASS 2
+/* cohort_weights: a controller's weights for one rule (slot, as in
+ * policy_rules) and cohort: an ASN, or TCPSCOPE_COHORT_CLASS_KEY(class id). */
+#define TCPSCOPE_COHORT_CLASS_FLAG 0x80000000u
+#define TCPSCOPE_COHORT_CLASS_KEY(class_id) (TCPSCOPE_COHORT_CLASS_FLAG | (class_id))
+#define TCPSCOPE_MAX_COHORT_WEIGHTS 8192
+struct tcpscope_cohort_key {
+	__u32 rule_slot;
+	__u32 cohort;
+};
+TCPSCOPE_ASSERT_SIZE(tcpscope_cohort_key, 8);
+struct tcpscope_cohort_weights {
+	__u32 cum_weight[TCPSCOPE_MAX_ARMS]; /* as tcpscope_rule's */
+};
+TCPSCOPE_ASSERT_SIZE(tcpscope_cohort_weights, 32);
 /* policy_rules: one per generation and rule. */
 #define TCPSCOPE_RULE_SLOT(gen, rule) ((gen) * TCPSCOPE_MAX_RULES + (rule))
 #define TCPSCOPE_RULE_SLOTS (TCPSCOPE_POLICY_GENERATIONS * TCPSCOPE_MAX_RULES)

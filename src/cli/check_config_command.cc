@@ -32,12 +32,16 @@ int check_config_command(const std::string& path, const std::vector<std::string>
     err.flush();
     return 2;
   }
-  size_t experiments = 0;
-  for (const auto& rule : config.cc_policy.rules) experiments += rule.experiment ? 1 : 0;
+  size_t experiments = 0, controllers = 0;
+  for (const auto& rule : config.cc_policy.rules) {
+    experiments += rule.experiment ? 1 : 0;
+    controllers += rule.controller ? 1 : 0;
+  }
   out << path << ": ok\n"
       << count_of(config.peer_classes.size(), "peer class", "peer classes") << ", "
       << count_of(config.cc_policy.rules.size(), "rule", "rules") << " ("
-      << count_of(experiments, "experiment", "experiments") << ")\n";
+      << count_of(experiments, "experiment", "experiments") << ", "
+      << count_of(controllers, "controller", "controllers") << ")\n";
   // Valid here, but not under the packaged unit: see README, Congestion-control policy.
   for (const auto& [cc, rule] : unloaded_module_congestion_controls(config, loaded_cc))
     err << path << ": warning: congestion control \"" << cc << "\" (rule '" << rule

@@ -43,12 +43,14 @@ std::string render_policy(const std::string& json_text) {
       << std::setw(28) << "CC / EXPERIMENT" << "ASSIGNED\n";
     int i = 1;
     for (const auto& r : rules) {
-      std::string what = r.contains("cc") ? r["cc"].get<std::string>()
-                                          : "experiment " + r["experiment"]["name"].get<std::string>();
+      std::string what = r.contains("cc")           ? r["cc"].get<std::string>()
+                         : r.contains("controller") ? "controller (cohort " + r["controller"].value("cohort", "") + ")"
+                                                    : "experiment " + r["experiment"]["name"].get<std::string>();
       o << std::setw(4) << i++ << std::setw(20) << r.value("name", "") << std::setw(40) << match_text(r["match"])
         << std::setw(28) << what << r.value("assigned", 0) << "\n";
-      if (r.contains("experiment"))
-        for (const auto& a : r["experiment"]["arms"])
+      const char* arms_of = r.contains("controller") ? "controller" : "experiment";
+      if (r.contains(arms_of))
+        for (const auto& a : r[arms_of]["arms"])
           o << std::setw(64) << "" << "  arm " << std::setw(8) << a.value("cc", "") << std::setw(5)
             << (std::to_string(a.value("weight", 0)) + "%") << "     " << a.value("assigned", 0) << "\n";
     }
@@ -64,6 +66,48 @@ std::string render_policy(const std::string& json_text) {
   for (const auto& [name, v] : j["sysctl_writes"].items())
     o << "  " << std::setw(42) << name << "observed " << v.value("observed", 0) << "  denied "
       << v.value("denied", 0) << "  in other network namespaces " << v.value("observed_other_netns", 0) << "\n";
+  return o.str();
+}
+
+std::string render_controller(const std::string& json_text) {
+  auto j = nlohmann::json::parse(json_text);
+  std::ostringstream o;
+  for (const auto& r : j["rules"]) {
+    o << "\ncontroller of rule " << r.value("rule", "") << ": cohort " << r.value("cohort", "") << ", control "
+      << r.value("control_percent", 0) << "%, min_transfers " << r.value("min_transfers", 0) << " per arm, every "
+      << r.value("interval_s", 0) << " s, FDR " << r.value("fdr", 0.0) << "; " << r.value("decisions", 0)
+      << " decisions, " << r.value("reverts", 0) << " reverts, " << r.value("pooled_asns", 0)
+      << " pooled ASNs followed\n";
+    if (r["cohorts"].empty()) {
+      o << "  no cohort has transfers yet\n";
+      continue;
+    }
+    o << "  " << std::left << std::setw(14) << "COHORT" << std::setw(11) << "STATE" << std::setw(9) << "WINNER"
+      << std::setw(24) << "WEIGHTS" << "EVIDENCE\n";
+    for (const auto& c : r["cohorts"]) {
+      std::string weights;
+      for (const auto& [arm, w] : c["weights"].items()) weights += (weights.empty() ? "" : " ") + arm + "=" + w.dump();
+      std::string evidence;
+      for (const auto& [arm, a] : c["evidence"]["arms"].items())
+        evidence += (evidence.empty() ? "" : ", ") + arm + " n=" + std::to_string(a.value("n_fct", 0)) + "/" +
+                    std::to_string(a.value("n_throughput", 0));
+      const auto& t = c["evidence"]["test"];
+      if (t.contains("change")) {
+        char buf[160];
+        std::snprintf(buf, sizeof(buf), "; %s %s vs %s %+.1f%% [%+.1f%%, %+.1f%%] e=%.3g",
+                      t.value("objective", "").c_str(), t.value("arm", "").c_str(), t.value("against", "").c_str(),
+                      t.value("change", 0.0) * 100, t["ci"][0].get<double>() * 100, t["ci"][1].get<double>() * 100,
+                      t.value("e_value", 1.0));
+        evidence += buf;
+      } else if (t.contains("waiting_for")) {
+        evidence += "; waiting for " + t["waiting_for"].get<std::string>();
+      }
+      o << "  " << std::setw(14) << (c.value("kind", "") == "asn" ? "AS" : "") + c.value("cohort", "")
+        << std::setw(11) << c.value("state", "") << std::setw(9)
+        << (c["winner"].is_string() ? c["winner"].get<std::string>() : "-") << std::setw(24) << weights << evidence
+        << "\n";
+    }
+  }
   return o.str();
 }
 
@@ -90,8 +134,25 @@ int policy_command(const std::vector<std::string>& args, std::ostream& out, std:
     err << "tcpscope: " << server << "/api/v1/policy: HTTP " << resp.status << "\n";
     return 1;
   }
+  HttpResponse controller;
+  if (!http_get(join_url(server, "/api/v1/controller"), 10000, &controller, &error)) {
+    err << "tcpscope: " << error << " (is the daemon running?)\n";
+    return 1;
+  }
+  // 404: a daemon from before controllers.
+  if (controller.status != 200 && controller.status != 404) {
+    err << "tcpscope: " << server << "/api/v1/controller: HTTP " << controller.status << "\n";
+    return 1;
+  }
+  const bool has_controller = controller.status == 200;
   try {
-    out << (json ? resp.body : render_policy(resp.body));
+    if (json) {
+      auto doc = nlohmann::json::parse(resp.body);
+      if (has_controller) doc["controller"] = nlohmann::json::parse(controller.body);
+      out << doc.dump(2) << "\n";
+    } else {
+      out << render_policy(resp.body) << (has_controller ? render_controller(controller.body) : "");
+    }
   } catch (const std::exception& e) {
     err << "tcpscope: unreadable policy from " << server << ": " << e.what() << "\n";
     return 1;

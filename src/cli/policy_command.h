@@ -12,5 +12,8 @@ int policy_command(const std::vector<std::string>& args, std::ostream& out, std:
 
 // Renders the daemon's /api/v1/policy JSON as a terminal table.
 std::string render_policy(const std::string& json_text);
+// /api/v1/controller's document as text: per controller rule, its cohorts'
+// state, winner, weights and evidence.
+std::string render_controller(const std::string& json_text);
 
 }  // namespace tcpscope

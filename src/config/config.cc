@@ -21,6 +21,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <regex>
@@ -222,6 +224,9 @@ class ConfigParser {
                                    int* name_line);
   void parse_match(const Entry& e, const std::string& where, CcMatch* match);
   std::optional<ExperimentSpec> parse_experiment(const Entry& e, const std::string& where);
+  std::optional<ControllerSpec> parse_controller(const Entry& e, const std::string& where);
+  std::optional<double> number_value(const YAML::Node& v, int line, const std::string& what, double min,
+                                     double max);
 
   std::vector<Prefix> prefix_list(const Entry& e, const std::string& what,
                                   std::vector<int>* lines);
@@ -699,15 +704,15 @@ void ConfigParser::parse_cc_policy(const Entry& e, CcPolicy* policy) {
 
 std::optional<CcRule> ConfigParser::parse_rule(const YAML::Node& n, int line,
                                                const std::string& where, int* name_line) {
-  static const std::vector<std::string> kKeys = {"name", "match", "cc", "experiment"};
+  static const std::vector<std::string> kKeys = {"name", "match", "cc", "experiment", "controller"};
   if (!n.IsMap()) {
-    error(line, where + " must be a mapping with name, match and cc or experiment, got " +
+    error(line, where + " must be a mapping with name, match and cc, experiment or controller, got " +
                     type_name(n));
     return std::nullopt;
   }
   CcRule rule;
   rule.line = line;
-  bool has_name = false, has_cc = false, has_experiment = false;
+  bool has_name = false, has_cc = false, has_experiment = false, has_controller = false;
   for (const Entry& f : entries(n, line, where, &kKeys)) {
     if (f.value.IsNull()) continue;
     if (f.key == "name") {
@@ -730,13 +735,17 @@ std::optional<CcRule> ConfigParser::parse_rule(const YAML::Node& n, int line,
     } else if (f.key == "experiment") {
       has_experiment = true;
       rule.experiment = parse_experiment(f, where + ".experiment");
+    } else if (f.key == "controller") {
+      has_controller = true;
+      rule.controller = parse_controller(f, where + ".controller");
     }
   }
   if (!has_name) error(line, where + " has no name");
-  if (has_cc && has_experiment) {
-    error(line, where + " has both cc and experiment; give exactly one");
-  } else if (!has_cc && !has_experiment) {
-    error(line, where + " has neither cc nor experiment; give exactly one");
+  const int given = int{has_cc} + int{has_experiment} + int{has_controller};
+  if (given > 1) {
+    error(line, where + " has more than one of cc, experiment and controller; give exactly one");
+  } else if (given == 0) {
+    error(line, where + " has none of cc, experiment and controller; give exactly one");
   }
   return rule;
 }
@@ -787,6 +796,10 @@ std::optional<ExperimentSpec> ConfigParser::parse_experiment(const Entry& e,
       if (auto s = string_value(f, where + ".name")) {
         if (s->empty()) {
           error(f.line, where + ".name must not be empty");
+          ok = false;
+        } else if (*s == kControllerExperiment) {
+          // Records name it for the flows a controller assigned.
+          error(f.line, where + ".name \"" + *s + "\" is reserved for controller rules");
           ok = false;
         }
         spec.name = *s;
@@ -839,6 +852,95 @@ std::optional<ExperimentSpec> ConfigParser::parse_experiment(const Entry& e,
     ok = false;
   }
   if (!ok) return std::nullopt;
+  return spec;
+}
+
+std::optional<double> ConfigParser::number_value(const YAML::Node& v, int line, const std::string& what,
+                                                 double min, double max) {
+  line = line_of(v, line);
+  std::ostringstream range;
+  range << min << ".." << max;
+  if (v.IsScalar()) {
+    const std::string& s = v.Scalar();
+    char* end = nullptr;
+    errno = 0;
+    const double d = s.empty() ? 0 : std::strtod(s.c_str(), &end);
+    if (!s.empty() && end == s.c_str() + s.size() && errno == 0 && std::isfinite(d) && d >= min && d <= max)
+      return d;
+  }
+  error(line, what + " must be a number in " + range.str() + ", got " +
+                  (v.IsScalar() ? quoted(v.Scalar()) : type_name(v)));
+  return std::nullopt;
+}
+
+std::optional<ControllerSpec> ConfigParser::parse_controller(const Entry& e, const std::string& where) {
+  static const std::vector<std::string> kKeys = {
+      "arms", "cohort", "control_percent", "min_transfers", "interval_s", "fdr", "ramp_step_percent",
+      "max_cohorts", "guards"};
+  static const std::vector<std::string> kGuardKeys = {"retrans_share_increase", "rtt_inflation_increase"};
+  ControllerSpec spec;
+  const int line = line_of(e.value, e.line);
+  if (!e.value.IsMap()) {
+    error(line, where + " must be a mapping { arms: [bbr, cubic], cohort: asn, ... }, got " + type_name(e.value));
+    return std::nullopt;
+  }
+  const size_t errors_before = errors_->size() + unlisted_errors_;
+  bool has_arms = false;
+  for (const Entry& f : entries(e.value, line, where, &kKeys)) {
+    if (f.value.IsNull()) continue;
+    const std::string what = where + "." + f.key;
+    if (f.key == "arms") {
+      has_arms = true;
+      auto items = list_value(f, what);
+      if (!items) continue;
+      for (size_t i = 0; i < items->size(); ++i) {
+        const YAML::Node& a = (*items)[i];
+        const int a_line = line_of(a, line_of(f.value, f.line));
+        const std::string a_where = what + "[" + std::to_string(i) + "]";
+        if (!a.IsScalar()) {
+          error(a_line, a_where + " must be a congestion control name, got " + type_name(a));
+          continue;
+        }
+        if (check_cc(a.Scalar(), a_line, a_where)) spec.arms.push_back(a.Scalar());
+      }
+      if (items->size() < 2 || items->size() > kMaxControllerArms)
+        error(line_of(f.value, f.line), what + " needs 2 to " + std::to_string(kMaxControllerArms) + " arms, has " +
+                                            std::to_string(items->size()));
+    } else if (f.key == "cohort") {
+      if (auto s = string_value(f, what)) {
+        if (*s == "asn") {
+          spec.cohort = CohortKind::kAsn;
+        } else if (*s == "peer_class") {
+          spec.cohort = CohortKind::kPeerClass;
+        } else {
+          error(f.line, what + " must be asn or peer_class, got " + quoted(*s));
+        }
+      }
+    } else if (f.key == "control_percent") {
+      if (auto v = integer_value(f.value, f.line, what, 1, 100)) spec.control_percent = static_cast<uint32_t>(*v);
+    } else if (f.key == "min_transfers") {
+      if (auto v = integer_value(f.value, f.line, what, 2, 100000000)) spec.min_transfers = *v;
+    } else if (f.key == "interval_s") {
+      if (auto v = integer_value(f.value, f.line, what, 1, 86400)) spec.interval_s = static_cast<uint32_t>(*v);
+    } else if (f.key == "fdr") {
+      if (auto v = number_value(f.value, f.line, what, 1e-6, 0.5)) spec.fdr = *v;
+    } else if (f.key == "ramp_step_percent") {
+      if (auto v = integer_value(f.value, f.line, what, 1, 100)) spec.ramp_step_percent = static_cast<uint32_t>(*v);
+    } else if (f.key == "max_cohorts") {
+      if (auto v = integer_value(f.value, f.line, what, 0, 1000)) spec.max_cohorts = static_cast<uint32_t>(*v);
+    } else if (f.key == "guards") {
+      for (const Entry& g : entries(f.value, line_of(f.value, f.line), what, &kGuardKeys)) {
+        if (g.value.IsNull()) continue;
+        if (g.key == "retrans_share_increase") {
+          if (auto v = number_value(g.value, g.line, what + "." + g.key, 0, 1)) spec.retrans_share_increase = *v;
+        } else if (auto v = number_value(g.value, g.line, what + "." + g.key, 0, 100)) {
+          spec.rtt_inflation_increase = *v;
+        }
+      }
+    }
+  }
+  if (!has_arms) error(line, where + " has no arms (e.g. arms: [bbr, cubic])");
+  if (errors_->size() + unlisted_errors_ != errors_before) return std::nullopt;
   return spec;
 }
 
@@ -924,6 +1026,13 @@ bool read_whole_file(const std::string& path, std::string* text, std::string* wh
 
 // ---------------------------------------------------------------------------
 // Public API
+
+bool ControllerSpec::operator==(const ControllerSpec& o) const {
+  return arms == o.arms && cohort == o.cohort && control_percent == o.control_percent &&
+         min_transfers == o.min_transfers && interval_s == o.interval_s && fdr == o.fdr &&
+         ramp_step_percent == o.ramp_step_percent && max_cohorts == o.max_cohorts &&
+         retrans_share_increase == o.retrans_share_increase && rtt_inflation_increase == o.rtt_inflation_increase;
+}
 
 std::string ConfigError::to_string() const {
   return file + (line > 0 ? ":" + std::to_string(line) : "") + ": " + message;

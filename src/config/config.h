@@ -38,11 +38,34 @@ struct ExperimentSpec {
   std::vector<std::pair<std::string, uint32_t>> arms;
 };
 
+// A closed loop on a rule (README "Closed loop"): learns per cohort which arm
+// serves its transfers best and gives that arm most of the cohort's new flows.
+enum class CohortKind { kAsn, kPeerClass };
+// The experiment name records of a controller rule's flows carry (SPEC);
+// reserved, so no configured experiment can be mistaken for one.
+inline constexpr const char* kControllerExperiment = "controller";
+inline constexpr size_t kMaxControllerArms = 8;  // TCPSCOPE_MAX_ARMS
+struct ControllerSpec {
+  std::vector<std::string> arms;  // congestion controls; one may repeat (an A/A run)
+  CohortKind cohort = CohortKind::kAsn;
+  uint32_t control_percent = 10;  // of each cohort's flows, randomized between all arms forever
+  uint64_t min_transfers = 500;   // per arm and cohort (and objective) before any decision
+  uint32_t interval_s = 60;       // the evidence is re-tested this often
+  double fdr = 0.05;              // false discovery rate held across all cohorts' decisions
+  uint32_t ramp_step_percent = 25;  // the winner's weight moves at most this much per interval
+  uint32_t max_cohorts = 50;      // ASN cohorts per rule (peer classes always have one)
+  double retrans_share_increase = 0.01;  // guard: the winner's retransmit share may exceed the other arm's by this much
+  double rtt_inflation_increase = 0.5;   // guard: its srtt/min_rtt may exceed the other arm's by this factor - 1
+
+  bool operator==(const ControllerSpec& o) const;
+};
+
 struct CcRule {
   std::string name;
   CcMatch match;
-  std::optional<std::string> cc;              // exactly one of cc / experiment
+  std::optional<std::string> cc;              // exactly one of cc / experiment / controller
   std::optional<ExperimentSpec> experiment;
+  std::optional<ControllerSpec> controller;
   int line = 0;
 };
 

@@ -38,6 +38,8 @@
 #include "kernel/flow_probe.h"
 #include "kernel/flow_snapshot.h"
 #include "kernel/policy_controller.h"
+#include "control/cc_controller.h"
+#include "control/controller_store.h"
 #include "kernel/ring_reader.h"
 #include "os/background_job.h"
 #include "os/cgroup_path.h"
@@ -161,6 +163,11 @@ class Daemon {
   void apply_reload(PreparedReload& r);
   void start_snapshot();
   void finish_snapshot();
+  // The controllers' cohorts into the kernel (a new ASN cohort reinstalls
+  // the policy, so the trie names it), and their state to disk.
+  void apply_cohorts();
+  void step_controllers();
+  void save_controllers();
   std::string open_flows_json(const std::string& query) const;
   std::pair<bool, std::string> health() const;
 
@@ -181,6 +188,9 @@ class Daemon {
   std::unique_ptr<FlowProbe> probe_;
   std::unique_ptr<RingReader> ring_;
   std::unique_ptr<PolicyController> policy_;
+  std::unique_ptr<CcController> controller_;
+  ControllerStore controller_store_;
+  std::string controller_store_error_;  // the last one logged, so a lasting one is logged once
   MonotonicToRealtime clock_;
   std::unique_ptr<FlowPipeline> pipeline_;  // every record, finished or open, goes through it
 
@@ -244,9 +254,25 @@ int Daemon::start() {
   probe_ = FlowProbe::open_and_attach(popts, &error, &details);
   if (!probe_) return fail(details.empty() ? error : error + "; " + save_load_log(details));
   policy_ = std::make_unique<PolicyController>(*probe_, registry_);
+  controller_ = std::make_unique<CcController>(registry_, [](const std::string& line) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  });
+  controller_->configure(config_);
+  if (!controller_->empty()) {
+    if (auto saved = controller_store_.load(&error)) {
+      if (!controller_->restore(*saved, &error))
+        log_line("controller state " + controller_store_.path() + " ignored: " + error);
+      else
+        log_line("controller state restored from " + controller_store_.path());
+    } else if (!error.empty()) {
+      log_line("controller state ignored: " + error);
+    }
+    policy_->set_cohorts(controller_->cohort_asns(), controller_->cohort_weights(), &error);
+  }
   if (!policy_->load(config_, enricher_->tables()->asn_db.get(), &error)) return fail("cc_policy: " + error);
   pipeline_ = std::make_unique<FlowPipeline>(clock_, *enricher_, policy_->rule_names());
   http_->handle_json("/api/v1/policy", [this](const std::string&) { return policy_->to_json(); });
+  http_->handle_json("/api/v1/controller", [this](const std::string&) { return controller_->status_json(); });
   RingReader::Handlers handlers;
   handlers.flow = [this](const tcpscope_flow_event& ev) { on_event(ev); };
   handlers.transfer = [this](const tcpscope_transfer_event& ev) { on_transfer(ev); };
@@ -273,6 +299,7 @@ void Daemon::on_event(const tcpscope_flow_event& ev) {
   // decides whether a new key may still be added when the table is full.
   distributions_->add_at(flow, asn.label, drain_time_);
   if (asn.reranked) aggregator_->retire_series(*asn_ranking_);
+  controller_->observe(flow);
   if (flow_log_) {
     append_flow_json(flow, &batch_);
     batched_line();
@@ -286,6 +313,7 @@ void Daemon::on_transfer(const tcpscope_transfer_event& ev) {
   const AsnLabel label = asn_ranking_->label(transfer.asn);
   aggregator_->add(transfer, label);
   distributions_->add_at(transfer, label, drain_time_);
+  controller_->observe(transfer);
   if (flow_log_ && config_.flow_log_transfers) {
     append_transfer_json(transfer, &batch_);
     batched_line();
@@ -336,6 +364,7 @@ void Daemon::on_tick() {
     last_snapshot_ = now;
   }
   policy_->update_metrics();
+  step_controllers();
   // A socket whose storage could not be created is never tracked: its record is lost too.
   self_->set_records_lost(probe_->counter(TCPSCOPE_CNT_RECORDS_LOST) +
                           probe_->counter(TCPSCOPE_CNT_STORAGE_FAILED));
@@ -435,8 +464,16 @@ void Daemon::apply_reload(PreparedReload& r) {
   }
   std::vector<std::string> next_start;
   Config merged = merge_reload(config_, r.config, &next_start);
+  // A controller rule that changed starts afresh, one removed is gone: its
+  // flows get the new policy's weights from the install on.
+  const nlohmann::json controllers_before = controller_->save();
+  controller_->configure(merged);
+  policy_->set_cohorts(controller_->cohort_asns(), controller_->cohort_weights(), &error);
   if (!policy_->load(merged, r.tables.asn_db.get(), &error)) {
     log_line("reload failed: cc_policy: " + error + "; keeping the previous config and data");
+    controller_->configure(config_);
+    controller_->restore(controllers_before, &error);
+    policy_->set_cohorts(controller_->cohort_asns(), controller_->cohort_weights(), &error);
     self_->count_reload(false);
     return;
   }
@@ -454,6 +491,38 @@ void Daemon::apply_reload(PreparedReload& r) {
   std::snprintf(took, sizeof(took), "%.2f", r.seconds);
   log_line("reloaded " + (opts_.config_path.empty() ? std::string("<embedded>") : opts_.config_path) +
            " (read and built in " + took + " s off the event loop)");
+}
+
+void Daemon::apply_cohorts() {
+  std::string error;
+  switch (policy_->set_cohorts(controller_->cohort_asns(), controller_->cohort_weights(), &error)) {
+    case PolicyController::CohortUpdate::kApplied:
+      return;
+    case PolicyController::CohortUpdate::kNeedsInstall:
+      if (policy_->load(config_, enricher_->tables()->asn_db.get(), &error)) return;
+      break;
+    case PolicyController::CohortUpdate::kFailed:
+      break;
+  }
+  log_line("controller: applying cohort weights failed: " + error + "; the kernel keeps the previous ones");
+}
+
+void Daemon::step_controllers() {
+  if (controller_->empty()) return;
+  const double now_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const CcController::StepResult step = controller_->step(now_s);
+  if (step.changed) apply_cohorts();
+  if (step.tested) save_controllers();
+}
+
+void Daemon::save_controllers() {
+  std::string error;
+  if (controller_store_.save(controller_->save(), &error)) {
+    controller_store_error_.clear();
+  } else if (error != controller_store_error_) {
+    log_line("controller state not saved: " + error);
+    controller_store_error_ = error;
+  }
 }
 
 // Long-lived flows must not be invisible until they close: every
@@ -575,6 +644,7 @@ int Daemon::run() {
   snapshot_.wait();
   reload_.wait();
   // Detach first so nothing new arrives, then write out what the kernel queued.
+  if (!controller_->empty()) save_controllers();
   policy_->unload();
   probe_->detach();
   // Nothing new can arrive now: the queue is finite, drain it to the end.

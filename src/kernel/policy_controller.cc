@@ -12,7 +12,7 @@ PolicyController::PolicyController(FlowProbe& probe, std::shared_ptr<prometheus:
     : probe_(probe), maps_(probe), metrics_(std::move(registry)) {}
 
 bool PolicyController::load(const Config& config, const AsnDatabase* asn_db, std::string* error) {
-  auto compiled = compile_policy(config, asn_db, error);
+  auto compiled = compile_policy(config, asn_db, error, cohort_asns_);
   if (!compiled) return false;
   if (!compiled->rules.empty() && probe_.cgroup_path().empty()) {
     *error = "cc_policy has rules but its programs are not attached to any cgroup";
@@ -21,7 +21,7 @@ bool PolicyController::load(const Config& config, const AsnDatabase* asn_db, std
   if (!ensure_congestion_controls(compiled->congestion_controls(), error)) return false;
   auto policy = std::make_shared<const CompiledPolicy>(std::move(*compiled));
   const uint16_t install = names_.next_install();
-  int gen = maps_.install(*policy, install, error);
+  int gen = maps_.install(*policy, install, cohort_weights_, error);
   if (gen < 0) return false;
   names_.add(*policy);
   sync_cc_names();
@@ -33,6 +33,19 @@ bool PolicyController::load(const Config& config, const AsnDatabase* asn_db, std
   active_install_ = install;
   config_ = config.cc_policy;
   return true;
+}
+
+PolicyController::CohortUpdate PolicyController::set_cohorts(const std::vector<uint32_t>& asns,
+                                                             const std::vector<CohortWeights>& weights,
+                                                             std::string* error) {
+  cohort_weights_ = weights;
+  if (asns != cohort_asns_) {
+    cohort_asns_ = asns;
+    return CohortUpdate::kNeedsInstall;
+  }
+  if (active_gen_ < 0) return CohortUpdate::kApplied;  // the first install writes them
+  return maps_.write_cohort_weights(static_cast<uint32_t>(active_gen_), weights, error) ? CohortUpdate::kApplied
+                                                                                        : CohortUpdate::kFailed;
 }
 
 void PolicyController::sync_cc_names() {

@@ -29,8 +29,16 @@ class PolicyController {
  public:
   PolicyController(FlowProbe& probe, std::shared_ptr<prometheus::Registry> registry);
 
-  // Compiles and installs; on failure the previous policy stays in force.
+  // Compiles and installs, with the controllers' cohorts as last set; on
+  // failure the previous policy stays in force.
   bool load(const Config& config, const AsnDatabase* asn_db, std::string* error);
+  // The controllers' cohorts (control/cc_controller.h): the ASNs they keep
+  // weights for, and every cohort's weights. Weights go to the active
+  // generation at once; a changed ASN set needs the trie to name those ASNs,
+  // so the caller reinstalls with load().
+  enum class CohortUpdate { kApplied, kNeedsInstall, kFailed };
+  CohortUpdate set_cohorts(const std::vector<uint32_t>& asns, const std::vector<CohortWeights>& weights,
+                           std::string* error);
   // The names of every kept install's rules, which the record pipeline
   // gives each flow (load() adds to them, on the daemon's thread).
   const RuleNames& rule_names() const { return names_; }
@@ -56,6 +64,8 @@ class PolicyController {
   int active_gen_ = -1;
   uint16_t active_install_ = 0;
   CcPolicy config_;  // as last loaded, for policy show
+  std::vector<uint32_t> cohort_asns_;         // set_cohorts(): the daemon's thread
+  std::vector<CohortWeights> cohort_weights_;
 };
 
 }  // namespace tcpscope

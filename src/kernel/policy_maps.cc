@@ -58,7 +58,40 @@ PolicyMaps::~PolicyMaps() {
   if (sysctl_ring_) ring_buffer__free(sysctl_ring_);
 }
 
-int PolicyMaps::install(const CompiledPolicy& policy, uint16_t install_id, std::string* error) {
+bool PolicyMaps::write_cohort_weights(uint32_t gen, const std::vector<CohortWeights>& weights, std::string* error) {
+  int fd = bpf_map__fd(probe_.skeleton()->maps.cohort_weights);
+  auto key_of = [gen](const CohortWeights& w) {
+    return tcpscope_cohort_key{TCPSCOPE_RULE_SLOT(gen, w.rule), w.cohort};
+  };
+  std::vector<tcpscope_cohort_key> stale;
+  tcpscope_cohort_key key{}, next{};
+  for (const tcpscope_cohort_key* prev = nullptr; bpf_map_get_next_key(fd, prev, &next) == 0; prev = &key) {
+    key = next;
+    if (key.rule_slot / TCPSCOPE_MAX_RULES != gen) continue;
+    if (std::none_of(weights.begin(), weights.end(), [&](const CohortWeights& w) {
+          const tcpscope_cohort_key k = key_of(w);
+          return k.rule_slot == key.rule_slot && k.cohort == key.cohort;
+        }))
+      stale.push_back(key);
+  }
+  for (const auto& k : stale) bpf_map_delete_elem(fd, &k);
+  for (const CohortWeights& w : weights) {
+    if (w.rule >= TCPSCOPE_MAX_RULES || w.percent.empty() || w.percent.size() > TCPSCOPE_MAX_ARMS) continue;
+    tcpscope_cohort_weights v{};
+    uint32_t cum = 0;
+    for (size_t a = 0; a < w.percent.size(); ++a) v.cum_weight[a] = cum += w.percent[a];
+    const tcpscope_cohort_key k = key_of(w);
+    if (bpf_map_update_elem(fd, &k, &v, BPF_ANY) != 0) {
+      *error = "writing cohort weights (rule " + std::to_string(w.rule) + ", cohort " + std::to_string(w.cohort) +
+               "): " + errno_text(errno);
+      return false;
+    }
+  }
+  return true;
+}
+
+int PolicyMaps::install(const CompiledPolicy& policy, uint16_t install_id, const std::vector<CohortWeights>& weights,
+                        std::string* error) {
   auto* skel = probe_.skeleton();
   int state_fd = bpf_map__fd(skel->maps.policy_state);
   uint32_t zero = 0;
@@ -87,6 +120,7 @@ int PolicyMaps::install(const CompiledPolicy& policy, uint16_t install_id, std::
       return -1;
     }
   }
+  if (!write_cohort_weights(gen, weights, error)) return -1;
   std::vector<uint64_t> zeros(ncpus(), 0);
   for (bpf_map* counters : {skel->maps.cc_assignments, skel->maps.cc_revoked}) {
     int fd = bpf_map__fd(counters);

@@ -29,7 +29,13 @@ class PolicyMaps {
   // Installs `policy` and makes it active, its sockets tagged with
   // `install_id` (16 bits); returns the generation it went into (0 or 1), or
   // -1 with `error` set (the previous policy stays active).
-  int install(const CompiledPolicy& policy, uint16_t install_id, std::string* error);
+  // `weights`: the controllers' cohort weights, in place before the flip.
+  int install(const CompiledPolicy& policy, uint16_t install_id, const std::vector<CohortWeights>& weights,
+              std::string* error);
+  // Makes `weights` the cohort weights of generation `gen`, and only them:
+  // each entry is replaced in one step, so a new socket sees a cohort's old
+  // or new weights, never a mix.
+  bool write_cohort_weights(uint32_t gen, const std::vector<CohortWeights>& weights, std::string* error);
   // While unset (daemon stopping) sysctl_guard: deny refuses nothing.
   void set_loaded(bool loaded);
 

@@ -96,6 +96,7 @@ std::vector<std::pair<std::string, std::string>> unloaded_module_congestion_cont
     if (rule.cc) names.push_back(*rule.cc);
     if (rule.experiment)
       for (const auto& arm : rule.experiment->arms) names.push_back(arm.first);
+    if (rule.controller) names.insert(names.end(), rule.controller->arms.begin(), rule.controller->arms.end());
     for (const auto& name : names) {
       if (std::find(loaded.begin(), loaded.end(), name) != loaded.end()) continue;
       if (std::none_of(out.begin(), out.end(), [&](const auto& e) { return e.first == name; }))
@@ -112,8 +113,19 @@ std::vector<std::string> CompiledPolicy::congestion_controls() const {
   return {names.begin(), names.end()};
 }
 
+std::vector<std::string> arm_names(const std::vector<std::string>& ccs) {
+  std::vector<std::string> out;
+  std::map<std::string, int> seen;
+  for (const auto& cc : ccs) {
+    const int n = ++seen[cc];
+    out.push_back(n == 1 ? cc : cc + "#" + std::to_string(n));
+  }
+  return out;
+}
+
 std::optional<CompiledPolicy> compile_policy(const Config& config, const AsnDatabase* asn_db,
-                                             std::string* error) {
+                                             std::string* error, const std::vector<uint32_t>& cohort_asns) {
+  static_assert(kMaxControllerArms == TCPSCOPE_MAX_ARMS, "config and kernel agree on the arms");
   CompiledPolicy out;
   out.app_override = config.cc_policy.app_override == AppOverride::kEnforce ? TCPSCOPE_APP_ENFORCE
                                                                              : TCPSCOPE_APP_RESPECT;
@@ -158,6 +170,13 @@ std::optional<CompiledPolicy> compile_policy(const Config& config, const AsnData
     if (r.experiment) {
       cr.experiment = r.experiment->name;
       arms = r.experiment->arms;
+    } else if (r.controller) {
+      // Until the controller decides for a cohort, every arm gets an equal
+      // share (the remainder to the first arms).
+      cr.experiment = kControllerExperiment;
+      const uint32_t k = static_cast<uint32_t>(r.controller->arms.size());
+      for (uint32_t j = 0; j < k; ++j) arms.emplace_back(r.controller->arms[j], 100 / k + (j < 100 % k ? 1 : 0));
+      b.cohort_mode = r.controller->cohort == CohortKind::kAsn ? TCPSCOPE_COHORT_ASN : TCPSCOPE_COHORT_PEER_CLASS;
     } else if (r.cc) {
       arms = {{*r.cc, 100}};
     }
@@ -173,6 +192,7 @@ std::optional<CompiledPolicy> compile_policy(const Config& config, const AsnData
       cr.arms.push_back(arms[j].first);
     }
     b.n_arms = static_cast<uint32_t>(arms.size());
+    cr.arm_names = arm_names(cr.arms);
     out.rules.push_back(std::move(cr));
   }
   if (rules.empty()) return out;  // nothing for the kernel to decide
@@ -216,6 +236,8 @@ std::optional<CompiledPolicy> compile_policy(const Config& config, const AsnData
   std::set<uint32_t> relevant;
   for (const auto& [asn, _] : asn_class) relevant.insert(asn);
   for (const auto& [asn, _] : asn_rules) relevant.insert(asn);
+  relevant.insert(cohort_asns.begin(), cohort_asns.end());
+  relevant.erase(0);
   if (asn_db) {
     for (uint32_t asn : relevant)
       for (const Prefix& p : asn_db->prefixes_of(asn)) {
@@ -252,6 +274,8 @@ std::optional<CompiledPolicy> compile_policy(const Config& config, const AsnData
       if (it != asn_rules.end()) e.asn_rules = it->second;
     }
     e.info.rules = rules_mask(out.rules, e.class_id, e.prefix_rules, e.asn_rules);
+    e.info.asn = asn;
+    e.info.class_id = e.class_id;
     if (k.second == 0) out.default_rules = e.info.rules;  // ::/0
     out.remote.push_back(e);
   }

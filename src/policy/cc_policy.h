@@ -29,8 +29,9 @@ enum : uint32_t {
 
 struct CompiledRule {
   std::string name;
-  std::optional<std::string> experiment;
-  std::vector<std::string> arms;  // CC per arm (one for a plain `cc:` rule)
+  std::optional<std::string> experiment;  // kControllerExperiment for a controller rule
+  std::vector<std::string> arms;       // CC per arm (one for a plain `cc:` rule)
+  std::vector<std::string> arm_names;  // what records call each arm: its CC, "cc#2" for a CC listed twice
   // Decided here, into each trie entry's rules mask: only the daemon reads
   // them. The kernel gets `bpf` and checks its local ports itself.
   uint32_t match = 0;     // kMatch*
@@ -45,9 +46,20 @@ struct RemoteEntry {
   // matcher): the peer class (index into class_names) and ASN of these
   // addresses, and bit i: rule i's prefixes / asns contain them.
   uint32_t class_id = 0;
-  uint32_t asn = 0;  // 0 when the ASN is not one any rule or class names
+  uint32_t asn = 0;  // 0 when the ASN is not one any rule, class or controller cohort names
   uint64_t prefix_rules = 0;
   uint64_t asn_rules = 0;
+};
+
+// A controller's weights for one cohort of one rule (percent per arm, summing
+// to 100), as the kernel's cohort_weights map holds them.
+struct CohortWeights {
+  uint32_t rule = 0;    // index in the policy's rules
+  uint32_t cohort = 0;  // an ASN, or TCPSCOPE_COHORT_CLASS_KEY(class id)
+  std::vector<uint32_t> percent;
+  bool operator==(const CohortWeights& o) const {
+    return rule == o.rule && cohort == o.cohort && percent == o.percent;
+  }
 };
 
 struct CompiledPolicy {
@@ -72,9 +84,15 @@ std::vector<std::pair<std::string, std::string>> unloaded_module_congestion_cont
     const Config& config, const std::vector<std::string>& loaded);
 
 // `asn_db` may be null when no ASN data is configured; rules or classes that
-// match on ASNs then make this fail. Returns nullopt + one-line error.
+// match on ASNs then make this fail. `cohort_asns`: the ASNs controllers keep
+// weights for; the trie then names them (tcpscope_remote_info.asn) so the
+// kernel finds their weights. Returns nullopt + one-line error.
 std::optional<CompiledPolicy> compile_policy(const Config& config, const AsnDatabase* asn_db,
-                                             std::string* error);
+                                             std::string* error, const std::vector<uint32_t>& cohort_asns = {});
+
+// The arms of a rule as records name them: each CC, and "cc#N" for the N-th
+// time one CC is listed (an A/A run: arms [cubic, cubic]).
+std::vector<std::string> arm_names(const std::vector<std::string>& ccs);
 
 // The trie key of an address or prefix: IPv4 as ::ffff:a.b.c.d, length +96.
 tcpscope_remote_key remote_key(const IpAddr& addr, int len);

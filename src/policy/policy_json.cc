@@ -35,9 +35,20 @@ std::string policy_json(const PolicyStatus& s) {
         const ArmCounts n = i < s.counts.size() && a < s.counts[i].size() ? s.counts[i][a] : ArmCounts{};
         total += n.assigned;
         uint32_t weight = r.bpf.cum_weight[a] - (a ? r.bpf.cum_weight[a - 1] : 0);
-        arms.push_back({{"cc", r.arms[a]}, {"weight", weight}, {"assigned", n.assigned}, {"revoked", n.revoked}});
+        nlohmann::json arm = {{"cc", r.arms[a]}, {"weight", weight}, {"assigned", n.assigned}, {"revoked", n.revoked}};
+        if (r.arm_names[a] != r.arms[a]) arm["arm"] = r.arm_names[a];
+        arms.push_back(std::move(arm));
       }
-      if (r.experiment)
+      if (src.controller) {
+        // The weights per cohort are the controller's (/api/v1/controller);
+        // these are those of a cohort it has not decided for.
+        rule["controller"] = {{"cohort", src.controller->cohort == CohortKind::kAsn ? "asn" : "peer_class"},
+                              {"control_percent", src.controller->control_percent},
+                              {"min_transfers", src.controller->min_transfers},
+                              {"interval_s", src.controller->interval_s},
+                              {"fdr", src.controller->fdr},
+                              {"arms", arms}};
+      } else if (r.experiment)
         rule["experiment"] = {{"name", *r.experiment}, {"arms", arms}};
       else
         rule["cc"] = r.arms[0];

@@ -44,7 +44,7 @@ void PolicyMetrics::set_rule_counts(uint32_t gen, const CompiledPolicy& policy, 
       const std::string slot = std::to_string(gen) + "/" + std::to_string(i) + "/" + std::to_string(a);
       const std::map<std::string, std::string> labels = {
           {"rule", r.name}, {"experiment", r.experiment.value_or("")},
-          {"arm", r.experiment ? r.arms[a] : ""}, {"cc", r.arms[a]}};
+          {"arm", r.experiment ? r.arm_names[a] : ""}, {"cc", r.arms[a]}};
       if (n.assigned) track(assignments_, "assign/" + slot, labels, n.assigned);
       if (n.revoked) track(revoked_, "revoke/" + slot, labels, n.revoked);
     }

@@ -9,7 +9,7 @@ void RuleNames::add(const CompiledPolicy& policy) {
   next_install_ = next_install_ == TCPSCOPE_INSTALL_MASK ? 1 : next_install_ + 1;
 
   std::vector<RuleLabel> labels;
-  for (const auto& r : policy.rules) labels.push_back({r.name, r.experiment, r.arms});
+  for (const auto& r : policy.rules) labels.push_back({r.name, r.experiment, r.arm_names});
   // The counter wrapped: the install that had this id is long gone.
   install_order_.erase(std::remove(install_order_.begin(), install_order_.end(), install), install_order_.end());
   installs_[install] = std::move(labels);

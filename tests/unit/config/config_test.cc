@@ -112,7 +112,7 @@ TEST(ConfigTest, SpecExampleParsesClean) {
   EXPECT_EQ(c.default_peer_class, "client");
   EXPECT_EQ(c.cc_policy.app_override, AppOverride::kRespect);
   EXPECT_EQ(c.cc_policy.sysctl_guard, SysctlGuard::kObserve);
-  ASSERT_EQ(c.cc_policy.rules.size(), 2u);
+  ASSERT_EQ(c.cc_policy.rules.size(), 3u);
   const CcRule& r0 = c.cc_policy.rules[0];
   EXPECT_EQ(r0.name, "wireless-bbr");
   EXPECT_EQ(r0.line, 23);
@@ -126,12 +126,62 @@ TEST(ConfigTest, SpecExampleParsesClean) {
   EXPECT_EQ(r1.experiment->name, "bbr-vs-cubic");
   using Arms = std::vector<std::pair<std::string, uint32_t>>;
   EXPECT_EQ(r1.experiment->arms, (Arms{{"bbr", 50}, {"cubic", 50}}));
+  const CcRule& r2 = c.cc_policy.rules[2];
+  ASSERT_TRUE(r2.controller);
+  EXPECT_FALSE(r2.cc || r2.experiment);
+  EXPECT_EQ(r2.controller->arms, (std::vector<std::string>{"bbr", "cubic"}));
+  EXPECT_EQ(r2.controller->cohort, CohortKind::kAsn);
+  EXPECT_EQ(r2.controller->control_percent, 10u);
+  EXPECT_EQ(r2.controller->min_transfers, 500u);
+  EXPECT_EQ(r2.controller->interval_s, 60u);  // the defaults of what SPEC's example leaves out
+  EXPECT_EQ(r2.controller->fdr, 0.05);
+}
+
+TEST(ConfigTest, ControllerSettings) {
+  Config c;
+  auto errors = errors_of(
+      "cc_policy:\n  rules:\n    - name: auto\n      controller:\n        arms: [cubic, cubic, bbr]\n"
+      "        cohort: peer_class\n        control_percent: 20\n        min_transfers: 30\n        interval_s: 5\n"
+      "        fdr: 0.1\n        ramp_step_percent: 50\n        max_cohorts: 7\n"
+      "        guards: {retrans_share_increase: 0.02, rtt_inflation_increase: 1.5}\n",
+      &c);
+  ASSERT_TRUE(errors.empty()) << dump(errors);
+  const ControllerSpec& s = *c.cc_policy.rules.at(0).controller;
+  EXPECT_EQ(s.arms, (std::vector<std::string>{"cubic", "cubic", "bbr"}));  // an A/A pair may repeat a CC
+  EXPECT_EQ(s.cohort, CohortKind::kPeerClass);
+  EXPECT_EQ(s.control_percent, 20u);
+  EXPECT_EQ(s.min_transfers, 30u);
+  EXPECT_EQ(s.interval_s, 5u);
+  EXPECT_DOUBLE_EQ(s.fdr, 0.1);
+  EXPECT_EQ(s.ramp_step_percent, 50u);
+  EXPECT_EQ(s.max_cohorts, 7u);
+  EXPECT_DOUBLE_EQ(s.retrans_share_increase, 0.02);
+  EXPECT_DOUBLE_EQ(s.rtt_inflation_increase, 1.5);
+}
+
+TEST(ConfigErrorTest, ControllerMistakes) {
+  const std::string head = "cc_policy:\n  rules:\n    - name: auto\n      controller:\n";
+  EXPECT_TRUE(OneError(head + "        arms: [bbr]\n", 5, "controller.arms needs 2 to 8 arms, has 1"));
+  EXPECT_TRUE(OneError(head + "        arms: [bbr, vegas]\n", 5, "\"vegas\" is not available"));
+  EXPECT_TRUE(OneError(head + "        arms: [bbr, cubic]\n        cohort: city\n", 6,
+                       "controller.cohort must be asn or peer_class"));
+  EXPECT_TRUE(OneError(head + "        arms: [bbr, cubic]\n        fdr: 0.9\n", 6,
+                       "controller.fdr must be a number in 1e-06..0.5"));
+  EXPECT_TRUE(OneError(head + "        arms: [bbr, cubic]\n        fdr: lots\n", 6, "got \"lots\""));
+  EXPECT_TRUE(OneError(head + "        arms: [bbr, cubic]\n        control_percent: 0\n", 6,
+                       "control_percent 0 is out of range 1..100"));
+  EXPECT_TRUE(OneError(head + "        cohort: asn\n", 5, "controller has no arms"));
+  EXPECT_TRUE(OneError(head + "        arms: [bbr, cubic]\n        guards: {loss: 1}\n", 6, "loss"));
+  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      controller: {arms: [bbr, cubic]}\n",
+                       3, "has more than one of cc, experiment and controller"));
+  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      experiment: {name: controller, arms: {bbr: 50, cubic: 50}}\n",
+                       4, "is reserved for controller rules"));
 }
 
 TEST(ConfigTest, SpecExampleNeedsTheKernelToOfferItsCcs) {
   std::vector<ConfigError> errors;
   load_config_file(kDataDir + "/spec_example.yaml", {"cubic", "reno"}, &errors);
-  ASSERT_EQ(errors.size(), 2u) << dump(errors);  // cc: bbr and arm bbr
+  ASSERT_EQ(errors.size(), 3u) << dump(errors);  // cc: bbr, arm bbr, controller arm bbr
   EXPECT_EQ(errors[0].line, 25);
   EXPECT_EQ(errors[1].line, 28);
   EXPECT_NE(errors[0].message.find("\"bbr\" is not available"), std::string::npos);
@@ -417,13 +467,13 @@ TEST(ConfigErrorTest, DuplicateRuleNames) {
 TEST(ConfigErrorTest, RuleWithBothCcAndExperiment) {
   EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n"
                        "      experiment: {name: e, arms: {bbr: 50, cubic: 50}}\n",
-                       3, "cc_policy.rules[0] has both cc and experiment"));
+                       3, "cc_policy.rules[0] has more than one of cc, experiment and controller"));
 }
 
 TEST(ConfigErrorTest, RuleWithNeitherCcNorExperiment) {
   EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: a\n      cc: bbr\n"
                        "    - name: r\n      match: {lports: [443]}\n",
-                       5, "cc_policy.rules[1] has neither cc nor experiment"));
+                       5, "cc_policy.rules[1] has none of cc, experiment and controller"));
 }
 
 TEST(ConfigErrorTest, RuleWithoutName) {
@@ -770,7 +820,7 @@ TEST(CheckConfigCommandTest, ValidFilePrintsOkAndSummary) {
   std::ostringstream out, err;
   const std::string path = kDataDir + "/spec_example.yaml";
   EXPECT_EQ(check_config_command(path, kCc, out, err), 0);
-  EXPECT_EQ(out.str(), path + ": ok\n3 peer classes, 2 rules (1 experiment)\n");
+  EXPECT_EQ(out.str(), path + ": ok\n3 peer classes, 3 rules (1 experiment, 1 controller)\n");
   EXPECT_EQ(err.str(), "");
 }
 
@@ -800,7 +850,7 @@ TEST(CheckConfigCommandTest, EmptyFileSummary) {
   std::ostringstream out, err;
   const std::string path = kDataDir + "/good_empty.yaml";
   EXPECT_EQ(check_config_command(path, kCc, out, err), 0) << err.str();
-  EXPECT_EQ(out.str(), path + ": ok\n0 peer classes, 0 rules (0 experiments)\n");
+  EXPECT_EQ(out.str(), path + ": ok\n0 peer classes, 0 rules (0 experiments, 0 controllers)\n");
 }
 
 }  // namespace

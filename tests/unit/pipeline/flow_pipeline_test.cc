@@ -38,6 +38,7 @@ struct Fixture {
     rule.name = "wan";
     rule.experiment = "bbr-trial";
     rule.arms = {"cubic", "bbr"};
+    rule.arm_names = rule.arms;
     CompiledPolicy policy;
     policy.rules = {rule};
     install = names.next_install();

@@ -39,10 +39,12 @@ CompiledPolicy two_rules() {
   CompiledRule plain;
   plain.name = "lan";
   plain.arms = {"cubic"};
+  plain.arm_names = plain.arms;
   CompiledRule exp;
   exp.name = "wan";
   exp.experiment = "trial";
   exp.arms = {"cubic", "bbr"};
+  exp.arm_names = exp.arms;
   p.rules = {plain, exp};
   return p;
 }

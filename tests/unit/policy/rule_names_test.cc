@@ -11,6 +11,7 @@ CompiledRule plain(const std::string& name, const std::string& cc) {
   CompiledRule r;
   r.name = name;
   r.arms = {cc};
+  r.arm_names = r.arms;
   return r;
 }
 
@@ -19,6 +20,7 @@ CompiledRule experiment(const std::string& name, const std::string& exp, std::ve
   r.name = name;
   r.experiment = exp;
   r.arms = std::move(arms);
+  r.arm_names = r.arms;
   return r;
 }
 

@@ -1,0 +1,790 @@
+#include "control/cc_controller.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <sstream>
+
+#include "control/controller_metrics.h"
+#include "record/flow_record.h"
+#include "record/transfer_record.h"
+#include "tcpscope/policy.h"
+
+namespace tcpscope {
+
+namespace {
+
+// The mixing scale of the sequential tests, in log units: most power for
+// changes around 10 %, the size of the effects the CDN study acted on.
+constexpr double kMixingScale = 0.1;
+constexpr int kStateVersion = 1;
+// ASNs followed while pooled, per allowed ASN cohort (their evidence decides
+// which are promoted); the smallest are dropped beyond that.
+constexpr size_t kCandidatesPerCohort = 4;
+constexpr size_t kMinCandidates = 64;
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+std::string percent_text(double change) { return (change >= 0 ? "+" : "") + fixed(change * 100, 1) + "%"; }
+
+std::vector<uint32_t> equal_shares(size_t k) {
+  std::vector<uint32_t> w(k, static_cast<uint32_t>(100 / k));
+  for (size_t j = 0; j < 100 % k; ++j) ++w[j];
+  return w;
+}
+
+// The winner's share of the whole and its part of the control slice; the
+// other arms split the rest of the slice (remainders to the first).
+std::vector<uint32_t> decided_shares(size_t k, size_t winner, uint32_t winner_percent) {
+  std::vector<uint32_t> w(k, 0);
+  w[winner] = winner_percent;
+  const uint32_t rest = 100 - winner_percent;
+  const uint32_t others = static_cast<uint32_t>(k - 1);
+  uint32_t extra = rest % others;
+  for (size_t j = 0; j < k; ++j) {
+    if (j == winner) continue;
+    w[j] = rest / others + (extra ? 1 : 0);
+    if (extra) --extra;
+  }
+  return w;
+}
+
+uint32_t winner_target(size_t k, uint32_t control_percent) {
+  return 100 - control_percent + control_percent / static_cast<uint32_t>(k);
+}
+
+}  // namespace
+
+const char* cohort_state_name(CohortState s) {
+  switch (s) {
+    case CohortState::kExploring: return "exploring";
+    case CohortState::kDecided: return "decided";
+    case CohortState::kReverted: return "reverted";
+  }
+  return "exploring";
+}
+
+struct CcController::Cohort {
+  std::string label;       // "64501", or the peer class
+  bool is_asn = false;
+  uint32_t kernel_key = 0;  // the ASN, or TCPSCOPE_COHORT_CLASS_KEY(class id)
+  CohortState state = CohortState::kExploring;
+  int winner = -1;
+  Objective objective = Objective::kFct;  // what the winner won
+  std::vector<uint32_t> weights;
+  std::vector<ArmEvidence> evidence;  // this epoch's, per arm
+  double epoch_start_s = 0;
+  std::optional<double> decided_at_s;
+  double max_e = 1;          // this epoch's largest e-value so far: its always-valid p
+  nlohmann::json last_test;  // the latest test of this epoch, as shown
+  nlohmann::json decision;   // the evidence of the last decision or revert
+};
+
+struct CcController::Rule {
+  std::string name;
+  uint32_t index = 0;  // in cc_policy.rules
+  CcMatch match;
+  ControllerSpec spec;
+  std::vector<std::string> arm_names;
+  std::map<std::string, uint32_t> arm_index;
+  std::vector<std::string> class_names;  // as compile_policy numbers them
+  uint64_t throughput_min_bytes = 0;
+  std::map<std::string, Cohort> pools;    // by peer class
+  std::map<uint32_t, Cohort> asns;        // ASN cohorts
+  std::map<uint32_t, std::vector<ArmEvidence>> candidates;  // pooled ASNs followed for promotion
+  double next_test_s = 0;
+  uint64_t decisions = 0, reverts = 0;
+
+  uint32_t class_id(const std::string& peer_class) const {
+    for (size_t i = 0; i < class_names.size(); ++i)
+      if (class_names[i] == peer_class) return static_cast<uint32_t>(i);
+    return static_cast<uint32_t>(class_names.size() - 1);
+  }
+  Cohort make_cohort(std::string label, bool is_asn, uint32_t key, double now_s) const {
+    Cohort c;
+    c.label = std::move(label);
+    c.is_asn = is_asn;
+    c.kernel_key = key;
+    c.weights = equal_shares(arm_names.size());
+    c.evidence.assign(arm_names.size(), ArmEvidence());
+    c.epoch_start_s = now_s;
+    return c;
+  }
+};
+
+CcController::CcController(std::shared_ptr<prometheus::Registry> registry, LogSink log)
+    : metrics_(std::make_unique<ControllerMetrics>(std::move(registry))), log_(std::move(log)) {}
+
+CcController::~CcController() = default;
+
+bool CcController::empty() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rules_.empty();
+}
+
+namespace {
+
+// What a saved state must have been made under to apply: every setting
+// of the rule that changes what its evidence means or how it is judged.
+nlohmann::json settings_of(const ControllerSpec& s, const CcMatch& m, const std::vector<std::string>& class_names,
+                           uint64_t throughput_min_bytes) {
+  nlohmann::json prefixes = nlohmann::json::array();
+  for (const auto& p : m.prefixes) prefixes.push_back(p.to_string());
+  return {{"arms", s.arms},
+          {"cohort", s.cohort == CohortKind::kAsn ? "asn" : "peer_class"},
+          {"control_percent", s.control_percent},
+          {"min_transfers", s.min_transfers},
+          {"fdr", s.fdr},
+          {"max_cohorts", s.max_cohorts},
+          {"guards", {s.retrans_share_increase, s.rtt_inflation_increase}},
+          {"match", {{"peer_class", m.peer_class.value_or("")}, {"asns", m.asns}, {"prefixes", prefixes},
+                     {"lports", m.lports}}},
+          {"peer_classes", class_names},
+          {"throughput_min_bytes", throughput_min_bytes}};
+}
+
+}  // namespace
+
+void CcController::configure(const Config& config) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::unique_ptr<Rule>> next;
+  std::vector<std::string> class_names;
+  for (const auto& c : config.peer_classes) class_names.push_back(c.name);
+  class_names.push_back(config.default_peer_class);
+  for (uint32_t i = 0; i < config.cc_policy.rules.size(); ++i) {
+    const CcRule& cr = config.cc_policy.rules[i];
+    if (!cr.controller) continue;
+    std::unique_ptr<Rule> r;
+    const nlohmann::json settings = settings_of(*cr.controller, cr.match, class_names, config.throughput_min_bytes);
+    for (auto& old : rules_)
+      if (old && old->name == cr.name && old->spec == *cr.controller &&
+          settings_of(old->spec, old->match, old->class_names, old->throughput_min_bytes) == settings)
+        r = std::move(old);
+    if (!r) {
+      r = std::make_unique<Rule>();
+      r->name = cr.name;
+      r->match = cr.match;
+      r->spec = *cr.controller;
+      r->arm_names = arm_names(cr.controller->arms);
+      for (uint32_t a = 0; a < r->arm_names.size(); ++a) r->arm_index[r->arm_names[a]] = a;
+      r->class_names = class_names;
+      r->throughput_min_bytes = config.throughput_min_bytes;
+    }
+    r->index = i;
+    next.push_back(std::move(r));
+  }
+  rules_ = std::move(next);
+  by_name_.clear();
+  for (auto& r : rules_) by_name_[r->name] = r.get();
+  update_metrics();
+}
+
+CcController::Cohort* CcController::cohort_of(Rule& r, uint32_t asn, const std::string& peer_class, bool* pooled) {
+  *pooled = true;
+  if (r.spec.cohort == CohortKind::kAsn && asn) {
+    auto it = r.asns.find(asn);
+    if (it != r.asns.end()) {
+      *pooled = false;
+      return &it->second;
+    }
+  }
+  auto it = r.pools.find(peer_class);
+  if (it == r.pools.end()) {
+    // Bounded: one per peer class of the config.
+    if (std::find(r.class_names.begin(), r.class_names.end(), peer_class) == r.class_names.end()) return nullptr;
+    it = r.pools.emplace(peer_class, r.make_cohort(peer_class, false, TCPSCOPE_COHORT_CLASS_KEY(r.class_id(peer_class)),
+                                                   0))
+             .first;
+  }
+  return &it->second;
+}
+
+void CcController::observe(const TransferRecord& t) {
+  if (!t.experiment || *t.experiment != kControllerExperiment || !t.cc_rule || !t.arm) return;
+  if (t.direction != TransferDirection::kSend) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto rit = by_name_.find(*t.cc_rule);
+  if (rit == by_name_.end()) return;
+  Rule& r = *rit->second;
+  auto ait = r.arm_index.find(*t.arm);
+  if (ait == r.arm_index.end()) return;
+  bool pooled = false;
+  Cohort* c = cohort_of(r, t.asn, t.peer_class, &pooled);
+  if (!c) return;
+  c->evidence[ait->second].add_transfer(t, r.throughput_min_bytes);
+  if (pooled && t.asn && r.spec.cohort == CohortKind::kAsn && r.spec.max_cohorts) {
+    auto cit = r.candidates.find(t.asn);
+    if (cit == r.candidates.end()) {
+      if (r.candidates.size() >= std::max(kMinCandidates, kCandidatesPerCohort * r.spec.max_cohorts)) return;
+      cit = r.candidates.emplace(t.asn, std::vector<ArmEvidence>(r.arm_names.size())).first;
+    }
+    cit->second[ait->second].add_transfer(t, r.throughput_min_bytes);
+  }
+}
+
+void CcController::observe(const FlowRecord& f) {
+  if (!f.experiment || *f.experiment != kControllerExperiment || !f.cc_rule || !f.arm) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto rit = by_name_.find(*f.cc_rule);
+  if (rit == by_name_.end()) return;
+  Rule& r = *rit->second;
+  auto ait = r.arm_index.find(*f.arm);
+  if (ait == r.arm_index.end()) return;
+  bool pooled = false;
+  Cohort* c = cohort_of(r, f.asn, f.peer_class, &pooled);
+  if (!c) return;
+  c->evidence[ait->second].add_flow(f);
+  if (pooled && f.asn) {
+    auto cit = r.candidates.find(f.asn);
+    if (cit != r.candidates.end()) cit->second[ait->second].add_flow(f);
+  }
+}
+
+namespace {
+
+// One test of a cohort: its hypothesis' e-value and what a decision on it
+// would rest on.
+struct CohortTest {
+  bool testable = false;
+  double e = 1;
+  int winner = -1;
+  int other = -1;  // the arm the weakest pair was against
+  Objective objective = Objective::kFct;
+  SequentialResult pair;  // winner vs other, diff from other to winner
+  bool guards_ok = true;
+  std::string guard_note;  // the guard that failed, for the log
+  nlohmann::json json;
+};
+
+uint64_t min_count(const std::vector<ArmEvidence>& ev, Objective o) {
+  uint64_t n = UINT64_MAX;
+  for (const auto& a : ev) n = std::min<uint64_t>(n, a.objective(o).n);
+  return ev.empty() ? 0 : n;
+}
+
+// diff of `to` relative to `from`, signed so that > 0 is better for `to`.
+double better_by(Objective o, double diff) { return lower_is_better(o) ? -diff : diff; }
+
+nlohmann::json arm_json(const ArmEvidence& a) {
+  nlohmann::json j;
+  j["transfers"] = a.transfers();
+  j["n_fct"] = a.objective(Objective::kFct).n;
+  j["n_throughput"] = a.objective(Objective::kThroughput).n;
+  if (!a.sketch(Objective::kFct).empty()) j["fct_p50_ms"] = a.sketch(Objective::kFct).quantile(0.5) * 1e3;
+  if (!a.sketch(Objective::kThroughput).empty())
+    j["throughput_p50_bps"] = a.sketch(Objective::kThroughput).quantile(0.5) * 8;
+  if (a.retrans().trials > 0) j["retrans_share"] = a.retrans().share();
+  if (a.rtt_inflation().n) j["rtt_inflation"] = std::exp(a.rtt_inflation().mean);
+  return j;
+}
+
+// Exploring: is one arm better than every other on an objective?
+CohortTest test_exploring(const std::vector<ArmEvidence>& ev, const ControllerSpec& spec) {
+  CohortTest best;
+  int testable_objectives = 0;
+  std::vector<CohortTest> per_objective;
+  for (Objective o : {Objective::kFct, Objective::kThroughput}) {
+    if (min_count(ev, o) < spec.min_transfers) continue;
+    ++testable_objectives;
+    CohortTest t;
+    t.objective = o;
+    t.winner = 0;
+    for (int a = 1; a < static_cast<int>(ev.size()); ++a) {
+      const double m = ev[a].objective(o).mean, w = ev[t.winner].objective(o).mean;
+      if (lower_is_better(o) ? m < w : m > w) t.winner = a;
+    }
+    t.e = HUGE_VAL;
+    for (int a = 0; a < static_cast<int>(ev.size()); ++a) {
+      if (a == t.winner) continue;
+      SequentialResult r = mixture_sprt(ev[a].objective(o), ev[t.winner].objective(o), kMixingScale, spec.fdr);
+      const double e = r.testable ? r.e_value : 1;
+      if (e < t.e) t.e = e, t.other = a, t.pair = r;
+    }
+    t.testable = true;
+    per_objective.push_back(t);
+  }
+  for (auto& t : per_objective) {
+    t.e /= testable_objectives;  // the larger of m e-values over m is an e-value
+    if (!best.testable || t.e > best.e) best = t;
+  }
+  if (!best.testable) return best;
+  // Guards, and the other objective: the winner must not be worse there.
+  const ArmEvidence& w = ev[best.winner];
+  for (int a = 0; a < static_cast<int>(ev.size()); ++a) {
+    if (a == best.winner) continue;
+    const ArmEvidence& x = ev[a];
+    if (w.retrans().trials > 0 && x.retrans().trials > 0 &&
+        w.retrans().share() - x.retrans().share() > spec.retrans_share_increase) {
+      best.guards_ok = false;
+      best.guard_note = "retransmit share " + fixed(w.retrans().share() * 100, 2) + "% vs " +
+                        fixed(x.retrans().share() * 100, 2) + "%";
+    }
+    if (w.rtt_inflation().n >= 2 && x.rtt_inflation().n >= 2 &&
+        std::exp(w.rtt_inflation().mean - x.rtt_inflation().mean) - 1 > spec.rtt_inflation_increase) {
+      best.guards_ok = false;
+      best.guard_note = "RTT inflation x" + fixed(std::exp(w.rtt_inflation().mean), 2) + " vs x" +
+                        fixed(std::exp(x.rtt_inflation().mean), 2);
+    }
+    for (Objective o : {Objective::kFct, Objective::kThroughput}) {
+      if (o == best.objective || min_count(ev, o) < spec.min_transfers) continue;
+      SequentialResult r = mixture_sprt(x.objective(o), w.objective(o), kMixingScale, spec.fdr);
+      const bool worse = lower_is_better(o) ? r.ci_lo > 0 : r.ci_hi < 0;
+      if (r.testable && worse) {
+        best.guards_ok = false;
+        best.guard_note = std::string(objective_name(o)) + " " + percent_text(r.diff) + " [" +
+                          percent_text(r.ci_lo) + ", " + percent_text(r.ci_hi) + "]";
+      }
+    }
+  }
+  return best;
+}
+
+// Decided: is the winner now worse than an arm of the control slice on the
+// objective it won, or beyond a guard's bound?
+CohortTest test_decided(const std::vector<ArmEvidence>& ev, int winner, Objective o, const ControllerSpec& spec) {
+  CohortTest t;
+  t.winner = winner;
+  t.objective = o;
+  const int others = static_cast<int>(ev.size()) - 1;
+  const ArmEvidence& w = ev[winner];
+  for (int a = 0; a < static_cast<int>(ev.size()); ++a) {
+    if (a == winner) continue;
+    const ArmEvidence& x = ev[a];
+    if (std::min(w.objective(o).n, x.objective(o).n) < spec.min_transfers) continue;
+    t.testable = true;
+    SequentialResult r = mixture_sprt(x.objective(o), w.objective(o), kMixingScale, spec.fdr);
+    // Evidence counts only in the worse direction (e * 1{worse} is still an
+    // e-value); the largest of `others` over `others` stays one.
+    const double e = r.testable && better_by(o, r.diff) < 0 ? r.e_value / others : 1;
+    if (t.other < 0 || e > t.e) t.e = e, t.other = a, t.pair = r;
+    Proportion wr = w.retrans(), xr = x.retrans();
+    if (wr.trials > 0 && xr.trials > 0) {
+      SequentialResult g = mixture_sprt(xr, wr, kMixingScale, spec.fdr);
+      if (g.testable && g.ci_lo > spec.retrans_share_increase) {
+        t.guards_ok = false;
+        t.guard_note = "retransmit share " + fixed(wr.share() * 100, 2) + "% vs " + fixed(xr.share() * 100, 2) + "%";
+      }
+    }
+    SequentialResult gi = mixture_sprt(x.rtt_inflation(), w.rtt_inflation(), kMixingScale, spec.fdr);
+    if (gi.testable && gi.ci_lo > spec.rtt_inflation_increase) {
+      t.guards_ok = false;
+      t.guard_note = "RTT inflation x" + fixed(std::exp(w.rtt_inflation().mean), 2) + " vs x" +
+                     fixed(std::exp(x.rtt_inflation().mean), 2);
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+void CcController::promote_asns(Rule& r, double now_s, bool* changed) {
+  if (r.spec.cohort != CohortKind::kAsn) return;
+  // Largest first, as long as there is room.
+  std::vector<std::pair<uint64_t, uint32_t>> ready;
+  for (const auto& [asn, ev] : r.candidates) {
+    uint64_t least = UINT64_MAX, total = 0;
+    for (const auto& a : ev) least = std::min(least, a.transfers()), total += a.transfers();
+    if (least >= r.spec.min_transfers) ready.emplace_back(total, asn);
+  }
+  std::sort(ready.rbegin(), ready.rend());
+  for (const auto& [total, asn] : ready) {
+    if (r.asns.size() >= r.spec.max_cohorts) break;
+    Cohort c = r.make_cohort(std::to_string(asn), true, asn, now_s);
+    // Its pooled evidence is its own: each flow's arm was drawn at random,
+    // whatever the pool's weights were.
+    c.evidence = std::move(r.candidates[asn]);
+    r.candidates.erase(asn);
+    r.asns.emplace(asn, std::move(c));
+    *changed = true;
+    if (log_)
+      log_("tcpscope: controller: rule " + r.name + ": ASN " + std::to_string(asn) + " has " +
+           std::to_string(total) + " transfers, a cohort of its own from now on (exploring)");
+  }
+  // Keep the candidates bounded: drop the smaller half when full.
+  const size_t cap = std::max(kMinCandidates, kCandidatesPerCohort * r.spec.max_cohorts);
+  if (r.candidates.size() >= cap) {
+    std::vector<std::pair<uint64_t, uint32_t>> by_size;
+    for (const auto& [asn, ev] : r.candidates) {
+      uint64_t total = 0;
+      for (const auto& a : ev) total += a.transfers();
+      by_size.emplace_back(total, asn);
+    }
+    std::sort(by_size.begin(), by_size.end());
+    for (size_t i = 0; i < by_size.size() / 2; ++i) r.candidates.erase(by_size[i].second);
+  }
+}
+
+void CcController::ramp(Rule& r, bool* changed) {
+  const size_t k = r.arm_names.size();
+  auto step_one = [&](Cohort& c) {
+    if (c.state != CohortState::kDecided || c.winner < 0) return;
+    const uint32_t target = winner_target(k, r.spec.control_percent);
+    const uint32_t now = c.weights[c.winner];
+    if (now >= target) return;
+    const uint32_t next = std::min(target, now + r.spec.ramp_step_percent);
+    c.weights = decided_shares(k, static_cast<size_t>(c.winner), next);
+    *changed = true;
+  };
+  for (auto& [_, c] : r.pools) step_one(c);
+  for (auto& [_, c] : r.asns) step_one(c);
+}
+
+void CcController::test_rule(Rule& r, double now_s, bool* changed) {
+  struct Pending {
+    Cohort* cohort;
+    CohortTest test;
+  };
+  std::vector<Pending> tests;
+  auto consider = [&](Cohort& c) {
+    if (c.epoch_start_s == 0) c.epoch_start_s = now_s;
+    CohortTest t = c.state == CohortState::kDecided ? test_decided(c.evidence, c.winner, c.objective, r.spec)
+                                                     : test_exploring(c.evidence, r.spec);
+    nlohmann::json j;
+    j["hypothesis"] = c.state == CohortState::kDecided ? "winner worse than the control slice"
+                                                        : "one arm better than every other";
+    if (t.testable) {
+      c.max_e = std::max(c.max_e, t.e);
+      j["objective"] = objective_name(t.objective);
+      j["arm"] = r.arm_names[t.winner];
+      if (t.other >= 0) j["against"] = r.arm_names[t.other];
+      j["change"] = t.pair.diff;
+      j["ci"] = {t.pair.ci_lo, t.pair.ci_hi};
+      j["e_value"] = t.e;
+      j["p_value"] = always_valid_p(c.max_e);
+      j["guards_ok"] = t.guards_ok;
+      if (!t.guard_note.empty()) j["guard"] = t.guard_note;
+      tests.push_back({&c, t});
+    } else {
+      j["waiting_for"] = "min_transfers " + std::to_string(r.spec.min_transfers) + " per arm";
+    }
+    c.last_test = std::move(j);
+  };
+  for (auto& [_, c] : r.pools) consider(c);
+  for (auto& [_, c] : r.asns) consider(c);
+
+  std::vector<double> e;
+  for (const auto& p : tests) e.push_back(p.test.e);
+  std::vector<size_t> rejected = e_benjamini_hochberg(e, r.spec.fdr);
+  std::vector<bool> is_rejected(tests.size(), false);
+  for (size_t i : rejected) is_rejected[i] = true;
+  const size_t k = r.arm_names.size();
+  for (size_t i = 0; i < tests.size(); ++i) {
+    Cohort& c = *tests[i].cohort;
+    const CohortTest& t = tests[i].test;
+    nlohmann::json evidence = {{"arms", nlohmann::json::object()},
+                               {"test", c.last_test},
+                               {"fdr", r.spec.fdr},
+                               {"tested_cohorts", tests.size()},
+                               {"epoch_start_s", c.epoch_start_s}};
+    for (size_t a = 0; a < k; ++a) evidence["arms"][r.arm_names[a]] = arm_json(c.evidence[a]);
+    const std::string what = "rule " + r.name + " cohort " + (c.is_asn ? "asn " : "peer_class ") + c.label;
+    const std::string stats = std::string(objective_name(t.objective)) + " " + r.arm_names[t.winner] + " vs " +
+                              (t.other >= 0 ? r.arm_names[t.other] : "-") + " " + percent_text(t.pair.diff) + " [" +
+                              percent_text(t.pair.ci_lo) + ", " + percent_text(t.pair.ci_hi) + "], n " +
+                              std::to_string(c.evidence[t.winner].objective(t.objective).n) + "/" +
+                              std::to_string(t.other >= 0 ? c.evidence[t.other].objective(t.objective).n : 0) +
+                              ", e " + fixed(t.e, 1) + " (e-BH over " + std::to_string(tests.size()) +
+                              " cohorts at FDR " + fixed(r.spec.fdr, 3) + ")";
+    if (c.state == CohortState::kDecided) {
+      const bool objective_worse = is_rejected[i];
+      if (!objective_worse && t.guards_ok) continue;
+      c.state = CohortState::kReverted;
+      c.decision = std::move(evidence);
+      c.decision["action"] = "reverted";
+      c.decision["at_s"] = now_s;
+      if (log_)
+        log_("tcpscope: controller: " + what + ": reverted " + r.arm_names[c.winner] + " (" +
+             (objective_worse ? stats : "guard: " + t.guard_note) + "); weights back to equal shares");
+      c.winner = -1;
+      c.decided_at_s.reset();
+      c.weights = equal_shares(k);
+      ++r.reverts;
+      metrics_->count_decision(r.name, "reverted");
+    } else {
+      if (!is_rejected[i]) continue;
+      if (!t.guards_ok) {
+        c.last_test["blocked_by_guard"] = t.guard_note;
+        continue;
+      }
+      c.state = CohortState::kDecided;
+      c.winner = t.winner;
+      c.objective = t.objective;
+      c.decided_at_s = now_s;
+      c.decision = std::move(evidence);
+      c.decision["action"] = "decided";
+      c.decision["at_s"] = now_s;
+      ++r.decisions;
+      metrics_->count_decision(r.name, "decided");
+      if (log_)
+        log_("tcpscope: controller: " + what + ": decided " + r.arm_names[t.winner] + " (" + stats +
+             "; guards ok); its share ramps to " + std::to_string(winner_target(k, r.spec.control_percent)) +
+             "% by " + std::to_string(r.spec.ramp_step_percent) + "% per " + std::to_string(r.spec.interval_s) +
+             " s");
+    }
+    // A new epoch: the next decision rests on evidence gathered from now on.
+    c.evidence.assign(k, ArmEvidence());
+    c.epoch_start_s = now_s;
+    c.max_e = 1;
+    *changed = true;
+  }
+}
+
+CcController::StepResult CcController::step(double now_s) {
+  StepResult out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& rp : rules_) {
+    Rule& r = *rp;
+    if (now_s < r.next_test_s) continue;
+    r.next_test_s = now_s + r.spec.interval_s;
+    out.tested = true;
+    ramp(r, &out.changed);
+    test_rule(r, now_s, &out.changed);
+    promote_asns(r, now_s, &out.changed);
+  }
+  if (out.tested) update_metrics();
+  return out;
+}
+
+std::vector<uint32_t> CcController::cohort_asns() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint32_t> out;
+  for (const auto& r : rules_)
+    for (const auto& [asn, _] : r->asns) out.push_back(asn);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<CohortWeights> CcController::cohort_weights() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<CohortWeights> out;
+  for (const auto& r : rules_) {
+    for (const auto& [_, c] : r->pools) out.push_back({r->index, c.kernel_key, c.weights});
+    for (const auto& [_, c] : r->asns) out.push_back({r->index, c.kernel_key, c.weights});
+  }
+  return out;
+}
+
+namespace {
+
+template <class Cohort>
+nlohmann::json cohort_status(const std::vector<std::string>& arm_names, const Cohort& c) {
+  nlohmann::json j;
+  j["cohort"] = c.label;
+  j["kind"] = c.is_asn ? "asn" : "peer_class";
+  j["state"] = cohort_state_name(c.state);
+  j["winner"] = c.winner >= 0 ? nlohmann::json(arm_names[c.winner]) : nlohmann::json(nullptr);
+  j["weights"] = nlohmann::json::object();
+  for (size_t a = 0; a < arm_names.size(); ++a) j["weights"][arm_names[a]] = c.weights[a];
+  j["decided_at_s"] = c.decided_at_s ? nlohmann::json(*c.decided_at_s) : nlohmann::json(nullptr);
+  nlohmann::json ev;
+  ev["since_s"] = c.epoch_start_s;
+  ev["arms"] = nlohmann::json::object();
+  for (size_t a = 0; a < arm_names.size(); ++a) ev["arms"][arm_names[a]] = arm_json(c.evidence[a]);
+  ev["test"] = c.last_test;
+  if (!c.decision.is_null()) ev["last_decision"] = c.decision;
+  j["evidence"] = std::move(ev);
+  return j;
+}
+
+}  // namespace
+
+std::string CcController::status_json() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  nlohmann::json doc;
+  doc["rules"] = nlohmann::json::array();
+  for (const auto& r : rules_) {
+    nlohmann::json rj;
+    rj["rule"] = r->name;
+    rj["arms"] = r->arm_names;
+    rj["cohort"] = r->spec.cohort == CohortKind::kAsn ? "asn" : "peer_class";
+    rj["control_percent"] = r->spec.control_percent;
+    rj["min_transfers"] = r->spec.min_transfers;
+    rj["interval_s"] = r->spec.interval_s;
+    rj["fdr"] = r->spec.fdr;
+    rj["decisions"] = r->decisions;
+    rj["reverts"] = r->reverts;
+    rj["pooled_asns"] = r->candidates.size();
+    rj["cohorts"] = nlohmann::json::array();
+    for (const auto& [_, c] : r->pools) rj["cohorts"].push_back(cohort_status(r->arm_names, c));
+    for (const auto& [_, c] : r->asns) rj["cohorts"].push_back(cohort_status(r->arm_names, c));
+    doc["rules"].push_back(std::move(rj));
+  }
+  return doc.dump(2) + "\n";
+}
+
+// ---------------------------------------------------------------------------
+// Persistence
+
+namespace {
+
+template <class Cohort>
+nlohmann::json cohort_state(const Cohort& c) {
+  nlohmann::json j = {{"label", c.label},
+                      {"is_asn", c.is_asn},
+                      {"kernel_key", c.kernel_key},
+                      {"state", cohort_state_name(c.state)},
+                      {"winner", c.winner},
+                      {"objective", objective_name(c.objective)},
+                      {"weights", c.weights},
+                      {"epoch_start_s", c.epoch_start_s},
+                      {"max_e", c.max_e},
+                      {"decision", c.decision},
+                      {"last_test", c.last_test}};
+  if (c.decided_at_s) j["decided_at_s"] = *c.decided_at_s;
+  j["evidence"] = nlohmann::json::array();
+  for (const auto& a : c.evidence) j["evidence"].push_back(a.to_json());
+  return j;
+}
+
+bool evidence_from(const nlohmann::json& j, size_t k, std::vector<ArmEvidence>* out) {
+  if (!j.is_array() || j.size() != k) return false;
+  std::vector<ArmEvidence> ev(k);
+  for (size_t a = 0; a < k; ++a)
+    if (!ArmEvidence::from_json(j[a], &ev[a])) return false;
+  *out = std::move(ev);
+  return true;
+}
+
+}  // namespace
+
+nlohmann::json CcController::save() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  nlohmann::json doc = {{"version", kStateVersion}, {"rules", nlohmann::json::object()}};
+  for (const auto& r : rules_) {
+    nlohmann::json rj;
+    rj["settings"] = settings_of(r->spec, r->match, r->class_names, r->throughput_min_bytes);
+    rj["decisions"] = r->decisions;
+    rj["reverts"] = r->reverts;
+    rj["cohorts"] = nlohmann::json::array();
+    for (const auto& [_, c] : r->pools) rj["cohorts"].push_back(cohort_state(c));
+    for (const auto& [_, c] : r->asns) rj["cohorts"].push_back(cohort_state(c));
+    rj["candidates"] = nlohmann::json::object();
+    for (const auto& [asn, ev] : r->candidates) {
+      nlohmann::json a = nlohmann::json::array();
+      for (const auto& e : ev) a.push_back(e.to_json());
+      rj["candidates"][std::to_string(asn)] = std::move(a);
+    }
+    doc["rules"][r->name] = std::move(rj);
+  }
+  return doc;
+}
+
+bool CcController::restore(const nlohmann::json& doc, std::string* error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Everything is parsed before anything is applied.
+  struct Parsed {
+    Rule* rule;
+    std::map<std::string, Cohort> pools;
+    std::map<uint32_t, Cohort> asns;
+    std::map<uint32_t, std::vector<ArmEvidence>> candidates;
+    uint64_t decisions, reverts;
+  };
+  std::vector<Parsed> parsed;
+  try {
+    if (!doc.is_object() || doc.at("version") != kStateVersion) {
+      *error = "not a version " + std::to_string(kStateVersion) + " controller state";
+      return false;
+    }
+    for (const auto& [name, rj] : doc.at("rules").items()) {
+      auto it = by_name_.find(name);
+      if (it == by_name_.end()) continue;  // no longer a controller rule
+      Rule& r = *it->second;
+      const size_t k = r.arm_names.size();
+      if (rj.at("settings") != settings_of(r.spec, r.match, r.class_names, r.throughput_min_bytes))
+        continue;  // the rule changed: it starts afresh
+      Parsed p{&r, {}, {}, {}, rj.at("decisions").get<uint64_t>(), rj.at("reverts").get<uint64_t>()};
+      for (const auto& cj : rj.at("cohorts")) {
+        Cohort c;
+        c.label = cj.at("label").get<std::string>();
+        c.is_asn = cj.at("is_asn").get<bool>();
+        c.kernel_key = cj.at("kernel_key").get<uint32_t>();
+        const std::string state = cj.at("state").get<std::string>();
+        if (state == "decided") {
+          c.state = CohortState::kDecided;
+        } else if (state == "reverted") {
+          c.state = CohortState::kReverted;
+        } else if (state != "exploring") {
+          *error = "cohort " + c.label + ": unknown state \"" + state + "\"";
+          return false;
+        }
+        c.winner = cj.at("winner").get<int>();
+        c.objective = cj.at("objective") == "throughput" ? Objective::kThroughput : Objective::kFct;
+        c.weights = cj.at("weights").get<std::vector<uint32_t>>();
+        const bool winner_ok = c.state == CohortState::kDecided ? c.winner >= 0 && c.winner < static_cast<int>(k)
+                                                                 : c.winner == -1;
+        if (!winner_ok || c.weights.size() != k ||
+            std::accumulate(c.weights.begin(), c.weights.end(), 0u) != 100) {
+          *error = "cohort " + c.label + ": winner or weights do not fit the rule's " + std::to_string(k) + " arms";
+          return false;
+        }
+        c.epoch_start_s = cj.at("epoch_start_s").get<double>();
+        c.max_e = cj.at("max_e").get<double>();
+        c.decision = cj.at("decision");
+        c.last_test = cj.value("last_test", nlohmann::json());
+        if (cj.contains("decided_at_s")) c.decided_at_s = cj.at("decided_at_s").get<double>();
+        if (!evidence_from(cj.at("evidence"), k, &c.evidence)) {
+          *error = "cohort " + c.label + ": malformed evidence";
+          return false;
+        }
+        if (c.is_asn) {
+          if (r.spec.cohort != CohortKind::kAsn || c.kernel_key != std::stoul(c.label)) {
+            *error = "cohort " + c.label + ": not an ASN cohort of this rule";
+            return false;
+          }
+          p.asns.emplace(c.kernel_key, std::move(c));
+        } else {
+          if (c.kernel_key != TCPSCOPE_COHORT_CLASS_KEY(r.class_id(c.label)) ||
+              std::find(r.class_names.begin(), r.class_names.end(), c.label) == r.class_names.end())
+            continue;  // the peer classes changed: that pool starts afresh
+          p.pools.emplace(c.label, std::move(c));
+        }
+      }
+      for (const auto& [asn, ej] : rj.at("candidates").items()) {
+        std::vector<ArmEvidence> ev;
+        if (!evidence_from(ej, k, &ev)) {
+          *error = "candidate ASN " + asn + ": malformed evidence";
+          return false;
+        }
+        p.candidates.emplace(static_cast<uint32_t>(std::stoul(asn)), std::move(ev));
+      }
+      parsed.push_back(std::move(p));
+    }
+  } catch (const std::exception& e) {
+    *error = e.what();
+    return false;
+  }
+  for (auto& p : parsed) {
+    p.rule->pools = std::move(p.pools);
+    p.rule->asns = std::move(p.asns);
+    p.rule->candidates = std::move(p.candidates);
+    p.rule->decisions = p.decisions;
+    p.rule->reverts = p.reverts;
+  }
+  update_metrics();
+  return true;
+}
+
+void CcController::update_metrics() {
+  std::vector<ControllerMetrics::CohortWeightsSample> weights;
+  std::map<std::pair<std::string, std::string>, uint64_t> states;
+  for (const auto& r : rules_) {
+    for (CohortState s : {CohortState::kExploring, CohortState::kDecided, CohortState::kReverted})
+      states[{r->name, cohort_state_name(s)}] = 0;
+    auto add = [&](const Cohort& c) {
+      ++states[{r->name, cohort_state_name(c.state)}];
+      for (size_t a = 0; a < r->arm_names.size(); ++a)
+        weights.push_back({r->name, c.label, r->arm_names[a], c.weights[a]});
+    };
+    for (const auto& [_, c] : r->pools) add(c);
+    for (const auto& [_, c] : r->asns) add(c);
+  }
+  metrics_->set(weights, states);
+}
+
+}  // namespace tcpscope

@@ -1,0 +1,45 @@
+// The controllers' state in Prometheus: the weights of every cohort, how many
+// cohorts are in each state, and the decisions made. Cohorts per rule are
+// bounded by max_cohorts plus the peer classes, so the series are too
+// (README "Series budget").
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace prometheus {
+class Counter;
+class Gauge;
+class Registry;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace tcpscope {
+
+class ControllerMetrics {
+ public:
+  explicit ControllerMetrics(std::shared_ptr<prometheus::Registry> registry);
+
+  struct CohortWeightsSample {
+    std::string rule, cohort, arm;
+    uint32_t percent;
+  };
+  // The whole current state: series not in it are removed.
+  void set(const std::vector<CohortWeightsSample>& weights,
+           const std::map<std::pair<std::string, std::string>, uint64_t>& cohorts_by_rule_and_state);
+  void count_decision(const std::string& rule, const std::string& decision);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Gauge>* weights_;
+  prometheus::Family<prometheus::Gauge>* cohorts_;
+  prometheus::Family<prometheus::Counter>* decisions_;
+  std::map<std::string, prometheus::Gauge*> weight_series_, cohort_series_;
+};
+
+}  // namespace tcpscope

@@ -1,0 +1,122 @@
+#include "control/controller_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace tcpscope {
+
+namespace {
+
+constexpr const char* kDefaultDir = "/var/lib/tcpscope";
+constexpr const char* kFileName = "controller.json";
+constexpr size_t kMaxStateBytes = 64u << 20;
+
+std::string errno_text(int err) { return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")"; }
+
+// The directory as an fd, if it is a safe place for root's state.
+int open_safe_dir(const std::string& dir, bool create, std::string* error) {
+  if (create && ::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    *error = dir + ": " + errno_text(errno);
+    return -1;
+  }
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    *error = dir + ": " + errno_text(errno);
+    return -1;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+    *error = dir + ": not owned by uid " + std::to_string(::geteuid()) + " or writable by others";
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+ControllerStore::ControllerStore(std::string dir) : dir_(std::move(dir)) {
+  if (dir_.empty()) {
+    const char* env = std::getenv("STATE_DIRECTORY");
+    dir_ = env && *env ? std::string(env) : kDefaultDir;
+    dir_ = dir_.substr(0, dir_.find(':'));
+  }
+  path_ = dir_ + "/" + kFileName;
+}
+
+std::optional<nlohmann::json> ControllerStore::load(std::string* error) const {
+  error->clear();
+  struct stat st {};
+  if (::lstat(dir_.c_str(), &st) != 0 && errno == ENOENT) return std::nullopt;
+  int dfd = open_safe_dir(dir_, false, error);
+  if (dfd < 0) return std::nullopt;
+  int fd = ::openat(dfd, kFileName, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  ::close(dfd);
+  if (fd < 0) {
+    if (errno != ENOENT) *error = path_ + ": " + errno_text(errno);
+    return std::nullopt;
+  }
+  std::string text;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
+      static_cast<size_t>(st.st_size) > kMaxStateBytes) {
+    *error = path_ + ": not a regular file of uid " + std::to_string(::geteuid()) + " under " +
+             std::to_string(kMaxStateBytes >> 20) + " MiB";
+    ::close(fd);
+    return std::nullopt;
+  }
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *error = path_ + ": " + errno_text(errno);
+      ::close(fd);
+      return std::nullopt;
+    }
+    if (n == 0 || text.size() + static_cast<size_t>(n) > kMaxStateBytes) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  auto doc = nlohmann::json::parse(text, nullptr, false);
+  if (doc.is_discarded()) {
+    *error = path_ + ": not valid JSON";
+    return std::nullopt;
+  }
+  return doc;
+}
+
+bool ControllerStore::save(const nlohmann::json& state, std::string* error) const {
+  int dfd = open_safe_dir(dir_, true, error);
+  if (dfd < 0) return false;
+  const std::string tmp = std::string(kFileName) + ".tmp";
+  const std::string text = state.dump() + "\n";
+  ::unlinkat(dfd, tmp.c_str(), 0);
+  int fd = ::openat(dfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  bool ok = fd >= 0;
+  size_t off = 0;
+  while (ok && off < text.size()) {
+    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    off += ok ? static_cast<size_t>(n) : 0;
+  }
+  ok = ok && ::fsync(fd) == 0;
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
+  ok = ok && ::renameat(dfd, tmp.c_str(), dfd, kFileName) == 0;
+  if (!ok) {
+    *error = path_ + ": " + errno_text(errno ? errno : err);
+    ::unlinkat(dfd, tmp.c_str(), 0);
+  } else {
+    ::fsync(dfd);
+  }
+  ::close(dfd);
+  return ok;
+}
+
+}  // namespace tcpscope

@@ -1,0 +1,36 @@
+// Where the controllers' decisions and evidence survive restarts:
+// $STATE_DIRECTORY/controller.json (systemd's StateDirectory=; the first of
+// a colon-separated list), else /var/lib/tcpscope/controller.json.
+//
+// The daemon runs as root, so the directory must be root's alone (owned by
+// this process's euid, not writable by group or others, not a symlink):
+// otherwise another account could swap the file for a link to one root
+// writes, or plant decisions. Writes are atomic (a temporary file in the
+// same directory, fsync, rename, fsync of the directory), so a crash leaves
+// the old state or the new one, never half of one.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace tcpscope {
+
+class ControllerStore {
+ public:
+  // `dir` empty: from the environment as above.
+  explicit ControllerStore(std::string dir = "");
+  const std::string& path() const { return path_; }
+
+  // The saved state; nullopt when there is none (no file) or it is unusable,
+  // with *error saying why in the second case ("" in the first).
+  std::optional<nlohmann::json> load(std::string* error) const;
+  // Creates the directory (0700) if missing. False + *error on failure.
+  bool save(const nlohmann::json& state, std::string* error) const;
+
+ private:
+  std::string dir_, path_;
+};
+
+}  // namespace tcpscope

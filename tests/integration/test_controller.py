@@ -1,0 +1,182 @@
+"""The closed loop's controller, through the real daemon and kernel: records
+of a controller rule carry its experiment and arm, the kernel draws each
+cohort's arm by the weights the controller keeps (per ASN, else per peer
+class), decisions survive a restart (STATE_DIRECTORY), a corrupt state is
+reported and ignored, and a SIGHUP that removes the controller returns its
+flows to the static policy at once. Whether it decides right is measured in
+the lab (tests/lab/test_lab_controller.py, bench/controller_lab.py); the
+statistics themselves in tests/unit/control."""
+import json
+import os
+import signal
+import sys
+import urllib.request
+
+from conftest import TCPSCOPE, Daemon, sh, wait_for
+
+CONNECT = ("import socket,sys\n"
+           "for _ in range(int(sys.argv[4])):\n"
+           "  c=socket.socket(); c.bind((sys.argv[1], 0)); c.connect((sys.argv[2], int(sys.argv[3])))\n"
+           "  c.sendall(b'x'*200)\n"
+           "  got=0\n"
+           "  while got<200: got+=len(c.recv(65536))\n"
+           "  c.close()\n")
+
+ECHO = ("import socket,sys,threading\n"
+        "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        "s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(128); open(sys.argv[3],'w').close()\n"
+        "def echo(c):\n"
+        "  while True:\n"
+        "    b=c.recv(65536)\n"
+        "    if not b: break\n"
+        "    c.sendall(b)\n"
+        "  c.close()\n"
+        "while True:\n"
+        "  c,_=s.accept(); threading.Thread(target=echo, args=(c,), daemon=True).start()\n")
+
+
+def controller_config(pfx2as, min_transfers=1000000):
+    return f"""
+asn:
+  prefix_file: {pfx2as}
+cc_policy:
+  rules:
+    - name: auto
+      match: {{ peer_class: client }}
+      controller:
+        arms: [bbr, cubic]
+        cohort: asn
+        control_percent: 10
+        min_transfers: {min_transfers}
+        interval_s: 1
+"""
+
+
+def get_json(d, path):
+    with urllib.request.urlopen(d.url + path, timeout=10) as r:
+        return json.loads(r.read())
+
+
+class Setup:
+    def __init__(self, net, tmp_path, test_cgroup):
+        net.cgroup = test_cgroup
+        self.net, self.tmp, self.cgroup = net, tmp_path, test_cgroup
+        n = net.cli_v4.split(".")[2]
+        self.other = f"198.18.{n}.3"  # in ASN 64777; cli_v4 is in no ASN: pooled into "client"
+        net.ns(net.cli, "ip", "addr", "add", f"{self.other}/24", "dev", net.veth_cli)
+        self.pfx2as = tmp_path / "pfx2as.tsv"
+        self.pfx2as.write_text(f"{self.other}\t32\t64777\n")
+        self.state = tmp_path / "state"
+        self.state.mkdir(mode=0o700)
+        self.cfg = tmp_path / "tcpscope.yaml"
+        ready = tmp_path / "echo.ready"
+        net.spawn(net.srv, sys.executable, "-c", ECHO, net.srv_v4, "8080", str(ready))
+        wait_for(ready.exists, 10, what="echo server")
+        self.runs = 0
+
+    def daemon(self, config_text):
+        self.cfg.write_text(config_text)
+        self.runs += 1
+        home = self.tmp / f"run{self.runs}"
+        home.mkdir()
+        env = dict(os.environ, STATE_DIRECTORY=str(self.state))
+        return Daemon(home, extra_args=("--config", str(self.cfg), "--cgroup", str(self.cgroup)), env=env)
+
+    def connections(self, d, src, n):
+        """The server's records of n new connections from src."""
+        def of_src():
+            return [r for r in d.records(self.net, "srv") if r["raddr"] == src]
+        before = len(of_src())
+        self.net.ns(self.net.cli, sys.executable, "-c", CONNECT, src, self.net.srv_v4, "8080", str(n))
+        wait_for(lambda: len(of_src()) >= before + n, 20, what=f"{n} records from {src}")
+        return of_src()[before:]
+
+
+def test_cohort_weights_steer_the_kernel_and_survive_a_restart(net, tmp_path, test_cgroup):
+    s = Setup(net, tmp_path, test_cgroup)
+    d = s.daemon(controller_config(s.pfx2as))
+    try:
+        recs = s.connections(d, net.cli_v4, 60)
+        for r in recs:
+            assert (r["cc_rule"], r["experiment"]) == ("auto", "controller"), r
+            assert r["arm"] in ("bbr", "cubic") and r["cc"] == r["arm"], r
+        arms = {a: sum(r["arm"] == a for r in recs) for a in ("bbr", "cubic")}
+        assert min(arms.values()) >= 10, arms  # 50/50 while exploring: Binomial(60, .5), 4.4 sd
+        wait_for(lambda: any(c["cohort"] == "client" and c["evidence"]["test"]
+                             for c in get_json(d, "/api/v1/controller")["rules"][0]["cohorts"]), 10,
+                 what="the client cohort, tested once")
+        doc = get_json(d, "/api/v1/controller")
+        rule = doc["rules"][0]
+        assert (rule["rule"], rule["cohort"], rule["arms"]) == ("auto", "asn", ["bbr", "cubic"]), rule
+        pool = next(c for c in rule["cohorts"] if c["cohort"] == "client")
+        assert (pool["kind"], pool["state"], pool["winner"], pool["weights"]) == \
+            ("peer_class", "exploring", None, {"bbr": 50, "cubic": 50}), pool
+        assert "min_transfers" in pool["evidence"]["test"]["waiting_for"]
+        show = sh(str(TCPSCOPE), "policy", "show", "--server", d.url).stdout
+        assert "controller (cohort asn)" in show and "controller of rule auto" in show, show
+        assert "exploring" in show, show
+    finally:
+        assert d.stop() == 0, d.stderr_text()
+
+    # The state the daemon saved at SIGTERM, with decisions written into it
+    # as the controller writes them: the pool decided for BBR, ASN 64777 a
+    # cohort of its own decided for CUBIC. Weights 100/0 make every draw
+    # certain.
+    path = s.state / "controller.json"
+    saved = json.loads(path.read_text())
+    cohorts = saved["rules"]["auto"]["cohorts"]
+    pool = next(c for c in cohorts if c["label"] == "client")
+    pool.update(state="decided", winner=0, weights=[100, 0], decided_at_s=1.0)
+    asn = dict(pool, label="64777", is_asn=True, kernel_key=64777, winner=1, weights=[0, 100])
+    cohorts.append(asn)
+    path.write_text(json.dumps(saved))
+
+    d = s.daemon(controller_config(s.pfx2as))
+    try:
+        assert f"controller state restored from {path}" in d.stderr_text()
+        rule = get_json(d, "/api/v1/controller")["rules"][0]
+        by = {c["cohort"]: c for c in rule["cohorts"]}
+        assert (by["client"]["state"], by["client"]["winner"], by["client"]["weights"]) == \
+            ("decided", "bbr", {"bbr": 100, "cubic": 0}), by
+        assert (by["64777"]["kind"], by["64777"]["winner"]) == ("asn", "cubic"), by
+        assert d.metric_value("tcpscope_controller_weight_percent",
+                              {"rule": "auto", "cohort": "64777", "arm": "cubic"}) == 100
+        assert d.metric_value("tcpscope_controller_cohorts", {"rule": "auto", "state": "decided"}) == 2
+        pooled = s.connections(d, net.cli_v4, 30)
+        own = s.connections(d, s.other, 30)
+        assert all(r["arm"] == "bbr" == r["cc"] and r["asn"] == 0 for r in pooled), pooled
+        # The trie names ASN 64777 because it has a cohort: its weights win over its class's.
+        assert all(r["arm"] == "cubic" == r["cc"] and r["asn"] == 64777 for r in own), own
+
+        # SIGHUP without the controller: its flows go to the static rule at once.
+        s.cfg.write_text(f"""
+asn:
+  prefix_file: {s.pfx2as}
+cc_policy:
+  rules:
+    - name: clients-reno
+      match: {{ peer_class: client }}
+      cc: reno
+""")
+        d.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "tcpscope: reloaded" in d.stderr_text(), 20, what="reload")
+        assert get_json(d, "/api/v1/controller")["rules"] == []
+        after = s.connections(d, s.other, 10)
+        assert all((r["cc"], r["cc_rule"], r["experiment"]) == ("reno", "clients-reno", None) for r in after), \
+            [(r["cc"], r["cc_rule"], r["experiment"], r["arm"]) for r in after]
+    finally:
+        assert d.stop() == 0, d.stderr_text()
+
+
+def test_a_corrupt_state_is_reported_and_ignored(net, tmp_path, test_cgroup):
+    s = Setup(net, tmp_path, test_cgroup)
+    (s.state / "controller.json").write_text('{"version": 1, "rules": {"auto": {"arms": ')
+    d = s.daemon(controller_config(s.pfx2as))
+    try:
+        assert "controller state ignored: " in d.stderr_text() and "not valid JSON" in d.stderr_text()
+        assert get_json(d, "/api/v1/controller")["rules"][0]["cohorts"] == []
+        assert all(r["experiment"] == "controller" for r in s.connections(d, net.cli_v4, 5))
+    finally:
+        assert d.stop() == 0, d.stderr_text()
+    # The next save replaces it with a valid state.
+    json.loads((s.state / "controller.json").read_text())

@@ -1,0 +1,369 @@
+#include "control/cc_controller.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+
+#include <nlohmann/json.hpp>
+#include <prometheus/registry.h>
+
+#include "control/controller_store.h"
+#include "record/flow_record.h"
+#include "record/transfer_record.h"
+#include "tcpscope/policy.h"
+
+namespace tcpscope {
+namespace {
+
+constexpr uint64_t kLarge = 5'000'000;  // >= throughput_min_bytes
+
+Config controller_config(CohortKind cohort, std::vector<std::string> arms = {"bbr", "cubic"}, uint64_t min_transfers = 200,
+                         uint32_t max_cohorts = 50) {
+  Config c;
+  c.peer_classes = {{"pop-to-pop", {*Prefix::parse("10.0.0.0/8")}, {}, 0}};
+  c.default_peer_class = "client";
+  CcRule static_rule;
+  static_rule.name = "origin-cubic";
+  static_rule.match.asns = {64500};
+  static_rule.cc = "cubic";
+  CcRule r;
+  r.name = "auto";
+  ControllerSpec s;
+  s.arms = std::move(arms);
+  s.cohort = cohort;
+  s.min_transfers = min_transfers;
+  s.interval_s = 10;
+  s.max_cohorts = max_cohorts;
+  r.controller = s;
+  c.cc_policy.rules = {static_rule, r};
+  return c;
+}
+
+TransferRecord transfer(const std::string& arm, uint32_t asn, const std::string& peer_class, uint64_t bytes,
+                        double seconds, uint32_t srtt_us = 55000, uint32_t min_rtt_us = 50000) {
+  TransferRecord t;
+  t.direction = TransferDirection::kSend;
+  t.bytes = bytes;
+  t.xfer_us = std::max<int64_t>(1, std::llround(seconds * 1e6));
+  t.srtt_us = srtt_us;
+  t.min_rtt_us = min_rtt_us;
+  t.asn = asn;
+  t.peer_class = peer_class;
+  t.cc_rule = "auto";
+  t.experiment = kControllerExperiment;
+  t.arm = arm;
+  t.cc = arm.substr(0, arm.find('#'));
+  return t;
+}
+
+struct Lines {
+  std::vector<std::string> lines;
+  CcController::LogSink sink() {
+    return [this](const std::string& l) { lines.push_back(l); };
+  }
+};
+
+nlohmann::json status(const CcController& c) { return nlohmann::json::parse(c.status_json()); }
+
+const nlohmann::json* cohort(const nlohmann::json& s, const std::string& label) {
+  for (const auto& c : s["rules"][0]["cohorts"])
+    if (c["cohort"] == label) return &c;
+  return nullptr;
+}
+
+// Large transfers whose throughput is lognormal around `mbps` per arm.
+void feed_large(CcController* c, std::mt19937_64* rng, const std::string& arm, uint32_t asn, const std::string& cls,
+                double mbps, int n) {
+  std::lognormal_distribution<double> rate(std::log(mbps * 1e6 / 8), 0.5);
+  for (int i = 0; i < n; ++i) c->observe(transfer(arm, asn, cls, kLarge, kLarge / rate(*rng)));
+}
+
+TEST(CcController, LearnsTheBetterArmPerPeerClassAndRampsItUp) {
+  Lines log;
+  CcController c(std::make_shared<prometheus::Registry>(), log.sink());
+  c.configure(controller_config(CohortKind::kPeerClass));
+  std::mt19937_64 rng(1);
+  double now = 1000;
+  EXPECT_TRUE(c.step(now).tested);  // nothing yet
+  feed_large(&c, &rng, "bbr", 64501, "client", 40, 300);    // BBR better for clients
+  feed_large(&c, &rng, "cubic", 64501, "client", 25, 300);
+  feed_large(&c, &rng, "bbr", 0, "pop-to-pop", 200, 300);   // CUBIC better pop-to-pop
+  feed_large(&c, &rng, "cubic", 0, "pop-to-pop", 400, 300);
+  EXPECT_FALSE(c.step(now + 5).tested) << "tested before its interval";
+  ASSERT_TRUE(c.step(now += 10).changed);
+  auto s = status(c);
+  ASSERT_TRUE(cohort(s, "client") && cohort(s, "pop-to-pop")) << s.dump(2);
+  EXPECT_EQ((*cohort(s, "client"))["state"], "decided");
+  EXPECT_EQ((*cohort(s, "client"))["winner"], "bbr");
+  EXPECT_EQ((*cohort(s, "pop-to-pop"))["winner"], "cubic");
+  EXPECT_EQ((*cohort(s, "client"))["evidence"]["last_decision"]["test"]["objective"], "throughput");
+  EXPECT_EQ((*cohort(s, "client"))["weights"]["bbr"], 50) << "ramps from the next interval on";
+  ASSERT_EQ(log.lines.size(), 2u);
+  EXPECT_NE(log.lines[0].find("cohort peer_class client: decided bbr (throughput bbr vs cubic +"), std::string::npos)
+      << log.lines[0];
+  // Ramp: +25 per interval up to 100 - 10 + 10/2 = 95.
+  std::vector<int> ramp;
+  for (int i = 0; i < 4; ++i) {
+    c.step(now += 10);
+    ramp.push_back((*cohort(status(c), "client"))["weights"]["bbr"]);
+  }
+  EXPECT_EQ(ramp, (std::vector<int>{75, 95, 95, 95}));
+  EXPECT_EQ((*cohort(status(c), "client"))["weights"]["cubic"], 5);
+  // What the kernel gets: rule index 1, the class keys of compile_policy.
+  auto w = c.cohort_weights();
+  ASSERT_EQ(w.size(), 2u);
+  for (const auto& cw : w) {
+    EXPECT_EQ(cw.rule, 1u);
+    if (cw.cohort == TCPSCOPE_COHORT_CLASS_KEY(1))  // client: the default class, after pop-to-pop
+      EXPECT_EQ(cw.percent, (std::vector<uint32_t>{95, 5}));
+    else
+      EXPECT_EQ(cw.cohort, TCPSCOPE_COHORT_CLASS_KEY(0));
+  }
+  EXPECT_TRUE(c.cohort_asns().empty());
+}
+
+TEST(CcController, CountsOnlyItsOwnRulesSendTransfers) {
+  CcController c(std::make_shared<prometheus::Registry>(), nullptr);
+  c.configure(controller_config(CohortKind::kPeerClass, {"bbr", "cubic"}, 2));
+  TransferRecord recv = transfer("bbr", 0, "client", 1000, 0.1);
+  recv.direction = TransferDirection::kRecv;
+  TransferRecord other = transfer("bbr", 0, "client", 1000, 0.1);
+  other.experiment = "bbr-vs-cubic";
+  TransferRecord unknown_arm = transfer("vegas", 0, "client", 1000, 0.1);
+  TransferRecord unknown_class = transfer("bbr", 0, "martian", 1000, 0.1);
+  for (const auto* t : {&recv, &other, &unknown_arm, &unknown_class}) c.observe(*t);
+  c.step(1);
+  EXPECT_TRUE(status(c)["rules"][0]["cohorts"].empty()) << status(c).dump(2);
+  c.observe(transfer("bbr", 0, "client", 1000, 0.1));
+  c.step(100);
+  EXPECT_EQ((*cohort(status(c), "client"))["evidence"]["arms"]["bbr"]["n_fct"], 1);
+}
+
+TEST(CcController, AnAsnWithEnoughTransfersGetsItsOwnCohort) {
+  Lines log;
+  CcController c(std::make_shared<prometheus::Registry>(), log.sink());
+  c.configure(controller_config(CohortKind::kAsn, {"bbr", "cubic"}, 50, 2));
+  std::mt19937_64 rng(2);
+  for (uint32_t asn : {64501u, 64502u, 64503u}) {
+    feed_large(&c, &rng, "bbr", asn, "client", 30, 60 + static_cast<int>(asn - 64500));
+    feed_large(&c, &rng, "cubic", asn, "client", 30, 60);
+  }
+  feed_large(&c, &rng, "bbr", 64504, "client", 30, 10);  // too few: stays pooled
+  feed_large(&c, &rng, "cubic", 64504, "client", 30, 10);
+  c.step(10);
+  auto s = status(c);
+  // max_cohorts 2: the two largest.
+  EXPECT_TRUE(cohort(s, "64503") && cohort(s, "64502")) << s.dump(2);
+  EXPECT_FALSE(cohort(s, "64501") || cohort(s, "64504"));
+  EXPECT_EQ((*cohort(s, "64503"))["kind"], "asn");
+  EXPECT_EQ((*cohort(s, "64503"))["evidence"]["arms"]["bbr"]["n_throughput"], 63) << "its pooled evidence moves along";
+  EXPECT_EQ(c.cohort_asns(), (std::vector<uint32_t>{64502, 64503}));
+  // The pool keeps every ASN's flows it had, and the new cohorts' from now on go to them.
+  EXPECT_EQ((*cohort(s, "client"))["evidence"]["arms"]["cubic"]["n_throughput"], 4 * 60 - 60 + 10);
+  c.observe(transfer("bbr", 64503, "client", kLarge, 1));
+  c.step(20);
+  EXPECT_EQ((*cohort(status(c), "64503"))["evidence"]["arms"]["bbr"]["n_throughput"], 64);
+}
+
+// The sequential tests and e-BH keep an A/A run from deciding: two arms of
+// one distribution, 60 cohorts, tested every interval for 40 intervals.
+TEST(CcController, AnAaRunDecidesAlmostNothing) {
+  Lines log;
+  CcController c(std::make_shared<prometheus::Registry>(), log.sink());
+  c.configure(controller_config(CohortKind::kAsn, {"cubic", "cubic"}, 30, 60));
+  std::mt19937_64 rng(3);
+  std::lognormal_distribution<double> fct(std::log(0.08), 0.8);
+  double now = 0;
+  for (int interval = 0; interval < 40; ++interval) {
+    for (uint32_t asn = 64600; asn < 64660; ++asn)
+      for (const char* arm : {"cubic", "cubic#2"})
+        for (int i = 0; i < 8; ++i) c.observe(transfer(arm, asn, "client", 50'000, fct(rng)));
+    c.step(now += 10);
+  }
+  auto s = status(c);
+  int decided = 0, cohorts = 0;
+  for (const auto& co : s["rules"][0]["cohorts"]) {
+    ++cohorts;
+    decided += co["state"] != "exploring";
+  }
+  EXPECT_GE(cohorts, 60);
+  EXPECT_LE(decided, cohorts * 5 / 100) << "decided in " << decided << " of " << cohorts << " A/A cohorts";
+  EXPECT_EQ(s["rules"][0]["arms"], (nlohmann::json{"cubic", "cubic#2"}));
+}
+
+TEST(CcController, RevertsWhenTheControlSliceShowsTheWinnerWorse) {
+  Lines log;
+  CcController c(std::make_shared<prometheus::Registry>(), log.sink());
+  c.configure(controller_config(CohortKind::kPeerClass, {"bbr", "cubic"}, 100));
+  std::mt19937_64 rng(4);
+  feed_large(&c, &rng, "bbr", 0, "client", 40, 150);
+  feed_large(&c, &rng, "cubic", 0, "client", 20, 150);
+  c.step(10);
+  ASSERT_EQ((*cohort(status(c), "client"))["winner"], "bbr");
+  // The path changes: now CUBIC is better, seen in the control slice.
+  feed_large(&c, &rng, "bbr", 0, "client", 15, 400);
+  feed_large(&c, &rng, "cubic", 0, "client", 30, 150);
+  c.step(20);
+  auto s = status(c);
+  EXPECT_EQ((*cohort(s, "client"))["state"], "reverted") << s.dump(2);
+  EXPECT_EQ((*cohort(s, "client"))["weights"], (nlohmann::json{{"bbr", 50}, {"cubic", 50}}));
+  ASSERT_EQ(log.lines.size(), 2u);
+  EXPECT_NE(log.lines[1].find("reverted bbr"), std::string::npos) << log.lines[1];
+  // And decides again, for the other arm, on fresh evidence.
+  feed_large(&c, &rng, "bbr", 0, "client", 15, 150);
+  feed_large(&c, &rng, "cubic", 0, "client", 30, 150);
+  c.step(30);
+  EXPECT_EQ((*cohort(status(c), "client"))["winner"], "cubic");
+  EXPECT_EQ(status(c)["rules"][0]["reverts"], 1);
+  EXPECT_EQ(status(c)["rules"][0]["decisions"], 2);
+}
+
+TEST(CcController, AGuardBlocksAWinner) {
+  CcController c(std::make_shared<prometheus::Registry>(), nullptr);
+  c.configure(controller_config(CohortKind::kPeerClass, {"bbr", "cubic"}, 100));
+  std::mt19937_64 rng(5);
+  feed_large(&c, &rng, "bbr", 0, "client", 40, 150);
+  feed_large(&c, &rng, "cubic", 0, "client", 20, 150);
+  // BBR's flows retransmit 5 % of their segments, CUBIC's 1 %: beyond the 1-point guard.
+  FlowRecord f;
+  f.cc_rule = "auto";
+  f.experiment = kControllerExperiment;
+  f.peer_class = "client";
+  f.segs_out = 10000;
+  f.arm = "bbr";
+  f.retrans_segs = 500;
+  c.observe(f);
+  f.arm = "cubic";
+  f.retrans_segs = 100;
+  c.observe(f);
+  c.step(10);
+  auto s = status(c);
+  EXPECT_EQ((*cohort(s, "client"))["state"], "exploring") << s.dump(2);
+  EXPECT_EQ((*cohort(s, "client"))["evidence"]["test"]["blocked_by_guard"], "retransmit share 5.00% vs 1.00%");
+}
+
+TEST(CcController, StateSurvivesARestartAndAChangedRuleStartsAfresh) {
+  CcController a(std::make_shared<prometheus::Registry>(), nullptr);
+  const Config cfg = controller_config(CohortKind::kPeerClass);
+  a.configure(cfg);
+  std::mt19937_64 rng(6);
+  feed_large(&a, &rng, "bbr", 0, "client", 40, 300);
+  feed_large(&a, &rng, "cubic", 0, "client", 20, 300);
+  a.step(10);
+  a.step(20);
+  const nlohmann::json saved = a.save();
+
+  CcController b(std::make_shared<prometheus::Registry>(), nullptr);
+  b.configure(cfg);
+  std::string error;
+  ASSERT_TRUE(b.restore(nlohmann::json::parse(saved.dump()), &error)) << error;
+  EXPECT_EQ(status(b), status(a));
+  EXPECT_EQ(b.cohort_weights(), a.cohort_weights());
+
+  Config changed = cfg;
+  changed.cc_policy.rules[1].controller->control_percent = 20;
+  CcController d(std::make_shared<prometheus::Registry>(), nullptr);
+  d.configure(changed);
+  ASSERT_TRUE(d.restore(saved, &error)) << error;
+  EXPECT_TRUE(status(d)["rules"][0]["cohorts"].empty()) << "a saved state of other settings does not apply";
+
+  // SIGHUP: the same rule keeps its cohorts, a changed one starts afresh.
+  a.configure(cfg);
+  EXPECT_EQ((*cohort(status(a), "client"))["state"], "decided");
+  a.configure(changed);
+  EXPECT_TRUE(status(a)["rules"][0]["cohorts"].empty());
+  a.configure(Config{});
+  EXPECT_TRUE(a.empty());
+  EXPECT_TRUE(a.cohort_weights().empty());
+}
+
+TEST(CcController, AMalformedStateIsRefusedWhole) {
+  CcController a(std::make_shared<prometheus::Registry>(), nullptr);
+  a.configure(controller_config(CohortKind::kPeerClass));
+  std::mt19937_64 rng(7);
+  feed_large(&a, &rng, "bbr", 0, "client", 40, 300);
+  feed_large(&a, &rng, "cubic", 0, "client", 20, 300);
+  a.step(10);
+  nlohmann::json good = a.save();
+  const std::string before = a.status_json();
+  std::string error;
+  for (auto bad : {nlohmann::json(42), nlohmann::json{{"version", 99}}}) {
+    EXPECT_FALSE(a.restore(bad, &error));
+    EXPECT_FALSE(error.empty());
+  }
+  nlohmann::json bad_weights = good;
+  bad_weights["rules"]["auto"]["cohorts"][0]["weights"] = {90, 20};
+  EXPECT_FALSE(a.restore(bad_weights, &error));
+  EXPECT_NE(error.find("weights"), std::string::npos) << error;
+  nlohmann::json bad_evidence = good;
+  bad_evidence["rules"]["auto"]["cohorts"][0]["evidence"][0]["fct"] = "x";
+  EXPECT_FALSE(a.restore(bad_evidence, &error));
+  EXPECT_EQ(a.status_json(), before) << "nothing applied";
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/tcpscope-store-XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::system(("rm -rf " + path_).c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(ControllerStore, SavesAtomicallyAndReportsACorruptFile) {
+  TempDir dir;
+  ControllerStore store(dir.path() + "/state");
+  std::string error;
+  EXPECT_FALSE(store.load(&error));
+  EXPECT_EQ(error, "") << "no state yet is not an error";
+  ASSERT_TRUE(store.save({{"version", 1}, {"x", 2}}, &error)) << error;
+  struct stat st {};
+  ASSERT_EQ(stat((dir.path() + "/state").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  auto doc = store.load(&error);
+  ASSERT_TRUE(doc) << error;
+  EXPECT_EQ((*doc)["x"], 2);
+  EXPECT_NE(access((dir.path() + "/state/controller.json.tmp").c_str(), F_OK), 0);
+  std::ofstream(store.path()) << "{\"version\": 1, trunc";
+  EXPECT_FALSE(store.load(&error));
+  EXPECT_NE(error.find("not valid JSON"), std::string::npos) << error;
+}
+
+TEST(ControllerStore, RefusesADirectoryOthersCanWriteAndASymlink) {
+  TempDir dir;
+  const std::string open_dir = dir.path() + "/open";
+  ASSERT_EQ(mkdir(open_dir.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(open_dir.c_str(), 0777), 0);
+  std::string error;
+  EXPECT_FALSE(ControllerStore(open_dir).save({{"version", 1}}, &error));
+  EXPECT_NE(error.find("writable by others"), std::string::npos) << error;
+  const std::string safe = dir.path() + "/safe";
+  ASSERT_EQ(mkdir(safe.c_str(), 0700), 0);
+  ASSERT_EQ(symlink((dir.path() + "/elsewhere").c_str(), (safe + "/controller.json").c_str()), 0);
+  EXPECT_FALSE(ControllerStore(safe).load(&error));
+  EXPECT_FALSE(error.empty());
+  EXPECT_TRUE(ControllerStore(safe).save({{"version", 1}}, &error)) << "the rename replaces the link itself: " << error;
+  struct stat st {};
+  ASSERT_EQ(lstat((safe + "/controller.json").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_NE(access((dir.path() + "/elsewhere").c_str(), F_OK), 0) << "nothing written through the link";
+}
+
+TEST(ControllerStore, TakesStateDirectoryFromTheEnvironment) {
+  setenv("STATE_DIRECTORY", "/run/x:/run/y", 1);
+  EXPECT_EQ(ControllerStore().path(), "/run/x/controller.json");
+  unsetenv("STATE_DIRECTORY");
+  EXPECT_EQ(ControllerStore().path(), "/var/lib/tcpscope/controller.json");
+}
+
+}  // namespace
+}  // namespace tcpscope
