@@ -23,6 +23,7 @@ constexpr int kStateVersion = 1;
 // which are promoted); the smallest are dropped beyond that.
 constexpr size_t kCandidatesPerCohort = 4;
 constexpr size_t kMinCandidates = 64;
+size_t candidate_cap(const ControllerSpec& s) { return std::max(kMinCandidates, kCandidatesPerCohort * s.max_cohorts); }
 
 std::string fixed(double v, int digits) {
   char buf[64];
@@ -204,45 +205,38 @@ CcController::Cohort* CcController::cohort_of(Rule& r, uint32_t asn, const std::
   return &it->second;
 }
 
-void CcController::observe(const TransferRecord& t) {
-  if (!t.experiment || *t.experiment != kControllerExperiment || !t.cc_rule || !t.arm) return;
-  if (t.direction != TransferDirection::kSend) return;
+// The evidence a record of a controller rule adds to: its cohort's, and
+// while its ASN is pooled, the ASN's own (followed for promotion; only
+// transfers start following an ASN).
+template <class Record, class Add>
+void CcController::add_evidence(const Record& rec, bool may_follow_asn, Add add) {
+  if (!rec.experiment || *rec.experiment != kControllerExperiment || !rec.cc_rule || !rec.arm) return;
   std::lock_guard<std::mutex> lock(mu_);
-  auto rit = by_name_.find(*t.cc_rule);
+  auto rit = by_name_.find(*rec.cc_rule);
   if (rit == by_name_.end()) return;
   Rule& r = *rit->second;
-  auto ait = r.arm_index.find(*t.arm);
+  auto ait = r.arm_index.find(*rec.arm);
   if (ait == r.arm_index.end()) return;
   bool pooled = false;
-  Cohort* c = cohort_of(r, t.asn, t.peer_class, &pooled);
+  Cohort* c = cohort_of(r, rec.asn, rec.peer_class, &pooled);
   if (!c) return;
-  c->evidence[ait->second].add_transfer(t, r.throughput_min_bytes);
-  if (pooled && t.asn && r.spec.cohort == CohortKind::kAsn && r.spec.max_cohorts) {
-    auto cit = r.candidates.find(t.asn);
-    if (cit == r.candidates.end()) {
-      if (r.candidates.size() >= std::max(kMinCandidates, kCandidatesPerCohort * r.spec.max_cohorts)) return;
-      cit = r.candidates.emplace(t.asn, std::vector<ArmEvidence>(r.arm_names.size())).first;
-    }
-    cit->second[ait->second].add_transfer(t, r.throughput_min_bytes);
+  add(c->evidence[ait->second], r);
+  if (!pooled || !rec.asn || r.spec.cohort != CohortKind::kAsn || !r.spec.max_cohorts) return;
+  auto cit = r.candidates.find(rec.asn);
+  if (cit == r.candidates.end()) {
+    if (!may_follow_asn || r.candidates.size() >= candidate_cap(r.spec)) return;
+    cit = r.candidates.emplace(rec.asn, std::vector<ArmEvidence>(r.arm_names.size())).first;
   }
+  add(cit->second[ait->second], r);
+}
+
+void CcController::observe(const TransferRecord& t) {
+  if (t.direction != TransferDirection::kSend) return;  // the peer's sending
+  add_evidence(t, true, [&t](ArmEvidence& e, const Rule& r) { e.add_transfer(t, r.throughput_min_bytes); });
 }
 
 void CcController::observe(const FlowRecord& f) {
-  if (!f.experiment || *f.experiment != kControllerExperiment || !f.cc_rule || !f.arm) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  auto rit = by_name_.find(*f.cc_rule);
-  if (rit == by_name_.end()) return;
-  Rule& r = *rit->second;
-  auto ait = r.arm_index.find(*f.arm);
-  if (ait == r.arm_index.end()) return;
-  bool pooled = false;
-  Cohort* c = cohort_of(r, f.asn, f.peer_class, &pooled);
-  if (!c) return;
-  c->evidence[ait->second].add_flow(f);
-  if (pooled && f.asn) {
-    auto cit = r.candidates.find(f.asn);
-    if (cit != r.candidates.end()) cit->second[ait->second].add_flow(f);
-  }
+  add_evidence(f, false, [&f](ArmEvidence& e, const Rule&) { e.add_flow(f); });
 }
 
 namespace {
@@ -406,8 +400,7 @@ void CcController::promote_asns(Rule& r, double now_s, bool* changed) {
            std::to_string(total) + " transfers, a cohort of its own from now on (exploring)");
   }
   // Keep the candidates bounded: drop the smaller half when full.
-  const size_t cap = std::max(kMinCandidates, kCandidatesPerCohort * r.spec.max_cohorts);
-  if (r.candidates.size() >= cap) {
+  if (r.candidates.size() >= candidate_cap(r.spec)) {
     std::vector<std::pair<uint64_t, uint32_t>> by_size;
     for (const auto& [asn, ev] : r.candidates) {
       uint64_t total = 0;

@@ -109,6 +109,8 @@ class CcController {
   struct Cohort;
   struct Rule;
   Cohort* cohort_of(Rule& r, uint32_t asn, const std::string& peer_class, bool* pooled);
+  template <class Record, class Add>
+  void add_evidence(const Record& rec, bool may_follow_asn, Add add);
   void test_rule(Rule& r, double now_s, bool* changed);
   void promote_asns(Rule& r, double now_s, bool* changed);
   void ramp(Rule& r, bool* changed);

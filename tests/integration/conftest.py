@@ -149,6 +149,27 @@ class Daemon:
         return self.proc.returncode
 
 
+# A TCP echo server: every connection gets back what it sends.
+ECHO_SERVER = ("import socket,sys,threading\n"
+               "fam=socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET\n"
+               "s=socket.socket(fam); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+               "s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); open(sys.argv[3],'w').close()\n"
+               "def echo(c):\n"
+               "  while True:\n"
+               "    b=c.recv(65536)\n"
+               "    if not b: break\n"
+               "    c.sendall(b)\n"
+               "  c.close()\n"
+               "while True:\n"
+               "  c,_=s.accept(); threading.Thread(target=echo, args=(c,), daemon=True).start()\n")
+
+
+def echo_server(net, tmp, addr, port):
+    ready = tmp / f"echo-{port}.ready"
+    net.spawn(net.srv, sys.executable, "-c", ECHO_SERVER, addr, str(port), str(ready))
+    wait_for(ready.exists, 10, what="echo server")
+
+
 class NetPair:
     """Two namespaces, `cli` and `srv`, joined by a veth pair, dual-stack."""
 

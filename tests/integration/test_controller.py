@@ -12,7 +12,7 @@ import signal
 import sys
 import urllib.request
 
-from conftest import TCPSCOPE, Daemon, sh, wait_for
+from conftest import TCPSCOPE, Daemon, echo_server, sh, wait_for
 
 CONNECT = ("import socket,sys\n"
            "for _ in range(int(sys.argv[4])):\n"
@@ -21,19 +21,6 @@ CONNECT = ("import socket,sys\n"
            "  got=0\n"
            "  while got<200: got+=len(c.recv(65536))\n"
            "  c.close()\n")
-
-ECHO = ("import socket,sys,threading\n"
-        "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-        "s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(128); open(sys.argv[3],'w').close()\n"
-        "def echo(c):\n"
-        "  while True:\n"
-        "    b=c.recv(65536)\n"
-        "    if not b: break\n"
-        "    c.sendall(b)\n"
-        "  c.close()\n"
-        "while True:\n"
-        "  c,_=s.accept(); threading.Thread(target=echo, args=(c,), daemon=True).start()\n")
-
 
 def controller_config(pfx2as, min_transfers=1000000):
     return f"""
@@ -69,9 +56,7 @@ class Setup:
         self.state = tmp_path / "state"
         self.state.mkdir(mode=0o700)
         self.cfg = tmp_path / "tcpscope.yaml"
-        ready = tmp_path / "echo.ready"
-        net.spawn(net.srv, sys.executable, "-c", ECHO, net.srv_v4, "8080", str(ready))
-        wait_for(ready.exists, 10, what="echo server")
+        echo_server(net, tmp_path, net.srv_v4, 8080)
         self.runs = 0
 
     def daemon(self, config_text):

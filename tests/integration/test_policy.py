@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import TCPSCOPE, TRAFFIC, Daemon, sh, wait_for
+from conftest import TCPSCOPE, TRAFFIC, Daemon, echo_server, sh, wait_for
 
 
 def start_daemon(tmp, cgroup, config_text):
@@ -44,19 +44,6 @@ def ss_congestion(net, ns):
     return result
 
 
-ECHO_SERVER = ("import socket,sys,threading\n"
-               "fam=socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET\n"
-               "s=socket.socket(fam); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-               "s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); open(sys.argv[3],'w').close()\n"
-               "def echo(c):\n"
-               "  while True:\n"
-               "    b=c.recv(65536)\n"
-               "    if not b: break\n"
-               "    c.sendall(b)\n"
-               "  c.close()\n"
-               "while True:\n"
-               "  c,_=s.accept(); threading.Thread(target=echo, args=(c,), daemon=True).start()\n")
-
 # A client that holds its connection open until told to close: prints its
 # local port once connected (and a first round trip done), then one line
 # per command on stdin ("rt": another round trip, "cc NAME": setsockopt
@@ -75,12 +62,6 @@ HELD_CLIENT = ("import socket,sys\n"
                "    except OSError as e: print('err', e.errno, flush=True)\n"
                "  else: break\n"
                "c.close()\n")
-
-
-def echo_server(net, tmp, addr, port):
-    ready = tmp / f"echo-{port}.ready"
-    net.spawn(net.srv, sys.executable, "-c", ECHO_SERVER, addr, str(port), str(ready))
-    wait_for(ready.exists, 10, what="echo server")
 
 
 class HeldClient:
