@@ -54,7 +54,7 @@ struct ControllerSpec {
   double fdr = 0.05;              // false discovery rate held across all cohorts' decisions
   uint32_t ramp_step_percent = 25;  // the winner's weight moves at most this much per interval
   uint32_t max_cohorts = 50;      // ASN cohorts per rule (peer classes always have one)
-  double retrans_share_increase = 0.1;   // guard: the winner's retransmit share may exceed the other arm's by this much (absolute)
+  double retrans_share_increase = 0.2;   // guard: the winner's retransmit share may exceed the other arm's by this much (absolute)
   double rtt_inflation_increase = 0.5;   // guard: its srtt/min_rtt may exceed the other arm's by this factor - 1
 
   bool operator==(const ControllerSpec& o) const;

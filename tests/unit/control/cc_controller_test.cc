@@ -229,14 +229,14 @@ TEST(CcController, AGuardBlocksAWinner) {
   std::mt19937_64 rng(5);
   feed_large(&c, &rng, "bbr", 0, "client", 40, 150);
   feed_large(&c, &rng, "cubic", 0, "client", 20, 150);
-  // BBR's flows retransmit 15 % of their segments, CUBIC's 1 %: beyond the 10-point guard.
+  // BBR's flows retransmit 25 % of their segments, CUBIC's 1 %: beyond the 20-point guard.
   FlowRecord f;
   f.cc_rule = "auto";
   f.experiment = kControllerExperiment;
   f.peer_class = "client";
   f.segs_out = 10000;
   f.arm = "bbr";
-  f.retrans_segs = 1500;
+  f.retrans_segs = 2500;
   c.observe(f);
   f.arm = "cubic";
   f.retrans_segs = 100;
@@ -244,7 +244,7 @@ TEST(CcController, AGuardBlocksAWinner) {
   c.step(10);
   auto s = status(c);
   EXPECT_EQ((*cohort(s, "client"))["state"], "exploring") << s.dump(2);
-  EXPECT_EQ((*cohort(s, "client"))["evidence"]["test"]["blocked_by_guard"], "retransmit share 15.00% vs 1.00%");
+  EXPECT_EQ((*cohort(s, "client"))["evidence"]["test"]["blocked_by_guard"], "retransmit share 25.00% vs 1.00%");
 }
 
 TEST(CcController, StateSurvivesARestartAndAChangedRuleStartsAfresh) {
