@@ -2,12 +2,14 @@
 """The closed loop in the lab: first the CDN study with uniform policies, then
 the controller (README "Closed loop") from a 50/50 start.
 
-Testbed (tests/lab): one server namespace running our nginx kept alive, and
-client namespaces behind delay lines, one private ASN each:
+Testbed (tests/lab): one server namespace running our nginx kept alive,
+behind one shared uplink (100 Mbit/s, a deep buffer: 1650 frames, four BDPs
+at 50 ms), and behind it client namespaces on their own delay lines, one
+private ASN each:
 
     c1  client        50 ms, 50 Mbit/s, 0.1 % loss
     c2  client-lossy  50 ms, 50 Mbit/s, 1 % loss
-    p1  pop-to-pop    15 ms, 500 Mbit/s, 0.01 % loss
+    p1  pop-to-pop    15 ms, 500 Mbit/s, 0.01 % loss (so the uplink is its bottleneck)
 
 Traffic: Poisson arrivals of kept-alive connections, each fetching 3-6
 objects of the mix (80 % 10-90 kB, 17 % 3.2 MB, 3 % 5 MB) with short pauses
@@ -66,6 +68,7 @@ PATHS = [  # (preset, name, asn, connections per second)
     ("client-lossy", "c2", 64602, 0.5),
     ("pop-to-pop", "p1", 64611, 0.8),
 ]
+UPLINK = labmod.Direction(rate_mbit=100, queue=1650)
 OBJECTS = dict(traffic_mix.DEFAULT_OBJECTS, large=[5_000_000])
 KEEPALIVE = "3-6"
 
@@ -359,6 +362,7 @@ def main(argv=None):
     p.add_argument("--json", help="write the figures here")
     p.add_argument("--workdir")
     p.add_argument("--smoke", action="store_true", help="the short run CI makes: loop and restart only")
+    p.add_argument("--no-uplink", action="store_true", help="each path straight from the server, no shared uplink")
     args = p.parse_args(argv)
     report = smoke() if args.smoke else full(args)
     path = args.json or (str(HERE / "results" / "controller_lab.json") if args.phases == "uniform,loop,aa"
@@ -373,10 +377,12 @@ def full(args):
     workdir.mkdir(parents=True, exist_ok=True)
     paths = [labmod.Path.preset(preset, name=name, asn=asn) for preset, name, asn, _ in PATHS]
     rates = {name: rate * args.rate_scale for _, name, _, rate in PATHS}
+    uplink = None if args.no_uplink else UPLINK
     report = {"paths": PATHS, "objects": OBJECTS, "keepalive": KEEPALIVE, "duration_s": args.duration,
+              "uplink": None if uplink is None else {"rate_mbit": uplink.rate_mbit, "queue_frames": uplink.queue},
               "uniform": {}}
     phases = args.phases.split(",")
-    with labmod.Lab(paths, workdir=workdir / "lab") as lab:
+    with labmod.Lab(paths, workdir=workdir / "lab", uplink=uplink) as lab:
         if "uniform" in phases:
             phase_uniform(lab, workdir, rates, args.duration, report)
         if "loop" in phases:

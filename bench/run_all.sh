@@ -32,6 +32,7 @@ if ((smoke)); then
   scale_args=(--connections 4000 --prefixes 20000)
   floor_args=(--seconds 2 --reps 1 --prefixes 20000)
   keepalive_args=(--seconds 1 --rounds 1 --sizes 1000)
+  controller_args=(--smoke)
 else
   micro_args=()
   lookup_args=(--benchmark_repetitions=3)
@@ -42,6 +43,7 @@ else
   scale_args=(--connections 100000)
   floor_args=(--seconds 20 --reps 3)
   keepalive_args=(--seconds 15 --rounds 3)
+  controller_args=(--duration 120 --json "$OUT/controller_lab.json")
 fi
 
 echo "== daemon pipeline micro-benchmarks (one core)"
@@ -56,6 +58,8 @@ echo "== connection churn, HTTP: nginx + wrk"
 python3 bench/churn.py --load nginx "${churn_args[@]}" --out "$OUT/churn_nginx.json"
 echo "== kept-alive requests: every request and response a transfer (nginx + wrk)"
 python3 bench/keepalive.py "${keepalive_args[@]}" --out "$OUT/keepalive.json"
+echo "== the closed loop in the lab: uniform CUBIC and BBR, the controller from equal shares, A/A, a loss change, a restart"
+python3 bench/controller_lab.py "${controller_args[@]}"
 echo "== the floor: the least any tracker of every flow costs (state-change tracepoint, SK_STORAGE, ring)"
 python3 bench/floor.py "${floor_args[@]}" --out "$OUT/floor.json"
 echo "== bulk throughput"

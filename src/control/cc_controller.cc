@@ -252,8 +252,17 @@ struct CohortTest {
   SequentialResult pair;  // winner vs other, diff from other to winner
   bool guards_ok = true;
   std::string guard_note;  // the guard that failed, for the log
-  nlohmann::json json;
 };
+
+std::string retrans_note(const ArmEvidence& w, const ArmEvidence& x) {
+  return "retransmit share " + fixed(w.retrans().share() * 100, 2) + "% vs " + fixed(x.retrans().share() * 100, 2) +
+         "%";
+}
+
+std::string inflation_note(const ArmEvidence& w, const ArmEvidence& x) {
+  return "RTT inflation x" + fixed(std::exp(w.rtt_inflation().mean), 2) + " vs x" +
+         fixed(std::exp(x.rtt_inflation().mean), 2);
+}
 
 uint64_t min_count(const std::vector<ArmEvidence>& ev, Objective o) {
   uint64_t n = UINT64_MAX;
@@ -315,14 +324,12 @@ CohortTest test_exploring(const std::vector<ArmEvidence>& ev, const ControllerSp
     if (w.retrans().trials > 0 && x.retrans().trials > 0 &&
         w.retrans().share() - x.retrans().share() > spec.retrans_share_increase) {
       best.guards_ok = false;
-      best.guard_note = "retransmit share " + fixed(w.retrans().share() * 100, 2) + "% vs " +
-                        fixed(x.retrans().share() * 100, 2) + "%";
+      best.guard_note = retrans_note(w, x);
     }
     if (w.rtt_inflation().n >= 2 && x.rtt_inflation().n >= 2 &&
         std::exp(w.rtt_inflation().mean - x.rtt_inflation().mean) - 1 > spec.rtt_inflation_increase) {
       best.guards_ok = false;
-      best.guard_note = "RTT inflation x" + fixed(std::exp(w.rtt_inflation().mean), 2) + " vs x" +
-                        fixed(std::exp(x.rtt_inflation().mean), 2);
+      best.guard_note = inflation_note(w, x);
     }
     for (Objective o : {Objective::kFct, Objective::kThroughput}) {
       if (o == best.objective || min_count(ev, o) < spec.min_transfers) continue;
@@ -356,19 +363,17 @@ CohortTest test_decided(const std::vector<ArmEvidence>& ev, int winner, Objectiv
     // e-value); the largest of `others` over `others` stays one.
     const double e = r.testable && better_by(o, r.diff) < 0 ? r.e_value / others : 1;
     if (t.other < 0 || e > t.e) t.e = e, t.other = a, t.pair = r;
-    Proportion wr = w.retrans(), xr = x.retrans();
-    if (wr.trials > 0 && xr.trials > 0) {
-      SequentialResult g = mixture_sprt(xr, wr, kMixingScale, spec.fdr);
+    if (w.retrans().trials > 0 && x.retrans().trials > 0) {
+      SequentialResult g = mixture_sprt(x.retrans(), w.retrans(), kMixingScale, spec.fdr);
       if (g.testable && g.ci_lo > spec.retrans_share_increase) {
         t.guards_ok = false;
-        t.guard_note = "retransmit share " + fixed(wr.share() * 100, 2) + "% vs " + fixed(xr.share() * 100, 2) + "%";
+        t.guard_note = retrans_note(w, x);
       }
     }
     SequentialResult gi = mixture_sprt(x.rtt_inflation(), w.rtt_inflation(), kMixingScale, spec.fdr);
     if (gi.testable && gi.ci_lo > spec.rtt_inflation_increase) {
       t.guards_ok = false;
-      t.guard_note = "RTT inflation x" + fixed(std::exp(w.rtt_inflation().mean), 2) + " vs x" +
-                     fixed(std::exp(x.rtt_inflation().mean), 2);
+      t.guard_note = inflation_note(w, x);
     }
   }
   return t;

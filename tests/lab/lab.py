@@ -161,7 +161,15 @@ class Lab:
     """Builds the namespaces and paths; a context manager that always tears down."""
 
     def __init__(self, paths: List[Path], tag: Optional[str] = None, ipv6=True, seed=1,
-                 subnet_base: Optional[int] = None, workdir: Optional[FsPath] = None):
+                 subnet_base: Optional[int] = None, workdir: Optional[FsPath] = None,
+                 uplink: Optional[Direction] = None):
+        """uplink: the server's one link to the world, shared by every path
+        (its `down` direction, server -> clients, gets this model; the other
+        is unshaped). The paths then start at a router namespace behind it:
+
+            server ns ── uplink delay line ── router ns ─┬─ path delay line ── client ns
+                                                         └─ ...
+        """
         names = [p.name for p in paths]
         if len(set(names)) != len(names) or not paths:
             raise ValueError(f"paths need distinct names: {names}")
@@ -175,6 +183,10 @@ class Lab:
         self.ipv6 = ipv6
         self.seed = seed
         self.server_ns = f"{PREFIX}{self.tag}-srv"
+        self.uplink = uplink
+        # The namespace the paths start from: the router behind the uplink, or the server.
+        self.router_ns = f"{PREFIX}{self.tag}-rtr" if uplink else None
+        self.uplink_ep: Optional[Endpoint] = None
         # 198.19.B.0/24 .. 198.19.B+15.0/24: a random block keeps concurrent
         # labs' flows apart in a shared daemon's metrics (namespaces keep the
         # traffic apart anyway).
@@ -209,6 +221,8 @@ class Lab:
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
             self._make_ns(self.server_ns)
+            if self.uplink:
+                self._make_uplink()
             for i, p in enumerate(self.paths):
                 self._make_path(i, p)
             self._save_state()
@@ -236,20 +250,24 @@ class Lab:
             class_v4=f"{v4}.128/25", class_v6=f"{v6}:8000::/65")
         self.endpoints[p.name] = ep
         self._make_ns(ep.client_ns)
+        start = self.router_ns or self.server_ns
         if p.veth:
-            sh("ip", "link", "add", ep.server_if, "netns", self.server_ns, "type", "veth",
+            sh("ip", "link", "add", ep.server_if, "netns", start, "type", "veth",
                "peer", "name", ep.client_if, "netns", ep.client_ns)
         else:
             self._start_delayline(ep)
-            sh("ip", "link", "set", ep.server_if, "netns", self.server_ns)
+            sh("ip", "link", "set", ep.server_if, "netns", start)
             sh("ip", "link", "set", ep.client_if, "netns", ep.client_ns)
         # Fixed MACs and permanent neighbour entries: no ARP or neighbour
         # discovery crosses the path, so loss can never stall a connection's
         # first packet behind a lost ARP request, and every frame the delay
         # line counts is the test's own.
         mac_s, mac_c = f"02:1a:b0:{net:02x}:{i:02x}:01", f"02:1a:b0:{net:02x}:{i:02x}:02"
+        # Behind an uplink the server's address of the path lives on the
+        # server's uplink interface, and the router answers for it here.
+        server_addrs = ([], []) if self.uplink else ([ep.server_v4], [ep.server_v6])
         for ns, dev, mac, addrs4, addrs6 in (
-                (self.server_ns, ep.server_if, mac_s, [ep.server_v4], [ep.server_v6]),
+                (start, ep.server_if, mac_s, *server_addrs),
                 (ep.client_ns, ep.client_if, mac_c, ep.client_v4, ep.client_v6)):
             self.ns(ns, "ip", "link", "set", dev, "address", mac)
             if not self.ipv6:
@@ -263,16 +281,77 @@ class Lab:
                     self.ns(ns, "ip", "-6", "addr", "add", f"{a}/64", "dev", dev, "nodad")
             self.ns(ns, "ip", "link", "set", dev, "up")
         for a in ep.client_v4:
-            self.ns(self.server_ns, "ip", "neigh", "replace", a, "lladdr", mac_c, "dev",
+            self.ns(start, "ip", "neigh", "replace", a, "lladdr", mac_c, "dev",
                     ep.server_if, "nud", "permanent")
         self.ns(ep.client_ns, "ip", "neigh", "replace", ep.server_v4, "lladdr", mac_s, "dev",
                 ep.client_if, "nud", "permanent")
         if self.ipv6:
             for a in ep.client_v6:
-                self.ns(self.server_ns, "ip", "-6", "neigh", "replace", a, "lladdr", mac_c,
+                self.ns(start, "ip", "-6", "neigh", "replace", a, "lladdr", mac_c,
                         "dev", ep.server_if, "nud", "permanent")
             self.ns(ep.client_ns, "ip", "-6", "neigh", "replace", ep.server_v6, "lladdr", mac_s,
                     "dev", ep.client_if, "nud", "permanent")
+
+        if self.uplink:
+            self._route_through_uplink(ep)
+
+    def _make_uplink(self):
+        """The server's uplink: a delay line from the server namespace to the
+        router namespace, fixed MACs and permanent neighbours as on the paths,
+        the router forwarding (IPv4 and IPv6, no reverse-path filter: every
+        address it forwards for is on a known side)."""
+        u = (self.base + 16) % 256
+        ep = Endpoint(
+            path=Path("uplink", down=self.uplink, up=Direction()), index=16, client_ns=self.router_ns,
+            server_if=f"{PREFIX}{self.tag}us", client_if=f"{PREFIX}{self.tag}ur",
+            server_v4=f"198.19.{u}.1", client_v4=[f"198.19.{u}.2"],
+            server_v6=f"fd00:1ab:{u:x}:0::1", client_v6=[f"fd00:1ab:{u:x}:0::2"], class_v4="", class_v6="")
+        self.uplink_ep = ep
+        self._make_ns(self.router_ns)
+        for key in ("net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"):
+            self.ns(self.router_ns, "sysctl", "-qw", key)
+        if self.ipv6:
+            self.ns(self.router_ns, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
+        self._start_delayline(ep)
+        sh("ip", "link", "set", ep.server_if, "netns", self.server_ns)
+        sh("ip", "link", "set", ep.client_if, "netns", self.router_ns)
+        mac_s, mac_r = f"02:1a:b0:{u:02x}:ff:01", f"02:1a:b0:{u:02x}:ff:02"
+        for ns, dev, mac, a4, a6, peer4, peer6, peer_mac in (
+                (self.server_ns, ep.server_if, mac_s, ep.server_v4, ep.server_v6, ep.client_v4[0],
+                 ep.client_v6[0], mac_r),
+                (self.router_ns, ep.client_if, mac_r, ep.client_v4[0], ep.client_v6[0], ep.server_v4,
+                 ep.server_v6, mac_s)):
+            self.ns(ns, "ip", "link", "set", dev, "address", mac)
+            self.ns(ns, "ip", "addr", "add", f"{a4}/24", "dev", dev)
+            self.ns(ns, "ip", "neigh", "replace", peer4, "lladdr", peer_mac, "dev", dev, "nud", "permanent")
+            if self.ipv6:
+                self.ns(ns, "ip", "link", "set", dev, "addrgenmode", "none")
+                self.ns(ns, "ip", "-6", "addr", "add", f"{a6}/64", "dev", dev, "nodad")
+                self.ns(ns, "ip", "-6", "neigh", "replace", peer6, "lladdr", peer_mac, "dev", dev,
+                        "nud", "permanent")
+            else:
+                self.ns(ns, "sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1")
+            self.ns(ns, "ip", "link", "set", dev, "up")
+        self.ns(self.server_ns, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0")
+
+    def _route_through_uplink(self, ep: Endpoint):
+        """The server holds the path's server address on its uplink and
+        reaches the clients through the router; the router reaches the
+        server address back through the uplink and the clients on the path."""
+        up = self.uplink_ep
+        self.ns(self.server_ns, "ip", "addr", "add", f"{ep.server_v4}/32", "dev", up.server_if)
+        self.ns(self.server_ns, "ip", "route", "add", ep.class_v4, "via", up.client_v4[0], "dev", up.server_if)
+        self.ns(self.router_ns, "ip", "route", "add", f"{ep.server_v4}/32", "via", up.server_v4, "dev",
+                up.client_if)
+        self.ns(self.router_ns, "ip", "route", "add", ep.class_v4, "dev", ep.server_if)
+        if self.ipv6:
+            self.ns(self.server_ns, "ip", "-6", "addr", "add", f"{ep.server_v6}/128", "dev", up.server_if,
+                    "nodad")
+            self.ns(self.server_ns, "ip", "-6", "route", "add", ep.class_v6, "via", up.client_v6[0], "dev",
+                    up.server_if)
+            self.ns(self.router_ns, "ip", "-6", "route", "add", f"{ep.server_v6}/128", "via", up.server_v6,
+                    "dev", up.client_if)
+            self.ns(self.router_ns, "ip", "-6", "route", "add", ep.class_v6, "dev", ep.server_if)
 
     def _start_delayline(self, ep: Endpoint):
         p = ep.path
@@ -349,7 +428,7 @@ class Lab:
 
     def control(self, name: str, command: str) -> str:
         """One command to a path's delay line: 'stats', or 'set a-to-b|b-to-a|both SPEC'."""
-        ep = self.endpoints[name]
+        ep = self.uplink_ep if name == "uplink" and self.uplink_ep else self.endpoints[name]
         if not ep.control:
             raise ValueError(f"path {name} is a veth and has no delay line")
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
@@ -415,7 +494,7 @@ class Lab:
         known = json.loads(self._state_file.read_text()) if self._state_file.exists() else {}
         ns = list(dict.fromkeys(known.get("namespaces", []) + list(extra_ns) +
                                 list(self.netns_ids)))
-        pids = [e.delayline_pid for e in self.endpoints.values() if e.delayline_pid]
+        pids = [e.delayline_pid for e in [*self.endpoints.values(), self.uplink_ep] if e and e.delayline_pid]
         state = {"tag": self.tag, "owner": self.owner, "tracked": self._tracked,
                  "namespaces": ns, "delaylines": pids,
                  "workdir": str(self.workdir), "server_ns": self.server_ns,

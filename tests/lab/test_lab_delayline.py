@@ -159,3 +159,52 @@ def test_tcp_through_50mbit_path_runs_at_the_rate(make_lab, tmp_path):
     assert abs(res["bits_per_second"] - want_goodput) <= 0.05 * want_goodput
     # No GSO super-frames: pacing is per MTU-sized frame, as on a real link.
     assert s2["max_frame_bytes"] <= 1514
+
+
+def test_a_shared_uplink_is_one_bottleneck_for_every_path(make_lab, tmp_path):
+    """Lab(uplink=...): two paths' downloads at once share the server's uplink
+    (their frames together leave it at its rate, each path gets a share),
+    while each path keeps its own RTT."""
+    need_tool("iperf3")
+    rate = 40
+    lab = make_lab(Path.symmetric("a", delay_ms=5, rate_mbit=500, queue=2000),
+                   Path.symmetric("b", delay_ms=20, rate_mbit=500, queue=2000),
+                   uplink=Direction(rate_mbit=rate, queue=1000))
+    rtts = {}
+    for name in ("a", "b"):
+        ep = lab.ep(name)
+        srv = lab.popen(lab.server_ns, "python3", "-c",
+                        "import socket,sys\ns=socket.socket(); s.bind((sys.argv[1], 5400)); s.listen()\n"
+                        "c,_=s.accept(); c.close()", ep.server_v4)
+        time.sleep(0.3)
+        r = lab.ns(ep.client_ns, "curl", "-s", "-o", "/dev/null", "-w", "%{time_connect}",
+                   f"http://{ep.server_v4}:5400/", check=False)
+        srv.wait(timeout=10)
+        rtts[name] = float(r.stdout) * 1e3
+    assert 10 <= rtts["a"] <= 10 * 1.05 + 1 and 40 <= rtts["b"] <= 40 * 1.05 + 1, rtts
+    servers, clients = [], []
+    for i, name in enumerate(("a", "b")):
+        ep = lab.ep(name)
+        servers.append(lab.popen(lab.server_ns, "iperf3", "-s", "-1", "-B", ep.server_v4, "-p", 5310 + i))
+    time.sleep(0.3)
+    for i, name in enumerate(("a", "b")):
+        clients.append(lab.popen(lab.ep(name).client_ns, "iperf3", "-c", lab.ep(name).server_v4, "-p", 5310 + i,
+                                 "-R", "-t", 8, "-O", 2, "-J"))
+    time.sleep(4)
+    s1 = lab.stats("uplink")["down"]
+    time.sleep(3)
+    s2 = lab.stats("uplink")["down"]
+    goodput = []
+    for cli, srv in zip(clients, servers):
+        out, err = cli.communicate(timeout=60)
+        srv.wait(timeout=10)
+        assert cli.returncode == 0, err
+        goodput.append(json.loads(out)["end"]["sum_received"]["bits_per_second"])
+    wire = (s2["bytes_out"] - s1["bytes_out"]) * 8 / ((s2["last_out_ns"] - s1["last_out_ns"]) / 1e9)
+    payload = rate * 1e6 * 1448 / 1514
+    print(f"\nuplink {rate} Mbit/s shared by two paths (10 and 40 ms): frames left at {wire / 1e6:.2f} Mbit/s, "
+          f"goodput {goodput[0] / 1e6:.2f} + {goodput[1] / 1e6:.2f} Mbit/s (payload share {payload / 1e6:.2f})")
+    assert abs(wire - rate * 1e6) <= 0.02 * rate * 1e6
+    assert sum(goodput) <= payload * 1.02
+    assert sum(goodput) >= payload * 0.9
+    assert min(goodput) >= 0.1 * payload, "both paths get a share of the uplink"
