@@ -288,7 +288,7 @@ def phase_loop(lab, workdir, rates, duration, report, arms=("bbr", "cubic"), nam
     cfg = controller_config(lab, workdir / f"{name}.yaml", arms=arms, min_transfers=min_transfers,
                             interval_s=interval_s)
     lab.set_cc("cubic")  # only the rule's flows are steered; the rest keep the default
-    out = report.setdefault(name, {"decisions": {}, "timeline": []})
+    out = report.setdefault(name, {"decisions": {}})
     d = ControllerDaemon(cfg, workdir, state, name=name)
     lab.track(d.proc.pid)
     t0 = time.monotonic()
@@ -300,7 +300,6 @@ def phase_loop(lab, workdir, rates, duration, report, arms=("bbr", "cubic"), nam
             key = (c["state"], c["winner"])
             if not seen or (seen[-1]["state"], seen[-1]["winner"]) != key:
                 seen.append({"t_s": now, "state": c["state"], "winner": c["winner"], "weights": c["weights"]})
-        out["timeline"].append({"t_s": now, "cohorts": summarize(cohorts)})
 
     try:
         print(f"== controller {list(arms)}: {duration:.0f} s from equal shares "

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -191,6 +192,7 @@ TEST(CcController, AnAaRunDecidesAlmostNothing) {
     ++cohorts;
     decided += co["state"] != "exploring";
   }
+  std::printf("A/A through the controller: %d of %d cohorts decided in 40 intervals\n", decided, cohorts);
   EXPECT_GE(cohorts, 60);
   EXPECT_LE(decided, cohorts * 5 / 100) << "decided in " << decided << " of " << cohorts << " A/A cohorts";
   EXPECT_EQ(s["rules"][0]["arms"], (nlohmann::json{"cubic", "cubic#2"}));
