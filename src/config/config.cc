@@ -1144,6 +1144,9 @@ std::vector<std::string> referenced_congestion_controls(const Config& config) {
     if (rule.experiment) {
       for (const auto& arm : rule.experiment->arms) add(arm.first);
     }
+    if (rule.controller) {
+      for (const auto& arm : rule.controller->arms) add(arm);
+    }
   }
   return out;
 }

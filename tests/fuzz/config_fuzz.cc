@@ -32,7 +32,20 @@ void check_valid(const tcpscope::Config& c, const std::vector<std::string>& ccs)
     if (std::find(ccs.begin(), ccs.end(), cc) == ccs.end()) fail("accepted unknown cc " + cc);
   for (const auto& rule : c.cc_policy.rules) {
     if (rule.name.empty()) fail("accepted a rule without a name");
-    if (rule.cc.has_value() == rule.experiment.has_value()) fail("accepted a rule without exactly one of cc/experiment");
+    if (int{rule.cc.has_value()} + int{rule.experiment.has_value()} + int{rule.controller.has_value()} != 1)
+      fail("accepted a rule without exactly one of cc/experiment/controller");
+    if (rule.experiment && rule.experiment->name == tcpscope::kControllerExperiment)
+      fail("accepted an experiment named like the controller's");
+    if (rule.controller) {
+      const auto& k = *rule.controller;
+      if (k.arms.size() < 2 || k.arms.size() > tcpscope::kMaxControllerArms)
+        fail("accepted a controller with " + std::to_string(k.arms.size()) + " arms");
+      if (k.control_percent < 1 || k.control_percent > 100 || k.min_transfers < 2 || k.interval_s < 1 ||
+          !(k.fdr > 0 && k.fdr <= 0.5) || k.ramp_step_percent < 1 || k.ramp_step_percent > 100 ||
+          !(k.retrans_share_increase >= 0 && k.retrans_share_increase <= 1) ||
+          !(k.rtt_inflation_increase >= 0 && k.rtt_inflation_increase <= 100))
+        fail("accepted controller settings out of range");
+    }
     if (rule.experiment) {
       uint32_t sum = 0;
       for (const auto& arm : rule.experiment->arms) sum += arm.second;
