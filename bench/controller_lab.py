@@ -44,9 +44,9 @@ when run whole). It judges nothing: what reproduced and what did not is in the
 figures, and in bench/README.md with the reasons.
 """
 import argparse
+import importlib.util
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -60,6 +60,11 @@ sys.path.insert(0, str(HERE.parent / "tests" / "lab"))
 
 import lab as labmod  # noqa: E402
 import traffic_mix  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("cdn_bbr_vs_cubic", HERE.parent / "tests" / "lab" / "scenarios" /
+                                               "cdn_bbr_vs_cubic.py")
+scenario = importlib.util.module_from_spec(_spec)  # its Daemon
+_spec.loader.exec_module(scenario)
 
 TCPSCOPE = labmod.BUILD / "tcpscope"
 THROUGHPUT_MIN_BYTES = 3_000_000
@@ -87,28 +92,12 @@ def read_records(flow_log: FsPath, kind):
     return out
 
 
-class ControllerDaemon:
-    """`tcpscope run` with a flow log, its API, and a state directory that
-    outlives it (a restart is a new ControllerDaemon on the same one)."""
+class ControllerDaemon(scenario.Daemon):
+    """The scenario's daemon with a state directory that outlives it (a
+    restart is a new ControllerDaemon on the same one) and its controller API."""
 
     def __init__(self, config: FsPath, workdir: FsPath, state_dir: FsPath, name="tcpscope"):
-        import socket
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.flow_log = workdir / f"{name}.flows.ndjson"
-        self.stderr_path = workdir / f"{name}.stderr"
-        env = dict(os.environ, STATE_DIRECTORY=str(state_dir))
-        with open(self.stderr_path, "w") as err:
-            self.proc = subprocess.Popen(
-                [str(TCPSCOPE), "run", "--config", str(config), "--listen", f"127.0.0.1:{self.port}",
-                 "--flow-log", str(self.flow_log)], stdout=subprocess.DEVNULL, stderr=err, env=env)
-        deadline = time.monotonic() + 30
-        while "running:" not in self.stderr_path.read_text():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"tcpscope did not start: {self.stderr_path.read_text()}")
-            time.sleep(0.05)
+        super().__init__(config, workdir, name=name, env=dict(os.environ, STATE_DIRECTORY=str(state_dir)))
 
     def api(self):
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/v1/controller", timeout=10) as r:
@@ -119,21 +108,11 @@ class ControllerDaemon:
         rules = self.api()["rules"]
         return {c["cohort"]: c for c in rules[0]["cohorts"]} if rules else {}
 
-    def stderr(self):
+    def stderr_text(self):
         return self.stderr_path.read_text()
 
     def lines(self, kind):
         return read_records(self.flow_log, kind)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
 
 
 def controller_config(lab, path: FsPath, arms=("bbr", "cubic"), min_transfers=40, interval_s=5,
@@ -336,7 +315,7 @@ def phase_loop(lab, workdir, rates, duration, report, arms=("bbr", "cubic"), nam
         try:
             after = summarize(d2.cohorts())
             out["restart"] = {"before": before, "after": after, "same": before == after,
-                              "restored": "controller state restored" in d2.stderr()}
+                              "restored": "controller state restored" in d2.stderr_text()}
             print(f"== restart: {len(after)} cohorts, states and weights "
                   f"{'the same' if before == after else 'DIFFERENT'} after the restart")
         finally:

@@ -84,19 +84,21 @@ def size_class(nbytes):
 
 
 class Daemon:
-    """The real tcpscope daemon (`tcpscope run`), flow log and /metrics."""
+    """The real tcpscope daemon (`tcpscope run`), flow log and /metrics.
+    name: its files in workdir are NAME.flows.ndjson and NAME.stderr (default:
+    flows.ndjson, tcpscope.stderr); env: its environment (e.g. STATE_DIRECTORY)."""
 
-    def __init__(self, config, workdir: FsPath):
+    def __init__(self, config, workdir: FsPath, name=None, env=None):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        self.flow_log = workdir / "flows.ndjson"
-        self.stderr_path = workdir / "tcpscope.stderr"
+        self.flow_log = workdir / (f"{name}.flows.ndjson" if name else "flows.ndjson")
+        self.stderr_path = workdir / f"{name or 'tcpscope'}.stderr"
         self.stderr = open(self.stderr_path, "w")
         self.proc = subprocess.Popen(
             [str(TCPSCOPE), "run", "--config", str(config), "--listen",
              f"127.0.0.1:{self.port}", "--flow-log", str(self.flow_log)],
-            stdout=subprocess.DEVNULL, stderr=self.stderr)
+            stdout=subprocess.DEVNULL, stderr=self.stderr, env=env)
         deadline = time.monotonic() + 30
         while "running:" not in self.stderr_path.read_text():
             if self.proc.poll() is not None or time.monotonic() > deadline:
