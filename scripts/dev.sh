@@ -11,7 +11,7 @@ BUILD_DIR=${TCPSCOPE_BUILD:-build}
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev
-  prometheus-cpp-dev libyaml-cpp-dev libmaxminddb-dev nlohmann-json3-dev
+  prometheus-cpp-dev libyaml-cpp-dev libmaxminddb-dev nlohmann-json3-dev librdkafka-dev
   libgtest-dev libbenchmark-dev
   libclang-rt-14-dev  # clang's sanitizer and libFuzzer runtimes (tests/sanitize.sh, tests/fuzz/run.sh)
   iproute2 nftables procps curl python3 python3-pytest
@@ -20,6 +20,7 @@ PACKAGES=(
   nginx-light wrk iperf3 libbpf-tools linux-perf  # wrk: bench/churn.py --load nginx
   nghttp2-client  # h2load: tests/lab/test_lab_transfers.py (HTTP/2 streams on one connection)
   librsvg2-bin  # compare --plot png (rsvg-convert)
+  clickhouse-server clickhouse-client openjdk-17-jre-headless maven  # tests/fleet: ClickHouse 18.16, Kafka 4 (jars via mvn)
 )
 
 die() { echo "dev.sh: $*" >&2; exit 1; }
@@ -73,7 +74,7 @@ case "$cmd" in
     echo "== fuzz targets, a short bounded run each (build-fuzz/)"
     tests/fuzz/run.sh
     echo "== integration tests (real BPF programs, real traffic in network namespaces)"
-    TCPSCOPE_BUILD="$(pwd)/$BUILD_DIR" "$(python_with_pytest)" -m pytest tests/integration tests/package tests/lab -v -p no:cacheprovider "$@"
+    TCPSCOPE_BUILD="$(pwd)/$BUILD_DIR" "$(python_with_pytest)" -m pytest tests/integration tests/fleet tests/package tests/lab -v -p no:cacheprovider "$@"
     ;;
   *)
     die "usage: $0 run|test|build"

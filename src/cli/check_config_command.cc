@@ -1,6 +1,7 @@
 #include "cli/check_config_command.h"
 
 #include "config/config.h"
+#include "export/kafka_export.h"
 #include "os/congestion_controls.h"
 #include "policy/cc_policy.h"
 
@@ -32,6 +33,14 @@ int check_config_command(const std::string& path, const std::vector<std::string>
     err.flush();
     return 2;
   }
+  // librdkafka checks the producer's settings (and the SASL password file)
+  // without connecting: a broker that is down now is no config error.
+  std::string kafka_error;
+  if (config.export_.kafka.enabled() && !check_kafka_config(config.export_.kafka, &kafka_error)) {
+    err << path << ": " << kafka_error << "\n";
+    err.flush();
+    return 2;
+  }
   size_t experiments = 0, controllers = 0;
   for (const auto& rule : config.cc_policy.rules) {
     experiments += rule.experiment ? 1 : 0;
@@ -42,6 +51,10 @@ int check_config_command(const std::string& path, const std::vector<std::string>
       << count_of(config.cc_policy.rules.size(), "rule", "rules") << " ("
       << count_of(experiments, "experiment", "experiments") << ", "
       << count_of(controllers, "controller", "controllers") << ")\n";
+  if (const KafkaConfig& k = config.export_.kafka; k.enabled())
+    out << "records to Kafka " << kafka_broker_list(k) << ": flows to " << k.topic_flows << ", "
+        << (k.topic_transfers.empty() ? std::string("transfers not exported") : "transfers to " + k.topic_transfers)
+        << "\n";
   // Valid here, but not under the packaged unit: see README, Congestion-control policy.
   for (const auto& [cc, rule] : unloaded_module_congestion_controls(config, loaded_cc))
     err << path << ": warning: congestion control \"" << cc << "\" (rule '" << rule

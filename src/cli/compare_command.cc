@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <map>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "compare/compare.h"
 #include "compare/compare_selection.h"
 #include "compare/compare_source.h"
+#include "compare/clickhouse_source.h"
 #include "compare/daemon_source.h"
 #include "compare/flow_log_source.h"
 #include "compare/svg_plot.h"
@@ -30,7 +32,7 @@
 namespace tcpscope {
 
 const char* const kCompareUsage =
-    "usage: tcpscope compare (--flows FILE | --server URL) --a SEL --b SEL\n"
+    "usage: tcpscope compare (--flows FILE | --server URL | --clickhouse URL) --a SEL --b SEL\n"
     "                        [--by FIELD] [--metric fct|throughput|rtt|retrans] [--unit transfer|flow]\n"
     "                        [--json] [--plot FILE.svg]\n"
     "                        [--config FILE] [--size-classes B1,B2,..] [--throughput-min-bytes N]\n"
@@ -41,12 +43,18 @@ const char* const kCompareUsage =
     "  --server URL   a running daemon (e.g. http://127.0.0.1:9810): its sketches of the last 1-2 h,\n"
     "                 quantiles within 1 %; fields peer_class, asn, cc, arm, size_class only.\n"
     "                 Basic auth: http://USER:PASSWORD@HOST:PORT or TCPSCOPE_BASIC_AUTH=USER:PASSWORD\n"
+    "  --clickhouse URL  the fleet's records in ClickHouse (export.kafka, /usr/share/tcpscope/clickhouse),\n"
+    "                 e.g. http://USER:PASSWORD@clickhouse:8123: ClickHouse groups them into 1 % buckets;\n"
+    "                 any record field. [--database tcpscope] [--table flows|transfers]\n"
+    "                 [--where SEL: must hold in both arms] [--since T] [--until T]: T is a duration back\n"
+    "                 from now (30m, 24h, 7d), unix seconds or 2026-11-25T10:00:00Z, on the record's end_ns\n"
     "  --unit U       transfer: each run of data in one direction of a connection (the default for fct\n"
     "                 and throughput; throughput counts send transfers the receiver's window did not limit);\n"
     "                 flow: whole connections (the default, and the only unit, for rtt and retrans)\n"
     "  --by FIELD     group by a record field (asn, peer_class, cc, arm, ...), size_class, or all\n"
     "                 (default peer_class); fct is always split by size class as well\n"
-    "  --config FILE  size classes and throughput_min_bytes for --flows (default: the built-in config)\n"
+    "  --config FILE  size classes and throughput_min_bytes for --flows and --clickhouse (default: the\n"
+    "                 built-in config)\n"
     "  --plot FILE    CDFs of A and B per group: FILE.svg, or FILE.png through rsvg-convert (librsvg2-bin)\n";
 
 namespace {
@@ -54,7 +62,8 @@ namespace {
 constexpr size_t kMaxPlotPanels = 36;
 
 struct Args {
-  std::string flows, server, a, b, plot, config;
+  std::string flows, server, clickhouse, a, b, plot, config;
+  std::string database = "tcpscope", table, where, since, until;
   std::string by = "peer_class";
   std::string metric = "fct";
   std::string unit;  // "": the metric's default_unit()
@@ -75,6 +84,12 @@ std::string parse_args(const std::vector<std::string>& args, Args* a) {
   cl.flag("--json", &a->json)
       .option("--flows", &a->flows)
       .option("--server", &a->server)
+      .option("--clickhouse", &a->clickhouse)
+      .option("--database", &a->database)
+      .option("--table", &a->table)
+      .option("--where", &a->where)
+      .option("--since", &a->since)
+      .option("--until", &a->until)
       .option("--a", &a->a)
       .option("--b", &a->b)
       .option("--by", &a->by)
@@ -101,7 +116,16 @@ std::string parse_args(const std::vector<std::string>& args, Args* a) {
   integer("--top", 1, 1000000, [a](uint64_t n) { a->top = n; });
   integer("--timeout-ms", 1, 3600000, [a](uint64_t n) { a->timeout_ms = static_cast<int>(n); });
   if (const auto error = cl.parse(args)) return error->message;
-  if (a->flows.empty() == a->server.empty()) return "give exactly one of --flows FILE and --server URL";
+  if (!a->flows.empty() + !a->server.empty() + !a->clickhouse.empty() != 1)
+    return "give exactly one of --flows FILE, --server URL and --clickhouse URL";
+  if (a->clickhouse.empty() && (!a->table.empty() || !a->where.empty() || !a->since.empty() || !a->until.empty() ||
+                                a->database != "tcpscope"))
+    return "--database, --table, --where, --since and --until apply to --clickhouse";
+  if (!a->clickhouse.empty()) {
+    for (const std::string* name : {&a->database, &a->table})
+      if (name->find_first_of("`\\") != std::string::npos || (name == &a->database && name->empty()))
+        return "--database and --table want a plain name, not \"" + *name + "\"";
+  }
   if (a->a.empty() || a->b.empty()) return "--a SEL and --b SEL are both required (e.g. --a cc=cubic --b cc=bbr)";
   if (a->by != "all" && !valid_field_name(a->by)) return "--by \"" + a->by + "\" is not a field name";
   const auto metric = parse_compare_metric(a->metric);
@@ -118,6 +142,30 @@ std::string parse_args(const std::vector<std::string>& args, Args* a) {
     if (ext != ".svg" && ext != ".png") return "--plot wants FILE.svg or FILE.png, not \"" + a->plot + "\"";
   }
   return "";
+}
+
+// --since/--until: a duration back from now (90s, 30m, 24h, 7d), unix
+// seconds, or an RFC 3339 UTC time (2026-11-25T10:00:00Z).
+bool parse_time_ns(const std::string& text, int64_t now_ns, int64_t* out, std::string* why) {
+  uint64_t n = 0;
+  if (!text.empty() && std::string("smhd").find(text.back()) != std::string::npos &&
+      parse_decimal(text.substr(0, text.size() - 1), 9, &n)) {
+    const int64_t unit_s = text.back() == 's' ? 1 : text.back() == 'm' ? 60 : text.back() == 'h' ? 3600 : 86400;
+    *out = now_ns - static_cast<int64_t>(n) * unit_s * 1000000000;
+    return true;
+  }
+  if (parse_decimal(text, 12, &n)) {
+    *out = static_cast<int64_t>(n) * 1000000000;
+    return true;
+  }
+  struct tm tm {};
+  const char* end = strptime(text.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  if (end && !*end) {
+    *out = static_cast<int64_t>(timegm(&tm)) * 1000000000;
+    return true;
+  }
+  *why = "\"" + text + "\" is not a duration (30m, 24h, 7d), unix seconds or a time like 2026-11-25T10:00:00Z";
+  return false;
 }
 
 bool parse_size_classes(const std::string& text, std::vector<uint64_t>* out, std::string* why) {
@@ -293,7 +341,8 @@ int compare_command(const std::vector<std::string>& argv, std::ostream& out, std
 
   // The source the options name; everything after collect() is the same for every source.
   std::unique_ptr<CompareSource> source;
-  if (!args.flows.empty()) {
+  if (!args.flows.empty() || !args.clickhouse.empty()) {
+    // Records carry no config: the size classes and the threshold are given.
     MetricOptions metric_options;
     if (!args.config.empty()) {
       std::vector<ConfigError> errors;
@@ -309,11 +358,33 @@ int compare_command(const std::vector<std::string>& argv, std::ostream& out, std
       return 2;
     }
     if (args.throughput_min_bytes) metric_options.throughput_min_bytes = *args.throughput_min_bytes;
-    source = std::make_unique<FlowLogSource>(args.flows, metric_options);
+    if (!args.flows.empty()) {
+      source = std::make_unique<FlowLogSource>(args.flows, metric_options);
+    } else {
+      ClickHouseQuery q;
+      q.url = args.clickhouse;
+      q.database = args.database;
+      q.table = args.table;
+      q.timeout_ms = args.timeout_ms;
+      if (!args.where.empty()) {
+        q.where = Selection::parse(args.where, &why);
+        if (!q.where) {
+          err << "tcpscope compare: --where: " << why << "\n";
+          return 2;
+        }
+      }
+      const int64_t now_ns = static_cast<int64_t>(std::time(nullptr)) * 1000000000;
+      if ((!args.since.empty() && !parse_time_ns(args.since, now_ns, &q.since_ns, &why)) ||
+          (!args.until.empty() && !parse_time_ns(args.until, now_ns, &q.until_ns, &why))) {
+        err << "tcpscope compare: --since/--until: " << why << "\n";
+        return 2;
+      }
+      source = std::make_unique<ClickHouseSource>(std::move(q), metric_options);
+    }
   } else {
     if (!args.config.empty() || !args.size_classes.empty() || args.throughput_min_bytes) {
-      err << "tcpscope compare: --config, --size-classes and --throughput-min-bytes apply to --flows; "
-             "with --server the daemon's config decides\n";
+      err << "tcpscope compare: --config, --size-classes and --throughput-min-bytes apply to --flows and "
+             "--clickhouse; with --server the daemon's config decides\n";
       return 2;
     }
     source = std::make_unique<DaemonSource>(args.server, args.timeout_ms);

@@ -140,6 +140,29 @@ void FlowSketch::add(double value, uint64_t count) {
   bump(slot_for(index_of(std::clamp(value, lo_, hi_))), count);
 }
 
+void FlowSketch::add_bucket(int32_t index, uint64_t count, double min, double max) {
+  if (count == 0) return;
+  if (!(min >= 0) || !(max >= min)) {
+    rejected_ += count;
+    return;
+  }
+  if (total_ == 0) {
+    min_ = min;
+    max_ = max;
+  } else {
+    min_ = std::min(min_, min);
+    max_ = std::max(max_, max);
+  }
+  total_ += count;
+  if (index == kZeroBucket) {
+    zero_count_ += count;
+    return;
+  }
+  const int32_t lo = index_of(lo_), hi = index_of(hi_);
+  if (index < lo || index > hi) clamped_ += count;
+  bump(slot_for(std::clamp(index, lo, hi)), count);
+}
+
 void FlowSketch::merge(const FlowSketch& other) {
   if (other.alpha_ != alpha_)
     throw std::invalid_argument("cannot merge sketches of relative accuracy " + std::to_string(alpha_) + " and " +

@@ -36,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,6 +69,17 @@ class FlowSketch {
   // Counts `value` (`count` times). Negative values and NaN are ignored and
   // counted in rejected(): every metric the sketches hold is >= 0.
   void add(double value, uint64_t count = 1);
+  // Bucketed input from elsewhere (a database's GROUP BY, see
+  // clickhouse_source.h): `count` values of bucket `index` (as bucket_index()
+  // numbers them, kZeroBucket for values below kMinPositive), the smallest
+  // and largest of them exact. Indices outside the span are counted at its
+  // ends, as add() does with values.
+  static constexpr int32_t kZeroBucket = std::numeric_limits<int32_t>::min();
+  void add_bucket(int32_t index, uint64_t count, double min, double max);
+  // The bucket a positive value falls into: ceil(log(value) * inv_log_gamma()).
+  int32_t bucket_index(double value) const { return index_of(value); }
+  double inv_log_gamma() const { return inv_log_gamma_; }
+
   // Adds every count of `other`. Throws std::invalid_argument when the
   // relative accuracies differ (bucket boundaries would not line up).
   void merge(const FlowSketch& other);

@@ -35,7 +35,8 @@ const std::vector<std::string>& config_top_level_keys() {
       "listen",         "flow_log",    "cgroup",           "asn",
       "peer_classes",   "default_peer_class",              "size_classes_bytes",
       "throughput_min_bytes",          "flow_log_transfers", "cc_policy",
-      "ring_buffer_bytes",             "snapshot_interval_s", "http"};
+      "ring_buffer_bytes",             "snapshot_interval_s", "http",
+      "export"};
   return kKeys;
 }
 
@@ -219,6 +220,8 @@ class ConfigParser {
   void parse_size_classes(const Entry& e, std::vector<uint64_t>* bounds);
   void parse_cc_policy(const Entry& e, CcPolicy* policy);
   void parse_http(const Entry& e, HttpConfig* http);
+  void parse_export(const Entry& e, ExportConfig* out);
+  void parse_kafka(const Entry& e, KafkaConfig* kafka);
   // *name_line: where the name is, for duplicate-name messages.
   std::optional<CcRule> parse_rule(const YAML::Node& n, int line, const std::string& where,
                                    int* name_line);
@@ -475,6 +478,8 @@ void ConfigParser::parse_top(const YAML::Node& root, Config* c) {
       }
     } else if (e.key == "http") {
       parse_http(e, &c->http);
+    } else if (e.key == "export") {
+      parse_export(e, &c->export_);
     } else if (e.key == "snapshot_interval_s") {
       if (auto v = integer_value(e.value, e.line, "snapshot_interval_s", 0,
                                  kMaxSnapshotInterval)) {
@@ -546,6 +551,144 @@ void ConfigParser::parse_http(const Entry& e, HttpConfig* http) {
     error(digest_line, "http.basic_auth_password_sha256 needs http.basic_auth_user");
   }
 }
+
+void ConfigParser::parse_export(const Entry& e, ExportConfig* out) {
+  static const std::vector<std::string> kKeys = {"kafka"};
+  for (const Entry& f : entries(e.value, e.line, "export", &kKeys)) {
+    if (f.value.IsNull()) continue;
+    if (f.key == "kafka") parse_kafka(f, &out->kafka);
+  }
+}
+
+namespace {
+
+// Kafka's own rule for topic names.
+bool valid_kafka_topic(const std::string& t) {
+  return !t.empty() && t.size() <= 249 && t != "." && t != ".." &&
+         t.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == std::string::npos;
+}
+
+// HOST:PORT or [IPV6]:PORT, port 1..65535.
+bool valid_broker(const std::string& b) {
+  const size_t colon = b.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == b.size()) return false;
+  const std::string host = b.substr(0, colon), port = b.substr(colon + 1);
+  if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) return false;
+  const unsigned long p = std::stoul(port);
+  if (p < 1 || p > 65535) return false;
+  if (host.front() == '[') return host.back() == ']' && host.size() > 2;
+  return host.find_first_of(" ,/[]") == std::string::npos;
+}
+
+}  // namespace
+
+void ConfigParser::parse_kafka(const Entry& e, KafkaConfig* k) {
+  static const std::vector<std::string> kKeys = {
+      "brokers", "topic_flows", "topic_transfers", "compression", "queue_bytes", "linger_ms", "client_id",
+      "security_protocol", "tls", "sasl"};
+  static const std::vector<std::string> kCompression = {"none", "gzip", "snappy", "lz4", "zstd"};
+  static const std::vector<std::string> kProtocols = {"plaintext", "ssl", "sasl_plaintext", "sasl_ssl"};
+  static const std::vector<std::string> kMechanisms = {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"};
+  auto one_of = [this](const Entry& f, const std::string& what, const std::vector<std::string>& allowed,
+                       std::string* out) {
+    auto s = string_value(f, what);
+    if (!s) return;
+    if (std::find(allowed.begin(), allowed.end(), *s) == allowed.end()) {
+      error(line_of(f.value, f.line), what + " must be one of " + join(allowed, ", ") + ", got " + quoted(*s));
+      return;
+    }
+    *out = *s;
+  };
+  int sasl_line = 0, tls_line = 0;
+  bool brokers_given = false;
+  for (const Entry& f : entries(e.value, e.line, "export.kafka", &kKeys)) {
+    if (f.value.IsNull()) continue;
+    const int vline = line_of(f.value, f.line);
+    if (f.key == "brokers") {
+      brokers_given = true;
+      auto items = list_value(f, "export.kafka.brokers");
+      if (!items) continue;
+      for (size_t i = 0; i < items->size(); ++i) {
+        const YAML::Node& n = (*items)[i];
+        const std::string what = "export.kafka.brokers[" + std::to_string(i) + "]";
+        if (!n.IsScalar() || !valid_broker(n.Scalar())) {
+          error(line_of(n, vline), what + " must be HOST:PORT (e.g. kafka-1:9092), got " + type_name(n));
+          continue;
+        }
+        k->brokers.push_back(n.Scalar());
+      }
+    } else if (f.key == "topic_flows" || f.key == "topic_transfers") {
+      const std::string what = "export.kafka." + f.key;
+      auto s = string_value(f, what);
+      if (!s) continue;
+      if (!(f.key == "topic_transfers" && s->empty()) && !valid_kafka_topic(*s)) {
+        error(vline, what + " " + quoted(*s) + " is not a Kafka topic name (1-249 of [a-zA-Z0-9._-])");
+        continue;
+      }
+      (f.key == "topic_flows" ? k->topic_flows : k->topic_transfers) = *s;
+    } else if (f.key == "compression") {
+      one_of(f, "export.kafka.compression", kCompression, &k->compression);
+    } else if (f.key == "queue_bytes") {
+      // librdkafka counts its queue in KiB, at most 2^31-1 of them.
+      if (auto v = integer_value(f.value, f.line, "export.kafka.queue_bytes", 1 << 20, 2047ull << 30))
+        k->queue_bytes = *v;
+    } else if (f.key == "linger_ms") {
+      if (auto v = integer_value(f.value, f.line, "export.kafka.linger_ms", 0, 60000))
+        k->linger_ms = static_cast<uint32_t>(*v);
+    } else if (f.key == "client_id") {
+      if (auto s = string_value(f, "export.kafka.client_id")) k->client_id = *s;
+    } else if (f.key == "security_protocol") {
+      one_of(f, "export.kafka.security_protocol", kProtocols, &k->security_protocol);
+    } else if (f.key == "tls") {
+      tls_line = f.line;
+      static const std::vector<std::string> kTlsKeys = {"ca_file", "cert_file", "key_file"};
+      for (const Entry& t : entries(f.value, f.line, "export.kafka.tls", &kTlsKeys)) {
+        if (t.value.IsNull()) continue;
+        auto s = string_value(t, "export.kafka.tls." + t.key);
+        if (!s) continue;
+        if (s->empty() || (*s)[0] != '/') {
+          error(line_of(t.value, t.line), "export.kafka.tls." + t.key + " must be an absolute path, got " + quoted(*s));
+          continue;
+        }
+        (t.key == "ca_file" ? k->tls_ca_file : t.key == "cert_file" ? k->tls_cert_file : k->tls_key_file) = *s;
+      }
+    } else if (f.key == "sasl") {
+      sasl_line = f.line;
+      static const std::vector<std::string> kSaslKeys = {"mechanism", "username", "password_file", "password"};
+      for (const Entry& t : entries(f.value, f.line, "export.kafka.sasl", &kSaslKeys)) {
+        if (t.value.IsNull()) continue;
+        const int tline = line_of(t.value, t.line);
+        if (t.key == "mechanism") {
+          one_of(t, "export.kafka.sasl.mechanism", kMechanisms, &k->sasl_mechanism);
+        } else if (t.key == "username") {
+          if (auto s = string_value(t, "export.kafka.sasl.username")) k->sasl_username = *s;
+        } else if (t.key == "password_file") {
+          auto s = string_value(t, "export.kafka.sasl.password_file");
+          if (s && (s->empty() || (*s)[0] != '/'))
+            error(tline, "export.kafka.sasl.password_file must be an absolute path, got " + quoted(*s));
+          else if (s)
+            k->sasl_password_file = *s;
+        } else {
+          error(t.line, "export.kafka.sasl.password: a password is never written in the config; give "
+                        "password_file, a file only root can read that holds it");
+        }
+      }
+    }
+  }
+  if (!brokers_given && e.value.IsMap()) error(e.line, "export.kafka needs brokers (a list of HOST:PORT)");
+  const bool sasl_protocol = k->security_protocol.rfind("sasl_", 0) == 0;
+  const bool tls_protocol = k->security_protocol == "ssl" || k->security_protocol == "sasl_ssl";
+  if (sasl_protocol && (k->sasl_mechanism.empty() || k->sasl_username.empty() || k->sasl_password_file.empty()))
+    error(sasl_line ? sasl_line : e.line, "export.kafka.security_protocol " + k->security_protocol +
+                                              " needs sasl.mechanism, sasl.username and sasl.password_file");
+  if (!sasl_protocol && sasl_line)
+    error(sasl_line, "export.kafka.sasl is used only with security_protocol sasl_plaintext or sasl_ssl");
+  if (!tls_protocol && tls_line)
+    error(tls_line, "export.kafka.tls is used only with security_protocol ssl or sasl_ssl");
+  if (k->tls_cert_file.empty() != k->tls_key_file.empty())
+    error(tls_line, "export.kafka.tls.cert_file and key_file come together (a client certificate and its key)");
+}
+
 
 std::vector<Prefix> ConfigParser::prefix_list(const Entry& e, const std::string& what,
                                               std::vector<int>* lines) {
@@ -1026,6 +1169,14 @@ bool read_whole_file(const std::string& path, std::string* text, std::string* wh
 
 // ---------------------------------------------------------------------------
 // Public API
+
+bool KafkaConfig::operator==(const KafkaConfig& o) const {
+  return brokers == o.brokers && topic_flows == o.topic_flows && topic_transfers == o.topic_transfers &&
+         compression == o.compression && queue_bytes == o.queue_bytes && linger_ms == o.linger_ms &&
+         client_id == o.client_id && security_protocol == o.security_protocol && tls_ca_file == o.tls_ca_file &&
+         tls_cert_file == o.tls_cert_file && tls_key_file == o.tls_key_file && sasl_mechanism == o.sasl_mechanism &&
+         sasl_username == o.sasl_username && sasl_password_file == o.sasl_password_file;
+}
 
 bool ControllerSpec::operator==(const ControllerSpec& o) const {
   return arms == o.arms && cohort == o.cohort && control_percent == o.control_percent &&

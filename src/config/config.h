@@ -88,6 +88,31 @@ struct HttpConfig {
   bool basic_auth() const { return !basic_auth_user.empty(); }
 };
 
+// `export.kafka`: every flow and transfer record to the fleet's Kafka
+// (README "Fleet"), the flow-log JSON one message each. Off while brokers is
+// empty.
+struct KafkaConfig {
+  std::vector<std::string> brokers;                    // HOST:PORT each
+  std::string topic_flows = "tcpscope.flows";
+  std::string topic_transfers = "tcpscope.transfers";  // "" = flows only
+  std::string compression = "zstd";                    // none, gzip, snappy, lz4, zstd
+  uint64_t queue_bytes = 128ull << 20;  // records waiting for the brokers; beyond it they are dropped and counted
+  uint32_t linger_ms = 100;             // how long the producer gathers a batch
+  std::string client_id;                // "" = tcpscope@HOSTNAME
+  std::string security_protocol = "plaintext";  // plaintext, ssl, sasl_plaintext, sasl_ssl
+  std::string tls_ca_file, tls_cert_file, tls_key_file;
+  std::string sasl_mechanism;  // PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
+  std::string sasl_username;
+  std::string sasl_password_file;  // the password is never in the config file
+  bool enabled() const { return !brokers.empty(); }
+  bool operator==(const KafkaConfig& o) const;
+  bool operator!=(const KafkaConfig& o) const { return !(*this == o); }
+};
+
+struct ExportConfig {
+  KafkaConfig kafka;
+};
+
 struct Config {
   std::string listen = "127.0.0.1:9810";
   std::string flow_log;  // "" = none, "-" = stdout
@@ -102,6 +127,7 @@ struct Config {
   bool flow_log_transfers = true;
   CcPolicy cc_policy;
   HttpConfig http;
+  ExportConfig export_;  // `export:` (a C++ keyword)
   uint64_t ring_buffer_bytes = 16u << 20;  // power of two, page multiple
   uint32_t snapshot_interval_s = 10;       // open-flow snapshots (0 = off)
   std::string source;                      // file it came from, "<embedded>" for the default

@@ -17,6 +17,7 @@ const std::vector<ReloadRule>& reload_rules() {
       NEXT_START("flow_log", flow_log),                    // a SIGHUP reopens the same path (logrotate)
       NEXT_START("cgroup", cgroup),                        // the policy programs are attached there
       NEXT_START("ring_buffer_bytes", ring_buffer_bytes),  // the map is sized at load
+      NEXT_START("export", export_.kafka),                 // the producer keeps its queue across a reload
       APPLIED("http.basic_auth_user", http.basic_auth_user),
       APPLIED("http.basic_auth_password_sha256", http.basic_auth_password_sha256),
       APPLIED("asn", asn),

@@ -33,6 +33,7 @@
 #include "enrich/enricher.h"
 #include "enrich/peer_classifier.h"
 #include "export/flow_log.h"
+#include "export/kafka_export.h"
 #include "export/http_server.h"
 #include "export/output_status.h"
 #include "export/self_metrics.h"
@@ -52,6 +53,10 @@
 namespace tcpscope {
 
 namespace {
+
+void append_json(const FlowRecord& r, std::string* out) { append_flow_json(r, out); }
+void append_json(const TransferRecord& r, std::string* out) { append_transfer_json(r, out); }
+
 
 using SteadyClock = std::chrono::steady_clock;
 
@@ -148,6 +153,9 @@ class Daemon {
   void batched_line();
   void flush_batch();
   int drain_ring();
+  // The record's JSON, serialized once for the flow log and Kafka.
+  template <class Record>
+  void export_record(const Record& record, bool to_flow_log, KafkaRecordKind kind);
   void on_tick();
   void update_recursion_metrics();
   struct PreparedReload {
@@ -181,6 +189,9 @@ class Daemon {
   std::unique_ptr<Enricher> enricher_;
   std::unique_ptr<FlowLog> flow_log_;
   OutputStatus flow_log_status_{"flow log"};
+  std::unique_ptr<KafkaExport> kafka_;
+  OutputStatus kafka_status_{"kafka export"};
+  std::string kafka_scratch_;  // a record's JSON for Kafka when the flow log does not take it
   // What /healthz (an HTTP thread) says of failing outputs, set on the loop.
   mutable std::mutex outputs_mu_;
   std::string failing_outputs_;
@@ -279,12 +290,19 @@ int Daemon::start() {
   ring_ = RingReader::create(probe_->ring_buffer_fd(), probe_->ring_buffer_bytes(), std::move(handlers), &error);
   if (!ring_) return fail(error);
   if (!drop_capabilities_after_start(*probe_, config_.snapshot_interval_s > 0, &error)) return fail(error);
+  // After the drop: librdkafka's threads block every signal, so they could
+  // not be told to drop theirs, and they need no capability to connect.
+  if (config_.export_.kafka.enabled()) {
+    kafka_ = KafkaExport::open(config_.export_.kafka, registry_, &error);
+    if (!kafka_) return fail(error);
+  }
 
   std::string attached;
   for (const auto& p : probe_->attached()) attached += (attached.empty() ? "" : ",") + p;
   log_line("running: " + std::to_string(probe_->attached().size()) + " BPF programs attached (" + attached +
            "), metrics on http://" + config_.listen + "/metrics" +
-           (config_.flow_log.empty() ? "" : ", flow log " + config_.flow_log));
+           (config_.flow_log.empty() ? "" : ", flow log " + config_.flow_log) +
+           (kafka_ ? ", records to Kafka " + kafka_broker_list(config_.export_.kafka) : ""));
   for (const auto& d : probe_->degraded()) log_line("warning: this kernel has no tracepoint " + d);
   return 0;
 }
@@ -300,10 +318,7 @@ void Daemon::on_event(const tcpscope_flow_event& ev) {
   distributions_->add_at(flow, asn.label, drain_time_);
   if (asn.reranked) aggregator_->retire_series(*asn_ranking_);
   controller_->observe(flow);
-  if (flow_log_) {
-    append_flow_json(flow, &batch_);
-    batched_line();
-  }
+  export_record(flow, flow_log_ != nullptr, KafkaRecordKind::kFlow);
 }
 
 // A transfer takes the same path as its flow's record, but its bytes are the
@@ -314,10 +329,26 @@ void Daemon::on_transfer(const tcpscope_transfer_event& ev) {
   aggregator_->add(transfer, label);
   distributions_->add_at(transfer, label, drain_time_);
   controller_->observe(transfer);
-  if (flow_log_ && config_.flow_log_transfers) {
-    append_transfer_json(transfer, &batch_);
-    batched_line();
+  export_record(transfer, flow_log_ && config_.flow_log_transfers, KafkaRecordKind::kTransfer);
+}
+
+template <class Record>
+void Daemon::export_record(const Record& r, bool to_flow_log, KafkaRecordKind kind) {
+  const bool to_kafka = kafka_ && kafka_->exports(kind);
+  if (!to_flow_log && !to_kafka) return;
+  std::string& out = to_flow_log ? batch_ : kafka_scratch_;
+  const size_t start = out.size();
+  append_json(r, &out);
+  if (to_kafka) {
+    // With its newline: ClickHouse 18.16's Kafka engine reads a message
+    // without a row delimiter at its end over and over.
+    const std::string_view line(out.data() + start, out.size() - start);
+    kafka_->produce(kind, kafka_flow_key(r.netns, r.laddr, r.lport, r.raddr, r.rport), line);
   }
+  if (to_flow_log)
+    batched_line();
+  else
+    out.clear();
 }
 
 void Daemon::batched_line() {
@@ -374,12 +405,22 @@ void Daemon::on_tick() {
   self_->set_records(ring_->records());
   self_->set_transfer_records(ring_->transfers());
   self_->set_enrichment_lookups(pipeline_->lookups());
+  std::string failing;
   if (flow_log_) {
     const uint64_t dropped = flow_log_->dropped_records();
     self_->set_flow_log_dropped(dropped);
     for (const auto& line : flow_log_status_.update(flow_log_->last_error(), dropped, now)) log_line(line);
+    failing = flow_log_status_.health();
+  }
+  if (kafka_) {
+    kafka_->update_metrics();
+    for (const auto& line : kafka_status_.update(kafka_->last_error(), kafka_->lost(), now)) log_line(line);
+    const std::string h = kafka_status_.health();
+    if (!h.empty()) failing += (failing.empty() ? "" : "; ") + h;
+  }
+  if (flow_log_ || kafka_) {
     std::lock_guard<std::mutex> lock(outputs_mu_);
-    failing_outputs_ = flow_log_status_.health();
+    failing_outputs_ = std::move(failing);
   }
 }
 
@@ -654,6 +695,7 @@ int Daemon::run() {
   ring_.reset();
   probe_.reset();
   if (flow_log_) flow_log_->close(5000);
+  if (kafka_) kafka_->close(5000);
   http_.reset();
   close(ep);
   close(tfd);

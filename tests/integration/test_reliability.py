@@ -824,6 +824,7 @@ def test_sighup_rotates_the_basic_auth_password(tmp_path):
 NEXT_START_CHANGES = {
     "cgroup": "cgroup: /sys/fs/cgroup\n",
     "ring_buffer_bytes": "ring_buffer_bytes: 1048576\n",
+    "export": "export:\n  kafka:\n    brokers: [\"127.0.0.1:9\"]\n",
 }
 # The test's daemon has --listen and --flow-log flags, and flags win over
 # the file at every reload: changing these in the file changes nothing.

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 #include <stdexcept>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -253,6 +255,42 @@ TEST(FlowSketch, EmptySketch) {
   EXPECT_TRUE(s.bins().empty());
   const FlowSketch back = FlowSketch::from_json(s.to_json());
   EXPECT_TRUE(back.empty());
+}
+
+}  // namespace
+}  // namespace tcpscope
+
+namespace tcpscope {
+namespace {
+
+// Bucket counts from elsewhere (ClickHouse's GROUP BY) read back exactly as
+// the same values added one by one.
+TEST(FlowSketch, AddBucketEqualsAddingTheValues) {
+  FlowSketch by_value(0.01, 0, 1, 1e10), by_bucket(0.01, 0, 1, 1e10);
+  std::map<int32_t, std::tuple<uint64_t, double, double>> buckets;
+  uint64_t zeros = 0;
+  for (int i = 0; i < 5000; ++i) {
+    const double v = i % 50 == 0 ? 0.0 : std::exp(0.37 * (i % 97)) * (1 + (i % 13) * 0.001);
+    by_value.add(v);
+    if (v < FlowSketch::kMinPositive) {
+      ++zeros;
+      continue;
+    }
+    auto [it, fresh] = buckets.try_emplace(by_bucket.bucket_index(v), 0, v, v);
+    auto& [n, lo, hi] = it->second;
+    ++n;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  by_bucket.add_bucket(FlowSketch::kZeroBucket, zeros, 0, 0);
+  for (const auto& [index, b] : buckets) by_bucket.add_bucket(index, std::get<0>(b), std::get<1>(b), std::get<2>(b));
+  EXPECT_EQ(by_bucket.count(), by_value.count());
+  EXPECT_EQ(by_bucket.zero_count(), by_value.zero_count());
+  EXPECT_EQ(by_bucket.min(), by_value.min());
+  EXPECT_EQ(by_bucket.max(), by_value.max());
+  EXPECT_EQ(by_bucket.bins(), by_value.bins());
+  EXPECT_EQ(by_bucket.clamped(), by_value.clamped());  // 1e16 values lie beyond the span in both
+  for (double q : {0.0, 0.1, 0.5, 0.9, 0.99, 1.0}) EXPECT_EQ(by_bucket.quantile(q), by_value.quantile(q));
 }
 
 }  // namespace

@@ -37,6 +37,7 @@ const std::map<std::string, std::function<void(Config&)>>& changes() {
       {"flow_log_transfers", [](Config& c) { c.flow_log_transfers = false; }},
       {"cc_policy", [](Config& c) { c.cc_policy.sysctl_guard = SysctlGuard::kDeny; }},
       {"snapshot_interval_s", [](Config& c) { c.snapshot_interval_s = 1; }},
+      {"export", [](Config& c) { c.export_.kafka.brokers = {"kafka-1:9092"}; }},
   };
   return kChanges;
 }

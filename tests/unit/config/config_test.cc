@@ -946,3 +946,46 @@ TEST_F(OverrideTest, BadListenFlagIsAnError) {
 
 }  // namespace
 }  // namespace tcpscope
+
+namespace tcpscope {
+namespace {
+
+TEST(ConfigTest, KafkaExport) {
+  Config c;
+  ASSERT_TRUE(NoErrors("export:\n  kafka:\n    brokers: [\"kafka-1:9092\", \"[fd00::1]:9093\"]\n"
+                       "    topic_transfers: \"\"\n    compression: lz4\n    queue_bytes: 33554432\n"
+                       "    security_protocol: sasl_ssl\n    tls: {ca_file: /etc/ssl/ca.pem}\n"
+                       "    sasl: {mechanism: SCRAM-SHA-512, username: edge, password_file: /etc/tcpscope/kafka.pw}\n"));
+  errors_of("export:\n  kafka:\n    brokers: [\"kafka-1:9092\", \"[fd00::1]:9093\"]\n    topic_transfers: \"\"\n", &c);
+  const KafkaConfig& k = c.export_.kafka;
+  EXPECT_TRUE(k.enabled());
+  EXPECT_EQ(k.brokers, (std::vector<std::string>{"kafka-1:9092", "[fd00::1]:9093"}));
+  EXPECT_EQ(k.topic_flows, "tcpscope.flows");
+  EXPECT_EQ(k.topic_transfers, "");
+  EXPECT_EQ(k.compression, "zstd");
+  Config none;
+  errors_of("listen: 127.0.0.1:9810\n", &none);
+  EXPECT_FALSE(none.export_.kafka.enabled());
+}
+
+TEST(ConfigErrorTest, KafkaMistakes) {
+  const std::string head = "export:\n  kafka:\n";
+  EXPECT_TRUE(OneError(head + "    topic_flows: f\n", 2, "export.kafka needs brokers"));
+  EXPECT_TRUE(OneError(head + "    brokers: [kafka-1]\n", 3, "brokers[0] must be HOST:PORT"));
+  EXPECT_TRUE(OneError(head + "    brokers: [\"kafka-1:99999\"]\n", 3, "must be HOST:PORT"));
+  EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    topic_flows: \"a b\"\n", 4, "is not a Kafka topic name"));
+  EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    compression: brotli\n", 4,
+                       "compression must be one of none, gzip, snappy, lz4, zstd"));
+  EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    queue_bytes: 1000\n", 4, "out of range"));
+  EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    security_protocol: sasl_plaintext\n", 2,
+                       "needs sasl.mechanism, sasl.username and sasl.password_file"));
+  EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    security_protocol: sasl_ssl\n"
+                       "    sasl: {mechanism: PLAIN, username: u, password_file: /pw, password: x}\n", 5,
+                       "a password is never written in the config"));
+  EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    tls: {ca_file: /ca.pem}\n", 4,
+                       "tls is used only with security_protocol ssl or sasl_ssl"));
+  EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    broker: x\n", 4, "did you mean \"brokers\""));
+}
+
+}  // namespace
+}  // namespace tcpscope

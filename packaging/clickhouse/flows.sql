@@ -1,0 +1,165 @@
+-- tcpscope flow records, from Kafka into ClickHouse.
+--
+-- Creates (IF NOT EXISTS, so applying it again changes nothing):
+--   database tcpscope
+--   tcpscope.flows_kafka  Kafka engine table: consumer group 'tcpscope-clickhouse-flows' reading the
+--                         topic 'tcpscope.flows' on the brokers 'kafka-1:9092', one JSONEachRow
+--                         object per flow record (tcpscope's flow log line, "kind":"flow")
+--   tcpscope.flows        MergeTree table holding the records: one partition per UTC day of
+--                         start_ns, ordered by (peer_class, asn, cc, start_ns)
+--   tcpscope.flows_mv     materialized view moving every row read from flows_kafka into flows
+--
+-- Apply:
+--   clickhouse-client --multiquery < /usr/share/tcpscope/clickhouse/flows.sql
+-- Other brokers, topic or consumer group: rewrite the quoted defaults, e.g.
+--   sed -e "s/'kafka-1:9092'/'k1:9092,k2:9092'/" -e "s/'tcpscope.flows'/'prod.tcpscope.flows'/" \
+--       -e "s/'tcpscope-clickhouse-flows'/'ch-eu1-flows'/" /usr/share/tcpscope/clickhouse/flows.sql \
+--     | clickhouse-client --multiquery
+--
+-- Retention: ClickHouse 19.6 and later: apply ttl.sql (30 days) after this file. ClickHouse 18.16
+-- (Debian 12's) has no TTL: drop old days instead, e.g.
+--   ALTER TABLE tcpscope.flows DROP PARTITION '2026-10-01'
+--
+-- Runs on ClickHouse 18.16 and on current ClickHouse (24.x, 25.x): the Kafka engine takes its
+-- four positional arguments only (later positions differ between versions), no TTL, no
+-- LowCardinality, no Nullable column in the sorting key.
+--
+-- Types keep every value exact: UInt64 for counters, rates, byte counts and the kernel's
+-- durations in µs; Int64 for the fields tcpscope writes from a signed 64-bit number (the
+-- CLOCK_REALTIME ns times start_ns/end_ns, fct_us, duration_us); String for addresses (IPv4
+-- dotted quad or IPv6 text, "" when unknown); Nullable(String) for the keys that may be null
+-- (cc_rule, experiment, arm); UInt8 for the JSON booleans (true -> 1, false -> 0).
+-- Strings arrive as JSON strings: tcpscope writes each byte >= 0x7f of a string (comm, as_org,
+-- ...) as \u00XX, so UTF-8 text is stored as the Latin-1 reading of its bytes, as any JSON
+-- parser reads the line (encoding that text as Latin-1 gives the original bytes back).
+--
+-- Each Kafka table has a consumer group of its own (flows: tcpscope-clickhouse-flows, transfers:
+-- tcpscope-clickhouse-transfers). Keep them apart: on ClickHouse 18.16 every read cycle of a
+-- Kafka table subscribes and unsubscribes its consumer, so two tables in one group keep it
+-- rebalancing and one of them may read nothing.
+--
+-- JSONEachRow rejects keys a table has no column for (by default): before running a tcpscope
+-- that writes more keys, add their columns (ALTER TABLE ... ADD COLUMN on the Kafka table, the
+-- MergeTree table, and the view recreated), or on current ClickHouse give the Kafka table
+-- SETTINGS input_format_skip_unknown_fields = 1.
+
+CREATE DATABASE IF NOT EXISTS tcpscope;
+
+CREATE TABLE IF NOT EXISTS tcpscope.flows_kafka
+(
+    kind String,
+    start_ns Int64,
+    end_ns Int64,
+    fct_us Int64,
+    duration_us Int64,
+    family UInt8,
+    laddr String,
+    lport UInt16,
+    raddr String,
+    rport UInt16,
+    dir String,
+    outcome String,
+    cc String,
+    srtt_us UInt64,
+    min_rtt_us UInt64,
+    rttvar_us UInt64,
+    cwnd UInt64,
+    max_cwnd UInt64,
+    ssthresh UInt64,
+    mss UInt64,
+    bytes_acked UInt64,
+    bytes_received UInt64,
+    bytes_retrans UInt64,
+    segs_out UInt64,
+    segs_in UInt64,
+    retrans_segs UInt64,
+    lost_segs UInt64,
+    delivery_rate_bps UInt64,
+    pacing_rate_bps UInt64,
+    peer_class String,
+    asn UInt32,
+    as_org String,
+    cc_rule Nullable(String),
+    experiment Nullable(String),
+    arm Nullable(String),
+    app_set_cc UInt8,
+    pid UInt32,
+    comm String,
+    cgroup_id UInt64,
+    netns UInt32,
+    partial UInt8,
+    ca_open_us UInt64,
+    ca_disorder_us UInt64,
+    ca_cwr_us UInt64,
+    ca_recovery_us UInt64,
+    ca_loss_us UInt64
+)
+ENGINE = Kafka('kafka-1:9092', 'tcpscope.flows', 'tcpscope-clickhouse-flows', 'JSONEachRow');
+
+CREATE TABLE IF NOT EXISTS tcpscope.flows
+(
+    kind String,
+    start_ns Int64,
+    end_ns Int64,
+    fct_us Int64,
+    duration_us Int64,
+    family UInt8,
+    laddr String,
+    lport UInt16,
+    raddr String,
+    rport UInt16,
+    dir String,
+    outcome String,
+    cc String,
+    srtt_us UInt64,
+    min_rtt_us UInt64,
+    rttvar_us UInt64,
+    cwnd UInt64,
+    max_cwnd UInt64,
+    ssthresh UInt64,
+    mss UInt64,
+    bytes_acked UInt64,
+    bytes_received UInt64,
+    bytes_retrans UInt64,
+    segs_out UInt64,
+    segs_in UInt64,
+    retrans_segs UInt64,
+    lost_segs UInt64,
+    delivery_rate_bps UInt64,
+    pacing_rate_bps UInt64,
+    peer_class String,
+    asn UInt32,
+    as_org String,
+    cc_rule Nullable(String),
+    experiment Nullable(String),
+    arm Nullable(String),
+    app_set_cc UInt8,
+    pid UInt32,
+    comm String,
+    cgroup_id UInt64,
+    netns UInt32,
+    partial UInt8,
+    ca_open_us UInt64,
+    ca_disorder_us UInt64,
+    ca_cwr_us UInt64,
+    ca_recovery_us UInt64,
+    ca_loss_us UInt64
+)
+ENGINE = MergeTree
+PARTITION BY toDate(toDateTime(intDiv(start_ns, 1000000000)), 'UTC')
+ORDER BY (peer_class, asn, cc, start_ns)
+SETTINGS index_granularity = 8192;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS tcpscope.flows_mv TO tcpscope.flows AS
+SELECT
+    kind, start_ns, end_ns, fct_us, duration_us,
+    family, laddr, lport, raddr, rport, dir,
+    outcome, cc,
+    srtt_us, min_rtt_us, rttvar_us, cwnd, max_cwnd, ssthresh, mss,
+    bytes_acked, bytes_received, bytes_retrans,
+    segs_out, segs_in, retrans_segs, lost_segs,
+    delivery_rate_bps, pacing_rate_bps,
+    peer_class, asn, as_org, cc_rule, experiment, arm,
+    app_set_cc, pid, comm, cgroup_id, netns,
+    partial, ca_open_us, ca_disorder_us, ca_cwr_us, ca_recovery_us, ca_loss_us
+FROM tcpscope.flows_kafka;

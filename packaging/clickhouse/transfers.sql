@@ -1,0 +1,113 @@
+-- tcpscope transfer records, from Kafka into ClickHouse.
+--
+-- Creates (IF NOT EXISTS, so applying it again changes nothing):
+--   database tcpscope
+--   tcpscope.transfers_kafka  Kafka engine table: consumer group 'tcpscope-clickhouse-transfers' reading
+--                             the topic 'tcpscope.transfers' on the brokers 'kafka-1:9092', one
+--                             JSONEachRow object per transfer record ("kind":"transfer")
+--   tcpscope.transfers        MergeTree table holding the records: one partition per UTC day of
+--                             start_ns, ordered by (peer_class, asn, cc, start_ns)
+--   tcpscope.transfers_mv     materialized view moving every row read from transfers_kafka
+--                             into transfers
+--
+-- Apply:
+--   clickhouse-client --multiquery < /usr/share/tcpscope/clickhouse/transfers.sql
+-- Other brokers, topic or consumer group: rewrite the quoted defaults, e.g.
+--   sed -e "s/'kafka-1:9092'/'k1:9092,k2:9092'/" -e "s/'tcpscope.transfers'/'prod.tcpscope.transfers'/" \
+--       -e "s/'tcpscope-clickhouse-transfers'/'ch-eu1-transfers'/" /usr/share/tcpscope/clickhouse/transfers.sql \
+--     | clickhouse-client --multiquery
+--
+-- Retention: ClickHouse 19.6 and later: apply ttl.sql (30 days) after this file. ClickHouse 18.16
+-- (Debian 12's) has no TTL: drop old days instead, e.g.
+--   ALTER TABLE tcpscope.transfers DROP PARTITION '2026-10-01'
+--
+-- Runs on ClickHouse 18.16 and on current ClickHouse (24.x, 25.x): see flows.sql for the
+-- syntax kept to, the choice of types and why the consumer group is not flows.sql's. Here: Int64 for flow_start_ns, start_ns, end_ns and
+-- xfer_us (signed 64-bit in tcpscope), Nullable(Int64) for wait_us (null when no data came the
+-- other way first), UInt64 for the counters and the kernel's µs counters.
+-- The partition and sorting keys use the transfer's own start_ns; flow_start_ns joins a
+-- transfer to its flow (with family, laddr, lport, raddr, rport, dir).
+
+CREATE DATABASE IF NOT EXISTS tcpscope;
+
+CREATE TABLE IF NOT EXISTS tcpscope.transfers_kafka
+(
+    kind String,
+    flow_start_ns Int64,
+    family UInt8,
+    laddr String,
+    lport UInt16,
+    raddr String,
+    rport UInt16,
+    dir String,
+    seq UInt64,
+    direction String,
+    start_ns Int64,
+    end_ns Int64,
+    xfer_us Int64,
+    wait_us Nullable(Int64),
+    bytes UInt64,
+    retrans_segs UInt64,
+    srtt_us UInt64,
+    min_rtt_us UInt64,
+    busy_us UInt64,
+    rwnd_limited_us UInt64,
+    sndbuf_limited_us UInt64,
+    cc String,
+    peer_class String,
+    asn UInt32,
+    as_org String,
+    cc_rule Nullable(String),
+    experiment Nullable(String),
+    arm Nullable(String),
+    netns UInt32
+)
+ENGINE = Kafka('kafka-1:9092', 'tcpscope.transfers', 'tcpscope-clickhouse-transfers', 'JSONEachRow');
+
+CREATE TABLE IF NOT EXISTS tcpscope.transfers
+(
+    kind String,
+    flow_start_ns Int64,
+    family UInt8,
+    laddr String,
+    lport UInt16,
+    raddr String,
+    rport UInt16,
+    dir String,
+    seq UInt64,
+    direction String,
+    start_ns Int64,
+    end_ns Int64,
+    xfer_us Int64,
+    wait_us Nullable(Int64),
+    bytes UInt64,
+    retrans_segs UInt64,
+    srtt_us UInt64,
+    min_rtt_us UInt64,
+    busy_us UInt64,
+    rwnd_limited_us UInt64,
+    sndbuf_limited_us UInt64,
+    cc String,
+    peer_class String,
+    asn UInt32,
+    as_org String,
+    cc_rule Nullable(String),
+    experiment Nullable(String),
+    arm Nullable(String),
+    netns UInt32
+)
+ENGINE = MergeTree
+PARTITION BY toDate(toDateTime(intDiv(start_ns, 1000000000)), 'UTC')
+ORDER BY (peer_class, asn, cc, start_ns)
+SETTINGS index_granularity = 8192;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS tcpscope.transfers_mv TO tcpscope.transfers AS
+SELECT
+    kind, flow_start_ns,
+    family, laddr, lport, raddr, rport, dir,
+    seq, direction, start_ns, end_ns, xfer_us, wait_us,
+    bytes, retrans_segs, srtt_us, min_rtt_us,
+    busy_us, rwnd_limited_us, sndbuf_limited_us,
+    cc, peer_class, asn, as_org, cc_rule, experiment, arm,
+    netns
+FROM tcpscope.transfers_kafka;

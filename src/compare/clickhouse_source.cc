@@ -1,0 +1,321 @@
+#include "compare/clickhouse_source.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "compare/flow_sketch.h"
+#include "net/http_client.h"
+#include "record/size_class.h"
+#include "text/url_query.h"
+
+namespace tcpscope {
+
+namespace {
+
+// Flow-log fields written as JSON true/false; ClickHouse before Bool keeps
+// them as UInt8, and a selection names them as text "true"/"false".
+bool is_boolean_field(const std::string& name) { return name == "partial" || name == "app_set_cc"; }
+
+std::string sql_string(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "'";
+}
+
+std::string sql_double(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::string identifier(const std::string& name) { return "`" + name + "`"; }
+
+const ClickHouseColumn* find_column(const std::vector<ClickHouseColumn>& columns, const std::string& name) {
+  for (const auto& c : columns)
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+// What the query computes per record, in the words of compare_metric.h.
+struct Population {
+  std::string bytes;      // payload bytes (the size class is taken from it)
+  std::string condition;  // the record counts for the metric
+  std::string value;      // the metric's value, Float64
+};
+
+Population population_of(const CompareOptions& o, uint64_t throughput_min_bytes) {
+  const std::string t = std::to_string(throughput_min_bytes);
+  Population p;
+  if (o.unit == CompareUnit::kTransfer) {
+    // Transfers are records of finished runs; only what this host sent.
+    p.bytes = "`bytes`";
+    const std::string sent = "`direction` = 'send' AND `bytes` > 0 AND `xfer_us` > 0";
+    if (o.metric == CompareMetric::kFct) {
+      p.condition = sent + " AND `bytes` < " + t;
+      p.value = "toFloat64(`xfer_us`)";
+    } else {
+      // Not rwnd-limited: the receiver's window held it back for at most half its time.
+      p.condition = sent + " AND `bytes` >= " + t + " AND 2 * toInt64(`rwnd_limited_us`) <= `xfer_us`";
+      p.value = "8.0 * toFloat64(`bytes`) / (toFloat64(`xfer_us`) / 1e6)";
+    }
+    return p;
+  }
+  p.bytes = "(`bytes_acked` + `bytes_received`)";
+  const std::string done = "`outcome` = 'ok' AND `partial` = 0 AND " + p.bytes + " > 0";
+  switch (o.metric) {
+    case CompareMetric::kFct:
+      p.condition = done + " AND " + p.bytes + " < " + t + " AND `fct_us` > 0";
+      p.value = "toFloat64(`fct_us`)";
+      break;
+    case CompareMetric::kThroughput:
+      p.condition = done + " AND " + p.bytes + " >= " + t + " AND `fct_us` > 0";
+      p.value = "8.0 * toFloat64(" + p.bytes + ") / (toFloat64(`fct_us`) / 1e6)";
+      break;
+    case CompareMetric::kRtt:
+      p.condition = done + " AND `srtt_us` > 0";
+      p.value = "toFloat64(`srtt_us`)";
+      break;
+    case CompareMetric::kRetrans:
+      p.condition = done + " AND `segs_out` > 0";
+      p.value = "toFloat64(`retrans_segs`) / toFloat64(`segs_out`)";
+      break;
+  }
+  return p;
+}
+
+// Which of what the query needs the table lacks ("" when it has all).
+std::string missing_columns(const std::vector<ClickHouseColumn>& columns, const CompareOptions& o) {
+  std::vector<std::string> need = {"end_ns"};
+  if (o.unit == CompareUnit::kTransfer) {
+    need.insert(need.end(), {"direction", "bytes", "xfer_us", "rwnd_limited_us"});
+  } else {
+    need.insert(need.end(), {"outcome", "partial", "bytes_acked", "bytes_received", "fct_us", "srtt_us",
+                             "retrans_segs", "segs_out"});
+  }
+  std::string missing;
+  for (const auto& n : need)
+    if (!find_column(columns, n)) missing += (missing.empty() ? "" : ", ") + n;
+  return missing;
+}
+
+// The expressions a selection term and --by read.
+class FieldText {
+ public:
+  FieldText(const std::vector<ClickHouseColumn>& columns, std::string size_class)
+      : columns_(columns), size_class_(std::move(size_class)) {}
+
+  // A field as the flow log's text of it (numbers in decimal, null as
+  // "null", booleans true/false); nullopt when the table has no such column.
+  std::optional<std::string> of(const std::string& field) const {
+    if (field == "size_class") return size_class_;
+    const ClickHouseColumn* c = find_column(columns_, field);
+    if (!c) return std::nullopt;
+    const std::string col = identifier(field);
+    if (c->type == "Bool" || (is_boolean_field(field) && c->type == "UInt8"))
+      return "if(" + col + ", 'true', 'false')";
+    if (c->type.rfind("Nullable(", 0) == 0) return "ifNull(toString(" + col + "), 'null')";
+    return "toString(" + col + ")";
+  }
+
+  // Every term must hold; a record without the field matches only "!=" terms.
+  std::string condition(const Selection& s) const {
+    std::string out;
+    for (const auto& term : s.terms()) {
+      std::string cond;
+      if (const auto expr = of(term.field)) {
+        std::string values;
+        for (const auto& v : term.values) values += (values.empty() ? "" : ", ") + sql_string(v);
+        cond = *expr + " IN (" + values + ")";
+        if (term.negate) cond = "NOT (" + cond + ")";
+      } else {
+        cond = term.negate ? "1" : "0";
+      }
+      out += (out.empty() ? "" : " AND ") + cond;
+    }
+    return out.empty() ? "1" : "(" + out + ")";
+  }
+
+ private:
+  const std::vector<ClickHouseColumn>& columns_;
+  std::string size_class_;
+};
+
+uint64_t json_uint(const nlohmann::json& v) {
+  if (v.is_string()) return std::stoull(v.get<std::string>());
+  return v.get<uint64_t>();
+}
+
+int64_t json_int(const nlohmann::json& v) {
+  if (v.is_string()) return std::stoll(v.get<std::string>());
+  return v.get<int64_t>();
+}
+
+double json_double(const nlohmann::json& v) {
+  if (v.is_string()) return std::stod(v.get<std::string>());
+  return v.get<double>();
+}
+
+// ClickHouse's error text starts "Code: N. DB::Exception: ..." and goes on
+// with a stack trace: the first line says it.
+std::string first_line(std::string s) {
+  const size_t nl = s.find('\n');
+  if (nl != std::string::npos) s.resize(nl);
+  while (!s.empty() && (s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  if (s.size() > 300) s = s.substr(0, 300) + "...";
+  return s;
+}
+
+}  // namespace
+
+std::string clickhouse_arm_sql(const ClickHouseQuery& q, const std::string& table,
+                               const std::vector<ClickHouseColumn>& columns, const CompareOptions& options,
+                               const Selection& arm, double inv_log_gamma) {
+  const MetricOptions& mo = options.metric_options;
+  const Population p = population_of(options, mo.throughput_min_bytes);
+  std::string sc = "0";
+  for (uint64_t b : mo.size_classes_bytes) sc += " + (" + p.bytes + " >= " + std::to_string(b) + ")";
+  std::string names;
+  for (const auto& n : size_class_names(mo.size_classes_bytes)) names += (names.empty() ? "" : ", ") + sql_string(n);
+  // Arrays count from 1.
+  const FieldText text(columns, "[" + names + "][" + sc + " + 1]");
+  std::string group = "'all'";
+  if (options.by != "all") group = text.of(options.by).value_or("'(none)'");
+  std::string where = p.condition + " AND " + text.condition(arm);
+  if (q.where) where += " AND " + text.condition(*q.where);
+  if (q.since_ns) where += " AND `end_ns` >= " + std::to_string(q.since_ns);
+  if (q.until_ns) where += " AND `end_ns` < " + std::to_string(q.until_ns);
+  // The sketch's bucket (FlowSketch::bucket_index), zeros apart.
+  const std::string bucket = "if(_v < " + sql_double(FlowSketch::kMinPositive) + ", " +
+                             std::to_string(FlowSketch::kZeroBucket) + ", toInt64(ceil(log(_v) * " +
+                             sql_double(inv_log_gamma) + ")))";
+  return "SELECT _g, _sc, _b, count(), min(_v), max(_v) FROM (SELECT " + group + " AS _g, " +
+         (split_by_size_class(options.metric) ? sc : std::string("0")) + " AS _sc, " + p.value + " AS _v, " + bucket +
+         " AS _b FROM " + identifier(q.database) + "." + identifier(table) + " WHERE " + where +
+         ") GROUP BY _g, _sc, _b FORMAT JSONCompact";
+}
+
+ClickHouseSource::ClickHouseSource(ClickHouseQuery query, MetricOptions metric_options)
+    : query_(std::move(query)), metric_options_(std::move(metric_options)) {}
+
+std::string ClickHouseSource::table_for(CompareUnit unit) const {
+  if (!query_.table.empty()) return query_.table;
+  return unit == CompareUnit::kTransfer ? "transfers" : "flows";
+}
+
+std::string ClickHouseSource::description() const {
+  return "clickhouse " + redact_url(query_.url) + " " + query_.database + "." +
+         (query_.table.empty() ? std::string("flows|transfers") : query_.table);
+}
+
+bool ClickHouseSource::run(const std::string& sql, nlohmann::json* rows, std::string* error) const {
+  // A GET is a read-only query for ClickHouse: this command can change nothing.
+  const std::string url = join_url(query_.url, "/?query=" + url_encode(sql));
+  const std::string shown = redact_url(query_.url);
+  HttpResponse resp;
+  std::string why;
+  if (!http_get(url, query_.timeout_ms, &resp, &why)) {
+    // http_get names the full URL, query and all; the server's is enough.
+    const size_t colon = why.find(": ", why.find(' ') + 1);
+    *error = "clickhouse " + shown + ": " + (colon == std::string::npos ? why : why.substr(colon + 2));
+    return false;
+  }
+  if (resp.status != 200) {
+    *error = "clickhouse " + shown + ": HTTP " + std::to_string(resp.status) + ": " + first_line(resp.body);
+    return false;
+  }
+  const nlohmann::json j = nlohmann::json::parse(resp.body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("data") || !j["data"].is_array()) {
+    *error = "clickhouse " + shown + ": malformed answer (not ClickHouse's JSONCompact): " + first_line(resp.body);
+    return false;
+  }
+  *rows = j["data"];
+  return true;
+}
+
+bool ClickHouseSource::collect(const CompareOptions& options_in, const Selection& a, const Selection& b,
+                               CompareSamples* out, std::string* error) {
+  CompareOptions options = options_in;
+  options.metric_options = metric_options_;
+  const std::string table = table_for(options.unit);
+  const std::string qualified = query_.database + "." + table;
+  nlohmann::json rows;
+  if (!run("DESCRIBE TABLE " + identifier(query_.database) + "." + identifier(table) + " FORMAT JSONCompact", &rows,
+           error))
+    return false;
+  std::vector<ClickHouseColumn> columns;
+  try {
+    for (const auto& r : rows) columns.push_back({r.at(0).get<std::string>(), r.at(1).get<std::string>()});
+  } catch (const nlohmann::json::exception& e) {
+    *error = "clickhouse " + redact_url(query_.url) + ": malformed DESCRIBE answer: " + e.what();
+    return false;
+  }
+  if (const std::string missing = missing_columns(columns, options); !missing.empty()) {
+    *error = "clickhouse " + redact_url(query_.url) + ": table " + qualified + " has no column " + missing +
+             ": not a tcpscope " + unit_plural(options.unit) + " table (packaging/clickhouse/*.sql)?";
+    return false;
+  }
+  const MetricSpan span = metric_sketch_span(options.metric);
+  const FlowSketch prototype(FlowSketch::kDefaultRelativeAccuracy, 0, span.lo, span.hi);
+  const std::vector<std::string> sc_names = size_class_names(metric_options_.size_classes_bytes);
+  // (group, size class) -> the two arms' sketches.
+  std::map<std::pair<std::string, uint32_t>, std::pair<FlowSketch, FlowSketch>> slots;
+  uint64_t counted[2] = {0, 0};
+  const Selection* arms[2] = {&a, &b};
+  for (int arm = 0; arm < 2; ++arm) {
+    if (!run(clickhouse_arm_sql(query_, table, columns, options, *arms[arm], prototype.inv_log_gamma()), &rows,
+             error))
+      return false;
+    try {
+      for (const auto& r : rows) {
+        const auto key = std::make_pair(r.at(0).get<std::string>(), static_cast<uint32_t>(json_uint(r.at(1))));
+        auto it = slots.try_emplace(key, prototype, prototype).first;
+        FlowSketch& sketch = arm == 0 ? it->second.first : it->second.second;
+        const uint64_t n = json_uint(r.at(3));
+        const int64_t bucket = json_int(r.at(2));
+        sketch.add_bucket(bucket == FlowSketch::kZeroBucket
+                              ? FlowSketch::kZeroBucket
+                              : static_cast<int32_t>(std::clamp<int64_t>(bucket, -(1 << 30), 1 << 30)),
+                          n, json_double(r.at(4)), json_double(r.at(5)));
+        counted[arm] += n;
+      }
+    } catch (const std::exception& e) {
+      *error = "clickhouse " + redact_url(query_.url) + ": malformed answer row: " + e.what();
+      return false;
+    }
+  }
+  CompareSamples s;
+  s.metric_options = metric_options_;
+  s.size_classes = sc_names;
+  for (auto& [key, sketches] : slots) {
+    GroupSamples g;
+    g.group = key.first;
+    if (split_by_size_class(options.metric)) {
+      g.size_class = key.second < sc_names.size() ? sc_names[key.second] : "?";
+      g.size_class_order = key.second;
+    }
+    g.a = ArmDistribution::from_sketch(sketches.first);
+    g.b = ArmDistribution::from_sketch(sketches.second);
+    s.groups.push_back(std::move(g));
+  }
+  const std::string units = unit_plural(options.unit);
+  std::string range;
+  if (query_.since_ns || query_.until_ns)
+    range = " written in [" + (query_.since_ns ? std::to_string(query_.since_ns) : std::string("-inf")) + ", " +
+            (query_.until_ns ? std::to_string(query_.until_ns) : std::string("now")) + ") (end_ns)";
+  s.notes.push_back("clickhouse: " + std::to_string(counted[0]) + " " + units + " in A, " +
+                    std::to_string(counted[1]) + " in B from " + qualified + range +
+                    (query_.where ? ", where " + query_.where->text() : std::string()) +
+                    "; ClickHouse grouped them into the daemon's 1 % buckets, so quantiles are within 1 % of the "
+                    "exact order statistics and the rank test treats values in one bucket as ties.");
+  *out = std::move(s);
+  return true;
+}
+
+}  // namespace tcpscope

@@ -1,0 +1,120 @@
+// Flow and transfer records to the fleet's Kafka (`export.kafka`, README
+// "Fleet"): one message per record, the flow log's JSON line without its
+// newline, flows and transfers on their own topics.
+//
+// librdkafka does the batching, compression, retries and idempotence; its
+// own queue is the bound: produce() copies the record into it and returns at
+// once, and when the queue holds queue_bytes the record is dropped and
+// counted instead of stalling the ring-buffer reader. A message waits in the
+// queue for as long as the brokers are away (no delivery timeout), so an
+// outage loses only what does not fit. Every record is counted once as
+// queued and, later, once as delivered or failed (a broker refused it for
+// good, or it was still queued when the daemon stopped); records that did
+// not fit are counted as dropped and never as queued.
+//
+// The message key is the flow's identity (kafka_flow_key), so a flow's
+// record and its transfers' land in the same partition of their topics.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "config/config.h"
+#include "metrics/total_counter.h"
+#include "net/ip_addr.h"
+
+namespace prometheus {
+class Gauge;
+class Registry;
+}  // namespace prometheus
+
+struct rd_kafka_s;
+struct rd_kafka_topic_s;
+
+namespace tcpscope {
+
+enum class KafkaRecordKind { kFlow, kTransfer };
+constexpr int kKafkaRecordKinds = 2;
+
+// "HOST:PORT,HOST:PORT": the brokers as librdkafka and log lines take them.
+std::string kafka_broker_list(const KafkaConfig& config);
+
+// The librdkafka properties of `config`, the SASL password read from its
+// file (which only its owner may read). False and *error naming the file.
+using KafkaProperties = std::vector<std::pair<std::string, std::string>>;
+bool kafka_properties(const KafkaConfig& config, KafkaProperties* out, std::string* error);
+// Whether librdkafka accepts the configuration (check-config): creates the
+// producer without producing anything and destroys it. False and *error
+// naming the setting.
+bool check_kafka_config(const KafkaConfig& config, std::string* error);
+
+// 40 bytes: netns, lport, rport (big-endian), laddr, raddr (16 bytes each,
+// IPv4 in the first four).
+constexpr size_t kKafkaKeyBytes = 40;
+struct KafkaKey {
+  char bytes[kKafkaKeyBytes];
+};
+KafkaKey kafka_flow_key(uint32_t netns, const IpAddr& laddr, uint16_t lport, const IpAddr& raddr, uint16_t rport);
+
+class KafkaExport {
+ public:
+  // Creates the producer (it connects in the background: brokers that are
+  // down now are retried) and its metrics:
+  //   tcpscope_kafka_records_total{kind="flow"|"transfer", result="queued"|"delivered"|"failed"|"dropped"}
+  //   tcpscope_kafka_queue_bytes, tcpscope_kafka_queue_fill_ratio
+  // nullptr and *error when the configuration is refused.
+  static std::unique_ptr<KafkaExport> open(const KafkaConfig& config,
+                                           const std::shared_ptr<prometheus::Registry>& registry,
+                                           std::string* error);
+  ~KafkaExport();
+  KafkaExport(const KafkaExport&) = delete;
+  KafkaExport& operator=(const KafkaExport&) = delete;
+
+  bool exports(KafkaRecordKind kind) const { return topics_[static_cast<int>(kind)] != nullptr; }
+  // Queues one record; never blocks. The daemon's loop thread only.
+  void produce(KafkaRecordKind kind, const KafkaKey& key, std::string_view json);
+  // Waits up to timeout_ms for the queue to drain; what is left is counted
+  // as failed. The producer is unusable afterwards.
+  void close(int timeout_ms);
+
+  // The last error from the brokers or a delivery ("" once a delivery
+  // succeeds after it), for OutputStatus.
+  std::string last_error() const;
+  uint64_t lost() const;  // dropped + failed, cumulative
+  // Samples the counters into the metrics (the daemon's tick).
+  void update_metrics();
+
+ private:
+  struct Counts {
+    std::atomic<uint64_t> queued{0}, delivered{0}, failed{0}, dropped{0};
+  };
+  KafkaExport(uint64_t queue_bytes, const std::shared_ptr<prometheus::Registry>& registry);
+  void on_delivery(int kind, size_t bytes, bool ok, const char* error);
+  void set_error(std::string error);
+  void poll_loop();
+
+  const uint64_t queue_bytes_;
+  rd_kafka_s* rk_ = nullptr;
+  rd_kafka_topic_s* topics_[kKafkaRecordKinds] = {nullptr, nullptr};
+  Counts counts_[kKafkaRecordKinds];
+  std::atomic<uint64_t> in_queue_bytes_{0};
+  mutable std::mutex error_mu_;
+  std::string last_error_;
+  std::atomic<bool> has_error_{false};
+  std::atomic<bool> stop_{false};
+  std::thread poller_;
+
+  TotalCounter queued_[kKafkaRecordKinds], delivered_[kKafkaRecordKinds], failed_[kKafkaRecordKinds],
+      dropped_[kKafkaRecordKinds];
+  prometheus::Gauge* queue_bytes_gauge_ = nullptr;
+  prometheus::Gauge* queue_fill_ = nullptr;
+};
+
+}  // namespace tcpscope

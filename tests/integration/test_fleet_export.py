@@ -1,0 +1,252 @@
+"""export.kafka end to end on real servers: the daemon -> a real Kafka broker
+-> ClickHouse's Kafka engine -> the MergeTree tables of
+packaging/clickhouse/*.sql, and `compare --clickhouse` on them against
+`compare --flows` on the daemon's own flow log of the same traffic. Then the
+faults: the broker away for 30 s under load, and a ClickHouse that is
+unreachable or answers garbage.
+
+The servers (tests/fleet/servers.py) are started and stopped by the tests:
+Apache Kafka 4.x from Maven Central on Debian's OpenJDK, Debian's
+clickhouse-server.
+"""
+import http.server
+import json
+import re
+import socket
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, Daemon, free_port, wait_for
+from test_compare import PORTS, RELATIVE_ACCURACY, has_bbr, run_traffic, tcpscope
+
+sys.path.insert(0, str(ROOT / "tests" / "fleet"))
+from servers import ClickHouseServer, KafkaBroker  # noqa: E402
+
+SQL_DIR = ROOT / "packaging" / "clickhouse"
+
+
+@pytest.fixture(scope="module")
+def kafka():
+    with KafkaBroker() as broker:
+        yield broker
+
+
+@pytest.fixture(scope="module")
+def clickhouse():
+    with ClickHouseServer() as ch:
+        yield ch
+
+
+def apply_schema(ch, kafka, topics):
+    """The shipped SQL, pointed at the test's broker and topics."""
+    for unit, topic in topics.items():
+        sql = (SQL_DIR / f"{unit}.sql").read_text()
+        sql = sql.replace("'kafka-1:9092'", f"'{kafka.bootstrap}'").replace(f"'tcpscope.{unit}'", f"'{topic}'")
+        ch.execute_script(sql)
+
+
+def kafka_config(kafka, topics, **extra):
+    lines = [f'    brokers: ["{kafka.bootstrap}"]', f"    topic_flows: {topics['flows']}",
+             f"    topic_transfers: {topics['transfers']}", "    linger_ms: 5"]
+    lines += [f"    {k}: {v}" for k, v in extra.items()]
+    return "export:\n  kafka:\n" + "\n".join(lines) + "\n"
+
+
+def kafka_counts(daemon, kind):
+    return {result: daemon.metric_value("tcpscope_kafka_records_total", {"kind": kind, "result": result})
+            for result in ("queued", "delivered", "failed", "dropped")}
+
+
+@pytest.fixture
+def lab(net, tmp_path, kafka, clickhouse):
+    """test_compare's lab (two ASNs, cubic and bbr) with the records going to Kafka."""
+    if not has_bbr():
+        pytest.skip("the kernel offers no bbr")
+    tag = uuid.uuid4().hex[:8]
+    topics = {"flows": f"t{tag}.flows", "transfers": f"t{tag}.transfers"}
+    for t in topics.values():
+        kafka.create_topic(t, partitions=3)
+    clickhouse.query("DROP DATABASE IF EXISTS tcpscope")
+    apply_schema(clickhouse, kafka, topics)
+    n = net.cli_v4.split(".")[2]
+    prefix = f"198.18.{n}"
+    net.ns(net.cli, "ip", "addr", "add", f"{prefix}.3/24", "dev", net.veth_cli)
+    pfx2as = tmp_path / "pfx2as.tsv"
+    pfx2as.write_text(f"{prefix}.1\t32\t64501\n{prefix}.3\t32\t64502\n{prefix}.2\t32\t64500\n")
+    config = tmp_path / "tcpscope.yaml"
+    config.write_text(f"asn:\n  prefix_file: {pfx2as}\npeer_classes:\n  - name: lab\n"
+                      f"    prefixes: [\"{prefix}.0/24\"]\n" + kafka_config(kafka, topics))
+    home = tmp_path / "daemon"
+    home.mkdir()
+    d = Daemon(home, extra_args=("--config", str(config)))
+    try:
+        yield d, [f"{prefix}.1", f"{prefix}.3"]
+    finally:
+        assert d.stop() == 0, d.stderr_text()
+
+
+def test_clickhouse_compare_equals_the_flow_log(lab, net, tmp_path, clickhouse):
+    daemon, sources = lab
+    n_conn = run_traffic(net, tmp_path, sources)
+    lab_flows = lambda: [r for r in daemon.all_records() if r["peer_class"] == "lab" and r["start_ns"] >= net.created_ns]
+    wait_for(lambda: len(lab_flows()) >= 2 * n_conn, 30, what=f"{2 * n_conn} lab flow records")
+    lab_transfers = [t for t in daemon.all_transfers() if t["peer_class"] == "lab"]
+
+    def in_clickhouse(table):
+        return int(clickhouse.query(f"SELECT count() FROM tcpscope.{table} WHERE peer_class = 'lab'").strip())
+
+    # ClickHouse's Kafka engine flushes a block every few seconds.
+    wait_for(lambda: in_clickhouse("flows") >= 2 * n_conn and in_clickhouse("transfers") >= len(lab_transfers),
+             120, what="the lab records in ClickHouse")
+    time.sleep(1)
+    assert in_clickhouse("flows") == 2 * n_conn
+    assert in_clickhouse("transfers") == len(lab_transfers)
+    # Every value arrived exactly as the flow log has it.
+    row = lab_flows()[0]
+    got = json.loads(clickhouse.query(
+        "SELECT * FROM tcpscope.flows WHERE start_ns = {start_ns} AND lport = {lport} AND rport = {rport} "
+        "FORMAT JSONEachRow".format(**row), output_format_json_quote_64bit_integers=0))
+    for k, v in row.items():
+        want = int(v) if isinstance(v, bool) else v
+        assert got[k] == want, (k, got[k], want)
+
+    sel = ["--a", "cc=cubic,peer_class=lab", "--b", "cc=bbr,peer_class=lab"]
+    for metric, unit, by in (("fct", "flow", "asn"), ("throughput", "flow", "asn"), ("fct", "transfer", "asn"),
+                             ("throughput", "transfer", "cc"), ("rtt", "flow", "peer_class"),
+                             ("retrans", "flow", "asn"), ("fct", "flow", "size_class")):
+        args = ["--metric", metric, "--unit", unit, "--by", by, *sel, "--json"]
+        r = tcpscope("compare", "--flows", str(daemon.flow_log), *args)
+        assert r.returncode == 0, r.stderr
+        exact = json.loads(r.stdout)
+        r = tcpscope("compare", "--clickhouse", clickhouse.http_url, *args)
+        assert r.returncode == 0, r.stderr
+        fleet = json.loads(r.stdout)
+        where = f"{metric} per {unit} by {by}"
+        assert fleet["source"].startswith("clickhouse "), fleet["source"]
+        assert fleet["relative_accuracy"] == RELATIVE_ACCURACY
+        key = lambda g: (g["group"], g["size_class"])
+        e_groups = {key(g): g for g in exact["groups"]}
+        c_groups = {key(g): g for g in fleet["groups"]}
+        assert e_groups.keys() == c_groups.keys(), where
+        assert e_groups or (metric, unit) == ("throughput", "transfer"), where
+        for k, e in e_groups.items():
+            c = c_groups[k]
+            assert (e["n_a"], e["n_b"]) == (c["n_a"], c["n_b"]), f"{where} {k}"
+            for arm in ("a", "b"):
+                for q in ("p50", "p90", "p99"):
+                    x, y = e[arm][q], c[arm][q]
+                    if x is None or x == 0:
+                        assert y == x, f"{where} {k} {arm} {q}"
+                    else:
+                        assert abs(y - x) / x <= RELATIVE_ACCURACY + 1e-9, f"{where} {k} {arm} {q}: {x} vs {y}"
+
+    # --where and a time range narrow both arms; nothing before the traffic.
+    since = str(net.created_ns // 1_000_000_000 - 1)
+    r = tcpscope("compare", "--clickhouse", clickhouse.http_url, "--metric", "fct", "--unit", "flow", "--by", "asn",
+                 *sel, "--where", "asn=64501", "--since", since, "--json")
+    assert r.returncode == 0, r.stderr
+    assert {g["group"] for g in json.loads(r.stdout)["groups"]} == {"64501"}
+    r = tcpscope("compare", "--clickhouse", clickhouse.http_url, "--metric", "fct", "--unit", "flow", *sel,
+                 "--until", since, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["groups"] == []
+
+    counts = kafka_counts(daemon, "flow")
+    assert counts["dropped"] == counts["failed"] == 0, counts
+    assert counts["delivered"] >= 2 * n_conn
+
+
+def test_broker_away_for_30s_under_load(net, tmp_path, kafka):
+    """The ring keeps draining into the flow log while the broker is away; what
+    the 1 MiB queue holds is delivered once the broker is back, on its own;
+    what did not fit is counted as dropped; every record is counted once."""
+    tag = uuid.uuid4().hex[:8]
+    topics = {"flows": f"o{tag}.flows", "transfers": f"o{tag}.transfers"}
+    for t in topics.values():
+        kafka.create_topic(t, partitions=3)
+    config = tmp_path / "tcpscope.yaml"
+    config.write_text(kafka_config(kafka, topics, queue_bytes=1048576))
+    home = tmp_path / "daemon"
+    home.mkdir()
+    daemon = Daemon(home, extra_args=("--config", str(config)))
+    server = None
+    try:
+        server, _ = net.serve(tmp_path, net.srv_v4, 100000, port=8080)
+        net.client(tmp_path, net.srv_v4, count=200, parallel=4)
+        wait_for(lambda: kafka_counts(daemon, "flow")["delivered"] >= 400, 30, what="delivery before the outage")
+
+        kafka.stop()
+        down_at = time.monotonic()
+        conns = 0
+        while time.monotonic() - down_at < 30:
+            net.client(tmp_path, net.srv_v4, count=500, parallel=8)
+            conns += 500
+        during = kafka_counts(daemon, "flow")
+        ours = lambda: [r for r in daemon.records(net)]
+        wait_for(lambda: len(ours()) >= 2 * (200 + conns), 30, what="every flow in the flow log during the outage")
+        assert daemon.metric_value("tcpscope_records_lost_total") == 0
+        assert during["dropped"] > 0, during  # more than 1 MiB of records went unsent
+        health = daemon.stderr_text()
+        assert "kafka export" in health, health
+
+        kafka.start()
+        wait_for(lambda: daemon.metric_value("tcpscope_kafka_queue_bytes") == 0, 90,
+                 what="the queue drained after the broker came back")
+        time.sleep(1)
+        flows, transfers = kafka_counts(daemon, "flow"), kafka_counts(daemon, "transfer")
+        assert flows["failed"] == transfers["failed"] == 0, (flows, transfers)
+        assert flows["queued"] == flows["delivered"], flows
+        # Each record is counted once: queued or dropped, and the flow log
+        # has every one of them.
+        log_flows = sum(1 for line in open(daemon.flow_log) if '"kind":"flow"' in line)
+        assert flows["queued"] + flows["dropped"] == log_flows, (flows, log_flows)
+        # The broker holds exactly what was delivered: none twice (idempotence).
+        assert kafka.count(topics["flows"]) == flows["delivered"]
+        assert kafka.count(topics["transfers"]) == transfers["delivered"]
+        assert "kafka export" in daemon.stderr_text() and "recovered" in daemon.stderr_text()
+    finally:
+        if not kafka.running():
+            kafka.start()
+        rc = daemon.stop()
+        assert rc == 0, daemon.stderr_text()
+
+
+class GarbageHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"<html>not clickhouse</html>"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_clickhouse_unreachable_or_garbage_is_one_line_and_nonzero(clickhouse):
+    sel = ["--a", "cc=cubic", "--b", "cc=bbr"]
+    closed = free_port()
+    r = tcpscope("compare", "--clickhouse", f"http://127.0.0.1:{closed}", *sel)
+    assert r.returncode == 1
+    assert r.stderr.count("\n") == 1 and "Connection refused" in r.stderr, r.stderr
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), GarbageHandler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        r = tcpscope("compare", "--clickhouse", f"http://127.0.0.1:{srv.server_port}", *sel)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert r.returncode == 1
+    assert r.stderr.count("\n") == 1 and "malformed answer" in r.stderr, r.stderr
+
+    # A ClickHouse without the tables says which.
+    r = tcpscope("compare", "--clickhouse", clickhouse.http_url, "--database", "nosuchdb", *sel)
+    assert r.returncode == 1
+    assert r.stderr.count("\n") == 1 and "nosuchdb" in r.stderr, r.stderr

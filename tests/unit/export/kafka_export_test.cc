@@ -1,0 +1,118 @@
+#include "export/kafka_export.h"
+
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+namespace tcpscope {
+namespace {
+
+KafkaConfig broker_at(const std::string& address) {
+  KafkaConfig k;
+  k.brokers = {address};
+  k.linger_ms = 0;
+  k.queue_bytes = 1 << 20;
+  return k;
+}
+
+std::string temp_file(const std::string& content, mode_t mode) {
+  char path[] = "/tmp/tcpscope-kafka-test-XXXXXX";
+  const int fd = mkstemp(path);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(write(fd, content.data(), content.size()), static_cast<ssize_t>(content.size()));
+  fchmod(fd, mode);
+  close(fd);
+  return path;
+}
+
+TEST(KafkaKey, SameFlowSameKeyAndEveryFieldCounts) {
+  const IpAddr a = *IpAddr::parse("198.18.0.1"), b = *IpAddr::parse("fd00::2");
+  const KafkaKey k1 = kafka_flow_key(7, a, 443, b, 50000);
+  const KafkaKey k2 = kafka_flow_key(7, a, 443, b, 50000);
+  EXPECT_EQ(std::string(k1.bytes, kKafkaKeyBytes), std::string(k2.bytes, kKafkaKeyBytes));
+  for (const KafkaKey& other : {kafka_flow_key(8, a, 443, b, 50000), kafka_flow_key(7, b, 443, b, 50000),
+                                kafka_flow_key(7, a, 444, b, 50000), kafka_flow_key(7, a, 443, a, 50000),
+                                kafka_flow_key(7, a, 443, b, 50001)})
+    EXPECT_NE(std::string(k1.bytes, kKafkaKeyBytes), std::string(other.bytes, kKafkaKeyBytes));
+}
+
+TEST(KafkaProperties, IdempotentNoDeliveryTimeoutAndTheQueueBound) {
+  KafkaConfig k = broker_at("kafka-1:9092");
+  k.brokers.push_back("kafka-2:9092");
+  k.queue_bytes = 64 << 20;
+  KafkaProperties p;
+  std::string error;
+  ASSERT_TRUE(kafka_properties(k, &p, &error)) << error;
+  auto get = [&](const std::string& name) {
+    for (const auto& [n, v] : p)
+      if (n == name) return v;
+    return std::string("(unset)");
+  };
+  EXPECT_EQ(get("bootstrap.servers"), "kafka-1:9092,kafka-2:9092");
+  EXPECT_EQ(get("enable.idempotence"), "true");
+  EXPECT_EQ(get("message.timeout.ms"), "0");
+  EXPECT_EQ(get("queue.buffering.max.kbytes"), "65536");
+  EXPECT_EQ(get("compression.codec"), "zstd");
+  EXPECT_EQ(get("sasl.password"), "(unset)");
+}
+
+TEST(KafkaProperties, SaslPasswordComesFromAPrivateFile) {
+  KafkaConfig k = broker_at("kafka-1:9092");
+  k.security_protocol = "sasl_plaintext";
+  k.sasl_mechanism = "SCRAM-SHA-256";
+  k.sasl_username = "edge";
+  KafkaProperties p;
+  std::string error;
+  k.sasl_password_file = temp_file("s3cret\n", 0600);
+  ASSERT_TRUE(kafka_properties(k, &p, &error)) << error;
+  bool found = false;
+  for (const auto& [n, v] : p) found = found || (n == "sasl.password" && v == "s3cret");
+  EXPECT_TRUE(found);
+  std::remove(k.sasl_password_file.c_str());
+
+  k.sasl_password_file = temp_file("s3cret\n", 0644);
+  EXPECT_FALSE(kafka_properties(k, &p, &error));
+  EXPECT_NE(error.find("readable or writable by group or others"), std::string::npos) << error;
+  std::remove(k.sasl_password_file.c_str());
+
+  k.sasl_password_file = "/nonexistent/kafka.pw";
+  EXPECT_FALSE(kafka_properties(k, &p, &error));
+  EXPECT_NE(error.find("/nonexistent/kafka.pw: No such file or directory"), std::string::npos) << error;
+}
+
+TEST(CheckKafkaConfig, LibrdkafkaJudgesTheSettings) {
+  std::string error;
+  EXPECT_TRUE(check_kafka_config(broker_at("127.0.0.1:9"), &error)) << error;
+  KafkaConfig k = broker_at("127.0.0.1:9");
+  k.security_protocol = "ssl";
+  k.tls_ca_file = "/nonexistent/ca.pem";
+  EXPECT_FALSE(check_kafka_config(k, &error));
+  EXPECT_NE(error.find("export.kafka"), std::string::npos) << error;
+}
+
+// No broker listens: every record stays queued until the queue is full, the
+// rest are dropped and counted, and at close the queued ones fail; each
+// record is counted exactly once as dropped or failed.
+TEST(KafkaExport, WithoutBrokersTheQueueBoundsWhatIsKeptAndEveryRecordIsCounted) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  std::string error;
+  auto x = KafkaExport::open(broker_at("127.0.0.1:9"), registry, &error);  // discard port: refused
+  ASSERT_TRUE(x) << error;
+  const std::string record(1000, 'x');
+  const KafkaKey key = kafka_flow_key(1, *IpAddr::parse("198.18.0.1"), 1, *IpAddr::parse("198.18.0.2"), 2);
+  const int n = 3000;  // 3 MB into a 1 MiB queue
+  for (int i = 0; i < n; ++i) x->produce(KafkaRecordKind::kFlow, key, record);
+  x->update_metrics();
+  const uint64_t dropped_before_close = x->lost();
+  EXPECT_GE(dropped_before_close, 3000u - 1049u);
+  EXPECT_LT(dropped_before_close, 3000u);
+  x->close(100);
+  EXPECT_EQ(x->lost(), 3000u);
+}
+
+}  // namespace
+}  // namespace tcpscope
