@@ -57,6 +57,9 @@ struct CompareSamples {
 struct ArmSummary {
   uint64_t n = 0;
   double p50 = 0, p90 = 0, p99 = 0, mean = 0;
+  // Binned samples (histograms): the buckets the quantiles lie in; the
+  // values above are those buckets' representative points.
+  std::optional<BucketBounds> p50_bucket, p90_bucket, p99_bucket;
 };
 
 struct GroupResult {
@@ -71,6 +74,10 @@ struct GroupResult {
   // every rank: buckets folded, or values outside the metric's span.
   bool sketch_collapsed = false;
   uint64_t sketch_clamped = 0;
+  // Binned samples: why the verdict is no finer than the buckets (the
+  // medians lie in the same or adjacent buckets and the bucket-widened
+  // interval contains 0), or "" when the buckets did not decide it.
+  std::string resolution_note;
 };
 
 struct CompareResult {
@@ -107,5 +114,6 @@ std::string test_method_note(const CompareOptions& o);
 std::string fdr_note(const CompareResult& r);
 std::string min_sample_note(const CompareOptions& o);
 std::string share_statistic_note();
+std::string bucket_resolution_note();
 
 }  // namespace tcpscope
