@@ -21,6 +21,7 @@
 #include "compare/compare_source.h"
 #include "compare/daemon_source.h"
 #include "compare/flow_log_source.h"
+#include "compare/prometheus_source.h"
 #include "compare/svg_plot.h"
 #include "config/config.h"
 #include "os/congestion_controls.h"
@@ -30,17 +31,21 @@
 namespace tcpscope {
 
 const char* const kCompareUsage =
-    "usage: tcpscope compare (--flows FILE | --server URL) --a SEL --b SEL\n"
+    "usage: tcpscope compare (--flows FILE | --server URL | --prometheus URL) --a SEL --b SEL\n"
     "                        [--by FIELD] [--metric fct|throughput|rtt|retrans] [--unit transfer|flow]\n"
     "                        [--json] [--plot FILE.svg]\n"
     "                        [--config FILE] [--size-classes B1,B2,..] [--throughput-min-bytes N]\n"
     "                        [--alpha 0.05] [--min-sample 20] [--resamples 10000] [--seed 1] [--top N]\n"
-    "                        [--timeout-ms 10000]\n"
+    "                        [--timeout-ms 10000] [--range 1h] [--time RFC3339|UNIX]\n"
     "  SEL: FIELD=VALUE[|VALUE..][,FIELD=VALUE..] (or FIELD!=VALUE), e.g. cc=cubic, cc=bbr,peer_class=client\n"
     "  --flows FILE   NDJSON flow log, plain or gzip, - for stdin: exact values, any record field\n"
     "  --server URL   a running daemon (e.g. http://127.0.0.1:9810): its sketches of the last 1-2 h,\n"
     "                 quantiles within 1 %; fields peer_class, asn, cc, arm, size_class only.\n"
     "                 Basic auth: http://USER:PASSWORD@HOST:PORT or TCPSCOPE_BASIC_AUTH=USER:PASSWORD\n"
+    "  --prometheus URL  a Prometheus-compatible query API (Prometheus, Thanos, Mimir, VictoriaMetrics):\n"
+    "                 the fleet's histograms, their increase over --range (ms, s, m, h, d; default 1h) ending\n"
+    "                 at --time (default now); values known to their bucket only, no verdict finer than\n"
+    "                 the buckets; fields peer_class, asn, cc (and size_class for fct) only; no retrans\n"
     "  --unit U       transfer: each run of data in one direction of a connection (the default for fct\n"
     "                 and throughput; throughput counts send transfers the receiver's window did not limit);\n"
     "                 flow: whole connections (the default, and the only unit, for rtt and retrans)\n"
@@ -54,7 +59,8 @@ namespace {
 constexpr size_t kMaxPlotPanels = 36;
 
 struct Args {
-  std::string flows, server, a, b, plot, config;
+  std::string flows, server, prometheus, a, b, plot, config;
+  std::string range, time;  // --prometheus
   std::string by = "peer_class";
   std::string metric = "fct";
   std::string unit;  // "": the metric's default_unit()
@@ -75,6 +81,9 @@ std::string parse_args(const std::vector<std::string>& args, Args* a) {
   cl.flag("--json", &a->json)
       .option("--flows", &a->flows)
       .option("--server", &a->server)
+      .option("--prometheus", &a->prometheus)
+      .option("--range", &a->range)
+      .option("--time", &a->time)
       .option("--a", &a->a)
       .option("--b", &a->b)
       .option("--by", &a->by)
@@ -101,7 +110,15 @@ std::string parse_args(const std::vector<std::string>& args, Args* a) {
   integer("--top", 1, 1000000, [a](uint64_t n) { a->top = n; });
   integer("--timeout-ms", 1, 3600000, [a](uint64_t n) { a->timeout_ms = static_cast<int>(n); });
   if (const auto error = cl.parse(args)) return error->message;
-  if (a->flows.empty() == a->server.empty()) return "give exactly one of --flows FILE and --server URL";
+  const int sources = !a->flows.empty() + !a->server.empty() + !a->prometheus.empty();
+  if (sources != 1) return "give exactly one of --flows FILE, --server URL and --prometheus URL";
+  if (a->prometheus.empty() && (!a->range.empty() || !a->time.empty()))
+    return "--range and --time apply to --prometheus";
+  if (!a->range.empty() && !parse_range_ms(a->range))
+    return "--range wants a positive duration with a unit ms, s, m, h or d (e.g. 90s, 5m, 1h, 7d), not \"" + a->range +
+           "\"";
+  if (!a->time.empty() && !parse_query_time(a->time))
+    return "--time wants RFC 3339 (2026-11-25T10:00:00Z) or unix seconds, not \"" + a->time + "\"";
   if (a->a.empty() || a->b.empty()) return "--a SEL and --b SEL are both required (e.g. --a cc=cubic --b cc=bbr)";
   if (a->by != "all" && !valid_field_name(a->by)) return "--by \"" + a->by + "\" is not a field name";
   const auto metric = parse_compare_metric(a->metric);
@@ -293,8 +310,10 @@ int compare_command(const std::vector<std::string>& argv, std::ostream& out, std
 
   // The source the options name; everything after collect() is the same for every source.
   std::unique_ptr<CompareSource> source;
-  if (!args.flows.empty()) {
-    MetricOptions metric_options;
+  // --flows and --prometheus take throughput_min_bytes from the config
+  // (--prometheus: which size classes are fct's).
+  MetricOptions metric_options;
+  if (!args.flows.empty() || !args.prometheus.empty()) {
     if (!args.config.empty()) {
       std::vector<ConfigError> errors;
       Config cfg = load_config_file(args.config, kernel_congestion_controls(), &errors);
@@ -303,13 +322,28 @@ int compare_command(const std::vector<std::string>& argv, std::ostream& out, std
       metric_options.size_classes_bytes = cfg.size_classes_bytes;
       metric_options.throughput_min_bytes = cfg.throughput_min_bytes;
     }
+    if (args.throughput_min_bytes) metric_options.throughput_min_bytes = *args.throughput_min_bytes;
+  }
+  if (!args.flows.empty()) {
     if (!args.size_classes.empty() &&
         !parse_size_classes(args.size_classes, &metric_options.size_classes_bytes, &why)) {
       err << "tcpscope compare: " << why << "\n";
       return 2;
     }
-    if (args.throughput_min_bytes) metric_options.throughput_min_bytes = *args.throughput_min_bytes;
     source = std::make_unique<FlowLogSource>(args.flows, metric_options);
+  } else if (!args.prometheus.empty()) {
+    if (!args.size_classes.empty()) {
+      err << "tcpscope compare: --size-classes applies to --flows; with --prometheus the histograms' size_class "
+             "labels decide\n";
+      return 2;
+    }
+    PrometheusOptions p;
+    p.base_url = args.prometheus;
+    if (!args.range.empty()) p.range_ms = *parse_range_ms(args.range);
+    if (!args.time.empty()) p.time = parse_query_time(args.time);
+    p.timeout_ms = args.timeout_ms;
+    p.metric_options = metric_options;
+    source = std::make_unique<PrometheusSource>(std::move(p));
   } else {
     if (!args.config.empty() || !args.size_classes.empty() || args.throughput_min_bytes) {
       err << "tcpscope compare: --config, --size-classes and --throughput-min-bytes apply to --flows; "
