@@ -4,8 +4,9 @@
 // table or as the JSON document SPEC.md fixes.
 //
 // The samples come from a source (compare_source.h): a flow log (exact
-// values) or a daemon's sketches (values within the sketch's relative
-// accuracy); everything from here on is the same for every source.
+// values), a daemon's sketches (values within the sketch's relative
+// accuracy) or Prometheus histograms (values known to their bucket only);
+// everything from here on is the same for every source.
 #pragma once
 
 #include <cstdint>

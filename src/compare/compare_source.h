@@ -4,9 +4,11 @@
 // about them; everything after that (statistics, table, JSON, plot) is the
 // same for every source.
 //
-// Sources: the flow log (flow_log_source.h: exact values, any record field)
-// and a running daemon's sketches (daemon_source.h: log-bucketed, within the
-// sketch's relative accuracy, the fields the daemon keeps). Another source
+// Sources: the flow log (flow_log_source.h: exact values, any record field),
+// a running daemon's sketches (daemon_source.h: log-bucketed, within the
+// sketch's relative accuracy, the fields the daemon keeps) and the fleet's
+// Prometheus histograms (prometheus_source.h: bucket counts only, the
+// histograms' labels). Another source
 // is one more implementation of CompareSource; `tcpscope compare` only
 // chooses which one its options name.
 #pragma once

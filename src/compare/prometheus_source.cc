@@ -20,6 +20,9 @@ namespace tcpscope {
 
 namespace {
 
+// A fleet's answer is a few hundred series per arm; far more is not a query API.
+constexpr size_t kMaxAnswerBytes = 64u << 20;
+
 const std::vector<std::string> kSizedLabels = {"peer_class", "asn", "cc", "size_class"};
 const std::vector<std::string> kLabels = {"peer_class", "asn", "cc"};
 
@@ -338,7 +341,7 @@ bool PrometheusSource::query(const std::string& promql, std::string* body, std::
   const std::string shown = "GET " + redact_url(endpoint) + ": ";
   HttpResponse resp;
   std::string why;
-  if (!http_get(url, options_.timeout_ms, &resp, &why)) {
+  if (!http_get(url, options_.timeout_ms, &resp, &why, kMaxAnswerBytes, EnvCredentials::kIgnore)) {
     const std::string full = "GET " + redact_url(url) + ": ";
     *error = shown + (why.rfind(full, 0) == 0 ? why.substr(full.size()) : why);
     return false;

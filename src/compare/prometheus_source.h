@@ -22,6 +22,9 @@
 // Only the histograms' labels can select and group: peer_class, asn, cc and,
 // for fct, size_class. asn holds the daemon's top-N ASNs by number and
 // folds the rest into "other".
+//
+// Credentials: Basic auth from the URL's USER:PASSWORD@ only, never
+// TCPSCOPE_BASIC_AUTH (the daemon's password is not the query API's).
 #pragma once
 
 #include <cstdint>

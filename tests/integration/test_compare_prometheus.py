@@ -11,8 +11,10 @@ it), and the flow log is cut to the measured traffic. Then the counts per
 group and arm must equal --flows' exactly, and each --flows median must lie
 in the bucket --prometheus reports for it.
 """
+import base64
 import http.server
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, wait_for
+from conftest import TCPSCOPE, free_port, wait_for
 from test_compare import PORTS, THIS as TRAFFIC, lab, tcpscope  # noqa: F401  (lab: a fixture)
 
 PROMETHEUS = Path("/usr/bin/prometheus")
@@ -198,7 +200,10 @@ def test_prometheus_counts_and_buckets_agree_with_the_flow_log(lab, prometheus, 
 
 
 class Junk(http.server.BaseHTTPRequestHandler):
+    authorization = []  # the Authorization header of every request
+
     def do_GET(self):  # noqa: N802  (http.server's name)
+        Junk.authorization.append(self.headers.get("Authorization"))
         body = b"<html>this is not a query API</html>"
         self.send_response(200)
         self.send_header("Content-Type", "text/html")
@@ -222,10 +227,19 @@ def test_unreachable_and_garbage_answers_fail_in_one_line():
     thread.start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
-        r = tcpscope("compare", "--prometheus", url, *SEL, timeout=30)
+        # The daemon's password (TCPSCOPE_BASIC_AUTH) is not sent to the query API.
+        r = subprocess.run([str(TCPSCOPE), "compare", "--prometheus", url, *SEL], capture_output=True, text=True,
+                           timeout=30, env={**os.environ, "TCPSCOPE_BASIC_AUTH": "daemon:secret"})
         assert r.returncode == 1, r
         assert r.stderr == f"tcpscope compare: GET {url}/api/v1/query: answer is not JSON (not a Prometheus query " \
                            f"API?)\n", r.stderr
+        assert Junk.authorization == [None]
+        # Credentials in the URL are sent, and never shown.
+        with_user = url.replace("http://", "http://reader:s3cret@")
+        r = tcpscope("compare", "--prometheus", with_user, *SEL, timeout=30)
+        assert r.returncode == 1 and "s3cret" not in r.stderr, r
+        assert r.stderr.startswith("tcpscope compare: GET http://***@127.0.0.1:"), r.stderr
+        assert Junk.authorization[-1] == "Basic " + base64.b64encode(b"reader:s3cret").decode()
     finally:
         server.shutdown()
         server.server_close()
