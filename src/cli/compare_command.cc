@@ -46,12 +46,14 @@ const char* const kCompareUsage =
     "                 the fleet's histograms, their increase over --range (ms, s, m, h, d; default 1h) ending\n"
     "                 at --time (default now); values known to their bucket only, no verdict finer than\n"
     "                 the buckets; fields peer_class, asn, cc (and size_class for fct) only; no retrans\n"
+    "                 Basic auth: http://USER:PASSWORD@HOST:PORT (not TCPSCOPE_BASIC_AUTH, the daemon's)\n"
     "  --unit U       transfer: each run of data in one direction of a connection (the default for fct\n"
     "                 and throughput; throughput counts send transfers the receiver's window did not limit);\n"
     "                 flow: whole connections (the default, and the only unit, for rtt and retrans)\n"
     "  --by FIELD     group by a record field (asn, peer_class, cc, arm, ...), size_class, or all\n"
     "                 (default peer_class); fct is always split by size class as well\n"
-    "  --config FILE  size classes and throughput_min_bytes for --flows (default: the built-in config)\n"
+    "  --config FILE  size classes and throughput_min_bytes for --flows (default: the built-in config);\n"
+    "                 --prometheus: throughput_min_bytes, the size classes fct leaves out\n"
     "  --plot FILE    CDFs of A and B per group: FILE.svg, or FILE.png through rsvg-convert (librsvg2-bin)\n";
 
 namespace {
@@ -346,8 +348,8 @@ int compare_command(const std::vector<std::string>& argv, std::ostream& out, std
     source = std::make_unique<PrometheusSource>(std::move(p));
   } else {
     if (!args.config.empty() || !args.size_classes.empty() || args.throughput_min_bytes) {
-      err << "tcpscope compare: --config, --size-classes and --throughput-min-bytes apply to --flows; "
-             "with --server the daemon's config decides\n";
+      err << "tcpscope compare: --config, --size-classes and --throughput-min-bytes apply to --flows (and "
+             "--prometheus); with --server the daemon's config decides\n";
       return 2;
     }
     source = std::make_unique<DaemonSource>(args.server, args.timeout_ms);
