@@ -23,6 +23,7 @@
 #include "compare/clickhouse_source.h"
 #include "compare/daemon_source.h"
 #include "compare/flow_log_source.h"
+#include "compare/prometheus_source.h"
 #include "compare/svg_plot.h"
 #include "config/config.h"
 #include "os/congestion_controls.h"
@@ -32,12 +33,13 @@
 namespace tcpscope {
 
 const char* const kCompareUsage =
-    "usage: tcpscope compare (--flows FILE | --server URL | --clickhouse URL) --a SEL --b SEL\n"
+    "usage: tcpscope compare (--flows FILE | --server URL | --clickhouse URL | --prometheus URL)\n"
+    "                        --a SEL --b SEL\n"
     "                        [--by FIELD] [--metric fct|throughput|rtt|retrans] [--unit transfer|flow]\n"
     "                        [--json] [--plot FILE.svg]\n"
     "                        [--config FILE] [--size-classes B1,B2,..] [--throughput-min-bytes N]\n"
     "                        [--alpha 0.05] [--min-sample 20] [--resamples 10000] [--seed 1] [--top N]\n"
-    "                        [--timeout-ms 10000]\n"
+    "                        [--timeout-ms 10000] [--range 1h] [--time RFC3339|UNIX]\n"
     "  SEL: FIELD=VALUE[|VALUE..][,FIELD=VALUE..] (or FIELD!=VALUE), e.g. cc=cubic, cc=bbr,peer_class=client\n"
     "  --flows FILE   NDJSON flow log, plain or gzip, - for stdin: exact values, any record field\n"
     "  --server URL   a running daemon (e.g. http://127.0.0.1:9810): its sketches of the last 1-2 h,\n"
@@ -48,13 +50,18 @@ const char* const kCompareUsage =
     "                 any record field. [--database tcpscope] [--table flows|transfers]\n"
     "                 [--where SEL: must hold in both arms] [--since T] [--until T]: T is a duration back\n"
     "                 from now (30m, 24h, 7d), unix seconds or 2026-11-25T10:00:00Z, on the record's end_ns\n"
+    "  --prometheus URL  a Prometheus-compatible query API (Prometheus, Thanos, Mimir, VictoriaMetrics):\n"
+    "                 the fleet's histograms, their increase over --range (ms, s, m, h, d; default 1h) ending\n"
+    "                 at --time (default now); values known to their bucket only, no verdict finer than\n"
+    "                 the buckets; fields peer_class, asn, cc (and size_class for fct) only; no retrans\n"
+    "                 Basic auth: http://USER:PASSWORD@HOST:PORT (not TCPSCOPE_BASIC_AUTH, the daemon's)\n"
     "  --unit U       transfer: each run of data in one direction of a connection (the default for fct\n"
     "                 and throughput; throughput counts send transfers the receiver's window did not limit);\n"
     "                 flow: whole connections (the default, and the only unit, for rtt and retrans)\n"
     "  --by FIELD     group by a record field (asn, peer_class, cc, arm, ...), size_class, or all\n"
     "                 (default peer_class); fct is always split by size class as well\n"
     "  --config FILE  size classes and throughput_min_bytes for --flows and --clickhouse (default: the\n"
-    "                 built-in config)\n"
+    "                 built-in config); --prometheus: throughput_min_bytes, the size classes fct leaves out\n"
     "  --plot FILE    CDFs of A and B per group: FILE.svg, or FILE.png through rsvg-convert (librsvg2-bin)\n";
 
 namespace {
@@ -62,8 +69,9 @@ namespace {
 constexpr size_t kMaxPlotPanels = 36;
 
 struct Args {
-  std::string flows, server, clickhouse, a, b, plot, config;
-  std::string database = "tcpscope", table, where, since, until;
+  std::string flows, server, clickhouse, prometheus, a, b, plot, config;
+  std::string database = "tcpscope", table, where, since, until;  // --clickhouse
+  std::string range, time;                                         // --prometheus
   std::string by = "peer_class";
   std::string metric = "fct";
   std::string unit;  // "": the metric's default_unit()
@@ -90,6 +98,9 @@ std::string parse_args(const std::vector<std::string>& args, Args* a) {
       .option("--where", &a->where)
       .option("--since", &a->since)
       .option("--until", &a->until)
+      .option("--prometheus", &a->prometheus)
+      .option("--range", &a->range)
+      .option("--time", &a->time)
       .option("--a", &a->a)
       .option("--b", &a->b)
       .option("--by", &a->by)
@@ -116,8 +127,8 @@ std::string parse_args(const std::vector<std::string>& args, Args* a) {
   integer("--top", 1, 1000000, [a](uint64_t n) { a->top = n; });
   integer("--timeout-ms", 1, 3600000, [a](uint64_t n) { a->timeout_ms = static_cast<int>(n); });
   if (const auto error = cl.parse(args)) return error->message;
-  if (!a->flows.empty() + !a->server.empty() + !a->clickhouse.empty() != 1)
-    return "give exactly one of --flows FILE, --server URL and --clickhouse URL";
+  const int sources = !a->flows.empty() + !a->server.empty() + !a->clickhouse.empty() + !a->prometheus.empty();
+  if (sources != 1) return "give exactly one of --flows FILE, --server URL, --clickhouse URL and --prometheus URL";
   if (a->clickhouse.empty() && (!a->table.empty() || !a->where.empty() || !a->since.empty() || !a->until.empty() ||
                                 a->database != "tcpscope"))
     return "--database, --table, --where, --since and --until apply to --clickhouse";
@@ -126,6 +137,13 @@ std::string parse_args(const std::vector<std::string>& args, Args* a) {
       if (name->find_first_of("`\\") != std::string::npos || (name == &a->database && name->empty()))
         return "--database and --table want a plain name, not \"" + *name + "\"";
   }
+  if (a->prometheus.empty() && (!a->range.empty() || !a->time.empty()))
+    return "--range and --time apply to --prometheus";
+  if (!a->range.empty() && !parse_range_ms(a->range))
+    return "--range wants a positive duration with a unit ms, s, m, h or d (e.g. 90s, 5m, 1h, 7d), not \"" + a->range +
+           "\"";
+  if (!a->time.empty() && !parse_query_time(a->time))
+    return "--time wants RFC 3339 (2026-11-25T10:00:00Z) or unix seconds, not \"" + a->time + "\"";
   if (a->a.empty() || a->b.empty()) return "--a SEL and --b SEL are both required (e.g. --a cc=cubic --b cc=bbr)";
   if (a->by != "all" && !valid_field_name(a->by)) return "--by \"" + a->by + "\" is not a field name";
   const auto metric = parse_compare_metric(a->metric);
@@ -145,23 +163,14 @@ std::string parse_args(const std::vector<std::string>& args, Args* a) {
 }
 
 // --since/--until: a duration back from now (90s, 30m, 24h, 7d), unix
-// seconds, or an RFC 3339 UTC time (2026-11-25T10:00:00Z).
+// seconds, or an RFC 3339 time (2026-11-25T10:00:00Z).
 bool parse_time_ns(const std::string& text, int64_t now_ns, int64_t* out, std::string* why) {
-  uint64_t n = 0;
-  if (!text.empty() && std::string("smhd").find(text.back()) != std::string::npos &&
-      parse_decimal(text.substr(0, text.size() - 1), 9, &n)) {
-    const int64_t unit_s = text.back() == 's' ? 1 : text.back() == 'm' ? 60 : text.back() == 'h' ? 3600 : 86400;
-    *out = now_ns - static_cast<int64_t>(n) * unit_s * 1000000000;
+  if (const auto ms = parse_range_ms(text)) {
+    *out = now_ns - *ms * 1000000;
     return true;
   }
-  if (parse_decimal(text, 12, &n)) {
-    *out = static_cast<int64_t>(n) * 1000000000;
-    return true;
-  }
-  struct tm tm {};
-  const char* end = strptime(text.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  if (end && !*end) {
-    *out = static_cast<int64_t>(timegm(&tm)) * 1000000000;
+  if (const auto s = parse_query_time(text)) {
+    *out = static_cast<int64_t>(*s * 1e9);
     return true;
   }
   *why = "\"" + text + "\" is not a duration (30m, 24h, 7d), unix seconds or a time like 2026-11-25T10:00:00Z";
@@ -341,9 +350,11 @@ int compare_command(const std::vector<std::string>& argv, std::ostream& out, std
 
   // The source the options name; everything after collect() is the same for every source.
   std::unique_ptr<CompareSource> source;
-  if (!args.flows.empty() || !args.clickhouse.empty()) {
-    // Records carry no config: the size classes and the threshold are given.
-    MetricOptions metric_options;
+  // Records carry no config: --flows and --clickhouse take the size classes
+  // and throughput_min_bytes from it, --prometheus the threshold (which size
+  // classes are fct's).
+  MetricOptions metric_options;
+  if (!args.flows.empty() || !args.clickhouse.empty() || !args.prometheus.empty()) {
     if (!args.config.empty()) {
       std::vector<ConfigError> errors;
       Config cfg = load_config_file(args.config, kernel_congestion_controls(), &errors);
@@ -352,39 +363,52 @@ int compare_command(const std::vector<std::string>& argv, std::ostream& out, std
       metric_options.size_classes_bytes = cfg.size_classes_bytes;
       metric_options.throughput_min_bytes = cfg.throughput_min_bytes;
     }
-    if (!args.size_classes.empty() &&
-        !parse_size_classes(args.size_classes, &metric_options.size_classes_bytes, &why)) {
-      err << "tcpscope compare: " << why << "\n";
-      return 2;
-    }
     if (args.throughput_min_bytes) metric_options.throughput_min_bytes = *args.throughput_min_bytes;
-    if (!args.flows.empty()) {
-      source = std::make_unique<FlowLogSource>(args.flows, metric_options);
-    } else {
-      ClickHouseQuery q;
-      q.url = args.clickhouse;
-      q.database = args.database;
-      q.table = args.table;
-      q.timeout_ms = args.timeout_ms;
-      if (!args.where.empty()) {
-        q.where = Selection::parse(args.where, &why);
-        if (!q.where) {
-          err << "tcpscope compare: --where: " << why << "\n";
-          return 2;
-        }
-      }
-      const int64_t now_ns = static_cast<int64_t>(std::time(nullptr)) * 1000000000;
-      if ((!args.since.empty() && !parse_time_ns(args.since, now_ns, &q.since_ns, &why)) ||
-          (!args.until.empty() && !parse_time_ns(args.until, now_ns, &q.until_ns, &why))) {
-        err << "tcpscope compare: --since/--until: " << why << "\n";
+  }
+  if ((!args.flows.empty() || !args.clickhouse.empty()) && !args.size_classes.empty() &&
+      !parse_size_classes(args.size_classes, &metric_options.size_classes_bytes, &why)) {
+    err << "tcpscope compare: " << why << "\n";
+    return 2;
+  }
+  if (!args.flows.empty()) {
+    source = std::make_unique<FlowLogSource>(args.flows, metric_options);
+  } else if (!args.clickhouse.empty()) {
+    ClickHouseQuery q;
+    q.url = args.clickhouse;
+    q.database = args.database;
+    q.table = args.table;
+    q.timeout_ms = args.timeout_ms;
+    if (!args.where.empty()) {
+      q.where = Selection::parse(args.where, &why);
+      if (!q.where) {
+        err << "tcpscope compare: --where: " << why << "\n";
         return 2;
       }
-      source = std::make_unique<ClickHouseSource>(std::move(q), metric_options);
     }
+    const int64_t now_ns = static_cast<int64_t>(std::time(nullptr)) * 1000000000;
+    if ((!args.since.empty() && !parse_time_ns(args.since, now_ns, &q.since_ns, &why)) ||
+        (!args.until.empty() && !parse_time_ns(args.until, now_ns, &q.until_ns, &why))) {
+      err << "tcpscope compare: --since/--until: " << why << "\n";
+      return 2;
+    }
+    source = std::make_unique<ClickHouseSource>(std::move(q), metric_options);
+  } else if (!args.prometheus.empty()) {
+    if (!args.size_classes.empty()) {
+      err << "tcpscope compare: --size-classes applies to --flows and --clickhouse; with --prometheus the "
+             "histograms' size_class labels decide\n";
+      return 2;
+    }
+    PrometheusOptions p;
+    p.base_url = args.prometheus;
+    if (!args.range.empty()) p.range_ms = *parse_range_ms(args.range);
+    if (!args.time.empty()) p.time = parse_query_time(args.time);
+    p.timeout_ms = args.timeout_ms;
+    p.metric_options = metric_options;
+    source = std::make_unique<PrometheusSource>(std::move(p));
   } else {
     if (!args.config.empty() || !args.size_classes.empty() || args.throughput_min_bytes) {
-      err << "tcpscope compare: --config, --size-classes and --throughput-min-bytes apply to --flows and "
-             "--clickhouse; with --server the daemon's config decides\n";
+      err << "tcpscope compare: --config, --size-classes and --throughput-min-bytes apply to --flows, --clickhouse "
+             "and --prometheus; with --server the daemon's config decides\n";
       return 2;
     }
     source = std::make_unique<DaemonSource>(args.server, args.timeout_ms);

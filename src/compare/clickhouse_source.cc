@@ -220,7 +220,8 @@ bool ClickHouseSource::run(const std::string& sql, nlohmann::json* rows, std::st
   const std::string shown = redact_url(query_.url);
   HttpResponse resp;
   std::string why;
-  if (!http_get(url, query_.timeout_ms, &resp, &why)) {
+  // Only the URL's credentials: TCPSCOPE_BASIC_AUTH is the daemon's password.
+  if (!http_get(url, query_.timeout_ms, &resp, &why, 256u << 20, EnvCredentials::kIgnore)) {
     // http_get names the full URL, query and all; the server's is enough.
     const size_t colon = why.find(": ", why.find(' ') + 1);
     *error = "clickhouse " + shown + ": " + (colon == std::string::npos ? why : why.substr(colon + 2));

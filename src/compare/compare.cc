@@ -23,7 +23,33 @@ ArmSummary summarize(const ArmDistribution& d) {
   s.p90 = d.quantile(0.9);
   s.p99 = d.quantile(0.99);
   s.mean = d.mean();
+  if (d.binned()) {
+    s.p50_bucket = d.quantile_bucket(0.5);
+    s.p90_bucket = d.quantile_bucket(0.9);
+    s.p99_bucket = d.quantile_bucket(0.99);
+  }
   return s;
+}
+
+// "(a, b]" in the metric's units, for the buckets of binned samples.
+std::string bucket_text(CompareMetric m, const BucketBounds& b) {
+  return "(" + format_metric_value(m, b.lo) + ", " + (std::isinf(b.hi) ? "+Inf" : format_metric_value(m, b.hi)) +
+         "]";
+}
+
+// Why a binned group's verdict is limited by its buckets, or "".
+std::string resolution_note_of(const GroupResult& g, CompareMetric m) {
+  const MedianChange& c = g.change;
+  if (!c.binned || g.verdict != Verdict::kNoDifference || !(c.binned_lo <= 0 && c.binned_hi >= 0)) return "";
+  const bool same = c.a_bucket.lo == c.b_bucket.lo;
+  const bool adjacent = c.a_bucket.hi == c.b_bucket.lo || c.b_bucket.hi == c.a_bucket.lo;
+  if (!same && !adjacent) return "";
+  auto bound = [](double v) { return std::isinf(v) ? std::string("+Inf") : percent_change_text(v); };
+  return std::string("unresolved at bucket resolution: the medians lie in ") +
+         (same ? "the same bucket " + bucket_text(m, c.a_bucket)
+               : "adjacent buckets, A " + bucket_text(m, c.a_bucket) + " and B " + bucket_text(m, c.b_bucket)) +
+         ", so the change of the median is only known to lie in [" + bound(c.binned_lo) + ", " +
+         bound(c.binned_hi) + "]";
 }
 
 uint64_t group_seed(const GroupSamples& g, const CompareOptions& o) {
@@ -80,6 +106,16 @@ std::string share_statistic_note() {
          "95% CI are the relative change of the share of flows with a nonzero value (for retrans: flows that "
          "retransmitted at all), (share B - share A) / share A, bootstrapped with binomial resamples of the two "
          "shares; exact in both modes, since sketches count zeros exactly.";
+}
+
+std::string bucket_resolution_note() {
+  return "Histogram buckets: counts per bucket (lo, hi] only; each value sits at its bucket's geometric midpoint "
+         "(the first bucket at hi/2, the +Inf bucket at lo), quantiles are shown as the bucket they lie in, and "
+         "the rank test treats a bucket as one tie group. A median is only known to lie in its bucket, so the "
+         "change from A to B only in [lo B / hi A - 1, hi B / lo A - 1]: the 95% CI is the percentile bootstrap "
+         "of those bounds (lower bounds for the lower end, upper bounds for the upper end) joined with the "
+         "observed medians' bounds, and a verdict needs it to exclude 0. Medians in the same or adjacent buckets "
+         "never get one: 'unresolved at bucket resolution'.";
 }
 
 std::string test_method_note(const CompareOptions& o) {
@@ -159,6 +195,7 @@ CompareResult compare_groups(std::vector<GroupSamples> groups, const CompareOpti
     in.change = res.change;
     in.lower_is_better = lower_is_better(options.metric);
     res.verdict = decide_verdict(in);
+    if (res.p_value) res.resolution_note = resolution_note_of(res, options.metric);
   }
   r.groups_total = r.groups.size();
   // Warnings about the groups' numbers, before --top drops rows.
@@ -189,6 +226,12 @@ CompareResult compare_groups(std::vector<GroupSamples> groups, const CompareOpti
                       " lay outside the sketches' span and were counted at its end (" + list(clamped) +
                       "); their own ranks read as the span's end, every other quantile keeps the stated error.");
   for (size_t i = 0; i < no_ci.size() && i < 8; ++i) r.notes.push_back("no 95% CI for " + no_ci[i] + ".");
+  std::vector<std::string> unresolved;
+  for (const auto& g : r.groups)
+    if (!g.resolution_note.empty()) unresolved.push_back(name(g) + ": " + g.resolution_note);
+  for (size_t i = 0; i < unresolved.size() && i < 8; ++i) r.notes.push_back(unresolved[i] + ".");
+  if (unresolved.size() > 8)
+    r.notes.push_back("(" + std::to_string(unresolved.size() - 8) + " more groups unresolved at bucket resolution)");
   if (no_ci.size() > 8) r.notes.push_back("(" + std::to_string(no_ci.size() - 8) + " more groups without a CI)");
   if (options.top && r.groups.size() > options.top) {
     // Whole groups (all their size classes) are kept or dropped together.
@@ -219,7 +262,13 @@ CompareResult compare_samples(CompareSamples samples, CompareOptions options, co
 nlohmann::ordered_json compare_result_json(const CompareResult& r) {
   const CompareOptions& o = r.options;
   nlohmann::ordered_json groups = nlohmann::ordered_json::array();
-  auto arm = [](const ArmSummary& s) {
+  bool binned = false;
+  for (const auto& g : r.groups) binned = binned || g.change.binned;
+  auto bucket = [](const std::optional<BucketBounds>& b) {
+    if (!b) return nlohmann::ordered_json(nullptr);
+    return nlohmann::ordered_json::array({b->lo, num(b->hi)});  // +Inf: null
+  };
+  auto arm = [&](const ArmSummary& s) {
     nlohmann::ordered_json j;
     if (s.n) {
       j["p50"] = num(s.p50);
@@ -228,6 +277,10 @@ nlohmann::ordered_json compare_result_json(const CompareResult& r) {
       j["mean"] = num(s.mean);
     } else {
       j["p50"] = j["p90"] = j["p99"] = j["mean"] = nullptr;
+    }
+    if (binned) {
+      j["bucket_bounds"] = {{"p50", bucket(s.p50_bucket)}, {"p90", bucket(s.p90_bucket)},
+                            {"p99", bucket(s.p99_bucket)}};
     }
     return j;
   };
@@ -257,6 +310,14 @@ nlohmann::ordered_json compare_result_json(const CompareResult& r) {
       j["ci_reason"] = g.change.ci_reason.empty() ? std::string("no interval") : g.change.ci_reason;
     j["sketch_collapsed"] = g.sketch_collapsed;
     j["sketch_clamped"] = g.sketch_clamped;
+    if (binned) {
+      // The interval the verdict used, half-infinite ends as null.
+      j["binned_interval"] = g.change.binned
+                                 ? nlohmann::ordered_json::array({num(g.change.binned_lo), num(g.change.binned_hi)})
+                                 : nlohmann::ordered_json(nullptr);
+      j["resolution_note"] =
+          g.resolution_note.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(g.resolution_note);
+    }
     groups.push_back(std::move(j));
   }
   nlohmann::ordered_json out;
@@ -281,6 +342,7 @@ nlohmann::ordered_json compare_result_json(const CompareResult& r) {
   out["fdr_note"] = fdr_note(r);
   out["min_sample_note"] = min_sample_note(o);
   out["diff_statistic_note"] = share_statistic_note();
+  if (binned) out["bucket_resolution_note"] = bucket_resolution_note();
   out["notes"] = r.notes;
   return out;
 }
@@ -289,8 +351,11 @@ std::string format_compare_table(const CompareResult& r) {
   const CompareOptions& o = r.options;
   const CompareMetric m = o.metric;
   const bool sized = split_by_size_class(m);
-  bool any_share = false;
-  for (const auto& g : r.groups) any_share = any_share || g.change.statistic == ChangeStatistic::kShareNonzero;
+  bool any_share = false, binned = false;
+  for (const auto& g : r.groups) {
+    any_share = any_share || g.change.statistic == ChangeStatistic::kShareNonzero;
+    binned = binned || g.change.binned;
+  }
   std::vector<std::string> header = {o.by == "all" ? "group" : o.by};
   if (sized) header.push_back("size_class");
   for (const char* h : {"n_a", "n_b", "A p50", "A p90", "A p99", "B p50", "B p90", "B p99"}) header.push_back(h);
@@ -304,6 +369,10 @@ std::string format_compare_table(const CompareResult& r) {
     row.push_back(std::to_string(g.a.n));
     row.push_back(std::to_string(g.b.n));
     for (const ArmSummary* s : {&g.a, &g.b}) {
+      if (s->p50_bucket) {
+        for (const auto* b : {&s->p50_bucket, &s->p90_bucket, &s->p99_bucket}) row.push_back(bucket_text(m, **b));
+        continue;
+      }
       for (double v : {s->p50, s->p90, s->p99}) row.push_back(s->n ? format_metric_value(m, v) : "-");
     }
     if (any_share) row.push_back(g.change.statistic == ChangeStatistic::kShareNonzero ? "share>0" : "median");
@@ -320,7 +389,7 @@ std::string format_compare_table(const CompareResult& r) {
     } else {
       row.push_back("-");
     }
-    row.push_back(to_string(g.verdict));
+    row.push_back(g.resolution_note.empty() ? to_string(g.verdict) : "unresolved at bucket resolution");
     rows.push_back(std::move(row));
   }
   std::vector<size_t> width(header.size());
@@ -361,6 +430,7 @@ std::string format_compare_table(const CompareResult& r) {
   out << wrap(std::string(lower_is_better(m) ? "Lower" : "Higher") + " is better for " + to_string(m) + ". " +
               ci_method_note(o));
   if (any_share) out << wrap(share_statistic_note());
+  if (binned) out << wrap(bucket_resolution_note());
   out << wrap(test_method_note(o));
   out << wrap(fdr_note(r));
   out << wrap(min_sample_note(o));

@@ -4,8 +4,9 @@
 // table or as the JSON document SPEC.md fixes.
 //
 // The samples come from a source (compare_source.h): a flow log (exact
-// values) or a daemon's sketches (values within the sketch's relative
-// accuracy); everything from here on is the same for every source.
+// values), a daemon's sketches (values within the sketch's relative
+// accuracy) or Prometheus histograms (values known to their bucket only);
+// everything from here on is the same for every source.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +58,9 @@ struct CompareSamples {
 struct ArmSummary {
   uint64_t n = 0;
   double p50 = 0, p90 = 0, p99 = 0, mean = 0;
+  // Binned samples (histograms): the buckets the quantiles lie in; the
+  // values above are those buckets' representative points.
+  std::optional<BucketBounds> p50_bucket, p90_bucket, p99_bucket;
 };
 
 struct GroupResult {
@@ -71,6 +75,10 @@ struct GroupResult {
   // every rank: buckets folded, or values outside the metric's span.
   bool sketch_collapsed = false;
   uint64_t sketch_clamped = 0;
+  // Binned samples: why the verdict is no finer than the buckets (the
+  // medians lie in the same or adjacent buckets and the bucket-widened
+  // interval contains 0), or "" when the buckets did not decide it.
+  std::string resolution_note;
 };
 
 struct CompareResult {
@@ -107,5 +115,6 @@ std::string test_method_note(const CompareOptions& o);
 std::string fdr_note(const CompareResult& r);
 std::string min_sample_note(const CompareOptions& o);
 std::string share_statistic_note();
+std::string bucket_resolution_note();
 
 }  // namespace tcpscope

@@ -4,11 +4,14 @@
 // about them; everything after that (statistics, table, JSON, plot) is the
 // same for every source.
 //
-// Sources: the flow log (flow_log_source.h: exact values, any record field)
-// and a running daemon's sketches (daemon_source.h: log-bucketed, within the
-// sketch's relative accuracy, the fields the daemon keeps). Another source
-// is one more implementation of CompareSource; `tcpscope compare` only
-// chooses which one its options name.
+// Sources: the flow log (flow_log_source.h: exact values, any record field),
+// a running daemon's sketches (daemon_source.h: log-bucketed, within the
+// sketch's relative accuracy, the fields the daemon keeps), the fleet's
+// records in ClickHouse (clickhouse_source.h: the sketches' buckets, any
+// record field) and the fleet's Prometheus histograms (prometheus_source.h:
+// bucket counts only, the histograms' labels). Another source is one more
+// implementation of CompareSource; `tcpscope compare` only chooses which one
+// its options name.
 #pragma once
 
 #include <string>

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <stdexcept>
 
 #include "compare/flow_sketch.h"
 
@@ -59,6 +60,51 @@ ArmDistribution ArmDistribution::from_sketch(const FlowSketch& sketch) {
     d.mean_ = sum / static_cast<double>(d.n_);
   }
   return d;
+}
+
+ArmDistribution ArmDistribution::binned(const std::vector<double>& upper_bounds, const std::vector<uint64_t>& counts) {
+  if (upper_bounds.size() != counts.size())
+    throw std::invalid_argument("binned: " + std::to_string(upper_bounds.size()) + " bounds for " +
+                                std::to_string(counts.size()) + " counts");
+  ArmDistribution d;
+  uint64_t cum = 0;
+  double sum = 0, lo = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const double hi = upper_bounds[i];
+    if (!(hi > lo) && !(i == 0 && hi == 0))
+      throw std::invalid_argument("binned: bucket bounds do not increase at " + std::to_string(hi));
+    if (counts[i]) {
+      // Geometric midpoint: the buckets are log-spaced, so it is as far (as a
+      // ratio) from both bounds. The first bucket has no lower bound to take
+      // a ratio with, the +Inf bucket no upper one.
+      const double rep = std::isinf(hi) ? lo : lo > 0 ? std::sqrt(lo * hi) : hi / 2;
+      cum += counts[i];
+      sum += rep * static_cast<double>(counts[i]);
+      d.values_.push_back(rep);
+      d.cum_.push_back(cum);
+      d.buckets_.push_back({lo, hi});
+    }
+    lo = hi;
+  }
+  d.n_ = cum;
+  if (d.n_) {
+    d.min_ = d.values_.front();
+    d.max_ = d.values_.back();
+    d.mean_ = sum / static_cast<double>(d.n_);
+  }
+  return d;
+}
+
+BucketBounds ArmDistribution::bucket_at_rank(uint64_t rank) const {
+  if (buckets_.empty()) return {};
+  const auto it = std::upper_bound(cum_.begin(), cum_.end(), std::min(rank, n_ - 1));
+  return buckets_[static_cast<size_t>(it - cum_.begin())];
+}
+
+BucketBounds ArmDistribution::quantile_bucket(double q) const {
+  if (n_ == 0) return {};
+  q = std::clamp(q, 0.0, 1.0);
+  return bucket_at_rank(static_cast<uint64_t>(std::floor(q * static_cast<double>(n_ - 1))));
 }
 
 double ArmDistribution::at_rank(uint64_t rank) const {
@@ -207,13 +253,19 @@ uint64_t fnv1a(const std::string& s) {
 
 namespace {
 
-// The median of one bootstrap resample of `d` (see the header).
-double resampled_median(const ArmDistribution& d, BootstrapRng* rng) {
+// The rank of the median of one bootstrap resample of `d` (see the header).
+uint64_t resampled_median_rank(const ArmDistribution& d, BootstrapRng* rng) {
   const uint64_t n = d.count();
   const uint64_t k = (n - 1) / 2;
   const double u = rng->beta(static_cast<double>(k + 1), static_cast<double>(n - k));
-  const uint64_t rank = std::min<uint64_t>(n - 1, static_cast<uint64_t>(std::floor(static_cast<double>(n) * u)));
-  return d.at_rank(rank);
+  return std::min<uint64_t>(n - 1, static_cast<uint64_t>(std::floor(static_cast<double>(n) * u)));
+}
+
+// Where the change from a median in bucket a to one in bucket b can lie.
+// Infinite when a reaches 0 or b reaches +Inf.
+BucketBounds change_bounds(const BucketBounds& a, const BucketBounds& b) {
+  const double inf = std::numeric_limits<double>::infinity();
+  return {b.lo / a.hi - 1, a.lo > 0 ? b.hi / a.lo - 1 : inf};
 }
 
 double relative_change(double from, double to) {
@@ -251,30 +303,66 @@ MedianChange bootstrap_median_change(const ArmDistribution& a, const ArmDistribu
   } else {
     out.diff = (b.quantile(0.5) - ma) / ma;
   }
+  // Median changes of binned samples are widened to their buckets (header).
+  const bool binned = !share && a.binned() && b.binned();
+  BucketBounds observed;
+  if (binned) {
+    out.binned = true;
+    out.a_bucket = a.quantile_bucket(0.5);
+    out.b_bucket = b.quantile_bucket(0.5);
+    observed = change_bounds(out.a_bucket, out.b_bucket);
+    out.binned_lo = observed.lo;
+    out.binned_hi = observed.hi;
+  }
   if (resamples == 0) {
     out.ci_reason = "no interval without enough flows in both arms";
     return out;
   }
   BootstrapRng rng(seed);
   std::vector<double> changes(resamples);
+  std::vector<double> lowers, uppers;  // binned: each resample's change bounds
+  if (binned) {
+    lowers.resize(resamples);
+    uppers.resize(resamples);
+  }
   uint64_t unbounded = 0;
-  for (auto& c : changes) {
+  for (size_t i = 0; i < changes.size(); ++i) {
     double ra, rb;
     if (share) {
       ra = static_cast<double>(rng.binomial(a.count(), sa)) / na;
       rb = static_cast<double>(rng.binomial(b.count(), sb)) / nb;
     } else {
-      ra = resampled_median(a, &rng);
-      rb = resampled_median(b, &rng);
+      const uint64_t rank_a = resampled_median_rank(a, &rng);
+      const uint64_t rank_b = resampled_median_rank(b, &rng);
+      ra = a.at_rank(rank_a);
+      rb = b.at_rank(rank_b);
+      if (binned) {
+        const BucketBounds c = change_bounds(a.bucket_at_rank(rank_a), b.bucket_at_rank(rank_b));
+        lowers[i] = c.lo;
+        uppers[i] = c.hi;
+      }
     }
-    c = relative_change(ra, rb);
-    unbounded += !std::isfinite(c);
+    changes[i] = relative_change(ra, rb);
+    unbounded += !std::isfinite(changes[i]);
   }
   std::sort(changes.begin(), changes.end());
   // Symmetric percentile interval: as many resamples below lo as above hi.
-  const size_t tail = static_cast<size_t>(std::floor((1 - confidence) / 2 * resamples));
-  const double lo = changes[std::min(tail, changes.size() - 1)];
-  const double hi = changes[changes.size() - 1 - std::min(tail, changes.size() - 1)];
+  const size_t tail = std::min(static_cast<size_t>(std::floor((1 - confidence) / 2 * resamples)), changes.size() - 1);
+  double lo = changes[tail];
+  double hi = changes[changes.size() - 1 - tail];
+  if (binned) {
+    std::sort(lowers.begin(), lowers.end());
+    std::sort(uppers.begin(), uppers.end());
+    out.binned_lo = std::min(lowers[tail], observed.lo);
+    out.binned_hi = std::max(uppers[uppers.size() - 1 - tail], observed.hi);
+    lo = out.binned_lo;
+    hi = out.binned_hi;
+    if (!std::isfinite(hi)) {
+      out.ci_reason = "a median bucket of A starts at 0 or one of B ends at +Inf: at bucket resolution the change "
+                      "has no finite upper bound";
+      return out;
+    }
+  }
   if (std::isfinite(lo) && std::isfinite(hi)) {
     out.lo = lo;
     out.hi = hi;
@@ -318,6 +406,11 @@ Verdict decide_verdict(const VerdictInputs& in) {
   // Direction of the rank test: B tends lower when P(B < A) > 1/2.
   const bool b_lower = in.prob_b_lower > 0.5;
   const bool b_better = b_lower == in.lower_is_better;
+  if (in.change.binned) {
+    // The bucket-widened interval decides, even when half-infinite.
+    if (b_lower ? !(in.change.binned_hi < 0) : !(in.change.binned_lo > 0)) return Verdict::kNoDifference;
+    return b_better ? Verdict::kBBetter : Verdict::kABetter;
+  }
   if (in.change.diff && in.change.lo && in.change.hi) {
     // The interval of diff must exclude 0 on the side the rank test points to.
     const bool interval_b_lower = *in.change.hi < 0;

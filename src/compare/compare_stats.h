@@ -55,6 +55,18 @@
 // Verdict: "b better" / "a better" when q < alpha, the rank test's direction
 // and the interval agree (the interval excludes 0 on the same side); when
 // no interval exists (and its reason is given), the rank test alone decides.
+//
+// Binned samples (Prometheus histograms: only each bucket's count is known,
+// every value sits at its bucket's representative point) get no verdict
+// finer than their buckets. A median is only known to lie in its bucket
+// [lo, hi], so the change from A to B only in [lo_B / hi_A - 1, hi_B / lo_A -
+// 1]. The interval is the percentile bootstrap of those two bounds (each
+// resample's lower bound for the lower end, its upper bound for the upper
+// end), joined with the observed medians' own bound interval; a verdict
+// needs that widened interval to exclude 0, which medians in the same or in
+// adjacent buckets never do. When A's median bucket starts at 0 or B's ends
+// at +Inf the widened interval is half-infinite: no CI is printed, but its
+// finite side still decides.
 #pragma once
 
 #include <cstdint>
@@ -68,6 +80,11 @@ namespace tcpscope {
 
 class FlowSketch;
 
+// One histogram bucket (lo, hi] of a binned sample; hi may be +infinity.
+struct BucketBounds {
+  double lo = 0, hi = 0;
+};
+
 // One arm's sample as sorted distinct values with counts. Exact samples
 // keep every value; sketched ones the sketch's buckets.
 class ArmDistribution {
@@ -75,6 +92,13 @@ class ArmDistribution {
   ArmDistribution() = default;
   static ArmDistribution exact(std::vector<double> values);
   static ArmDistribution from_sketch(const FlowSketch& sketch);
+  // Histogram buckets: upper_bounds ascending (the last may be +infinity),
+  // counts[i] values in (upper_bounds[i-1], upper_bounds[i]] (the first
+  // bucket from 0). Each bucket's values sit at its representative point:
+  // the geometric midpoint sqrt(lo * hi), hi / 2 for the first bucket, lo
+  // for the +Inf bucket. Throws std::invalid_argument on sizes that differ
+  // or bounds that do not increase.
+  static ArmDistribution binned(const std::vector<double>& upper_bounds, const std::vector<uint64_t>& counts);
 
   uint64_t count() const { return n_; }
   // 0-based order statistic (clamped to count()-1); 0 when empty.
@@ -93,6 +117,10 @@ class ArmDistribution {
   // values lay outside the sketch's span (clamped()).
   bool collapsed() const { return collapsed_; }
   uint64_t clamped() const { return clamped_; }
+  // Binned samples: the bucket the value of a rank lies in.
+  bool binned() const { return !buckets_.empty(); }
+  BucketBounds bucket_at_rank(uint64_t rank) const;
+  BucketBounds quantile_bucket(double q) const;
 
  private:
   void finish();
@@ -103,6 +131,7 @@ class ArmDistribution {
   double relative_accuracy_ = 0;
   bool collapsed_ = false;
   uint64_t clamped_ = 0;
+  std::vector<BucketBounds> buckets_;  // binned samples: one per values()[i]
 };
 
 struct RankSumResult {
@@ -125,6 +154,13 @@ struct MedianChange {
   // ci_reason non-empty).
   std::optional<double> lo, hi;
   std::string ci_reason;
+  // Binned samples (both arms): the interval widened to the buckets' bounds
+  // (see the header comment), possibly half-infinite; lo and hi above are
+  // set only when both ends are finite. decide_verdict uses this instead.
+  bool binned = false;
+  double binned_lo = 0, binned_hi = 0;
+  // The observed medians' buckets.
+  BucketBounds a_bucket, b_bucket;
 };
 MedianChange bootstrap_median_change(const ArmDistribution& a, const ArmDistribution& b, uint32_t resamples,
                                      uint64_t seed, double confidence = 0.95);

@@ -178,7 +178,8 @@ bool parse_http_url(const std::string& url, HttpUrl* out, std::string* why) {
   return true;
 }
 
-bool http_get(const std::string& url, int timeout_ms, HttpResponse* out, std::string* error, size_t max_body_bytes) {
+bool http_get(const std::string& url, int timeout_ms, HttpResponse* out, std::string* error, size_t max_body_bytes,
+              EnvCredentials env_credentials) {
   const std::string what = "GET " + redact_url(url) + ": ";
   HttpUrl u;
   std::string why;
@@ -194,7 +195,7 @@ bool http_get(const std::string& url, int timeout_ms, HttpResponse* out, std::st
   }
   const std::string host_header = u.host.find(':') != std::string::npos ? "[" + u.host + "]" : u.host;
   std::string credentials = u.userinfo;
-  if (credentials.empty()) {
+  if (credentials.empty() && env_credentials == EnvCredentials::kUse) {
     const char* env = std::getenv("TCPSCOPE_BASIC_AUTH");
     if (env) credentials = env;
   }

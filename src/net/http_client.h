@@ -35,8 +35,11 @@ std::string redact_url(const std::string& url);
 // messages. False and *error ("GET URL: connect 127.0.0.1:9810:
 // Connection refused") on any failure; an HTTP error status is not a
 // failure (see status). Bodies larger than max_body_bytes are refused.
+// EnvCredentials::kIgnore: the URL's credentials only, for servers other than
+// the daemon (TCPSCOPE_BASIC_AUTH is the daemon's password: it must not reach them).
+enum class EnvCredentials { kUse, kIgnore };
 bool http_get(const std::string& url, int timeout_ms, HttpResponse* out, std::string* error,
-              size_t max_body_bytes = 256u << 20);
+              size_t max_body_bytes = 256u << 20, EnvCredentials env_credentials = EnvCredentials::kUse);
 
 // "http://127.0.0.1:9810" + "/api/v1/flows" -> "http://127.0.0.1:9810/api/v1/flows"
 // (one slash between them whatever the base ends with).
