@@ -549,6 +549,11 @@ _CH_USERS = """\
         <default>
             <max_memory_usage>4000000000</max_memory_usage>
             <load_balancing>random</load_balancing>
+            <!-- 18.16's Kafka engine writes a block once it holds max_block_size rows or the
+                 topic goes quiet; a daemon on this host never lets it go quiet (it records
+                 the transfers of its own Kafka connection), so the default 65536 would hold
+                 a test's records for minutes. -->
+            <max_block_size>1024</max_block_size>
         </default>
     </profiles>
     <users>

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from servers import ServerError, split_sql, unique_name, wait_until
+from fleetfixtures import clickhouse, kafka_broker  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "packaging" / "clickhouse"

@@ -5,6 +5,7 @@ import threading
 import time
 
 from servers import free_port, port_open, unique_name
+from fleetfixtures import kafka_broker, prometheus_factory  # noqa: F401
 
 
 def test_kafka_restart_keeps_port_topics_and_messages(kafka_broker):

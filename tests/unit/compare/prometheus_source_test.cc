@@ -347,7 +347,7 @@ TEST(PromSource, CommandLineChecks) {
   std::string out, err;
   EXPECT_EQ(run({"--prometheus", "http://h", "--server", "http://h", "--a", "cc=a", "--b", "cc=b"}, &out, &err), 2);
   EXPECT_EQ(err.substr(0, err.find('\n')),
-            "tcpscope compare: give exactly one of --flows FILE, --server URL and --prometheus URL");
+            "tcpscope compare: give exactly one of --flows FILE, --server URL, --clickhouse URL and --prometheus URL");
   EXPECT_EQ(run({"--prometheus", "http://h", "--range", "1w", "--a", "cc=a", "--b", "cc=b"}, &out, &err), 2);
   EXPECT_NE(err.find("--range wants"), std::string::npos) << err;
   EXPECT_EQ(run({"--flows", "x", "--range", "1h", "--a", "cc=a", "--b", "cc=b"}, &out, &err), 2);

@@ -1,5 +1,7 @@
 """Fixtures for the fleet tests: real Kafka, ClickHouse and Prometheus servers
-on 127.0.0.1 (tests/fleet/servers.py).
+on 127.0.0.1 (tests/fleet/servers.py). A test module imports the ones it uses
+(`from fleetfixtures import kafka_broker  # noqa: F401`): as a conftest.py its
+module name would clash with tests/integration's, whose tests import theirs.
 
   kafka_broker        one Kafka 4.x KRaft node for the session (KafkaBroker)
   clickhouse          one clickhouse-server for the session (ClickHouseServer)
