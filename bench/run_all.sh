@@ -33,6 +33,7 @@ if ((smoke)); then
   floor_args=(--seconds 2 --reps 1 --prefixes 20000)
   keepalive_args=(--seconds 1 --rounds 1 --sizes 1000)
   controller_args=(--smoke)
+  kafka_args=(--seconds 2 --repeat 1 --prefixes 20000 --compressions zstd)
 else
   micro_args=()
   lookup_args=(--benchmark_repetitions=3)
@@ -44,6 +45,7 @@ else
   floor_args=(--seconds 20 --reps 3)
   keepalive_args=(--seconds 15 --rounds 3)
   controller_args=(--duration 120 --json "$OUT/controller_lab.json")
+  kafka_args=(--seconds 12 --repeat 2 --compressions zstd,lz4,none)
 fi
 
 echo "== daemon pipeline micro-benchmarks (one core)"
@@ -60,6 +62,8 @@ echo "== kept-alive requests: every request and response a transfer (nginx + wrk
 python3 bench/keepalive.py "${keepalive_args[@]}" --out "$OUT/keepalive.json"
 echo "== the closed loop in the lab: uniform CUBIC and BBR, the controller from equal shares, A/A, a loss change, a restart"
 python3 bench/controller_lab.py "${controller_args[@]}"
+echo "== export.kafka: daemon CPU per record and bytes per record with a real Kafka broker"
+python3 bench/kafka_export.py "${kafka_args[@]}" --out "$OUT/kafka_export.json"
 echo "== the floor: the least any tracker of every flow costs (state-change tracepoint, SK_STORAGE, ring)"
 python3 bench/floor.py "${floor_args[@]}" --out "$OUT/floor.json"
 echo "== bulk throughput"

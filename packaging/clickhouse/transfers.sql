@@ -17,6 +17,14 @@
 --       -e "s/'tcpscope-clickhouse-transfers'/'ch-eu1-transfers'/" /usr/share/tcpscope/clickhouse/transfers.sql \
 --     | clickhouse-client --multiquery
 --
+-- ClickHouse 18.16's Kafka engine: a new consumer group starts at the end of the topic (what
+-- was written before its first read is skipped) unless config.xml has
+--   <kafka><auto_offset_reset>smallest</auto_offset_reset></kafka>
+-- and it writes a block once it holds max_block_size rows (65536) or the topic goes quiet, so
+-- at a few records per second rows appear minutes late; a smaller max_block_size in the
+-- profile of the server's default user bounds that. Current ClickHouse starts at the
+-- beginning and flushes every stream_flush_interval_ms (7.5 s).
+--
 -- Retention: ClickHouse 19.6 and later: apply ttl.sql (30 days) after this file. ClickHouse 18.16
 -- (Debian 12's) has no TTL: drop old days instead, e.g.
 --   ALTER TABLE tcpscope.transfers DROP PARTITION '2026-10-01'

@@ -33,8 +33,8 @@
 #include "enrich/enricher.h"
 #include "enrich/peer_classifier.h"
 #include "export/flow_log.h"
-#include "export/kafka_export.h"
 #include "export/http_server.h"
+#include "export/kafka_export.h"
 #include "export/output_status.h"
 #include "export/self_metrics.h"
 #include "kernel/capabilities.h"
@@ -56,7 +56,6 @@ namespace {
 
 void append_json(const FlowRecord& r, std::string* out) { append_flow_json(r, out); }
 void append_json(const TransferRecord& r, std::string* out) { append_transfer_json(r, out); }
-
 
 using SteadyClock = std::chrono::steady_clock;
 

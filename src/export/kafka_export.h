@@ -1,6 +1,6 @@
 // Flow and transfer records to the fleet's Kafka (`export.kafka`, README
-// "Fleet"): one message per record, the flow log's JSON line without its
-// newline, flows and transfers on their own topics.
+// "Fleet"): one message per record, the flow log's JSON line (newline
+// included), flows and transfers on their own topics.
 //
 // librdkafka does the batching, compression, retries and idempotence; its
 // own queue is the bound: produce() copies the record into it and returns at

@@ -172,3 +172,16 @@ def test_keepalive_reports_rates_losses_and_costs(tmp_path):
     c = s["cost"]
     assert c["transfer_records"] > 0 and number(c["daemon_cpu_us_per_transfer"]), c
     assert any(p["program"] == "on_sendmsg" and p["runs"] > 0 for p in c["programs"]), c["programs"]
+
+
+def test_kafka_export_reports_cpu_and_bytes_per_record(tmp_path):
+    data = run_script("kafka_export", tmp_path, "--seconds", "2", "--repeat", "1", "--prefixes", "20000",
+                      "--compressions", "zstd")
+    runs = data["runs"]
+    assert [r["variant"] for r in runs] == ["off", "kafka-zstd", "off"]
+    export = runs[1]
+    assert export["records"] > 0 and number(export["cpu_per_10k_records_pct"])
+    # Every record the exporter took reached the broker, none twice.
+    assert export["kafka"]["dropped"] == export["kafka"]["failed"] == 0
+    assert export["broker_messages"] >= export["kafka"]["delivered"]
+    assert 0 < export["bytes_per_record"] < 1000
