@@ -104,70 +104,12 @@ CREATE TABLE IF NOT EXISTS tcpscope.flows_kafka
 )
 ENGINE = Kafka('kafka-1:9092', 'tcpscope.flows', 'tcpscope-clickhouse-flows', 'JSONEachRow');
 
-CREATE TABLE IF NOT EXISTS tcpscope.flows
-(
-    kind String,
-    start_ns Int64,
-    end_ns Int64,
-    fct_us Int64,
-    duration_us Int64,
-    family UInt8,
-    laddr String,
-    lport UInt16,
-    raddr String,
-    rport UInt16,
-    dir String,
-    outcome String,
-    cc String,
-    srtt_us UInt64,
-    min_rtt_us UInt64,
-    rttvar_us UInt64,
-    cwnd UInt64,
-    max_cwnd UInt64,
-    ssthresh UInt64,
-    mss UInt64,
-    bytes_acked UInt64,
-    bytes_received UInt64,
-    bytes_retrans UInt64,
-    segs_out UInt64,
-    segs_in UInt64,
-    retrans_segs UInt64,
-    lost_segs UInt64,
-    delivery_rate_bps UInt64,
-    pacing_rate_bps UInt64,
-    peer_class String,
-    asn UInt32,
-    as_org String,
-    cc_rule Nullable(String),
-    experiment Nullable(String),
-    arm Nullable(String),
-    app_set_cc UInt8,
-    pid UInt32,
-    comm String,
-    cgroup_id UInt64,
-    netns UInt32,
-    partial UInt8,
-    ca_open_us UInt64,
-    ca_disorder_us UInt64,
-    ca_cwr_us UInt64,
-    ca_recovery_us UInt64,
-    ca_loss_us UInt64
-)
+-- Its columns are the Kafka table's.
+CREATE TABLE IF NOT EXISTS tcpscope.flows AS tcpscope.flows_kafka
 ENGINE = MergeTree
 PARTITION BY toDate(toDateTime(intDiv(start_ns, 1000000000)), 'UTC')
 ORDER BY (peer_class, asn, cc, start_ns)
 SETTINGS index_granularity = 8192;
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS tcpscope.flows_mv TO tcpscope.flows AS
-SELECT
-    kind, start_ns, end_ns, fct_us, duration_us,
-    family, laddr, lport, raddr, rport, dir,
-    outcome, cc,
-    srtt_us, min_rtt_us, rttvar_us, cwnd, max_cwnd, ssthresh, mss,
-    bytes_acked, bytes_received, bytes_retrans,
-    segs_out, segs_in, retrans_segs, lost_segs,
-    delivery_rate_bps, pacing_rate_bps,
-    peer_class, asn, as_org, cc_rule, experiment, arm,
-    app_set_cc, pid, comm, cgroup_id, netns,
-    partial, ca_open_us, ca_disorder_us, ca_cwr_us, ca_recovery_us, ca_loss_us
-FROM tcpscope.flows_kafka;
+SELECT * FROM tcpscope.flows_kafka;

@@ -72,50 +72,12 @@ CREATE TABLE IF NOT EXISTS tcpscope.transfers_kafka
 )
 ENGINE = Kafka('kafka-1:9092', 'tcpscope.transfers', 'tcpscope-clickhouse-transfers', 'JSONEachRow');
 
-CREATE TABLE IF NOT EXISTS tcpscope.transfers
-(
-    kind String,
-    flow_start_ns Int64,
-    family UInt8,
-    laddr String,
-    lport UInt16,
-    raddr String,
-    rport UInt16,
-    dir String,
-    seq UInt64,
-    direction String,
-    start_ns Int64,
-    end_ns Int64,
-    xfer_us Int64,
-    wait_us Nullable(Int64),
-    bytes UInt64,
-    retrans_segs UInt64,
-    srtt_us UInt64,
-    min_rtt_us UInt64,
-    busy_us UInt64,
-    rwnd_limited_us UInt64,
-    sndbuf_limited_us UInt64,
-    cc String,
-    peer_class String,
-    asn UInt32,
-    as_org String,
-    cc_rule Nullable(String),
-    experiment Nullable(String),
-    arm Nullable(String),
-    netns UInt32
-)
+-- Its columns are the Kafka table's.
+CREATE TABLE IF NOT EXISTS tcpscope.transfers AS tcpscope.transfers_kafka
 ENGINE = MergeTree
 PARTITION BY toDate(toDateTime(intDiv(start_ns, 1000000000)), 'UTC')
 ORDER BY (peer_class, asn, cc, start_ns)
 SETTINGS index_granularity = 8192;
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS tcpscope.transfers_mv TO tcpscope.transfers AS
-SELECT
-    kind, flow_start_ns,
-    family, laddr, lport, raddr, rport, dir,
-    seq, direction, start_ns, end_ns, xfer_us, wait_us,
-    bytes, retrans_segs, srtt_us, min_rtt_us,
-    busy_us, rwnd_limited_us, sndbuf_limited_us,
-    cc, peer_class, asn, as_org, cc_rule, experiment, arm,
-    netns
-FROM tcpscope.transfers_kafka;
+SELECT * FROM tcpscope.transfers_kafka;

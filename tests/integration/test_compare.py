@@ -228,17 +228,18 @@ snapshot_interval_s: 1
     assert d.stop() == 0, d.stderr_text()
 
 
-def run_traffic(net, tmp_path, sources):
-    per_source = sum(count for _, count in PLAN) * len(PORTS)
-    ready = tmp_path / "server.ready"
+def run_traffic(net, tmp_path, sources, plan=PLAN, tag=""):
+    """Every (cc, size, count) of `plan` from each source; the connection count."""
+    per_source = sum(count for _, count in plan) * len(PORTS)
+    ready = tmp_path / f"server{tag}.ready"
     server = net.spawn(net.srv, sys.executable, str(THIS), "serve", "--bind", net.srv_v4,
                        "--count", str(per_source * len(sources)), "--ready", str(ready))
     wait_for(lambda: ready.exists() or server.poll() is not None, 10, what="server start")
     assert server.poll() is None, server.stderr.read()
-    plan = json.dumps([[cc, size, count] for cc in PORTS for size, count in PLAN])
+    spec = json.dumps([[cc, size, count] for cc in PORTS for size, count in plan])
     for src in sources:
         r = net.ns(net.cli, sys.executable, str(THIS), "client", "--addr", net.srv_v4, "--source", src,
-                   "--plan", plan, check=False)
+                   "--plan", spec, check=False)
         assert r.returncode == 0, r.stdout + r.stderr
     server.wait(timeout=60)
     return per_source * len(sources)

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TCPSCOPE, free_port, wait_for
-from test_compare import PORTS, THIS as TRAFFIC, lab, tcpscope  # noqa: F401  (lab: a fixture)
+from test_compare import PORTS, lab, run_traffic, tcpscope  # noqa: F401  (lab: a fixture)
 
 PROMETHEUS = Path("/usr/bin/prometheus")
 # Per (source address, cc): response sizes and counts, in every fct size class below 3 MB.
@@ -107,22 +107,6 @@ def scrape_after(url, t):
     return last_scrape(url)
 
 
-def traffic(net, tmp_path, sources, plan, tag):
-    per_source = sum(count for _, count in plan) * len(PORTS)
-    ready_file = tmp_path / f"server-{tag}.ready"
-    server = net.spawn(net.srv, sys.executable, str(TRAFFIC), "serve", "--bind", net.srv_v4,
-                       "--count", str(per_source * len(sources)), "--ready", str(ready_file))
-    wait_for(lambda: ready_file.exists() or server.poll() is not None, 10, what="server start")
-    assert server.poll() is None, server.stderr.read()
-    spec = json.dumps([[cc, size, count] for cc in PORTS for size, count in plan])
-    for src in sources:
-        r = net.ns(net.cli, sys.executable, str(TRAFFIC), "client", "--addr", net.srv_v4, "--source", src,
-                   "--plan", spec, check=False)
-        assert r.returncode == 0, r.stdout + r.stderr
-    server.wait(timeout=60)
-    return per_source * len(sources)
-
-
 def lab_flows(daemon, since_ns):
     return [r for r in daemon.all_records() if r["peer_class"] == "lab" and r["start_ns"] >= since_ns]
 
@@ -138,7 +122,7 @@ def test_prometheus_counts_and_buckets_agree_with_the_flow_log(lab, prometheus, 
     # Warm-up: every (asn, cc, size class) series exists before T0.
     missing = SERIES
     for round_ in range(5):
-        traffic(net, tmp_path, sources, WARMUP, f"warmup{round_}")
+        run_traffic(net, tmp_path, sources, WARMUP, f"-warmup{round_}")
         t0 = scrape_after(prometheus, time.time() + 1)
         missing = {s: n for s, n in SERIES.items() if len(query(prometheus, f"{s} @ {t0:.3f}")) < n}
         if not missing:
@@ -146,7 +130,7 @@ def test_prometheus_counts_and_buckets_agree_with_the_flow_log(lab, prometheus, 
     assert not missing, f"series still missing after warm-up: {missing}"
 
     start_ns = time.time_ns()
-    n_conn = traffic(net, tmp_path, sources, PLAN, "measured")
+    n_conn = run_traffic(net, tmp_path, sources, PLAN, "-measured")
     wait_for(lambda: len(lab_flows(daemon, start_ns)) >= 2 * n_conn, 30, what=f"{2 * n_conn} lab records")
     t1 = scrape_after(prometheus, time.time() + 1)
     # From 1 ms before T0 to 1 ms after T1: both scrapes inside, nothing to extrapolate.
