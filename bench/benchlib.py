@@ -422,18 +422,19 @@ def policy_rules_yaml(n_rules=50, match_port=None):
 
 
 def write_config(path, *, port, flow_log=None, prefix_file=None, cgroup=None, rules=50,
-                 snapshot_interval_s=10):
+                 snapshot_interval_s=10, peer_classes=True):
     text = [f"listen: 127.0.0.1:{port}\n"]
     if flow_log:
         text.append(f"flow_log: {flow_log}\n")
     text.append("asn:\n  top_n: 50\n")
     if prefix_file:
         text.append(f"  prefix_file: {prefix_file}\n")
-    text.append("peer_classes:\n"
-                "  - name: intra-pop\n    prefixes: [10.20.0.0/16]\n"
-                "  - name: pop-to-pop\n    prefixes: [10.0.0.0/8, \"fd00::/8\"]\n"
-                "  - name: origin\n    asns: [64500]\n"
-                "default_peer_class: client\n")
+    if peer_classes:
+        text.append("peer_classes:\n"
+                    "  - name: intra-pop\n    prefixes: [10.20.0.0/16]\n"
+                    "  - name: pop-to-pop\n    prefixes: [10.0.0.0/8, \"fd00::/8\"]\n"
+                    "  - name: origin\n    asns: [64500]\n"
+                    "default_peer_class: client\n")
     text.append("cc_policy:\n  app_override: respect\n  sysctl_guard: observe\n")
     text.append("  rules:\n" + policy_rules_yaml(rules) if rules else "  rules: []\n")
     if cgroup:
@@ -522,6 +523,18 @@ class Tcpscope:
         rc = stop_process(self.p, timeout=60)
         self.stderr.close()
         return rc
+
+
+def count_lines(path):
+    """Lines (records, flow and transfer) in an NDJSON file; 0 if it is missing."""
+    n = 0
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 24):
+                n += chunk.count(b"\n")
+    except FileNotFoundError:
+        pass
+    return n
 
 
 def count_flow_log(path, netns_ids, since_ns=0, detail=None):

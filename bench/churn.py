@@ -5,7 +5,10 @@ each way an operator could get per-flow TCP figures:
 
   tcpscope          tcpscope run: the 50-rule policy on a cgroup holding the load
                     generator and the server, a 1M-prefix pfx2as ASN file, flow log on
+                    (with its transfer lines, the default)
   tcpscope-nolog    the same without the flow log (the shipped default has none)
+  tcpscope-default  the shipped default: no rules, no flow log, no ASN data but a
+                    one-line prefix file that names the benchmark's /24 (to count its flows)
   tcplife           libbpf-tools tcplife (Debian libbpf-tools), all flows, stdout to a file
   tcplife-bpfcc     bcc tcplife-bpfcc (Debian bpfcc-tools), all flows, stdout to a file
   ss                `ss -tin` in the server namespace once per second (a tcp_info poller)
@@ -95,16 +98,21 @@ class Observer:
 
 
 class TcpscopeObserver(Observer):
-    def __init__(self, ctx, flow_log):
-        self.ctx, self.with_log = ctx, flow_log
-        self.name = "tcpscope" if flow_log else "tcpscope-nolog"
+    def __init__(self, ctx, flow_log, default_config=False):
+        self.ctx, self.with_log, self.default_config = ctx, flow_log, default_config
+        self.name = "tcpscope-default" if default_config else "tcpscope" if flow_log else "tcpscope-nolog"
 
     def start(self):
         c = self.ctx
         port = B.free_port()
         self.flow_log = c.tmp / f"flows-{port}.ndjson" if self.with_log else None
-        cfg = B.write_config(c.tmp / f"tcpscope-{port}.yaml", port=port, flow_log=self.flow_log,
-                             prefix_file=c.pfx2as, cgroup=c.cgroup.path, rules=c.args.rules)
+        if self.default_config:
+            own = B.write_pfx2as(c.tmp / "pfx2as-own.tsv", 0, own=c.net)
+            cfg = B.write_config(c.tmp / f"tcpscope-{port}.yaml", port=port, prefix_file=own,
+                                 cgroup=c.cgroup.path, rules=0, peer_classes=False)
+        else:
+            cfg = B.write_config(c.tmp / f"tcpscope-{port}.yaml", port=port, flow_log=self.flow_log,
+                                 prefix_file=c.pfx2as, cgroup=c.cgroup.path, rules=c.args.rules)
         self.d = B.Tcpscope(c.tmp, cfg, port)
         self.pid = self.d.pid
         self.start_seconds = self.d.start_seconds
@@ -148,6 +156,7 @@ class TcpscopeObserver(Observer):
             r["flow_log_breakdown"] = detail
             r["netns_ids"] = self.ctx.net.netns_ids
             r["flow_log_bytes"] = self.flow_log.stat().st_size if self.flow_log.exists() else 0
+            r["flow_log_lines"] = B.count_lines(self.flow_log)
             self.flow_log.unlink(missing_ok=True)
             r["how_counted"] = "flow-log records of the benchmark's two network namespaces"
         else:
@@ -273,6 +282,8 @@ def make_observer(ctx, name):
         return TcpscopeObserver(ctx, True), ""
     if name == "tcpscope-nolog":
         return TcpscopeObserver(ctx, False), ""
+    if name == "tcpscope-default":
+        return TcpscopeObserver(ctx, False, default_config=True), ""
     if name == "tcplife":
         if not Path("/usr/sbin/tcplife").exists():
             return None, "libbpf-tools not installed"

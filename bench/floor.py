@@ -14,7 +14,10 @@ bench/churn.py with each, between baselines:
   hash             `record` with a preallocated hash keyed by the socket in
                    place of SK_STORAGE (tcplife's way; ruled out by issue 2
                    because it can fill up): the storage's own share
+  tcpscope-default tcpscope with the shipped default config (no rules, no flow log)
   tcpscope-nolog   tcpscope as in churn.py (50-rule policy, 1M prefixes)
+  tcpscope         the same with the flow log on, transfer lines included (the
+                   daemon's CPU per line written is printed beside it)
 
 Each variant's ratio is to the mean of the baselines either side of it; with
 --reps > 1 the mean ratio and its 95 % interval are given.
@@ -38,7 +41,8 @@ import benchlib as B  # noqa: E402
 import churn as C  # noqa: E402
 
 FLOOR_VARIANTS = ["dispatch", "storage", "record", "hash"]
-ALL_VARIANTS = FLOOR_VARIANTS + ["tcpscope-nolog"]
+TCPSCOPE_VARIANTS = ["tcpscope-default", "tcpscope-nolog", "tcpscope"]
+ALL_VARIANTS = FLOOR_VARIANTS + TCPSCOPE_VARIANTS
 
 
 def floor_binary():
@@ -100,8 +104,8 @@ class FloorObserver(C.Observer):
 def make_observer(ctx, name):
     if name in FLOOR_VARIANTS:
         return FloorObserver(ctx, name)
-    if name == "tcpscope-nolog":
-        return C.TcpscopeObserver(ctx, False)
+    if name in TCPSCOPE_VARIANTS:
+        return C.make_observer(ctx, name)[0]
     raise SystemExit(f"unknown variant {name}")
 
 
@@ -145,7 +149,7 @@ def main():
         B.tcpscope_binary()
         B.loadgen_binary()
         ctx.net = B.NetPair(cgroup=ctx.cgroup)
-        if "tcpscope-nolog" in names:
+        if {"tcpscope-nolog", "tcpscope"} & set(names):
             ctx.pfx2as = B.write_pfx2as(ctx.tmp / "pfx2as.tsv", args.prefixes, own=ctx.net)
         ctx.server = C.ChurnServerWrap(ctx)
         B.churn(ctx.net, ctx.server, min(2.0, args.seconds), args.threads)  # warm-up
@@ -180,12 +184,19 @@ def main():
              "ci95": ci,
              "extra_us_per_conn": round(extra_us, 2), "flows_missed": missed, "flows_expected": expected,
              "records_lost": sum(r.get("records_lost_total") or 0 for r in rs)}
+        lines = sum(r.get("flow_log_lines") or 0 for r in rs)
+        if lines:
+            # The daemon's whole CPU (ring, pipeline, metrics, the log) over
+            # the lines it wrote, flows and transfers.
+            s["flow_log_lines"] = lines
+            s["daemon_cpu_us_per_line"] = round(1e6 * sum(r["observer_cpu_s"] for r in rs) / lines, 3)
         summary.append(s)
         rows.append([name, B.ratio_text(noise, m), f"{ci[0]:.3f}–{ci[1]:.3f}" if ci and not noise["invalid"] else "",
-                     f"{extra_us:.2f}" if not noise["invalid"] else "invalid", f"{missed}/{expected}" if name != "dispatch" else "n/a"])
+                     f"{extra_us:.2f}" if not noise["invalid"] else "invalid", f"{missed}/{expected}" if name != "dispatch" else "n/a",
+                     s.get("daemon_cpu_us_per_line", "")])
     print(f"floor (loadgen churn): {args.threads} clients, {args.seconds:g} s per run, {args.reps} reps, "
           f"baseline {noise['mean']:.0f} conn/s (stdev {noise['stdev_pct']}% over {noise['baseline_runs']} runs)")
-    print(B.fmt_table(["variant", "ratio", "95% CI", "rate cost µs/conn", "missed/expected"], rows))
+    print(B.fmt_table(["variant", "ratio", "95% CI", "rate cost µs/conn", "missed/expected", "daemon µs/line"], rows))
     if noise["invalid"]:
         print(f"RUN INVALID: {noise['invalid']}; no ratio is printed.")
     B.write_result("floor", {"benchmark": "floor", "seconds_per_run": args.seconds, "reps": args.reps,

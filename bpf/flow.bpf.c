@@ -11,7 +11,8 @@
  *                        receive transfers
  *   tcp_sendmsg_locked   owner of accepted sockets (process context), cwnd samples,
  *                        send transfers
- *   tcp_rcv_space_adjust owner of accepted sockets that only read
+ *   tcp_rcv_space_adjust only on kernels without sk_data_ready: the receive
+ *                        side's end from the application's reads
  *   tcp_cong_state_set   time in Open/Disorder/CWR/Recovery/Loss, cwnd before reductions
  *   tcp_send_reset, tcp_receive_reset   RST-ended flows
  * and a TCP socket iterator that snapshots the open flows on demand (and
@@ -42,10 +43,6 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 /* Set by the loader before load: wake the reader once this much is queued;
  * smaller batches are picked up by its periodic drain. */
 const volatile __u64 wakeup_bytes = 256 * 1024;
-/* Set by the loader on kernels without the sk_data_ready tracepoint (before
- * 6.3): the receive side's end is then taken when the application reads the
- * last payload (tcp_rcv_space_adjust), which is at or after its arrival. */
-const volatile bool rx_end_from_read = false;
 
 
 /* Defined by policy.bpf.c, which writes the socket's policy part. */
@@ -358,21 +355,6 @@ static __always_inline void submit(void *record)
 	bpf_ringbuf_submit(record, avail >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 }
 
-static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
-				 struct flow_state *st, __u64 now)
-{
-	struct tcpscope_flow_event *e;
-
-	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e) {
-		count(TCPSCOPE_CNT_RECORDS_LOST);
-		return;
-	}
-	fill_event(e, sk, tp, st, now, true);
-	submit(e);
-	count(TCPSCOPE_CNT_RECORDS_SENT);
-}
-
 /*
  * Transfers: runs of data one way, each handed over as its own record.
  *
@@ -459,19 +441,12 @@ static __always_inline __u32 next_transfer_seq(struct flow_state *st)
 	return last + 1;
 }
 
-/* A reserved transfer record with the flow's identity and the socket's state
- * at the transfer's end filled in; 0 when the ring is full (counted). */
-static __always_inline struct tcpscope_transfer_event *
-reserve_transfer(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st)
+/* A transfer record's flow identity and the socket's state at its end. */
+static __always_inline void fill_transfer_common(struct tcpscope_transfer_event *e, const struct sock *sk,
+						 struct tcp_sock *tp, struct flow_state *st)
 {
-	struct tcpscope_transfer_event *e;
 	__u32 min_rtt = min_rtt_of(tp);
 
-	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e) {
-		count(TCPSCOPE_CNT_TRANSFERS_LOST);
-		return 0;
-	}
 	/* The flow record must show the same start: fix the estimate now. */
 	st->start_ns = start_of(st, min_rtt);
 	st->flags |= TCPSCOPE_ST_START_SET;
@@ -486,20 +461,16 @@ reserve_transfer(const struct sock *sk, struct tcp_sock *tp, struct flow_state *
 	e->cc_rule = st->policy.rule;
 	e->arm = st->policy.arm;
 	bpf_probe_read_kernel_str(e->cc, sizeof(e->cc), tp->inet_conn.icsk_ca_ops->name);
-	return e;
 }
 
-static __always_inline void end_send_transfer(const struct sock *sk, struct tcp_sock *tp,
-					      struct flow_state *st, __u64 end_ns)
+/* Ends the running send transfer into `e`, which holds it at its end_ns. */
+static __always_inline void fill_send_transfer(struct tcpscope_transfer_event *e, const struct sock *sk,
+					       struct tcp_sock *tp, struct flow_state *st, __u64 end_ns)
 {
-	struct tcpscope_transfer_event *e;
 	__u64 acked = payload_acked(tp, st);
 	__u32 chrono[3];
 
-	st->flags &= ~TCPSCOPE_ST_TX_OPEN;
-	e = reserve_transfer(sk, tp, st);
-	if (!e)
-		return;
+	fill_transfer_common(e, sk, tp, st);
 	read_chrono(tp, chrono);
 	e->direction = TCPSCOPE_XFER_SEND;
 	e->seq = st->tx_seq;
@@ -511,20 +482,14 @@ static __always_inline void end_send_transfer(const struct sock *sk, struct tcp_
 	e->busy_us = jiffies_to_us(chrono[0] - st->tx_chrono_base[0]);
 	e->rwnd_limited_us = jiffies_to_us(chrono[1] - st->tx_chrono_base[1]);
 	e->sndbuf_limited_us = jiffies_to_us(chrono[2] - st->tx_chrono_base[2]);
-	submit(e);
-	count(TCPSCOPE_CNT_TRANSFERS_SENT);
 }
 
-/* `received` is the payload received before the arrival that ends it. */
-static __always_inline void end_recv_transfer(const struct sock *sk, struct tcp_sock *tp,
-					      struct flow_state *st, __u64 received)
+/* Ends the running receive transfer into `e`; `received` is the payload
+ * received before the arrival that ends it. */
+static __always_inline void fill_recv_transfer(struct tcpscope_transfer_event *e, const struct sock *sk,
+					       struct tcp_sock *tp, struct flow_state *st, __u64 received)
 {
-	struct tcpscope_transfer_event *e;
-
-	st->flags &= ~TCPSCOPE_ST_RX_OPEN;
-	e = reserve_transfer(sk, tp, st);
-	if (!e)
-		return;
+	fill_transfer_common(e, sk, tp, st);
 	e->direction = TCPSCOPE_XFER_RECV;
 	e->seq = st->rx_seq;
 	e->start_ns = st->rx_start_ns;
@@ -535,8 +500,37 @@ static __always_inline void end_recv_transfer(const struct sock *sk, struct tcp_
 	e->busy_us = 0;
 	e->rwnd_limited_us = 0;
 	e->sndbuf_limited_us = 0;
+}
+
+/* A transfer that ends while the flow goes on: a record of its own. */
+static __always_inline void end_send_transfer(const struct sock *sk, struct tcp_sock *tp,
+					      struct flow_state *st, __u64 end_ns)
+{
+	struct tcpscope_transfer_event *e;
+
+	st->flags &= ~TCPSCOPE_ST_TX_OPEN;
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(TCPSCOPE_CNT_TRANSFERS_LOST);
+		return;
+	}
+	fill_send_transfer(e, sk, tp, st, end_ns);
 	submit(e);
-	count(TCPSCOPE_CNT_TRANSFERS_SENT);
+}
+
+static __always_inline void end_recv_transfer(const struct sock *sk, struct tcp_sock *tp,
+					      struct flow_state *st, __u64 received)
+{
+	struct tcpscope_transfer_event *e;
+
+	st->flags &= ~TCPSCOPE_ST_RX_OPEN;
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(TCPSCOPE_CNT_TRANSFERS_LOST);
+		return;
+	}
+	fill_recv_transfer(e, sk, tp, st, received);
+	submit(e);
 }
 
 /* A send transfer with nothing in flight this long is over even if no data
@@ -618,17 +612,48 @@ static __always_inline void sweep_transfers(const struct sock *sk, struct tcp_so
 		end_recv_transfer(sk, tp, st, payload_received(sk, tp));
 }
 
-/* At CLOSE, before the flow's own record. A send transfer whose data was not
- * all acknowledged ends at the latest delivery: its bytes say how far it got. */
-static __always_inline void close_transfers(const struct sock *sk, struct tcp_sock *tp,
-					    struct flow_state *st)
+/* At CLOSE: the flow's record, with the transfers still open in the same
+ * reservation. A send transfer whose data was not all acknowledged ends at
+ * the latest delivery: its bytes say how far it got. */
+static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
+				 struct flow_state *st, __u64 now)
 {
-	if (st->flags & TCPSCOPE_ST_TX_OPEN)
-		end_send_transfer(sk, tp, st,
-				  (st->flags & TCPSCOPE_F_TX_DONE) ? st->tx_end_ns
-								   : tp->delivered_mstamp * NSEC_PER_USEC);
-	if (st->flags & TCPSCOPE_ST_RX_OPEN)
-		end_recv_transfer(sk, tp, st, payload_received(sk, tp));
+	struct tcpscope_close_event *c;
+	struct tcpscope_flow_event *e;
+	bool tx = st->flags & TCPSCOPE_ST_TX_OPEN, rx = st->flags & TCPSCOPE_ST_RX_OPEN;
+	__u64 tx_end = (st->flags & TCPSCOPE_F_TX_DONE) ? st->tx_end_ns : tp->delivered_mstamp * NSEC_PER_USEC;
+
+	st->flags &= ~(TCPSCOPE_ST_TX_OPEN | TCPSCOPE_ST_RX_OPEN);
+	if (!tx && !rx) {
+		e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+		if (!e) {
+			count(TCPSCOPE_CNT_RECORDS_LOST);
+			return;
+		}
+		fill_event(e, sk, tp, st, now, true);
+		submit(e);
+		return;
+	}
+	c = bpf_ringbuf_reserve(&events, sizeof(*c), 0);
+	if (!c) {
+		count(TCPSCOPE_CNT_RECORDS_LOST);
+		count(TCPSCOPE_CNT_TRANSFERS_LOST);
+		if (tx && rx)
+			count(TCPSCOPE_CNT_TRANSFERS_LOST);
+		return;
+	}
+	/* Constant offsets only: the verifier checks each against the record. */
+	if (tx) {
+		fill_send_transfer(&c->transfers[0], sk, tp, st, tx_end);
+		if (rx)
+			fill_recv_transfer(&c->transfers[1], sk, tp, st, payload_received(sk, tp));
+	} else {
+		fill_recv_transfer(&c->transfers[0], sk, tp, st, payload_received(sk, tp));
+	}
+	c->n_transfers = tx && rx ? 2 : 1;
+	c->reserved = 0;
+	fill_event(&c->flow, sk, tp, st, now, true);
+	submit(c);
 }
 
 static __always_inline struct flow_state *start_tracking(const struct sock *sk, __u8 dir)
@@ -651,7 +676,6 @@ static __always_inline struct flow_state *start_tracking(const struct sock *sk, 
 	st->policy.app_set_cc = app_set_cc;
 	st->policy.app_cc = app_cc;
 	st->dir = dir;
-	count(TCPSCOPE_CNT_FLOWS_OPENED);
 	return st;
 }
 
@@ -707,7 +731,6 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 		st->flags = TCPSCOPE_F_PARTIAL | TCPSCOPE_F_ESTABLISHED;
 		st->start_ns = now;
 		set_established(st, now);
-		count(TCPSCOPE_CNT_UNTRACKED_CLOSE);
 	}
 	sample_cwnd(st, tp->snd_cwnd);
 
@@ -721,6 +744,11 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 		break;
 	case TCP_FIN_WAIT1:
 	case TCP_LAST_ACK:
+		/* close() or shutdown(): process context, the owner's own call.
+		 * An accepted socket that never wrote gets its owner here, once,
+		 * instead of from a hook on every read. */
+		if (!st->pid)
+			take_owner(st);
 		/* The FIN is queued right after this transition. */
 		if (!(st->flags & TCPSCOPE_F_FIN_SENT)) {
 			st->flags |= TCPSCOPE_F_FIN_SENT;
@@ -732,10 +760,12 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 		/* Straight from ESTABLISHED or CLOSE_WAIT with no error is an
 		 * abort (SO_LINGER 0, unread data at close, tcp_disconnect): the
 		 * kernel sends its RST only after this transition. */
-		if ((oldstate == TCP_ESTABLISHED || oldstate == TCP_CLOSE_WAIT) && !sk->sk_err)
+		if ((oldstate == TCP_ESTABLISHED || oldstate == TCP_CLOSE_WAIT) && !sk->sk_err) {
 			st->flags |= TCPSCOPE_F_RST_SENT;
+			if (!st->pid)
+				take_owner(st); /* the aborting close(): process context */
+		}
 		check_tx_done(st, tp);
-		close_transfers(sk, tp, st);
 		emit(sk, tp, st, bpf_ktime_get_ns());
 		/* No bpf_sk_storage_delete(): the kernel frees the storage with
 		 * the socket anyway, and deleting it here as well cost a second
@@ -882,6 +912,9 @@ int BPF_PROG(on_sendmsg, const struct sock *sk)
 	return 0;
 }
 
+/* Loaded only on kernels without the sk_data_ready tracepoint (before 6.3):
+ * the receive side's end is then taken when the application reads the last
+ * payload, which is at or after its arrival. */
 SEC("tp_btf/tcp_rcv_space_adjust")
 int BPF_PROG(on_recvmsg, struct sock *sk)
 {
@@ -891,7 +924,7 @@ int BPF_PROG(on_recvmsg, struct sock *sk)
 		return 0;
 	if (!st->pid)
 		take_owner(st);
-	if (rx_end_from_read && tracked(st))
+	if (tracked(st))
 		note_rx_payload(sk, st);
 	return 0;
 }

@@ -142,17 +142,32 @@ struct tcpscope_transfer_event {
 TCPSCOPE_ASSERT_SIZE(tcpscope_transfer_event, 128);
 #pragma GCC diagnostic pop
 
-/* Indexes into the per-CPU `counters` array map. */
+/* A flow's record at close with the transfers still open then (a
+ * request/response connection's last two): one ring reservation instead of
+ * up to three. User space handles them in order: transfers, then the flow. */
+#define TCPSCOPE_CLOSE_TRANSFERS 2
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wpadded"
+struct tcpscope_close_event {
+	struct tcpscope_transfer_event transfers[TCPSCOPE_CLOSE_TRANSFERS];
+	struct tcpscope_flow_event flow;
+	__u32 n_transfers; /* how many of `transfers` are filled, from the first */
+	__u32 reserved;
+};
+
+TCPSCOPE_ASSERT_SIZE(tcpscope_close_event, 520);
+#pragma GCC diagnostic pop
+
+/* Indexes into the per-CPU `counters` array map: what user space reports.
+ * Records handed over are counted by the reader, not here: a count per
+ * record would cost a map update on every flow. */
 enum tcpscope_counter {
 	TCPSCOPE_CNT_RECORDS_LOST = 0, /* ring buffer full: a finished flow was not handed over */
-	TCPSCOPE_CNT_FLOWS_OPENED,     /* sockets we started tracking */
-	TCPSCOPE_CNT_RECORDS_SENT,     /* records submitted to the ring */
 	TCPSCOPE_CNT_STORAGE_FAILED,   /* sk_storage could not be created (memory) */
-	TCPSCOPE_CNT_UNTRACKED_CLOSE,  /* closed sockets opened before we attached */
 	TCPSCOPE_CNT_NESTED_TRANSITIONS, /* state changes the kernel skipped in on_state_change
 	                                    (it was running on that CPU), caught by its nested copy */
 	TCPSCOPE_CNT_TRANSFERS_LOST,   /* ring buffer full: a transfer record was not handed over */
-	TCPSCOPE_CNT_TRANSFERS_SENT,   /* transfer records submitted to the ring */
 	TCPSCOPE_CNT_MAX,
 };
 

@@ -38,7 +38,7 @@ constexpr ProgramHook kHooks[] = {
     {&Programs::on_data_ready, "sk_data_ready", false, "receive-side FCT ends at the application's last read"},
     {&Programs::on_data_ready_twin, "sk_data_ready", false, "receive-side FCT ends at the application's last read"},
     {&Programs::on_sendmsg, "tcp_sendmsg_locked", false, "owner of accepted sockets that write first; cwnd samples"},
-    {&Programs::on_recvmsg, "tcp_rcv_space_adjust", false, "owner of accepted sockets that only read"},
+    {&Programs::on_recvmsg, "tcp_rcv_space_adjust", false, "receive-side FCT on kernels without sk_data_ready"},
     {&Programs::on_cong_state, "tcp_cong_state_set", false, "time per congestion state; cwnd before reductions"},
     {&Programs::on_send_reset, "tcp_send_reset", false, "resets sent by the kernel after close"},
     {&Programs::on_receive_reset, "tcp_receive_reset", false, "resets received before the handshake"},
@@ -189,10 +189,11 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
     std::string note = std::string(hook.tracepoint) + " (" + hook.loses + ")";
     if (std::find(probe->degraded_.begin(), probe->degraded_.end(), note) == probe->degraded_.end())
       probe->degraded_.push_back(note);
-    // Without data-arrival events the receive side ends at the application's
-    // last read of payload instead (at or after its arrival).
-    if (std::string(hook.tracepoint) == "sk_data_ready") skel->rodata->rx_end_from_read = true;
   }
+  // Without data-arrival events the receive side ends at the application's
+  // last read of payload instead (at or after its arrival); with them that
+  // hook, which runs on every read, is not needed at all.
+  if (tracepoint_exists(vmlinux, "sk_data_ready")) bpf_program__set_autoload(skel->progs.on_recvmsg, false);
   btf__free(vmlinux);
 
   if (const char* name = getenv("TCPSCOPE_TEST_REFUSE_PROGRAM"); name && *name) {
@@ -213,54 +214,71 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
   }
 
   // Tracing programs attach on their own; the policy programs attach to a
-  // cgroup (all through fd-based links: nothing outlives the process).
-  int cgroup_fd = -1;
+  // cgroup (all through fd-based links: nothing outlives the process). The
+  // cgroup stays open: sock_ops is attached only while rules exist.
   if (!opts.cgroup_path.empty()) {
-    cgroup_fd = open(opts.cgroup_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (cgroup_fd < 0) {
+    probe->cgroup_fd_ = open(opts.cgroup_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (probe->cgroup_fd_ < 0) {
       *error = "opening cgroup " + opts.cgroup_path + ": " + errno_text(errno);
       return nullptr;
     }
     probe->cgroup_path_ = opts.cgroup_path;
   }
-  struct FdCloser {
-    int fd;
-    ~FdCloser() {
-      if (fd >= 0) close(fd);
-    }
-  } cgroup_closer{cgroup_fd};
 
   bpf_program* prog;
   bpf_object__for_each_program(prog, skel->obj) {
-    if (!bpf_program__autoload(prog)) continue;
-    bpf_prog_type type = bpf_program__type(prog);
-    bool for_cgroup = type == BPF_PROG_TYPE_SOCK_OPS || type == BPF_PROG_TYPE_CGROUP_SOCKOPT ||
-                      type == BPF_PROG_TYPE_CGROUP_SYSCTL;
-    if (for_cgroup && cgroup_fd < 0) continue;
-    bpf_link* link = for_cgroup ? bpf_program__attach_cgroup(prog, cgroup_fd) : bpf_program__attach(prog);
-    if (!link) {
-      int err = errno;
-      *error = std::string("attaching BPF program '") + bpf_program__name(prog) + "'" +
-               (for_cgroup ? " to cgroup " + opts.cgroup_path : std::string()) + " failed: " + errno_text(err);
+    if (!bpf_program__autoload(prog) || prog == skel->progs.cc_policy) continue;
+    if (!probe->attach(prog, error)) {
       *details = log;
       return nullptr;
     }
-    // The skeleton's destroy() closes links it knows; keep ours with it.
-    for (int i = 0; i < skel->skeleton->prog_cnt; ++i)
-      if (*skel->skeleton->progs[i].prog == prog) *skel->skeleton->progs[i].link = link;
-    probe->attached_.push_back(bpf_program__name(prog));
   }
   probe->ncpus_ = libbpf_num_possible_cpus();
   if (probe->ncpus_ <= 0) probe->ncpus_ = 1;
   return probe;
 }
 
+bool FlowProbe::attach(bpf_program* prog, std::string* error) {
+  const bpf_prog_type type = bpf_program__type(prog);
+  const bool for_cgroup = type == BPF_PROG_TYPE_SOCK_OPS || type == BPF_PROG_TYPE_CGROUP_SOCKOPT ||
+                          type == BPF_PROG_TYPE_CGROUP_SYSCTL;
+  if (for_cgroup && cgroup_fd_ < 0) return true;  // no cgroup: loaded, not attached
+  bpf_link* link = for_cgroup ? bpf_program__attach_cgroup(prog, cgroup_fd_) : bpf_program__attach(prog);
+  if (!link) {
+    const int err = errno;
+    *error = std::string("attaching BPF program '") + bpf_program__name(prog) + "'" +
+             (for_cgroup ? " to cgroup " + cgroup_path_ : std::string()) + " failed: " + errno_text(err);
+    return false;
+  }
+  // The skeleton's destroy() closes links it knows; keep ours with it.
+  for (int i = 0; i < skel_->skeleton->prog_cnt; ++i)
+    if (*skel_->skeleton->progs[i].prog == prog) *skel_->skeleton->progs[i].link = link;
+  attached_.push_back(bpf_program__name(prog));
+  return true;
+}
+
+bool FlowProbe::set_cc_policy_attached(bool on, std::string* error) {
+  bpf_link*& link = skel_->links.cc_policy;
+  if (on == (link != nullptr)) return true;
+  if (on) return attach(skel_->progs.cc_policy, error);
+  bpf_link__destroy(link);
+  link = nullptr;
+  const std::string name = bpf_program__name(skel_->progs.cc_policy);
+  attached_.erase(std::remove(attached_.begin(), attached_.end(), name), attached_.end());
+  return true;
+}
+
+bool FlowProbe::cc_policy_attached() const { return skel_->links.cc_policy != nullptr; }
+
 void FlowProbe::detach() {
   if (skel_) tcpscope_bpf__detach(skel_);
   attached_.clear();
 }
 
-FlowProbe::~FlowProbe() { tcpscope_bpf__destroy(skel_); }
+FlowProbe::~FlowProbe() {
+  tcpscope_bpf__destroy(skel_);
+  if (cgroup_fd_ >= 0) close(cgroup_fd_);
+}
 
 int FlowProbe::ring_buffer_fd() const { return bpf_map__fd(skel_->maps.events); }
 

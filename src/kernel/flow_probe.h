@@ -14,6 +14,7 @@
 
 struct tcpscope_bpf;
 struct bpf_map;
+struct bpf_program;
 
 namespace tcpscope {
 
@@ -21,7 +22,9 @@ struct FlowProbeOptions {
   uint64_t ring_buffer_bytes = 16u << 20;
   uint64_t wakeup_bytes = 256u << 10;
   // cgroup v2 directory the policy programs (sockops, setsockopt, sysctl)
-  // attach to; "" leaves them loaded but unattached.
+  // attach to; "" leaves them loaded but unattached. sockops is attached
+  // only by set_cc_policy_attached(): it runs on every connection, and with
+  // no rule it has nothing to do.
   std::string cgroup_path;
   uint32_t remote_trie_entries = 1u << 20;  // per generation of the policy trie
 };
@@ -57,6 +60,11 @@ class FlowProbe {
   // Per tracing program, how often the kernel skipped it because it was
   // already running on that CPU (bpf_prog_info.recursion_misses).
   std::vector<std::pair<std::string, uint64_t>> recursion_misses() const;
+  // Attaches or detaches the sock_ops program that applies cc_policy rules
+  // (the policy calls it as rules appear and go). Attaching needs only
+  // CAP_NET_ADMIN, which the daemon keeps; "on" without a cgroup does nothing.
+  bool set_cc_policy_attached(bool on, std::string* error);
+  bool cc_policy_attached() const;
   // Detaches every program but keeps the maps, so what the kernel already
   // queued can still be drained before exit.
   void detach();
@@ -70,7 +78,11 @@ class FlowProbe {
 
  private:
   FlowProbe() = default;
+  // Attaches one loaded program (a cgroup program to cgroup_fd_) and keeps
+  // its link with the skeleton's.
+  bool attach(bpf_program* prog, std::string* error);
   tcpscope_bpf* skel_ = nullptr;
+  int cgroup_fd_ = -1;
   uint64_t ring_bytes_ = 0;
   std::string cgroup_path_;
   int ncpus_ = 1;

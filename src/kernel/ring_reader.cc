@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -71,6 +72,18 @@ int RingReader::on_sample(void* ctx, void* data, size_t size) {
       std::memcpy(&ev, data, sizeof(ev));
       ++self->transfers_;
       self->handlers_.transfer(ev);
+      break;
+    }
+    case SampleKind::kClose: {
+      tcpscope_close_event ev;
+      std::memcpy(&ev, data, sizeof(ev));
+      const uint32_t n = std::min<uint32_t>(ev.n_transfers, TCPSCOPE_CLOSE_TRANSFERS);
+      for (uint32_t i = 0; i < n; ++i) {
+        ++self->transfers_;
+        self->handlers_.transfer(ev.transfers[i]);
+      }
+      ++self->records_;
+      self->handlers_.flow(ev.flow);
       break;
     }
     case SampleKind::kMalformed:

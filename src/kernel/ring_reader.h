@@ -16,12 +16,14 @@ struct ring_buffer;
 
 namespace tcpscope {
 
-// What a ring sample of `size` bytes holds. A transfer record is exactly its
-// size; a flow record at least its own (a newer kernel side may append
-// fields; it is read up to what this daemon knows); anything else is malformed.
-enum class SampleKind { kFlow, kTransfer, kMalformed };
+// What a ring sample of `size` bytes holds. Transfer and close records are
+// exactly their size; a flow record at least its own (a newer kernel side may
+// append fields; it is read up to what this daemon knows); anything else is
+// malformed.
+enum class SampleKind { kFlow, kTransfer, kClose, kMalformed };
 constexpr SampleKind sample_kind(size_t size) {
   if (size == sizeof(tcpscope_transfer_event)) return SampleKind::kTransfer;
+  if (size == sizeof(tcpscope_close_event)) return SampleKind::kClose;
   if (size >= sizeof(tcpscope_flow_event)) return SampleKind::kFlow;
   return SampleKind::kMalformed;
 }

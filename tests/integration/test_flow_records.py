@@ -60,6 +60,22 @@ def test_exactly_one_record_per_connection_both_directions(daemon, net, tmp_path
     assert all(r["cc"] for r in recs)
 
 
+@pytest.mark.parametrize("reset", [False, True])
+def test_owner_of_an_accepted_socket_that_never_writes(daemon, net, tmp_path, reset):
+    """A server that only reads (an upload) runs no send hook: its socket's
+    owner is taken at its close() (LAST_ACK after the client's FIN, or the
+    abort of SO_LINGER 0), in its own process context, not a softirq's."""
+    n = 5
+    server, _ = net.serve(tmp_path, net.srv_v4, n, reset=reset)
+    clients = net.client(tmp_path, net.srv_v4, count=n, req=20000, resp=0)
+    server.wait(timeout=60)
+    assert all("error" not in c for c in clients) or reset, clients
+    passive = [r for r in daemon.wait_records(net, 2 * n) if r["dir"] == "passive"]
+    assert len(passive) == n
+    assert all(r["pid"] == server.pid and r["comm"].startswith("python") for r in passive), \
+        [(r["pid"], r["comm"]) for r in passive]
+
+
 def test_bytes_match_what_was_moved(daemon, net, tmp_path):
     sizes = [(0, 0), (1, 1), (100, 70000), (250000, 10), (1_000_000, 3_000_000)]
     server, server_out = net.serve(tmp_path, net.srv_v4, len(sizes))

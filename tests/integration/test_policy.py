@@ -136,6 +136,53 @@ cc_policy:
         assert d.stop() == 0, d.stderr_text()
 
 
+def test_sockops_is_attached_only_while_rules_exist(net, tmp_path, test_cgroup):
+    """sock_ops runs on every new connection: with no rule it is not attached
+    at all; a reload that adds one attaches it (after the daemon dropped its
+    capabilities but CAP_NET_ADMIN) and the rule applies; a reload that
+    removes the last detaches it. setsockopt and sysctl stay attached."""
+    net.cgroup = test_cgroup
+    base = default_cc(net)
+    assert base != "cubic", "the test needs a default other than the rule's algorithm"
+    no_rules = "cc_policy:\n  rules: []\n"
+    one_rule = ("cc_policy:\n  rules:\n    - name: all-cubic\n"
+                "      match: { prefixes: [198.18.0.0/15] }\n      cc: cubic\n")
+    d = start_daemon(tmp_path, test_cgroup, no_rules)
+    cfg = tmp_path / "daemon" / "tcpscope.yaml"
+
+    def shown():
+        return sh("bpftool", "cgroup", "show", str(test_cgroup)).stdout
+
+    seen = 0
+
+    def passive_ccs(n):
+        nonlocal seen
+        server, _ = net.serve(tmp_path, net.srv_v4, n)
+        for _ in range(n):
+            net.client(tmp_path, net.srv_v4, req=10, resp=10)
+        server.wait(timeout=30)
+        new = d.wait_records(net, seen + 2 * n)[seen:]
+        seen += 2 * n
+        return [(r["cc"], r["cc_rule"]) for r in new if r["dir"] == "passive"]
+
+    try:
+        assert "cc_policy" not in shown() and "watch_setsockopt" in shown() and "guard_sysctl" in shown()
+        assert "(cc_policy" not in d.stderr_text() and ",cc_policy" not in d.stderr_text()
+        assert passive_ccs(2) == [(base, None)] * 2
+
+        cfg.write_text(one_rule)
+        reload(d, 0)
+        assert "cc_policy" in shown()
+        assert passive_ccs(2) == [("cubic", "all-cubic")] * 2
+
+        cfg.write_text(no_rules)
+        reload(d, 1)
+        assert "cc_policy" not in shown() and "watch_setsockopt" in shown()
+        assert passive_ccs(2) == [(base, None)] * 2
+    finally:
+        assert d.stop() == 0, d.stderr_text()
+
+
 def test_experiment_splits_flows_between_arms(net, tmp_path, test_cgroup):
     net.cgroup = test_cgroup
     d = start_daemon(tmp_path, test_cgroup, """

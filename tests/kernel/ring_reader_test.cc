@@ -115,6 +115,7 @@ TEST_F(RealProbe, DrainStopsAtItsBudgetAndTheNextDrainContinues) {
 // The one rule for telling the ring's records apart; no kernel needed.
 TEST(RingSamples, TransfersByTheirExactSizeFlowsByAtLeastTheirsTheRestMalformed) {
   EXPECT_EQ(sample_kind(sizeof(tcpscope_transfer_event)), SampleKind::kTransfer);
+  EXPECT_EQ(sample_kind(sizeof(tcpscope_close_event)), SampleKind::kClose);
   EXPECT_EQ(sample_kind(sizeof(tcpscope_flow_event)), SampleKind::kFlow);
   EXPECT_EQ(sample_kind(sizeof(tcpscope_flow_event) + 8), SampleKind::kFlow);  // a newer kernel side's longer record
   for (size_t size : {size_t{0}, size_t{8}, sizeof(tcpscope_transfer_event) - 8, sizeof(tcpscope_transfer_event) + 8,

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kernel/flow_probe.h"
+#include "kernel/ring_reader.h"
 #include "netns_child.h"
 
 namespace tcpscope {
@@ -133,14 +134,29 @@ class TransferProbe : public ::testing::Test {
 
   static int on_sample(void* ctx, void* data, size_t size) {
     auto* self = static_cast<TransferProbe*>(ctx);
-    if (size == sizeof(tcpscope_transfer_event)) {
-      tcpscope_transfer_event t;
-      std::memcpy(&t, data, sizeof(t));
-      self->transfers_.push_back(t);
-    } else if (size >= sizeof(tcpscope_flow_event)) {
-      tcpscope_flow_event f;
-      std::memcpy(&f, data, sizeof(f));
-      self->flows_.push_back(f);
+    switch (sample_kind(size)) {
+      case SampleKind::kTransfer: {
+        tcpscope_transfer_event t;
+        std::memcpy(&t, data, sizeof(t));
+        self->transfers_.push_back(t);
+        break;
+      }
+      case SampleKind::kClose: {
+        tcpscope_close_event c;
+        std::memcpy(&c, data, sizeof(c));
+        for (uint32_t i = 0; i < c.n_transfers && i < TCPSCOPE_CLOSE_TRANSFERS; ++i)
+          self->transfers_.push_back(c.transfers[i]);
+        self->flows_.push_back(c.flow);
+        break;
+      }
+      case SampleKind::kFlow: {
+        tcpscope_flow_event f;
+        std::memcpy(&f, data, sizeof(f));
+        self->flows_.push_back(f);
+        break;
+      }
+      case SampleKind::kMalformed:
+        break;
     }
     return 0;
   }
