@@ -147,6 +147,9 @@ class Daemon {
   int start();
   void on_event(const tcpscope_flow_event& ev);
   void on_transfer(const tcpscope_transfer_event& ev);
+  void on_close(const tcpscope_close_event& ev);
+  void handle_flow(const FlowRecord& flow);
+  void handle_transfer(const TransferRecord& transfer);
   // A record's line was appended to batch_: counts it, and hands the batch
   // to the flow log once it is large.
   void batched_line();
@@ -286,6 +289,7 @@ int Daemon::start() {
   RingReader::Handlers handlers;
   handlers.flow = [this](const tcpscope_flow_event& ev) { on_event(ev); };
   handlers.transfer = [this](const tcpscope_transfer_event& ev) { on_transfer(ev); };
+  handlers.close = [this](const tcpscope_close_event& ev) { on_close(ev); };
   ring_ = RingReader::create(probe_->ring_buffer_fd(), probe_->ring_buffer_bytes(), std::move(handlers), &error);
   if (!ring_) return fail(error);
   if (!drop_capabilities_after_start(*probe_, config_.snapshot_interval_s > 0, &error)) return fail(error);
@@ -306,10 +310,21 @@ int Daemon::start() {
   return 0;
 }
 
-// The record's path, for finished and open flows alike: decode, enrich, name
-// the rule that chose its CC.
-void Daemon::on_event(const tcpscope_flow_event& ev) {
-  const FlowRecord flow = pipeline_->record_of(ev);
+// The record's path: decode, enrich, name the rule that chose its CC, then
+// metrics, distributions, controller and outputs.
+void Daemon::on_event(const tcpscope_flow_event& ev) { handle_flow(pipeline_->record_of(ev)); }
+
+void Daemon::on_transfer(const tcpscope_transfer_event& ev) { handle_transfer(pipeline_->record_of(ev)); }
+
+// The transfers first, as the kernel ended them before the flow; enriched
+// once, with the flow.
+void Daemon::on_close(const tcpscope_close_event& ev) {
+  const FlowRecord flow = pipeline_->record_of(ev.flow);
+  for (uint32_t i = 0; i < ev.n_transfers; ++i) handle_transfer(pipeline_->record_of(ev.transfers[i], flow));
+  handle_flow(flow);
+}
+
+void Daemon::handle_flow(const FlowRecord& flow) {
   const AsnRanking::Counted asn = asn_ranking_->add(flow.asn, flow.bytes_acked + flow.bytes_received);
   aggregator_->add(flow, asn.label);
   // Sketches are keyed by the raw ASN (as the flow log); the label only
@@ -322,8 +337,7 @@ void Daemon::on_event(const tcpscope_flow_event& ev) {
 
 // A transfer takes the same path as its flow's record, but its bytes are the
 // flow's: it is labelled by the ASN ranking without being counted in it.
-void Daemon::on_transfer(const tcpscope_transfer_event& ev) {
-  const TransferRecord transfer = pipeline_->record_of(ev);
+void Daemon::handle_transfer(const TransferRecord& transfer) {
   const AsnLabel label = asn_ranking_->label(transfer.asn);
   aggregator_->add(transfer, label);
   distributions_->add_at(transfer, label, drain_time_);

@@ -77,13 +77,10 @@ int RingReader::on_sample(void* ctx, void* data, size_t size) {
     case SampleKind::kClose: {
       tcpscope_close_event ev;
       std::memcpy(&ev, data, sizeof(ev));
-      const uint32_t n = std::min<uint32_t>(ev.n_transfers, TCPSCOPE_CLOSE_TRANSFERS);
-      for (uint32_t i = 0; i < n; ++i) {
-        ++self->transfers_;
-        self->handlers_.transfer(ev.transfers[i]);
-      }
+      ev.n_transfers = std::min<uint32_t>(ev.n_transfers, TCPSCOPE_CLOSE_TRANSFERS);
+      self->transfers_ += ev.n_transfers;
       ++self->records_;
-      self->handlers_.flow(ev.flow);
+      self->handlers_.close(ev);
       break;
     }
     case SampleKind::kMalformed:

@@ -30,10 +30,14 @@ constexpr SampleKind sample_kind(size_t size) {
 
 class RingReader {
  public:
-  // Both must be set.
+  // All three must be set. `close` gets a flow's record together with the
+  // transfers that were still open at its close (at most
+  // TCPSCOPE_CLOSE_TRANSFERS, n_transfers clamped to that), which are to be
+  // handled before the flow, as if they had come on their own.
   struct Handlers {
     std::function<void(const tcpscope_flow_event&)> flow;
     std::function<void(const tcpscope_transfer_event&)> transfer;
+    std::function<void(const tcpscope_close_event&)> close;
   };
   static std::unique_ptr<RingReader> create(int ring_fd, uint64_t ring_bytes, Handlers handlers,
                                             std::string* error);

@@ -22,4 +22,15 @@ TransferRecord FlowPipeline::record_of(const tcpscope_transfer_event& ev) {
   return transfer;
 }
 
+TransferRecord FlowPipeline::record_of(const tcpscope_transfer_event& ev, const FlowRecord& flow) const {
+  TransferRecord transfer = decode_transfer_event(ev, clock_);
+  transfer.peer_class = flow.peer_class;
+  transfer.asn = flow.asn;
+  transfer.as_org = flow.as_org;
+  transfer.cc_rule = flow.cc_rule;
+  transfer.experiment = flow.experiment;
+  transfer.arm = flow.arm;
+  return transfer;
+}
+
 }  // namespace tcpscope

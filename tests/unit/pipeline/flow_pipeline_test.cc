@@ -136,6 +136,34 @@ TEST(FlowPipeline, ATransferIsDecodedEnrichedAndNamedAsItsFlow) {
   EXPECT_EQ(pipeline.lookups(), 4u);  // ASN and peer class, for each record
 }
 
+TEST(FlowPipeline, ATransferClosedWithItsFlowTakesTheFlowsEnrichmentWithoutLookups) {
+  Fixture fx;
+  Enricher enricher(fx.tables);
+  FlowPipeline pipeline(fx.clock, enricher, fx.names);
+
+  tcpscope_flow_event flow_ev = event_to("8.8.8.8");
+  tcpscope_transfer_event ev = transfer_to("8.8.8.8");
+  flow_ev.cc_rule = ev.cc_rule = TCPSCOPE_RULE_TAG(fx.install, 0);
+  flow_ev.arm = ev.arm = 2;
+  const FlowRecord f = pipeline.record_of(flow_ev);
+  const TransferRecord alone = pipeline.record_of(ev);
+  const uint64_t lookups = pipeline.lookups();
+  const TransferRecord with_flow = pipeline.record_of(ev, f);
+  EXPECT_EQ(pipeline.lookups(), lookups);
+  // Every field as the transfer handed over on its own has it.
+  EXPECT_EQ(with_flow.flow_start_ns, alone.flow_start_ns);
+  EXPECT_EQ(with_flow.start_ns, alone.start_ns);
+  EXPECT_EQ(with_flow.xfer_us, alone.xfer_us);
+  EXPECT_EQ(with_flow.bytes, alone.bytes);
+  EXPECT_EQ(with_flow.cc, alone.cc);
+  EXPECT_EQ(with_flow.asn, alone.asn);
+  EXPECT_EQ(with_flow.as_org, alone.as_org);
+  EXPECT_EQ(with_flow.peer_class, alone.peer_class);
+  EXPECT_EQ(with_flow.cc_rule, alone.cc_rule);
+  EXPECT_EQ(with_flow.experiment, alone.experiment);
+  EXPECT_EQ(with_flow.arm, alone.arm);
+}
+
 TEST(FlowPipeline, ATransferNoRuleChoseHasNoRuleNames) {
   Fixture fx;
   Enricher enricher(fx.tables);
