@@ -502,35 +502,38 @@ static __always_inline void fill_recv_transfer(struct tcpscope_transfer_event *e
 	e->sndbuf_limited_us = 0;
 }
 
-/* A transfer that ends while the flow goes on: a record of its own. */
+/* A transfer that ends while the flow goes on gets a record of its own. */
+static __always_inline struct tcpscope_transfer_event *reserve_transfer(void)
+{
+	struct tcpscope_transfer_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+
+	if (!e)
+		count(TCPSCOPE_CNT_TRANSFERS_LOST);
+	return e;
+}
+
 static __always_inline void end_send_transfer(const struct sock *sk, struct tcp_sock *tp,
 					      struct flow_state *st, __u64 end_ns)
 {
-	struct tcpscope_transfer_event *e;
+	struct tcpscope_transfer_event *e = reserve_transfer();
 
 	st->flags &= ~TCPSCOPE_ST_TX_OPEN;
-	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e) {
-		count(TCPSCOPE_CNT_TRANSFERS_LOST);
-		return;
+	if (e) {
+		fill_send_transfer(e, sk, tp, st, end_ns);
+		submit(e);
 	}
-	fill_send_transfer(e, sk, tp, st, end_ns);
-	submit(e);
 }
 
 static __always_inline void end_recv_transfer(const struct sock *sk, struct tcp_sock *tp,
 					      struct flow_state *st, __u64 received)
 {
-	struct tcpscope_transfer_event *e;
+	struct tcpscope_transfer_event *e = reserve_transfer();
 
 	st->flags &= ~TCPSCOPE_ST_RX_OPEN;
-	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e) {
-		count(TCPSCOPE_CNT_TRANSFERS_LOST);
-		return;
+	if (e) {
+		fill_recv_transfer(e, sk, tp, st, received);
+		submit(e);
 	}
-	fill_recv_transfer(e, sk, tp, st, received);
-	submit(e);
 }
 
 /* A send transfer with nothing in flight this long is over even if no data

@@ -110,17 +110,27 @@ tcpscope_transfer_event transfer_to(const char* raddr) {
   return ev;
 }
 
+// A flow to 8.8.8.8 and one of its transfers, both tagged with the
+// fixture's rule and its second arm.
+struct FlowAndTransfer {
+  tcpscope_flow_event flow;
+  tcpscope_transfer_event transfer;
+};
+FlowAndTransfer tagged_flow_and_transfer(const Fixture& fx) {
+  FlowAndTransfer e{event_to("8.8.8.8"), transfer_to("8.8.8.8")};
+  e.flow.cc_rule = e.transfer.cc_rule = TCPSCOPE_RULE_TAG(fx.install, 0);
+  e.flow.arm = e.transfer.arm = 2;
+  return e;
+}
+
 TEST(FlowPipeline, ATransferIsDecodedEnrichedAndNamedAsItsFlow) {
   Fixture fx;
   Enricher enricher(fx.tables);
   FlowPipeline pipeline(fx.clock, enricher, fx.names);
 
-  tcpscope_flow_event flow_ev = event_to("8.8.8.8");
-  tcpscope_transfer_event ev = transfer_to("8.8.8.8");
-  flow_ev.cc_rule = ev.cc_rule = TCPSCOPE_RULE_TAG(fx.install, 0);
-  flow_ev.arm = ev.arm = 2;
-  const FlowRecord f = pipeline.record_of(flow_ev);
-  const TransferRecord t = pipeline.record_of(ev);
+  const FlowAndTransfer ev = tagged_flow_and_transfer(fx);
+  const FlowRecord f = pipeline.record_of(ev.flow);
+  const TransferRecord t = pipeline.record_of(ev.transfer);
   EXPECT_EQ(t.flow_start_ns, 6'000'000'000);  // the clock's offset applied
   EXPECT_EQ(t.start_ns, 6'500'000'000);
   EXPECT_EQ(t.xfer_us, 250'000);
@@ -141,14 +151,11 @@ TEST(FlowPipeline, ATransferClosedWithItsFlowTakesTheFlowsEnrichmentWithoutLooku
   Enricher enricher(fx.tables);
   FlowPipeline pipeline(fx.clock, enricher, fx.names);
 
-  tcpscope_flow_event flow_ev = event_to("8.8.8.8");
-  tcpscope_transfer_event ev = transfer_to("8.8.8.8");
-  flow_ev.cc_rule = ev.cc_rule = TCPSCOPE_RULE_TAG(fx.install, 0);
-  flow_ev.arm = ev.arm = 2;
-  const FlowRecord f = pipeline.record_of(flow_ev);
-  const TransferRecord alone = pipeline.record_of(ev);
+  const FlowAndTransfer ev = tagged_flow_and_transfer(fx);
+  const FlowRecord f = pipeline.record_of(ev.flow);
+  const TransferRecord alone = pipeline.record_of(ev.transfer);
   const uint64_t lookups = pipeline.lookups();
-  const TransferRecord with_flow = pipeline.record_of(ev, f);
+  const TransferRecord with_flow = pipeline.record_of(ev.transfer, f);
   EXPECT_EQ(pipeline.lookups(), lookups);
   // Every field as the transfer handed over on its own has it.
   EXPECT_EQ(with_flow.flow_start_ns, alone.flow_start_ns);
