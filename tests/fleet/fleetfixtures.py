@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from servers import ClickHouseServer, KafkaBroker, PrometheusServer, ServerError  # noqa: E402
+from servers import KAFKA_FROM_TOPIC_START, ClickHouseServer, KafkaBroker, PrometheusServer, ServerError  # noqa: E402
 
 
 def _unavailable(what: str, e: Exception):
@@ -54,7 +54,7 @@ def kafka_broker():
 
 @pytest.fixture(scope="session")
 def clickhouse():
-    server = _session_server(ClickHouseServer, "ClickHouse")
+    server = _session_server(lambda: ClickHouseServer(extra_config=KAFKA_FROM_TOPIC_START), "ClickHouse")
     try:
         yield server
     finally:

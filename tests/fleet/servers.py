@@ -577,6 +577,12 @@ _CH_USERS = """\
 """
 
 
+# As packaging/clickhouse/*.sql's headers tell an operator of ClickHouse 18.16:
+# a new consumer group reads the topic from its start, so what was produced
+# while the group was still joining is not skipped.
+KAFKA_FROM_TOPIC_START = "<kafka><auto_offset_reset>smallest</auto_offset_reset></kafka>"
+
+
 class ClickHouseServer(_Server):
     """clickhouse-server in the foreground with its own config.xml and users.xml
     (user default, no password, 127.0.0.1 only), data and logs in its temp dir.

@@ -25,7 +25,7 @@ from conftest import ROOT, Daemon, free_port, metric_value, wait_for
 from test_compare import PORTS, RELATIVE_ACCURACY, has_bbr, run_traffic, tcpscope
 
 sys.path.insert(0, str(ROOT / "tests" / "fleet"))
-from servers import ClickHouseServer, KafkaBroker  # noqa: E402
+from servers import KAFKA_FROM_TOPIC_START, ClickHouseServer, KafkaBroker  # noqa: E402
 
 SQL_DIR = ROOT / "packaging" / "clickhouse"
 
@@ -40,12 +40,11 @@ def kafka():
 # end: 18.16's Kafka engine joins the group a few seconds after the table is
 # made, and records the daemon wrote before that would be skipped
 # (packaging/clickhouse/flows.sql says the same to operators).
-CLICKHOUSE_KAFKA_CONFIG = "<kafka><auto_offset_reset>smallest</auto_offset_reset></kafka>"
 
 
 @pytest.fixture(scope="module")
 def clickhouse():
-    with ClickHouseServer(extra_config=CLICKHOUSE_KAFKA_CONFIG) as ch:
+    with ClickHouseServer(extra_config=KAFKA_FROM_TOPIC_START) as ch:
         yield ch
 
 
