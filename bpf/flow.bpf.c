@@ -463,14 +463,33 @@ static __always_inline void fill_transfer_common(struct tcpscope_transfer_event 
 	bpf_probe_read_kernel_str(e->cc, sizeof(e->cc), tp->inet_conn.icsk_ca_ops->name);
 }
 
-/* Ends the running send transfer into `e`, which holds it at its end_ns. */
-static __always_inline void fill_send_transfer(struct tcpscope_transfer_event *e, const struct sock *sk,
-					       struct tcp_sock *tp, struct flow_state *st, __u64 end_ns)
+/* The same, at close, from the flow's record just filled: nothing is read
+ * from the socket twice. */
+static __always_inline void copy_transfer_common(struct tcpscope_transfer_event *e,
+						 const struct tcpscope_flow_event *f)
+{
+	e->flow_start_ns = f->start_ns;
+	e->family = f->family;
+	__builtin_memcpy(e->saddr, f->saddr, sizeof(e->saddr));
+	__builtin_memcpy(e->daddr, f->daddr, sizeof(e->daddr));
+	e->sport = f->sport;
+	e->dport = f->dport;
+	e->netns = f->netns;
+	e->dir = f->dir;
+	e->srtt_us = f->srtt_us;
+	e->min_rtt_us = f->min_rtt_us;
+	e->cc_rule = f->cc_rule;
+	e->arm = f->arm;
+	__builtin_memcpy(e->cc, f->cc, sizeof(e->cc));
+}
+
+/* What a send transfer ending at end_ns adds to its common part in `e`. */
+static __always_inline void fill_send_transfer(struct tcpscope_transfer_event *e, struct tcp_sock *tp,
+					       const struct flow_state *st, __u64 end_ns)
 {
 	__u64 acked = payload_acked(tp, st);
 	__u32 chrono[3];
 
-	fill_transfer_common(e, sk, tp, st);
 	read_chrono(tp, chrono);
 	e->direction = TCPSCOPE_XFER_SEND;
 	e->seq = st->tx_seq;
@@ -484,12 +503,11 @@ static __always_inline void fill_send_transfer(struct tcpscope_transfer_event *e
 	e->sndbuf_limited_us = jiffies_to_us(chrono[2] - st->tx_chrono_base[2]);
 }
 
-/* Ends the running receive transfer into `e`; `received` is the payload
- * received before the arrival that ends it. */
-static __always_inline void fill_recv_transfer(struct tcpscope_transfer_event *e, const struct sock *sk,
-					       struct tcp_sock *tp, struct flow_state *st, __u64 received)
+/* What a receive transfer adds to its common part in `e`; `received` is the
+ * payload received before the arrival that ends it. */
+static __always_inline void fill_recv_transfer(struct tcpscope_transfer_event *e,
+					       const struct flow_state *st, __u64 received)
 {
-	fill_transfer_common(e, sk, tp, st);
 	e->direction = TCPSCOPE_XFER_RECV;
 	e->seq = st->rx_seq;
 	e->start_ns = st->rx_start_ns;
@@ -519,7 +537,8 @@ static __always_inline void end_send_transfer(const struct sock *sk, struct tcp_
 
 	st->flags &= ~TCPSCOPE_ST_TX_OPEN;
 	if (e) {
-		fill_send_transfer(e, sk, tp, st, end_ns);
+		fill_transfer_common(e, sk, tp, st);
+		fill_send_transfer(e, tp, st, end_ns);
 		submit(e);
 	}
 }
@@ -531,7 +550,8 @@ static __always_inline void end_recv_transfer(const struct sock *sk, struct tcp_
 
 	st->flags &= ~TCPSCOPE_ST_RX_OPEN;
 	if (e) {
-		fill_recv_transfer(e, sk, tp, st, received);
+		fill_transfer_common(e, sk, tp, st);
+		fill_recv_transfer(e, st, received);
 		submit(e);
 	}
 }
@@ -645,17 +665,22 @@ static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
 			count(TCPSCOPE_CNT_TRANSFERS_LOST);
 		return;
 	}
-	/* Constant offsets only: the verifier checks each against the record. */
+	/* The flow first: its transfers share its identity and start. Constant
+	 * offsets only: the verifier checks each against the record. */
+	fill_event(&c->flow, sk, tp, st, now, true);
 	if (tx) {
-		fill_send_transfer(&c->transfers[0], sk, tp, st, tx_end);
-		if (rx)
-			fill_recv_transfer(&c->transfers[1], sk, tp, st, payload_received(sk, tp));
+		copy_transfer_common(&c->transfers[0], &c->flow);
+		fill_send_transfer(&c->transfers[0], tp, st, tx_end);
+		if (rx) {
+			copy_transfer_common(&c->transfers[1], &c->flow);
+			fill_recv_transfer(&c->transfers[1], st, payload_received(sk, tp));
+		}
 	} else {
-		fill_recv_transfer(&c->transfers[0], sk, tp, st, payload_received(sk, tp));
+		copy_transfer_common(&c->transfers[0], &c->flow);
+		fill_recv_transfer(&c->transfers[0], st, payload_received(sk, tp));
 	}
 	c->n_transfers = tx && rx ? 2 : 1;
 	c->reserved = 0;
-	fill_event(&c->flow, sk, tp, st, now, true);
 	submit(c);
 }
 
