@@ -520,40 +520,25 @@ static __always_inline void fill_recv_transfer(struct tcpscope_transfer_event *e
 	e->sndbuf_limited_us = 0;
 }
 
-/* A transfer that ends while the flow goes on gets a record of its own. */
-static __always_inline struct tcpscope_transfer_event *reserve_transfer(void)
+/* A transfer that ends while the flow goes on gets a record of its own. `at`:
+ * a send transfer's end, or the payload received before the arrival that
+ * ends a receive transfer. */
+static __always_inline void end_transfer(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st,
+					 __u8 direction, __u64 at)
 {
 	struct tcpscope_transfer_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 
-	if (!e)
+	st->flags &= direction == TCPSCOPE_XFER_SEND ? ~TCPSCOPE_ST_TX_OPEN : ~TCPSCOPE_ST_RX_OPEN;
+	if (!e) {
 		count(TCPSCOPE_CNT_TRANSFERS_LOST);
-	return e;
-}
-
-static __always_inline void end_send_transfer(const struct sock *sk, struct tcp_sock *tp,
-					      struct flow_state *st, __u64 end_ns)
-{
-	struct tcpscope_transfer_event *e = reserve_transfer();
-
-	st->flags &= ~TCPSCOPE_ST_TX_OPEN;
-	if (e) {
-		fill_transfer_common(e, sk, tp, st);
-		fill_send_transfer(e, tp, st, end_ns);
-		submit(e);
+		return;
 	}
-}
-
-static __always_inline void end_recv_transfer(const struct sock *sk, struct tcp_sock *tp,
-					      struct flow_state *st, __u64 received)
-{
-	struct tcpscope_transfer_event *e = reserve_transfer();
-
-	st->flags &= ~TCPSCOPE_ST_RX_OPEN;
-	if (e) {
-		fill_transfer_common(e, sk, tp, st);
-		fill_recv_transfer(e, st, received);
-		submit(e);
-	}
+	fill_transfer_common(e, sk, tp, st);
+	if (direction == TCPSCOPE_XFER_SEND)
+		fill_send_transfer(e, tp, st, at);
+	else
+		fill_recv_transfer(e, st, at);
+	submit(e);
 }
 
 /* A send transfer with nothing in flight this long is over even if no data
@@ -584,7 +569,7 @@ static __always_inline void note_send(const struct sock *sk, struct tcp_sock *tp
 	if (!send_transfer_over(tp, st, now))
 		return; /* joins the running transfer */
 	if (st->flags & TCPSCOPE_ST_TX_OPEN)
-		end_send_transfer(sk, tp, st, tp->delivered_mstamp * NSEC_PER_USEC);
+		end_transfer(sk, tp, st, TCPSCOPE_XFER_SEND, tp->delivered_mstamp * NSEC_PER_USEC);
 	st->tx_seq = next_transfer_seq(st);
 	st->tx_start_ns = now;
 	st->tx_acked_base = payload_acked(tp, st);
@@ -614,7 +599,7 @@ static __always_inline void note_arrival(const struct sock *sk, struct tcp_sock 
 		return;
 	before = payload_received(sk, tp) - grew;
 	if (st->flags & TCPSCOPE_ST_RX_OPEN)
-		end_recv_transfer(sk, tp, st, before);
+		end_transfer(sk, tp, st, TCPSCOPE_XFER_RECV, before);
 	st->rx_seq = next_transfer_seq(st);
 	st->rx_start_ns = now;
 	st->rx_received_base = before;
@@ -630,9 +615,9 @@ static __always_inline void sweep_transfers(const struct sock *sk, struct tcp_so
 {
 	if ((st->flags & TCPSCOPE_ST_TX_OPEN) && !(st->flags & TCPSCOPE_F_FIN_SENT) &&
 	    send_transfer_over(tp, st, now))
-		end_send_transfer(sk, tp, st, tp->delivered_mstamp * NSEC_PER_USEC);
+		end_transfer(sk, tp, st, TCPSCOPE_XFER_SEND, tp->delivered_mstamp * NSEC_PER_USEC);
 	if ((st->flags & TCPSCOPE_ST_RX_OPEN) && reply_possible(tp, st, now))
-		end_recv_transfer(sk, tp, st, payload_received(sk, tp));
+		end_transfer(sk, tp, st, TCPSCOPE_XFER_RECV, payload_received(sk, tp));
 }
 
 /* At CLOSE: the flow's record, with the transfers still open in the same

@@ -268,8 +268,6 @@ bool FlowProbe::set_cc_policy_attached(bool on, std::string* error) {
   return true;
 }
 
-bool FlowProbe::cc_policy_attached() const { return skel_->links.cc_policy != nullptr; }
-
 void FlowProbe::detach() {
   if (skel_) tcpscope_bpf__detach(skel_);
   attached_.clear();

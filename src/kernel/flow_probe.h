@@ -64,7 +64,6 @@ class FlowProbe {
   // (the policy calls it as rules appear and go). Attaching needs only
   // CAP_NET_ADMIN, which the daemon keeps; "on" without a cgroup does nothing.
   bool set_cc_policy_attached(bool on, std::string* error);
-  bool cc_policy_attached() const;
   // Detaches every program but keeps the maps, so what the kernel already
   // queued can still be drained before exit.
   void detach();
