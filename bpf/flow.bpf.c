@@ -656,13 +656,12 @@ static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
 	if (tx) {
 		copy_transfer_common(&c->transfers[0], &c->flow);
 		fill_send_transfer(&c->transfers[0], tp, st, tx_end);
-		if (rx) {
-			copy_transfer_common(&c->transfers[1], &c->flow);
-			fill_recv_transfer(&c->transfers[1], st, payload_received(sk, tp));
-		}
-	} else {
-		copy_transfer_common(&c->transfers[0], &c->flow);
-		fill_recv_transfer(&c->transfers[0], st, payload_received(sk, tp));
+	}
+	if (rx) {
+		struct tcpscope_transfer_event *t = tx ? &c->transfers[1] : &c->transfers[0];
+
+		copy_transfer_common(t, &c->flow);
+		fill_recv_transfer(t, st, payload_received(sk, tp));
 	}
 	c->n_transfers = tx && rx ? 2 : 1;
 	c->reserved = 0;
