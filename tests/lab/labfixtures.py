@@ -152,6 +152,14 @@ def udp(lab, tmp_path, name, direction, count, port=7000, quiet=1.0, **send):
     return json.loads(out.read_text()), json.loads(tx.stdout)
 
 
+def send_handoff_us(request):
+    """How long xfer_peer.py's client took to hand a request to the kernel: it
+    reads its send clock before sendall() and again after, so a preemption in
+    between (tens of ms when the lab's delay line, nginx and the clients share
+    two cores) lengthens the client's clock by at most this much."""
+    return (request["sent"][0] - request["send"][0]) / 1000
+
+
 def quantile(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]

@@ -126,11 +126,12 @@ def client(args):
         req = head.encode() + b"\r\n" + body
         t_send = now()
         sock.sendall(req)
+        t_sent = now()
         hb, bb, status, first, last = read_response(sock)
         out["requests"].append({"path": item["path"], "method": method, "req_bytes": len(req),
                                 "req_header_bytes": len(req) - len(body), "req_body_bytes": len(body),
                                 "status": status, "header_bytes": hb, "body_bytes": bb,
-                                "send": t_send, "first": first, "last": last})
+                                "send": t_send, "sent": t_sent, "first": first, "last": last})
     sock.close()
     print(json.dumps(out))
 
