@@ -388,8 +388,9 @@ class KafkaBroker(_Server):
         t0 = time.monotonic()
         if not self._formatted:
             self._write_config()
+            # "=": a base64 id can begin with "-", which argparse would take for an option.
             self.run_tool("kafka.tools.StorageTool",
-                          ["format", "--cluster-id", self.cluster_id, "--config", str(self.properties), "--standalone"],
+                          ["format", f"--cluster-id={self.cluster_id}", "--config", str(self.properties), "--standalone"],
                           timeout=180)
             self._formatted = True
         for p in (self.port, self.controller_port):
