@@ -1,5 +1,7 @@
 #include "control/cc_controller.h"
 
+#include "../temp_dir.h"
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -307,19 +309,6 @@ TEST(CcController, AMalformedStateIsRefusedWhole) {
   EXPECT_FALSE(a.restore(bad_evidence, &error));
   EXPECT_EQ(a.status_json(), before) << "nothing applied";
 }
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/tcpscope-store-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf " + path_).c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 TEST(ControllerStore, SavesAtomicallyAndReportsACorruptFile) {
   TempDir dir;

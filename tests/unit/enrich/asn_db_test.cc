@@ -1,5 +1,7 @@
 #include "enrich/asn_db.h"
 
+#include "../temp_dir.h"
+
 #include <gtest/gtest.h>
 #include <maxminddb.h>
 #include <unistd.h>
@@ -32,28 +34,6 @@ std::vector<std::string> strings(const std::vector<Prefix>& ps) {
   for (const Prefix& p : ps) out.push_back(p.to_string());
   return out;
 }
-
-// A scratch directory removed with everything in it at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/tcpscope_asn_test.XXXXXX";
-    const char* d = mkdtemp(tmpl);
-    EXPECT_NE(d, nullptr) << "mkdtemp: " << std::strerror(errno);
-    path_ = d ? d : "/tmp";
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  std::string write(const std::string& name, const std::string& content) const {
-    std::ofstream out(file(name), std::ios::binary);
-    out << content;
-    EXPECT_TRUE(out.good()) << file(name);
-    return file(name);
-  }
-
- private:
-  std::string path_;
-};
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

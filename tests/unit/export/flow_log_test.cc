@@ -1,5 +1,7 @@
 #include "export/flow_log.h"
 
+#include "../temp_dir.h"
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <fcntl.h>
@@ -14,11 +16,6 @@
 namespace tcpscope {
 namespace {
 
-std::string temp_dir() {
-  char tmpl[] = "/tmp/tcpscope-flowlog-XXXXXX";
-  return mkdtemp(tmpl);
-}
-
 std::string slurp(const std::string& p) {
   std::ifstream f(p);
   std::stringstream ss;
@@ -27,7 +24,8 @@ std::string slurp(const std::string& p) {
 }
 
 TEST(FlowLog, WritesEverythingAndCreates0640) {
-  std::string dir = temp_dir(), path = dir + "/flows.ndjson", err;
+  TempDir dir;
+  std::string path = dir.file("flows.ndjson"), err;
   auto log = FlowLog::open(path, 1 << 20, &err);
   ASSERT_TRUE(log) << err;
   for (int i = 0; i < 100; ++i) log->submit("{\"i\":" + std::to_string(i) + "}\n", 1);
@@ -54,7 +52,8 @@ TEST(FlowLog, FullQueueDropsAndCounts) {
   // write(), the queue fills, and submit() must still return at once. The
   // log refuses a FIFO as its path, so it reaches it as standard output.
   signal(SIGPIPE, SIG_IGN);  // the daemon ignores it too; the FIFO closes under the writer
-  std::string dir = temp_dir(), fifo = dir + "/stalled";
+  TempDir dir;
+  std::string fifo = dir.file("stalled");
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   int keep_open = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // lets the writer open it
   ASSERT_GE(keep_open, 0);
@@ -79,7 +78,8 @@ TEST(FlowLog, FullQueueDropsAndCounts) {
 }
 
 TEST(FlowLog, ReopenFollowsRotation) {
-  std::string dir = temp_dir(), path = dir + "/flows.ndjson", err;
+  TempDir dir;
+  std::string path = dir.file("flows.ndjson"), err;
   auto log = FlowLog::open(path, 1 << 20, &err);
   ASSERT_TRUE(log) << err;
   log->submit("{\"a\":1}\n", 1);
