@@ -15,6 +15,7 @@ PACKAGES=(
   libgtest-dev libbenchmark-dev
   libclang-rt-14-dev  # clang's sanitizer and libFuzzer runtimes (tests/sanitize.sh, tests/fuzz/run.sh)
   iproute2 nftables procps curl python3 python3-pytest
+  tcpdump  # tests/lab: when each SYN reached the server (ground truth for passive starts)
   libmaxmind-db-writer-perl prometheus
   dpkg-dev lintian man-db systemd systemd-container strace adduser logrotate
   nginx-light wrk iperf3 libbpf-tools linux-perf  # wrk: bench/churn.py --load nginx

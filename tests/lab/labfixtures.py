@@ -28,9 +28,11 @@ import importlib.util
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -129,6 +131,68 @@ class Traffic:
         recs = read_jsonl(out)
         assert recs and all("error" not in c for c in recs), recs
         return recs
+
+
+class SynArrivals:
+    """When each client's first SYN to `port` reached the server namespace:
+    ground truth for a passive record's start, taken where the server's
+    kernel receives the frame (an AF_PACKET capture, the kernel's receive
+    timestamp, CLOCK_REALTIME like the records' start_ns). Deriving it from
+    the client's side (active start + one-way delay) also counts whatever
+    held the SYN up before it reached the server (the client's own stack
+    and qdisc, the delay line's reader on a busy machine) as tcpscope's
+    error. A context manager: the capture runs from entry to exit;
+    `first_ns[(client addr, client port)]` holds each 4-tuple's earliest
+    SYN (a repeated SYN is not the start)."""
+
+    def __init__(self, lab, port, tmp: Path):
+        need_tool("tcpdump")
+        self.lab, self.port = lab, port
+        stem = f"syn-{port}-{time.monotonic_ns()}"
+        self.out, self.err = tmp / f"{stem}.txt", tmp / f"{stem}.err"
+        self.first_ns = {}
+
+    def __enter__(self):
+        self._out, self._err = open(self.out, "w"), open(self.err, "w")
+        # Only SYNs without ACK to the port: a few hundred lines, whatever the
+        # responses' size. -i any: every device of the server namespace.
+        self.proc = self.lab.popen(self.lab.server_ns, "tcpdump", "-i", "any", "-n", "-l", "-tt",
+                                   "--time-stamp-precision=nano",
+                                   f"tcp dst port {self.port} and tcp[tcpflags] & (tcp-syn|tcp-ack) == tcp-syn",
+                                   stdout=self._out, stderr=self._err)
+        try:
+            # tcpdump says "listening on ..." once its filter is attached.
+            wait_for(lambda: self.proc.poll() is not None or "listening on" in self.err.read_text(), 10,
+                     what="tcpdump start")
+            assert self.proc.poll() is None, self.err.read_text()
+        except BaseException:
+            self._stop()
+            raise
+        return self
+
+    def _stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._out.close()
+        self._err.close()
+
+    def __exit__(self, *exc):
+        # The last SYN is already in: the clients finished their connections.
+        self._stop()
+        line_re = re.compile(r"^(\d+)\.(\d{9}) .*IP6? (\S+)\.(\d+) > \S+: Flags \[S\]")
+        for line in self.out.read_text().splitlines():
+            m = line_re.match(line)
+            if not m:
+                continue
+            t = int(m[1]) * 1_000_000_000 + int(m[2])
+            k = (m[3], int(m[4]))
+            self.first_ns[k] = min(t, self.first_ns.get(k, t))
+        return False
 
 
 def udp(lab, tmp_path, name, direction, count, port=7000, quiet=1.0, **send):
