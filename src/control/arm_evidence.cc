@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <exception>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -13,29 +14,37 @@ namespace tcpscope {
 
 namespace {
 
+constexpr Objective kObjectives[] = {Objective::kFct, Objective::kThroughput};
+
 FlowSketch sketch_for(CompareMetric m) {
   const MetricSpan span = metric_sketch_span(m);
   return FlowSketch(FlowSketch::kDefaultRelativeAccuracy, 0, span.lo, span.hi);
 }
 
+// What a value of the saved state's version 1 is multiplied by to be in the
+// metric's unit.
+double version1_scale(Objective o) { return o == Objective::kFct ? 1e6 /* s -> µs */ : 8 /* bytes -> bits */; }
+
 }  // namespace
 
 const char* objective_name(Objective o) { return o == Objective::kFct ? "fct" : "throughput"; }
 
+CompareMetric metric_of(Objective o) { return o == Objective::kFct ? CompareMetric::kFct : CompareMetric::kThroughput; }
+
 ArmEvidence::ArmEvidence()
-    : fct_sketch_(sketch_for(CompareMetric::kFct)), throughput_sketch_(sketch_for(CompareMetric::kThroughput)) {}
+    : sketch_{sketch_for(metric_of(Objective::kFct)), sketch_for(metric_of(Objective::kThroughput))} {}
 
 void ArmEvidence::add_transfer(const TransferRecord& t, uint64_t throughput_min_bytes) {
   if (t.direction != TransferDirection::kSend || t.xfer_us <= 0) return;
   ++transfers_;
-  if (t.bytes < throughput_min_bytes) {
-    const double seconds = static_cast<double>(t.xfer_us) * 1e-6;
-    fct_.add(seconds);
-    fct_sketch_.add(seconds);
-  } else if (!t.rwnd_limited()) {
-    const double rate = t.throughput_bytes_per_second();
-    throughput_.add(rate);
-    throughput_sketch_.add(rate);
+  const MetricInputs in = metric_inputs(t);
+  MetricOptions opts;
+  opts.throughput_min_bytes = throughput_min_bytes;
+  for (Objective o : kObjectives) {
+    if (const auto v = metric_value(metric_of(o), in, opts)) {
+      objective_[static_cast<int>(o)].add(*v);
+      sketch_[static_cast<int>(o)].add(*v);
+    }
   }
   if (t.min_rtt_us > 0 && t.srtt_us > 0)
     inflation_.add(static_cast<double>(t.srtt_us) / static_cast<double>(t.min_rtt_us));
@@ -47,35 +56,41 @@ void ArmEvidence::add_flow(const FlowRecord& f) {
 
 void ArmEvidence::merge(const ArmEvidence& o) {
   transfers_ += o.transfers_;
-  fct_.merge(o.fct_);
-  throughput_.merge(o.throughput_);
+  for (int i = 0; i < kObjectiveCount; ++i) {
+    objective_[i].merge(o.objective_[i]);
+    sketch_[i].merge(o.sketch_[i]);
+  }
   inflation_.merge(o.inflation_);
   retrans_.add(o.retrans_.events, o.retrans_.trials);
-  fct_sketch_.merge(o.fct_sketch_);
-  throughput_sketch_.merge(o.throughput_sketch_);
 }
 
 nlohmann::json ArmEvidence::to_json() const {
   return {{"transfers", transfers_},
-          {"fct", tcpscope::to_json(fct_)},
-          {"throughput", tcpscope::to_json(throughput_)},
+          {"fct", tcpscope::to_json(objective(Objective::kFct))},
+          {"throughput", tcpscope::to_json(objective(Objective::kThroughput))},
           {"rtt_inflation", tcpscope::to_json(inflation_)},
           {"retrans", tcpscope::to_json(retrans_)},
-          {"fct_sketch", fct_sketch_.to_json()},
-          {"throughput_sketch", throughput_sketch_.to_json()}};
+          {"fct_sketch", sketch(Objective::kFct).to_json()},
+          {"throughput_sketch", sketch(Objective::kThroughput).to_json()}};
 }
 
-bool ArmEvidence::from_json(const nlohmann::json& j, ArmEvidence* out) {
+bool ArmEvidence::from_json(const nlohmann::json& j, int state_version, ArmEvidence* out) {
   try {
     ArmEvidence e;
     if (!j.is_object() || !j.at("transfers").is_number_unsigned()) return false;
     e.transfers_ = j.at("transfers").get<uint64_t>();
-    if (!tcpscope::from_json(j.at("fct"), &e.fct_) || !tcpscope::from_json(j.at("throughput"), &e.throughput_) ||
-        !tcpscope::from_json(j.at("rtt_inflation"), &e.inflation_) ||
-        !tcpscope::from_json(j.at("retrans"), &e.retrans_))
+    for (Objective o : kObjectives) {
+      const std::string name = objective_name(o);
+      LogMoments& m = e.objective_[static_cast<int>(o)];
+      if (!tcpscope::from_json(j.at(name), &m)) return false;
+      if (state_version == 1) {
+        if (m.n) m.mean += std::log(version1_scale(o));
+      } else {
+        e.sketch_[static_cast<int>(o)] = FlowSketch::from_json(j.at(name + "_sketch"));
+      }
+    }
+    if (!tcpscope::from_json(j.at("rtt_inflation"), &e.inflation_) || !tcpscope::from_json(j.at("retrans"), &e.retrans_))
       return false;
-    e.fct_sketch_ = FlowSketch::from_json(j.at("fct_sketch"));
-    e.throughput_sketch_ = FlowSketch::from_json(j.at("throughput_sketch"));
     *out = std::move(e);
     return true;
   } catch (const std::exception&) {

@@ -4,17 +4,23 @@
 // sketches for the medians its decisions are explained with.
 //
 // Objective (issue "Closed loop", as the CDN study judged): send transfers
-// smaller than throughput_min_bytes by their completion time (xfer_us),
-// larger ones by their throughput, the ones the receiver's window limited
-// left out (their rate is the reader's). Guards: the retransmit share of the
-// arm's flows (retrans_segs / segs_out, exact at close) and the RTT inflation
-// of its send transfers (srtt / min_rtt at their end).
+// smaller than throughput_min_bytes by their completion time, larger ones by
+// their throughput, the ones the receiver's window limited left out (their
+// rate is the reader's). Which transfers count and in what unit is the
+// transfer unit of compare's fct and throughput metrics (metric_of() below,
+// compare_metric.h): the evidence takes both from there, so its moments and
+// sketches hold the same values as `compare --server` and the distributions.
+// Guards: the retransmit share of the arm's flows (retrans_segs / segs_out,
+// exact at close) and the RTT inflation of its send transfers (srtt /
+// min_rtt at their end).
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "compare/compare_metric.h"
 #include "compare/flow_sketch.h"
 #include "control/sequential_test.h"
 
@@ -28,6 +34,9 @@ constexpr int kObjectiveCount = 2;
 const char* objective_name(Objective o);
 // Lower is better for completion time, higher for throughput.
 inline bool lower_is_better(Objective o) { return o == Objective::kFct; }
+// The metric an objective is judged by, per transfer: its population, its
+// value and its unit (fct in µs, throughput in bit/s).
+CompareMetric metric_of(Objective o);
 
 class ArmEvidence {
  public:
@@ -38,23 +47,26 @@ class ArmEvidence {
   void add_flow(const FlowRecord& f);
   void merge(const ArmEvidence& o);
 
-  const LogMoments& objective(Objective o) const { return o == Objective::kFct ? fct_ : throughput_; }
-  const FlowSketch& sketch(Objective o) const { return o == Objective::kFct ? fct_sketch_ : throughput_sketch_; }
+  // In metric_unit(metric_of(o)).
+  const LogMoments& objective(Objective o) const { return objective_[static_cast<int>(o)]; }
+  const FlowSketch& sketch(Objective o) const { return sketch_[static_cast<int>(o)]; }
   const LogMoments& rtt_inflation() const { return inflation_; }
   const Proportion& retrans() const { return retrans_; }
   uint64_t transfers() const { return transfers_; }
 
   nlohmann::json to_json() const;
-  // False (and `out` untouched) on anything malformed.
-  static bool from_json(const nlohmann::json& j, ArmEvidence* out);
+  // False (and `out` untouched) on anything malformed. `state_version` is
+  // the saved state's: version 1 kept fct in seconds and throughput in
+  // bytes/s; its moments are moved to the metrics' units and its sketches,
+  // whose fct values were clamped at the span's low end, are dropped.
+  static bool from_json(const nlohmann::json& j, int state_version, ArmEvidence* out);
 
  private:
-  uint64_t transfers_ = 0;  // send transfers, of any size
-  LogMoments fct_;          // seconds
-  LogMoments throughput_;   // bytes per second
-  LogMoments inflation_;    // srtt / min_rtt
-  Proportion retrans_;      // retransmitted segments of segments sent
-  FlowSketch fct_sketch_, throughput_sketch_;
+  uint64_t transfers_ = 0;                          // send transfers, of any size
+  std::array<LogMoments, kObjectiveCount> objective_;  // per Objective, in its metric's unit
+  std::array<FlowSketch, kObjectiveCount> sketch_;     // the same values, for medians
+  LogMoments inflation_;                             // srtt / min_rtt
+  Proportion retrans_;                               // retransmitted segments of segments sent
 };
 
 }  // namespace tcpscope

@@ -18,7 +18,9 @@ namespace {
 // The mixing scale of the sequential tests, in log units: most power for
 // changes around 10 %, the size of the effects the CDN study acted on.
 constexpr double kMixingScale = 0.1;
-constexpr int kStateVersion = 1;
+// Version 2: the evidence in its metrics' units (fct µs, throughput bit/s);
+// version 1 states are read and converted (ArmEvidence::from_json).
+constexpr int kStateVersion = 2;
 // ASNs followed while pooled, per allowed ASN cohort (their evidence decides
 // which are promoted); the smallest are dropped beyond that.
 constexpr size_t kCandidatesPerCohort = 4;
@@ -278,9 +280,10 @@ nlohmann::json arm_json(const ArmEvidence& a) {
   j["transfers"] = a.transfers();
   j["n_fct"] = a.objective(Objective::kFct).n;
   j["n_throughput"] = a.objective(Objective::kThroughput).n;
-  if (!a.sketch(Objective::kFct).empty()) j["fct_p50_ms"] = a.sketch(Objective::kFct).quantile(0.5) * 1e3;
+  // The sketches hold the metrics' units: fct µs (shown in ms), throughput bit/s.
+  if (!a.sketch(Objective::kFct).empty()) j["fct_p50_ms"] = a.sketch(Objective::kFct).quantile(0.5) / 1e3;
   if (!a.sketch(Objective::kThroughput).empty())
-    j["throughput_p50_bps"] = a.sketch(Objective::kThroughput).quantile(0.5) * 8;
+    j["throughput_p50_bps"] = a.sketch(Objective::kThroughput).quantile(0.5);
   if (a.retrans().trials > 0) j["retrans_share"] = a.retrans().share();
   if (a.rtt_inflation().n) j["rtt_inflation"] = std::exp(a.rtt_inflation().mean);
   return j;
@@ -640,11 +643,11 @@ nlohmann::json cohort_state(const Cohort& c) {
   return j;
 }
 
-bool evidence_from(const nlohmann::json& j, size_t k, std::vector<ArmEvidence>* out) {
+bool evidence_from(const nlohmann::json& j, size_t k, int state_version, std::vector<ArmEvidence>* out) {
   if (!j.is_array() || j.size() != k) return false;
   std::vector<ArmEvidence> ev(k);
   for (size_t a = 0; a < k; ++a)
-    if (!ArmEvidence::from_json(j[a], &ev[a])) return false;
+    if (!ArmEvidence::from_json(j[a], state_version, &ev[a])) return false;
   *out = std::move(ev);
   return true;
 }
@@ -685,10 +688,12 @@ bool CcController::restore(const nlohmann::json& doc, std::string* error) {
   };
   std::vector<Parsed> parsed;
   try {
-    if (!doc.is_object() || doc.at("version") != kStateVersion) {
-      *error = "not a version " + std::to_string(kStateVersion) + " controller state";
+    if (!doc.is_object() || !doc.at("version").is_number_integer() || doc.at("version") < 1 ||
+        doc.at("version") > kStateVersion) {
+      *error = "not a version 1 to " + std::to_string(kStateVersion) + " controller state";
       return false;
     }
+    const int version = doc.at("version").get<int>();
     for (const auto& [name, rj] : doc.at("rules").items()) {
       auto it = by_name_.find(name);
       if (it == by_name_.end()) continue;  // no longer a controller rule
@@ -726,7 +731,7 @@ bool CcController::restore(const nlohmann::json& doc, std::string* error) {
         c.decision = cj.at("decision");
         c.last_test = cj.value("last_test", nlohmann::json());
         if (cj.contains("decided_at_s")) c.decided_at_s = cj.at("decided_at_s").get<double>();
-        if (!evidence_from(cj.at("evidence"), k, &c.evidence)) {
+        if (!evidence_from(cj.at("evidence"), k, version, &c.evidence)) {
           *error = "cohort " + c.label + ": malformed evidence";
           return false;
         }
@@ -745,7 +750,7 @@ bool CcController::restore(const nlohmann::json& doc, std::string* error) {
       }
       for (const auto& [asn, ej] : rj.at("candidates").items()) {
         std::vector<ArmEvidence> ev;
-        if (!evidence_from(ej, k, &ev)) {
+        if (!evidence_from(ej, k, version, &ev)) {
           *error = "candidate ASN " + asn + ": malformed evidence";
           return false;
         }

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -145,6 +146,82 @@ TEST(CcController, CountsOnlyItsOwnRulesSendTransfers) {
   c.observe(transfer("bbr", 0, "client", 1000, 0.1));
   c.step(100);
   EXPECT_EQ((*cohort(status(c), "client"))["evidence"]["arms"]["bbr"]["n_fct"], 1);
+}
+
+// The medians /api/v1/controller reports come out of the evidence's sketches
+// (1 % relative accuracy) in the metrics' units: known transfers, known
+// medians. fct was once added in seconds to a µs sketch (values below 1 s
+// clamped), which read 35.8 ms for a 33.7 ms median.
+TEST(CcController, ReportsTheMediansOfTheTransfersItWasFed) {
+  CcController c(std::make_shared<prometheus::Registry>(), nullptr);
+  c.configure(controller_config(CohortKind::kPeerClass, {"bbr", "cubic"}, 1000));
+  std::mt19937_64 rng(11);
+  std::lognormal_distribution<double> fct_s(std::log(0.0337), 0.3), rate_bytes(std::log(5e6), 0.4);
+  std::vector<double> fct_ms, rate_bps;
+  for (int i = 0; i < 601; ++i) {
+    const TransferRecord small = transfer("bbr", 0, "client", 60'000, fct_s(rng));
+    fct_ms.push_back(static_cast<double>(small.xfer_us) / 1e3);
+    c.observe(small);
+    const TransferRecord large = transfer("bbr", 0, "client", kLarge, kLarge / rate_bytes(rng));
+    rate_bps.push_back(8.0 * kLarge / (static_cast<double>(large.xfer_us) / 1e6));
+    c.observe(large);
+  }
+  c.step(100);
+  const auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  const nlohmann::json arm = (*cohort(status(c), "client"))["evidence"]["arms"]["bbr"];
+  const double want_fct = median(fct_ms), want_rate = median(rate_bps);
+  EXPECT_NEAR(arm["fct_p50_ms"].get<double>(), want_fct, 0.01 * want_fct) << arm.dump();
+  EXPECT_NEAR(arm["throughput_p50_bps"].get<double>(), want_rate, 0.01 * want_rate) << arm.dump();
+}
+
+// A state saved by a version that kept fct in seconds and throughput in
+// bytes/s is read in the metrics' units: the same cohort, the same log-scale
+// evidence shifted by the unit, and it still decides the same way.
+TEST(CcController, AVersion1StateIsReadInTheMetricsUnits) {
+  CcController a(std::make_shared<prometheus::Registry>(), nullptr);
+  const Config cfg = controller_config(CohortKind::kPeerClass);
+  a.configure(cfg);
+  std::mt19937_64 rng(6);
+  feed_large(&a, &rng, "bbr", 0, "client", 40, 300);
+  feed_large(&a, &rng, "cubic", 0, "client", 20, 300);
+  a.step(10);
+  nlohmann::json v1 = a.save();
+  ASSERT_EQ(v1["version"], 2);
+  v1["version"] = 1;
+  for (auto& rule : v1["rules"]) {
+    for (auto& cohort_json : rule["cohorts"]) {
+      for (auto& ev : cohort_json["evidence"]) {
+        for (const char* key : {"fct", "throughput"}) {
+          auto& m = ev[key];
+          if (m["n"].get<uint64_t>()) m["mean"] = m["mean"].get<double>() - std::log(key[0] == 'f' ? 1e6 : 8.0);
+        }
+      }
+    }
+  }
+  CcController b(std::make_shared<prometheus::Registry>(), nullptr);
+  b.configure(cfg);
+  std::string error;
+  ASSERT_TRUE(b.restore(v1, &error)) << error;
+  const nlohmann::json restored = b.save();
+  ASSERT_EQ(restored["rules"]["auto"]["cohorts"].size(), 1u);
+  const nlohmann::json saved = a.save();
+  const auto& want = saved["rules"]["auto"]["cohorts"][0]["evidence"];
+  const auto& got = restored["rules"]["auto"]["cohorts"][0]["evidence"];
+  for (size_t arm = 0; arm < 2; ++arm) {
+    EXPECT_NEAR(got[arm]["throughput"]["mean"].get<double>(), want[arm]["throughput"]["mean"].get<double>(), 1e-9);
+    EXPECT_EQ(got[arm]["throughput"]["n"], want[arm]["throughput"]["n"]);
+  }
+  b.step(20);
+  a.step(20);
+  EXPECT_EQ((*cohort(status(b), "client"))["state"], (*cohort(status(a), "client"))["state"]);
+  v1["version"] = 3;
+  CcController d(std::make_shared<prometheus::Registry>(), nullptr);
+  d.configure(cfg);
+  EXPECT_FALSE(d.restore(v1, &error));
+  EXPECT_NE(error.find("version"), std::string::npos) << error;
 }
 
 TEST(CcController, AnAsnWithEnoughTransfersGetsItsOwnCohort) {
