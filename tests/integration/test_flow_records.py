@@ -498,3 +498,66 @@ def test_an_idle_kept_alive_connections_finished_transfers_come_before_its_close
     finally:
         rc = d.stop()
     assert rc == 0, d.stderr_text()
+
+
+# One kept-alive connection, request after request: 100 bytes up, a response
+# of argv[4]'s sizes in turn down.
+REQUESTS_PEER = """
+import socket, sys
+role, addr, port, sizes, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+sizes = [int(s) for s in sizes.split(",")]
+def read(s, n):
+    while n > 0:
+        b = s.recv(min(n, 1 << 20))
+        if not b: raise SystemExit("peer closed early")
+        n -= len(b)
+if role == "server":
+    ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((addr, port)); ls.listen(1); open(sys.argv[6], "w").close()
+    ls.settimeout(20); c, _ = ls.accept(); c.settimeout(20)
+    for i in range(count):
+        read(c, 100)
+        c.sendall(b"r" * sizes[i % len(sizes)])
+    read(c, 0); c.close()
+else:
+    c = socket.create_connection((addr, port), timeout=20)
+    for i in range(count):
+        c.sendall(b"q" * 100)
+        read(c, sizes[i % len(sizes)])
+    c.close()
+"""
+
+
+def test_no_time_counter_of_a_transfer_exceeds_the_transfer(net, tmp_path):
+    """busy_us, rwnd_limited_us and sndbuf_limited_us are the kernel's time
+    counters, which tick in jiffies: on a path with no delay a 3 MB response
+    takes a few ms and was charged whole ticks beyond its own duration
+    (xfer_us 2081 with busy_us 4000). Each is at most xfer_us."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to load BPF programs")
+    d = Daemon(tmp_path)
+    count, sizes = 80, "3000000,20000,1000,300000"
+    try:
+        ready = tmp_path / "server.ready"
+        server = net.spawn(net.srv, "python3", "-c", REQUESTS_PEER, "server", net.srv_v4, "8091", sizes, str(count),
+                           str(ready))
+        wait_for(ready.exists, 10, what="server start")
+        client = net.spawn(net.cli, "python3", "-c", REQUESTS_PEER, "client", net.srv_v4, "8091", sizes, str(count))
+        assert client.wait(timeout=60) == 0 and server.wait(timeout=10) == 0
+        d.wait_records(net, 2)
+
+        def sends():
+            ids = set(net.netns_ids.values())
+            return [t for t in d.all_transfers() if t["netns"] in ids and t["direction"] == "send"
+                    and t["flow_start_ns"] >= net.created_ns and t["dir"] == "passive"]
+        wait_for(lambda: len(sends()) >= count, 10, what=f"{count} send transfers of the server")
+        ts = sends()
+        over = [t for t in ts for k in ("busy_us", "rwnd_limited_us", "sndbuf_limited_us") if t[k] > t["xfer_us"]]
+        print(f"\n{len(ts)} send transfers, xfer_us {min(t['xfer_us'] for t in ts)}.."
+              f"{max(t['xfer_us'] for t in ts)}, busy_us {min(t['busy_us'] for t in ts)}.."
+              f"{max(t['busy_us'] for t in ts)}, {sum(t['busy_us'] == t['xfer_us'] for t in ts)} at xfer_us", end="")
+        assert not over, [(t["xfer_us"], t["busy_us"], t["rwnd_limited_us"], t["sndbuf_limited_us"]) for t in over][:10]
+        assert sum(t["bytes"] for t in ts) == sum(int(s) for s in sizes.split(",")) * count // 4
+    finally:
+        rc = d.stop()
+    assert rc == 0, d.stderr_text()
