@@ -587,7 +587,9 @@ KAFKA_FROM_TOPIC_START = "<kafka><auto_offset_reset>smallest</auto_offset_reset>
 class ClickHouseHttp:
     """A client of ClickHouse's HTTP interface at `http_url`: what the tests
     send to any ClickHouse, the server (ClickHouseServer) or the current
-    engine behind its HTTP front (chdb_front.ChdbClickHouse)."""
+    engine behind its HTTP front (chdb_front.ChdbClickHouse), as `user`."""
+
+    user, password = "default", ""
 
     @property
     def http_url(self) -> str:  # pragma: no cover - overridden
@@ -604,7 +606,8 @@ class ClickHouseHttp:
         else:
             url = self.http_url + "?" + urllib.parse.urlencode({"query": sql, **settings})
             body = data
-        req = urllib.request.Request(url, data=body, method="POST")
+        auth = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+        req = urllib.request.Request(url, data=body, method="POST", headers={"Authorization": f"Basic {auth}"})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
                 return r.read().decode()
