@@ -14,7 +14,7 @@ PACKAGES=(
   prometheus-cpp-dev libyaml-cpp-dev libmaxminddb-dev nlohmann-json3-dev librdkafka-dev
   libgtest-dev libbenchmark-dev
   libclang-rt-14-dev  # clang's sanitizer and libFuzzer runtimes (tests/sanitize.sh, tests/fuzz/run.sh)
-  iproute2 nftables procps curl python3 python3-pytest
+  iproute2 nftables procps curl python3 python3-pytest python3-pip
   tcpdump  # tests/lab: when each SYN reached the server (ground truth for passive starts)
   libmaxmind-db-writer-perl prometheus
   dpkg-dev lintian man-db systemd systemd-container strace adduser logrotate
@@ -48,6 +48,20 @@ python_with_pytest() {
   if python3 -c 'import pytest' 2>/dev/null; then echo python3; else echo /usr/bin/python3; fi
 }
 
+# chdb-core: ClickHouse's current engine in-process, for the tests of the shipped SQL and
+# compare --clickhouse on it (tests/fleet/chdb_front.py); Debian's own server is 18.16. pip puts it
+# with --target into the build dir, where the tests look: Debian's python3 is externally managed and
+# the test interpreter may be either python3, and both read its abi3 wheel from one dir.
+# --no-deps: its pandas and pyarrow serve only DataFrame and Arrow results, which the tests never ask.
+CHDB_CORE_VERSION=26.9.0
+install_python_test_deps() {
+  local py=$1 dir=$BUILD_DIR/python
+  PYTHONPATH=$dir "$py" -c "import chdb, sys; sys.exit(chdb.__version__ != '$CHDB_CORE_VERSION')" 2>/dev/null && return
+  echo "dev.sh: installing chdb-core==$CHDB_CORE_VERSION into $dir"
+  "$py" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps --upgrade \
+    --target "$dir" "chdb-core==$CHDB_CORE_VERSION"
+}
+
 # A fresh Debian machine has no sudo: name the way in that this machine has.
 if [[ $EUID -ne 0 ]]; then
   if command -v sudo >/dev/null 2>&1; then how="sudo $0 $*"; else how="su -c '$0 $*' (this machine has no sudo)"; fi
@@ -75,6 +89,7 @@ case "$cmd" in
     echo "== fuzz targets, a short bounded run each (build-fuzz/)"
     tests/fuzz/run.sh
     echo "== integration tests (real BPF programs, real traffic in network namespaces)"
+    install_python_test_deps "$(python_with_pytest)"
     TCPSCOPE_BUILD="$(pwd)/$BUILD_DIR" "$(python_with_pytest)" -m pytest tests/integration tests/fleet tests/package tests/lab -v -p no:cacheprovider "$@"
     ;;
   *)

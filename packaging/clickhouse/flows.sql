@@ -21,15 +21,19 @@
 --   <kafka><auto_offset_reset>smallest</auto_offset_reset></kafka>
 -- and it writes a block once it holds max_block_size rows (65536) or the topic goes quiet, so
 -- at a few records per second rows appear minutes late; a smaller max_block_size in the
--- profile of the server's default user bounds that. Current ClickHouse starts at the
--- beginning and flushes every stream_flush_interval_ms (7.5 s).
+-- profile of the server's default user bounds that. Current ClickHouse, as its documentation
+-- says (its Kafka engine is not tested here), starts at the beginning and flushes every
+-- stream_flush_interval_ms (7.5 s).
 --
 -- Retention: ClickHouse 19.6 and later: apply ttl.sql (30 days) after this file. ClickHouse 18.16
 -- (Debian 12's) has no TTL: drop old days instead, e.g.
 --   ALTER TABLE tcpscope.flows DROP PARTITION '2026-10-01'
 --
--- Runs on ClickHouse 18.16 and on current ClickHouse (24.x, 25.x): the Kafka engine takes its
--- four positional arguments only (later positions differ between versions), no TTL, no
+-- Tested on ClickHouse 18.16 (Debian 12's server, fed by a real Kafka broker) and on ClickHouse
+-- 26.9 (chdb-core's engine, the Kafka table's engine swapped for Null and the rows inserted as
+-- JSONEachRow): the tables, the view, the reading of tcpscope's lines and compare --clickhouse on
+-- both, the Kafka engine itself on 18.16 only. What keeps the file to both: the Kafka engine takes
+-- its four positional arguments only (later positions differ between versions), no TTL, no
 -- LowCardinality, no Nullable column in the sorting key.
 --
 -- Types keep every value exact: UInt64 for counters, rates, byte counts and the kernel's
@@ -46,10 +50,11 @@
 -- Kafka table subscribes and unsubscribes its consumer, so two tables in one group keep it
 -- rebalancing and one of them may read nothing.
 --
--- JSONEachRow rejects keys a table has no column for (by default): before running a tcpscope
--- that writes more keys, add their columns (ALTER TABLE ... ADD COLUMN on the Kafka table, the
--- MergeTree table, and the view recreated), or on current ClickHouse give the Kafka table
--- SETTINGS input_format_skip_unknown_fields = 1.
+-- On 18.16 JSONEachRow rejects keys a table has no column for: before running a tcpscope that
+-- writes more keys, add their columns (ALTER TABLE ... ADD COLUMN on the Kafka table, the
+-- MergeTree table, and the view recreated). 26.9 skips such keys by default
+-- (input_format_skip_unknown_fields = 1) and keeps the rest of the line; add the columns there
+-- too to keep the new values.
 
 CREATE DATABASE IF NOT EXISTS tcpscope;
 

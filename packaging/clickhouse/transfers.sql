@@ -22,15 +22,16 @@
 --   <kafka><auto_offset_reset>smallest</auto_offset_reset></kafka>
 -- and it writes a block once it holds max_block_size rows (65536) or the topic goes quiet, so
 -- at a few records per second rows appear minutes late; a smaller max_block_size in the
--- profile of the server's default user bounds that. Current ClickHouse starts at the
--- beginning and flushes every stream_flush_interval_ms (7.5 s).
+-- profile of the server's default user bounds that. Current ClickHouse, as its documentation
+-- says (its Kafka engine is not tested here), starts at the beginning and flushes every
+-- stream_flush_interval_ms (7.5 s).
 --
 -- Retention: ClickHouse 19.6 and later: apply ttl.sql (30 days) after this file. ClickHouse 18.16
 -- (Debian 12's) has no TTL: drop old days instead, e.g.
 --   ALTER TABLE tcpscope.transfers DROP PARTITION '2026-10-01'
 --
--- Runs on ClickHouse 18.16 and on current ClickHouse (24.x, 25.x): see flows.sql for the
--- syntax kept to, the choice of types and why the consumer group is not flows.sql's. Here: Int64 for flow_start_ns, start_ns, end_ns and
+-- Tested on ClickHouse 18.16 and 26.9 as flows.sql is: see flows.sql for what is tested where,
+-- the syntax kept to, the choice of types and why the consumer group is not flows.sql's. Here: Int64 for flow_start_ns, start_ns, end_ns and
 -- xfer_us (signed 64-bit in tcpscope), Nullable(Int64) for wait_us (null when no data came the
 -- other way first), UInt64 for the counters and the kernel's µs counters.
 -- The partition and sorting keys use the transfer's own start_ns; flow_start_ns joins a

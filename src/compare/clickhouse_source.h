@@ -10,9 +10,9 @@
 // counts equal `--flows` on the same records exactly and the quantiles agree
 // within the sketches' 1 %.
 //
-// The SQL keeps to what ClickHouse has had since 2018 (18.16, Debian 12's,
-// is the oldest the tests run against): no window functions, no Bool type,
-// no new-analyzer-only syntax.
+// The SQL keeps to what ClickHouse has had since 2018: no window functions,
+// no Bool type, no new-analyzer-only syntax. The tests run it on 18.16
+// (Debian 12's server) and on 26.9 (chdb-core's engine).
 #pragma once
 
 #include <cstdint>

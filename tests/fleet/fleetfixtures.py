@@ -7,24 +7,29 @@ module name would clash with tests/integration's, whose tests import theirs.
   clickhouse          one clickhouse-server for the session (ClickHouseServer)
   prometheus_factory  call it with scrape targets to get a started PrometheusServer;
                       every one started is stopped when the test ends
+  clickhouse_current  ClickHouse's current engine (chdb-core) behind an HTTP front, for one
+                      test (chdb_front.ChdbClickHouse; user "reader", a password of its own)
 
 Session-scoped servers are shared: a test makes its own topics, consumer groups
 and databases (servers.unique_name() helps) rather than assuming an empty server, and a
 test that stops kafka_broker starts it again before it ends.
 
 A server that cannot start fails the test with what is missing (the Debian
-package scripts/dev.sh installs, or mvn's error for Kafka's jars). With
+package scripts/dev.sh installs, mvn's error for Kafka's jars, or the pip install of
+chdb-core that scripts/dev.sh test makes). With
 TCPSCOPE_FLEET_SKIP_UNAVAILABLE=1 it skips instead, for a machine that cannot
 have them.
 """
 import os
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from servers import KAFKA_FROM_TOPIC_START, ClickHouseServer, KafkaBroker, PrometheusServer, ServerError  # noqa: E402
+from chdb_front import ChdbClickHouse  # noqa: E402
 
 
 def _unavailable(what: str, e: Exception):
@@ -55,6 +60,15 @@ def kafka_broker():
 @pytest.fixture(scope="session")
 def clickhouse():
     server = _session_server(lambda: ClickHouseServer(extra_config=KAFKA_FROM_TOPIC_START), "ClickHouse")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def clickhouse_current():
+    server = _session_server(lambda: ChdbClickHouse(user="reader", password=uuid.uuid4().hex), "ClickHouse (chdb-core)")
     try:
         yield server
     finally:

@@ -584,7 +584,50 @@ _CH_USERS = """\
 KAFKA_FROM_TOPIC_START = "<kafka><auto_offset_reset>smallest</auto_offset_reset></kafka>"
 
 
-class ClickHouseServer(_Server):
+class ClickHouseHttp:
+    """A client of ClickHouse's HTTP interface at `http_url`: what the tests
+    send to any ClickHouse, the server (ClickHouseServer) or the current
+    engine behind its HTTP front (chdb_front.ChdbClickHouse), as `user`."""
+
+    user, password = "default", ""
+
+    @property
+    def http_url(self) -> str:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def query(self, sql: str, data: bytes | None = None, timeout: float = 60, **settings) -> str:
+        """Runs one statement over HTTP and returns the response body. With `data`,
+        `sql` is an INSERT ... FORMAT ... and `data` its rows. Raises ServerError
+        with ClickHouse's message on an error."""
+        if data is None:
+            url, body = self.http_url, sql.encode()
+            if settings:
+                url += "?" + urllib.parse.urlencode(settings)
+        else:
+            url = self.http_url + "?" + urllib.parse.urlencode({"query": sql, **settings})
+            body = data
+        auth = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+        req = urllib.request.Request(url, data=body, method="POST", headers={"Authorization": f"Basic {auth}"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.read().decode()
+        except urllib.error.HTTPError as e:
+            raise ServerError(f"ClickHouse: {e.read().decode(errors='replace').strip()}\n--- query:\n{sql[:2000]}") from None
+
+    def query_json(self, sql: str, **settings) -> list[dict]:
+        """Rows of a SELECT as dicts (FORMAT JSONEachRow appended)."""
+        out = self.query(sql.rstrip().rstrip(";") + " FORMAT JSONEachRow", **settings)
+        return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+    def execute_script(self, sql: str) -> None:
+        """Runs a multi-statement file (as clickhouse-client --multiquery would) over
+        HTTP, one statement at a time. Comments are dropped; statements are cut at
+        ';' outside quotes."""
+        for stmt in split_sql(sql):
+            self.query(stmt)
+
+
+class ClickHouseServer(ClickHouseHttp, _Server):
     """clickhouse-server in the foreground with its own config.xml and users.xml
     (user default, no password, 127.0.0.1 only), data and logs in its temp dir.
 
@@ -637,36 +680,6 @@ class ClickHouseServer(_Server):
         except ServerError as e:
             raise ServerError(f"{e}\n--- {self.stdout_log}:\n{tail(self.stdout_log, 20)}") from None
         self.start_seconds = time.monotonic() - t0
-
-    def query(self, sql: str, data: bytes | None = None, timeout: float = 60, **settings) -> str:
-        """Runs one statement over HTTP and returns the response body. With `data`,
-        `sql` is an INSERT ... FORMAT ... and `data` its rows. Raises ServerError
-        with ClickHouse's message on an error."""
-        if data is None:
-            url, body = self.http_url, sql.encode()
-            if settings:
-                url += "?" + urllib.parse.urlencode(settings)
-        else:
-            url = self.http_url + "?" + urllib.parse.urlencode({"query": sql, **settings})
-            body = data
-        req = urllib.request.Request(url, data=body, method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                return r.read().decode()
-        except urllib.error.HTTPError as e:
-            raise ServerError(f"ClickHouse: {e.read().decode(errors='replace').strip()}\n--- query:\n{sql[:2000]}") from None
-
-    def query_json(self, sql: str, **settings) -> list[dict]:
-        """Rows of a SELECT as dicts (FORMAT JSONEachRow appended)."""
-        out = self.query(sql.rstrip().rstrip(";") + " FORMAT JSONEachRow", **settings)
-        return [json.loads(line) for line in out.splitlines() if line.strip()]
-
-    def execute_script(self, sql: str) -> None:
-        """Runs a multi-statement file (as clickhouse-client --multiquery would) over
-        HTTP, one statement at a time. Comments are dropped; statements are cut at
-        ';' outside quotes."""
-        for stmt in split_sql(sql):
-            self.query(stmt)
 
 
 def split_sql(sql: str) -> list[str]:

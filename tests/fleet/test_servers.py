@@ -1,11 +1,16 @@
 """The fixtures' own promises: Kafka keeps its port, topics and messages across
-stop() and start(); Prometheus scrapes what it is given."""
+stop() and start(); Prometheus scrapes what it is given; the current engine's
+HTTP front answers as ClickHouse's server."""
+import base64
 import http.server
 import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 
 from servers import free_port, port_open, unique_name
-from fleetfixtures import kafka_broker, prometheus_factory  # noqa: F401
+from fleetfixtures import clickhouse_current, kafka_broker, prometheus_factory  # noqa: F401
 
 
 def test_kafka_restart_keeps_port_topics_and_messages(kafka_broker):
@@ -55,3 +60,47 @@ def test_prometheus_scrapes_a_target(prometheus_factory):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_chdb_front_speaks_clickhouse_http(clickhouse_current):
+    """The HTTP front answers as ClickHouse's server does for what its docstring
+    lists, and passes the query through to the current engine."""
+    ch = clickhouse_current
+    assert int(ch.engine_version.split(".")[0]) >= 24, ch.engine_version
+
+    def call(params=None, body=None, headers=None, auth=(ch.user, ch.password)):
+        url = ch.http_url + ("?" + urllib.parse.urlencode(params) if params else "")
+        h = dict(headers or {})
+        if auth:
+            h["Authorization"] = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        req = urllib.request.Request(url, data=body, headers=h, method="POST" if body is not None else "GET")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.read().decode(), r.headers
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(), e.headers
+
+    assert call(auth=None)[:2] == (200, "Ok.\n")
+    assert call({"query": "SELECT version()"})[:2] == (200, ch.engine_version + "\n")
+    ch.query("CREATE DATABASE fronttest")
+    ch.query("CREATE TABLE fronttest.t (a UInt64, s Nullable(String)) ENGINE = MergeTree ORDER BY a")
+    # An INSERT's rows in the body after the query; the whole query in the body.
+    assert call({"query": "INSERT INTO fronttest.t FORMAT JSONEachRow"},
+                b'{"a":18446744073709551615,"s":null}\n{"a":1,"s":"x"}\n')[0] == 200
+    assert call(body=b"SELECT a, s FROM fronttest.t ORDER BY a")[:2] == (200, "1\tx\n18446744073709551615\t\\N\n")
+    # database= and default_format=; a FORMAT in the query wins.
+    status, out, _ = call({"query": "SELECT count() AS n FROM t", "database": "fronttest", "default_format": "JSONEachRow"})
+    assert (status, out) == (200, '{"n":2}\n')
+    assert call({"query": "SELECT currentDatabase() FORMAT CSV", "default_format": "JSON"})[1] == '"default"\n'
+    assert call({"query": "SELECT 1", "user": ch.user, "password": ch.password}, auth=None)[:2] == (200, "1\n")
+    assert call({"query": "SELECT 1"}, headers={"X-ClickHouse-User": ch.user, "X-ClickHouse-Key": ch.password},
+                auth=None)[:2] == (200, "1\n")
+    # Errors: the engine's text, its code, the server's status for it.
+    status, out, headers = call({"query": "SELECT 1"}, auth=(ch.user, "wrong"))
+    assert status == 403 and "AUTHENTICATION_FAILED" in out and headers["X-ClickHouse-Exception-Code"] == "516"
+    status, out, headers = call({"query": "SELECT * FROM fronttest.nosuch"})
+    assert status == 404 and out.startswith("Code: 60. DB::Exception:") and headers["X-ClickHouse-Exception-Code"] == "60"
+    status, out, _ = call({"query": "SELEC 1"})
+    assert status == 400 and out.startswith("Code: 62.")
+    status, out, _ = call({"query": "SELECT 1", "max_threads": "1"})
+    assert status == 404 and "max_threads" in out and "UNKNOWN_SETTING" in out

@@ -96,41 +96,22 @@ def lab(net, tmp_path, kafka, clickhouse):
         assert d.stop() == 0, d.stderr_text()
 
 
-def test_clickhouse_compare_equals_the_flow_log(lab, net, tmp_path, clickhouse):
-    daemon, sources = lab
-    n_conn = run_traffic(net, tmp_path, sources)
-    lab_flows = lambda: [r for r in daemon.all_records() if r["peer_class"] == "lab" and r["start_ns"] >= net.created_ns]
-    wait_for(lambda: len(lab_flows()) >= 2 * n_conn, 30, what=f"{2 * n_conn} lab flow records")
-    lab_transfers = [t for t in daemon.all_transfers() if t["peer_class"] == "lab"]
+# What compare --clickhouse is checked on: metric, unit, grouping.
+COMPARED = (("fct", "flow", "asn"), ("throughput", "flow", "asn"), ("fct", "transfer", "asn"),
+            ("throughput", "transfer", "cc"), ("rtt", "flow", "peer_class"), ("retrans", "flow", "asn"),
+            ("fct", "flow", "size_class"))
 
-    def in_clickhouse(table):
-        return int(clickhouse.query(f"SELECT count() FROM tcpscope.{table} WHERE peer_class = 'lab'").strip())
 
-    # ClickHouse's Kafka engine flushes a block every few seconds.
-    wait_for(lambda: in_clickhouse("flows") >= 2 * n_conn and in_clickhouse("transfers") >= len(lab_transfers),
-             120, what=lambda: f"the lab records in ClickHouse: flows {in_clickhouse('flows')} of {2 * n_conn}, "
-                               f"transfers {in_clickhouse('transfers')} of {len(lab_transfers)}")
-    time.sleep(1)
-    assert in_clickhouse("flows") == 2 * n_conn
-    assert in_clickhouse("transfers") == len(lab_transfers)
-    # Every value arrived exactly as the flow log has it.
-    row = lab_flows()[0]
-    got = json.loads(clickhouse.query(
-        "SELECT * FROM tcpscope.flows WHERE start_ns = {start_ns} AND lport = {lport} AND rport = {rport} "
-        "FORMAT JSONEachRow".format(**row), output_format_json_quote_64bit_integers=0))
-    for k, v in row.items():
-        want = int(v) if isinstance(v, bool) else v
-        assert got[k] == want, (k, got[k], want)
-
-    sel = ["--a", "cc=cubic,peer_class=lab", "--b", "cc=bbr,peer_class=lab"]
-    for metric, unit, by in (("fct", "flow", "asn"), ("throughput", "flow", "asn"), ("fct", "transfer", "asn"),
-                             ("throughput", "transfer", "cc"), ("rtt", "flow", "peer_class"),
-                             ("retrans", "flow", "asn"), ("fct", "flow", "size_class")):
+def assert_clickhouse_agrees_with_flow_log(url, flow_log, sel):
+    """compare --clickhouse URL against compare --flows LOG of the same records,
+    arms `sel`, for each of COMPARED: the same groups, the same counts in each,
+    every p50/p90/p99 within the sketches' relative accuracy."""
+    for metric, unit, by in COMPARED:
         args = ["--metric", metric, "--unit", unit, "--by", by, *sel, "--json"]
-        r = tcpscope("compare", "--flows", str(daemon.flow_log), *args)
+        r = tcpscope("compare", "--flows", str(flow_log), *args)
         assert r.returncode == 0, r.stderr
         exact = json.loads(r.stdout)
-        r = tcpscope("compare", "--clickhouse", clickhouse.http_url, *args)
+        r = tcpscope("compare", "--clickhouse", url, *args)
         assert r.returncode == 0, r.stderr
         fleet = json.loads(r.stdout)
         where = f"{metric} per {unit} by {by}"
@@ -151,6 +132,41 @@ def test_clickhouse_compare_equals_the_flow_log(lab, net, tmp_path, clickhouse):
                         assert y == x, f"{where} {k} {arm} {q}"
                     else:
                         assert abs(y - x) / x <= RELATIVE_ACCURACY + 1e-9, f"{where} {k} {arm} {q}: {x} vs {y}"
+
+
+def assert_stored_as_logged(ch, row, **settings):
+    """Every value of the flow record `row` is in tcpscope.flows exactly as
+    the flow log has it."""
+    got = json.loads(ch.query(
+        "SELECT * FROM tcpscope.flows WHERE start_ns = {start_ns} AND lport = {lport} AND rport = {rport} "
+        "FORMAT JSONEachRow".format(**row), **settings))
+    for k, v in row.items():
+        want = int(v) if isinstance(v, bool) else v
+        assert got[k] == want, (k, got[k], want)
+
+
+def test_clickhouse_compare_equals_the_flow_log(lab, net, tmp_path, clickhouse):
+    daemon, sources = lab
+    n_conn = run_traffic(net, tmp_path, sources)
+    lab_flows = lambda: [r for r in daemon.all_records() if r["peer_class"] == "lab" and r["start_ns"] >= net.created_ns]
+    wait_for(lambda: len(lab_flows()) >= 2 * n_conn, 30, what=f"{2 * n_conn} lab flow records")
+    lab_transfers = [t for t in daemon.all_transfers() if t["peer_class"] == "lab"]
+
+    def in_clickhouse(table):
+        return int(clickhouse.query(f"SELECT count() FROM tcpscope.{table} WHERE peer_class = 'lab'").strip())
+
+    # ClickHouse's Kafka engine flushes a block every few seconds.
+    wait_for(lambda: in_clickhouse("flows") >= 2 * n_conn and in_clickhouse("transfers") >= len(lab_transfers),
+             120, what=lambda: f"the lab records in ClickHouse: flows {in_clickhouse('flows')} of {2 * n_conn}, "
+                               f"transfers {in_clickhouse('transfers')} of {len(lab_transfers)}")
+    time.sleep(1)
+    assert in_clickhouse("flows") == 2 * n_conn
+    assert in_clickhouse("transfers") == len(lab_transfers)
+    # 64-bit integers as JSON numbers: 18.16 quotes them by default.
+    assert_stored_as_logged(clickhouse, lab_flows()[0], output_format_json_quote_64bit_integers=0)
+
+    sel = ["--a", "cc=cubic,peer_class=lab", "--b", "cc=bbr,peer_class=lab"]
+    assert_clickhouse_agrees_with_flow_log(clickhouse.http_url, daemon.flow_log, sel)
 
     # --where and a time range narrow both arms; nothing before the traffic.
     since = str(net.created_ns // 1_000_000_000 - 1)

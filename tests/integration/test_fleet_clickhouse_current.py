@@ -1,0 +1,94 @@
+"""packaging/clickhouse/*.sql and `compare --clickhouse` on current ClickHouse.
+
+The only ClickHouse server a registry here serves is Debian 12's 18.16, which
+test_fleet_export.py and tests/fleet/test_clickhouse_schema.py run with a real
+Kafka broker. Here the engine is chdb-core's (ClickHouse 26.x in-process,
+tests/fleet/chdb_front.py) behind an HTTP front that speaks ClickHouse's HTTP
+interface, and the records are a real flow log: test_compare's lab (the real
+daemon, two ASNs, CUBIC and BBR, flows and transfers).
+
+Each SQL file is applied as its header says, statement by statement, with one
+change: the Kafka table's engine is Null instead of Kafka (chdb's Kafka engine
+cannot be counted on). A materialized view fires on every INSERT into the table
+it selects from, whatever that table's engine, so the view and the MergeTree
+table are the shipped ones, and the log's lines go into the Kafka-named table
+the way the Kafka engine hands a message's rows on: JSONEachRow, with the input
+format settings the files leave at their defaults.
+"""
+import json
+import sys
+
+from conftest import ROOT, wait_for
+from test_compare import lab, run_traffic, tcpscope  # noqa: F401  (lab: the fixture)
+from test_fleet_export import assert_clickhouse_agrees_with_flow_log, assert_stored_as_logged
+
+sys.path.insert(0, str(ROOT / "tests" / "fleet"))
+from fleetfixtures import clickhouse_current  # noqa: E402,F401
+
+SQL_DIR = ROOT / "packaging" / "clickhouse"
+KINDS = {"flow": "flows", "transfer": "transfers"}
+
+
+def kafka_engine(name):
+    return f"ENGINE = Kafka('kafka-1:9092', 'tcpscope.{name}', 'tcpscope-clickhouse-{name}', 'JSONEachRow')"
+
+
+def apply_shipped_sql(ch):
+    for name in KINDS.values():
+        sql = (SQL_DIR / f"{name}.sql").read_text()
+        assert sql.count(kafka_engine(name)) == 1, f"{name}.sql: the Kafka table on its documented defaults"
+        sql = sql.replace(kafka_engine(name), "ENGINE = Null")
+        ch.execute_script(sql)
+        ch.execute_script(sql)  # again: IF NOT EXISTS everywhere
+    ch.execute_script((SQL_DIR / "ttl.sql").read_text())
+
+
+def complete_lines(path):
+    """The log's lines as they are now: the daemon may be writing the next."""
+    text = path.read_text()
+    return text[:text.rfind("\n") + 1].splitlines()
+
+
+def test_shipped_sql_and_compare_on_current_clickhouse(lab, net, tmp_path, clickhouse_current):  # noqa: F811
+    ch = clickhouse_current
+    print(f"chdb-core {ch.package_version}: ClickHouse {ch.engine_version}")
+    assert int(ch.engine_version.split(".")[0]) >= 24, ch.engine_version
+    apply_shipped_sql(ch)
+    for name in KINDS.values():
+        ddl = ch.query(f"SHOW CREATE TABLE tcpscope.{name} FORMAT TSVRaw")
+        assert "ORDER BY (peer_class, asn, cc, start_ns)" in ddl, ddl
+        assert "TTL toDateTime(intDiv(start_ns, 1000000000)) + toIntervalDay(30)" in ddl, ddl  # ttl.sql
+
+    daemon, sources = lab
+    n_conn = run_traffic(net, tmp_path, sources)
+    lab_flows = lambda: [r for r in daemon.all_records() if r["peer_class"] == "lab" and r["start_ns"] >= net.created_ns]
+    wait_for(lambda: len(lab_flows()) >= 2 * n_conn, 30, what=f"{2 * n_conn} lab flow records")
+
+    # Every line of the log, into the Kafka table of its kind; compare --flows
+    # reads the same lines.
+    log = tmp_path / "flows.snapshot.ndjson"
+    lines = complete_lines(daemon.flow_log)
+    log.write_text("".join(line + "\n" for line in lines))
+    by_kind = {kind: [line for line in lines if json.loads(line)["kind"] == kind] for kind in KINDS}
+    assert len(by_kind["flow"]) + len(by_kind["transfer"]) == len(lines)
+    for kind, name in KINDS.items():
+        ch.query(f"INSERT INTO tcpscope.{name}_kafka FORMAT JSONEachRow",
+                 data="".join(line + "\n" for line in by_kind[kind]).encode())
+        # The view moved every row; the Null table keeps none.
+        assert int(ch.query(f"SELECT count() FROM tcpscope.{name}")) == len(by_kind[kind]), name
+        assert int(ch.query(f"SELECT count() FROM tcpscope.{name}_kafka")) == 0, name
+    assert_stored_as_logged(ch, lab_flows()[0])
+
+    url = ch.http_url.replace("http://", f"http://{ch.user}:{ch.password}@")
+    sel = ["--a", "cc=cubic,peer_class=lab", "--b", "cc=bbr,peer_class=lab"]
+    assert_clickhouse_agrees_with_flow_log(url, log, sel)
+
+    # A key the tables have no column for (a newer tcpscope's): dropped, the line kept.
+    newer = by_kind["flow"][0][:-1] + ',"a_newer_key":1}\n'
+    ch.query("INSERT INTO tcpscope.flows_kafka FORMAT JSONEachRow", data=newer.encode())
+    assert int(ch.query("SELECT count() FROM tcpscope.flows")) == len(by_kind["flow"]) + 1
+
+    # A refused login is one line naming the server, and exit 1.
+    r = tcpscope("compare", "--clickhouse", ch.http_url.replace("http://", f"http://{ch.user}:wrong@"), *sel)
+    assert r.returncode == 1
+    assert r.stderr.count("\n") == 1 and "HTTP 403" in r.stderr and "AUTHENTICATION_FAILED" in r.stderr, r.stderr
