@@ -1,5 +1,6 @@
 """Kernel profiles (tests/kernel_profiles/): which tracepoints real kernels
-have, read from the BTF of Debian's kernel image packages.
+have, read from the BTF of Debian's kernel image packages, and the daemon run
+here as on those kernels by hiding exactly the tracepoints they lack.
 
 The profiles are re-derived from the packages (apt-get download from the
 Debian registry, cached in the build dir) and must match the committed files;
@@ -12,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import BUILD, ROOT, TCPSCOPE
+from conftest import BUILD, ROOT, TCPSCOPE, Daemon, wait_for
 
 sys.path.insert(0, str(ROOT / "tests" / "kernel_profiles"))
 import core_check  # noqa: E402
@@ -95,3 +96,58 @@ def test_core_check_finds_a_field_the_kernel_lacks(tmp_path):
     _, missing, _ = core_check.relocations(small, BUILD / "bpf" / "flow.bpf.o")
     hard = core_check.unguarded(missing)
     assert any(a == "struct tcp_sock.srtt_us" for _, _, a in hard), hard
+
+
+@pytest.fixture(params=PROFILES)
+def profile_daemon(request, tmp_path):
+    env = dict(os.environ, TCPSCOPE_TEST_MISSING_TRACEPOINTS=",".join(missing_of(request.param)))
+    d = Daemon(tmp_path, env=env)
+    try:
+        yield request.param, env, d
+    finally:
+        d.stop()
+
+
+def test_daemon_runs_as_on_the_profiles_kernel(profile_daemon, net, tmp_path):
+    """Started with exactly the profile's missing tracepoints hidden, the
+    daemon warns of each one it would have used, states what its records can
+    hold (as `tcpscope version` does under the same profile), and records
+    one flow per socket; with no send transfers, each socket's received data
+    is one receive transfer."""
+    name, env, d = profile_daemon
+    hidden_hooks = [tp for tp in missing_of(name) if tp in derive.hook_tracepoints()]
+    # Logged just after "running:", which is all Daemon() waits for.
+    err = wait_for(lambda: "kernel: congestion-state times" in d.stderr_text() and d.stderr_text(), 10,
+                   what="the capability lines")
+    warned = re.findall(r"warning: this kernel has no tracepoint (\w+)", err)
+    assert sorted(warned) == sorted(hidden_hooks), err
+
+    said = [l.split("tcpscope: kernel: ", 1)[1] for l in err.splitlines() if l.startswith("tcpscope: kernel: ")]
+    version = [l.strip() for l in version_lines(env)]
+    assert [l for l in version if l.split(":")[0] in ("transfers", "receive-side end", "congestion-state times")] == said
+    assert len(said) == 3, err
+    assert said[0].startswith("transfers: degraded (send transfers absent: they start in tcp_sendmsg_locked"), said
+    assert said[1] == ("receive-side end: at the last arrival (sk_data_ready)" if "sk_data_ready" not in hidden_hooks
+                       else "receive-side end: at the application's last read (tcp_rcv_space_adjust)"), said
+    assert said[2] == "congestion-state times: yes", said
+
+    n = 3
+    server, _ = net.serve(tmp_path, net.srv_v4, n)
+    clients = []
+    for _ in range(n):
+        clients += net.client(tmp_path, net.srv_v4, req=2000, resp=50_000)
+    server.wait(timeout=60)
+    assert all("error" not in c for c in clients), clients
+    recs = d.wait_records(net, 2 * n)
+    assert len(recs) == 2 * n, recs
+    for c in clients:
+        key = (net.cli_v4, c["lport"], net.srv_v4, c["rport"])
+        act = [r for r in recs if (r["laddr"], r["lport"], r["raddr"], r["rport"]) == key]
+        pas = [r for r in recs if (r["raddr"], r["rport"], r["laddr"], r["lport"]) == key]
+        assert len(act) == 1 and len(pas) == 1, (act, pas)
+        # The request carries an 8-byte header (sizes), the response none.
+        assert act[0]["bytes_received"] == 50_000 and pas[0]["bytes_received"] == 2000 + 8, (act, pas)
+    transfers = d.all_transfers()
+    assert not [t for t in transfers if t["direction"] == "send"], transfers
+    received = [t for t in transfers if t["direction"] != "send"]
+    assert len(received) == 2 * n, transfers
