@@ -38,7 +38,7 @@ PROFILES = {
     },
     "linux-6.12": {
         "meta": "linux-image-6.12-cloud-amd64",
-        "about": "Debian 13's kernel (6.12) as Debian 12 ships it; RHEL 10 is 6.12 too",
+        "about": "Debian 13's kernel (6.12), as Debian 12 also ships it",
         # What the BTF cannot say: when the lacking tracepoint arrived upstream.
         "history": (
             "tcp_sendmsg_locked is later than 6.12: added by 0f08335ade71 (\"trace: tcp: Add tracepoint",

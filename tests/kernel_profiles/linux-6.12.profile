@@ -1,4 +1,4 @@
-# tcpscope kernel profile linux-6.12: Debian 13's kernel (6.12) as Debian 12 ships it; RHEL 10 is 6.12 too.
+# tcpscope kernel profile linux-6.12: Debian 13's kernel (6.12), as Debian 12 also ships it.
 # Derived by tests/kernel_profiles/derive.py linux-6.12 from the BTF (btf_trace_* typedefs)
 # of the kernel image package linux-image-6.12.117+deb12-cloud-amd64 6.12.117-1~deb12u1 (kernel 6.12.117+deb12-cloud-amd64,
 # 830 tracepoints). One line per tracepoint tcpscope attaches to or could:
