@@ -172,7 +172,7 @@ static __always_inline void settle_passive_start(struct flow_state *st, struct t
 	__u64 rtt_ns;
 	bool usec_ts = false;
 
-	if (bpf_core_field_exists(tp->total_rto_time) && tp->total_rto) {
+	if (bpf_core_field_exists(tp->total_rto_time) && bpf_core_field_exists(tp->total_rto) && tp->total_rto) {
 		rtt_ns = (__u64)tp->total_rto_time * NSEC_PER_MSEC;
 		if (rtt_ns < st->start_ns)
 			st->start_ns -= rtt_ns;

@@ -280,11 +280,24 @@ int cc_policy(struct bpf_sock_ops *skops)
  * socket's network namespace's user namespace; the effective set is the
  * caller's own namespace's, which is that one but for a socket in a
  * namespace the caller's user namespace does not own. */
+/* kernel_cap_t before 6.3: two 32-bit words, CAP_NET_ADMIN in the first. */
+struct kernel_cap_struct___u32 {
+	__u32 cap[2];
+} __attribute__((preserve_access_index));
+struct cred___u32 {
+	struct kernel_cap_struct___u32 cap_effective;
+} __attribute__((preserve_access_index));
+
 static __always_inline bool may_net_admin(void)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	const struct cred *cred = BPF_CORE_READ(task, cred);
 
-	return BPF_CORE_READ(task, cred, cap_effective.val) & (1ULL << 12 /* CAP_NET_ADMIN */);
+	if (bpf_core_field_exists(cred->cap_effective.val))
+		return BPF_CORE_READ(cred, cap_effective.val) & (1ULL << 12 /* CAP_NET_ADMIN */);
+	if (bpf_core_field_exists(((struct cred___u32 *)cred)->cap_effective.cap[0]))
+		return BPF_CORE_READ((struct cred___u32 *)cred, cap_effective.cap[0]) & (1U << 12);
+	return false;  /* neither layout: every kernel since the floor (5.11) has one */
 }
 
 SEC("cgroup/setsockopt")

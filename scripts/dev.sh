@@ -16,6 +16,7 @@ PACKAGES=(
   libclang-rt-14-dev  # clang's sanitizer and libFuzzer runtimes (tests/sanitize.sh, tests/fuzz/run.sh)
   iproute2 nftables procps curl python3 python3-pytest python3-pip
   tcpdump  # tests/lab: when each SYN reached the server (ground truth for passive starts)
+  lz4 zstd  # tests/kernel_profiles/derive.py: the kernel images' compressions (Debian's 6.1, 6.12)
   libmaxmind-db-writer-perl prometheus
   dpkg-dev lintian man-db systemd systemd-container strace adduser logrotate
   nginx-light wrk iperf3 libbpf-tools linux-perf  # wrk: bench/churn.py --load nginx

@@ -12,6 +12,7 @@
 #include "cli/policy_command.h"
 #include "daemon/daemon.h"
 #include "kernel/flow_probe.h"
+#include "record/kernel_capabilities.h"
 
 namespace {
 
@@ -62,6 +63,7 @@ int cmd_version() {
   for (const auto& t : f.missing_tracepoints) missing += " " + t;
   std::printf("  tracepoints:%s\n", have.empty() ? " none" : have.c_str());
   if (!missing.empty()) std::printf("  missing tracepoints:%s\n", missing.c_str());
+  for (const auto& c : tcpscope::record_capabilities(f.missing_tracepoints)) std::printf("  %s\n", c.c_str());
   return 0;
 }
 

@@ -48,6 +48,7 @@
 #include "pipeline/flow_pipeline.h"
 #include "record/flow_decoder.h"
 #include "record/flow_json.h"
+#include "record/kernel_capabilities.h"
 #include "record/transfer_json.h"
 
 namespace tcpscope {
@@ -307,6 +308,7 @@ int Daemon::start() {
            (config_.flow_log.empty() ? "" : ", flow log " + config_.flow_log) +
            (kafka_ ? ", records to Kafka " + kafka_broker_list(config_.export_.kafka) : ""));
   for (const auto& d : probe_->degraded()) log_line("warning: this kernel has no tracepoint " + d);
+  for (const auto& c : record_capabilities(probe_->missing_tracepoints())) log_line("kernel: " + c);
   return 0;
 }
 

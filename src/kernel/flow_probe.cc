@@ -187,8 +187,10 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
     }
     bpf_program__set_autoload(prog, false);
     std::string note = std::string(hook.tracepoint) + " (" + hook.loses + ")";
-    if (std::find(probe->degraded_.begin(), probe->degraded_.end(), note) == probe->degraded_.end())
+    if (std::find(probe->degraded_.begin(), probe->degraded_.end(), note) == probe->degraded_.end()) {
       probe->degraded_.push_back(note);
+      probe->missing_.push_back(hook.tracepoint);
+    }
   }
   // Without data-arrival events the receive side ends at the application's
   // last read of payload instead (at or after its arrival); with them that

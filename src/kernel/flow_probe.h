@@ -74,6 +74,8 @@ class FlowProbe {
   const std::vector<std::string>& attached() const { return attached_; }
   // Tracepoints this kernel lacks, each with what the records lose for it.
   const std::vector<std::string>& degraded() const { return degraded_; }
+  // The same tracepoints by name (record_capabilities() reads them).
+  const std::vector<std::string>& missing_tracepoints() const { return missing_; }
 
  private:
   FlowProbe() = default;
@@ -87,6 +89,7 @@ class FlowProbe {
   int ncpus_ = 1;
   std::vector<std::string> attached_;
   std::vector<std::string> degraded_;
+  std::vector<std::string> missing_;
 };
 
 }  // namespace tcpscope

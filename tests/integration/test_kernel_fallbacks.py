@@ -75,3 +75,9 @@ def test_receive_side_end_from_the_last_read(old_kernel_daemon, net, tmp_path):
         # The client idled before its FIN: neither end counts that time.
         assert p["duration_us"] - p["fct_us"] >= 0.4 * idle_ms * 1000, p
         assert a["duration_us"] - a["fct_us"] >= 0.4 * idle_ms * 1000, a
+        # With no send transfers the upload is the server's one receive
+        # transfer, and it ends where the record's receive side does.
+        xfers = [t for t in d.all_transfers() if (t["raddr"], t["rport"], t["laddr"], t["lport"]) == key]
+        assert [t["direction"] for t in xfers] == ["recv"], xfers
+        assert xfers[0]["bytes"] == 1_000_008, xfers
+        assert abs(xfers[0]["end_ns"] - (p["start_ns"] + p["fct_us"] * 1000)) <= 2_000, (xfers, p)

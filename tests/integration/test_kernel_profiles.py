@@ -1,0 +1,159 @@
+"""Kernel profiles (tests/kernel_profiles/): which tracepoints real kernels
+have, read from the BTF of Debian's kernel image packages, and the daemon run
+here as on those kernels by hiding exactly the tracepoints they lack.
+
+The profiles are re-derived from the packages (apt-get download from the
+Debian registry, cached in the build dir) and must match the committed files;
+the BPF objects' CO-RE relocations are checked against each profile's BTF
+with `bpftool gen min_core_btf`, which relocates without loading."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import BUILD, ROOT, TCPSCOPE, Daemon, wait_for
+
+sys.path.insert(0, str(ROOT / "tests" / "kernel_profiles"))
+import core_check  # noqa: E402
+import derive  # noqa: E402
+
+PROFILES = sorted(derive.PROFILES)
+
+
+def missing_of(name):
+    return [tp for tp, has in derive.read_profile(name).items() if not has]
+
+
+def version_lines(env):
+    out = subprocess.run([str(TCPSCOPE), "version"], env=env, capture_output=True, text=True, timeout=30, check=True)
+    return out.stdout.splitlines()
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_profile_is_what_the_kernel_package_says(name):
+    """The committed profile is what its kernel's BTF says today (the package
+    in its header may be an older build of the same kernel series)."""
+    derived = derive.derive(name)
+    committed = derive.profile_path(name).read_text()
+    assert derive.body(derived) == derive.body(committed), (
+        f"tests/kernel_profiles/{name}.profile differs from its kernel; rerun "
+        f"tests/kernel_profiles/derive.py {name} --write\n{derived}")
+
+
+def test_profiles_name_every_hook():
+    """Every tracepoint the daemon attaches to (`tcpscope version` lists them,
+    present or missing) is in derive.py's reading of kHooks and in every profile."""
+    lines = version_lines(dict(os.environ))
+    listed = set()
+    for line in lines:
+        m = re.match(r"\s+(?:missing )?tracepoints: (.*)$", line)
+        if m:
+            listed |= set(m.group(1).split())
+    assert listed == set(derive.hook_tracepoints()), lines
+    for name in PROFILES:
+        assert listed <= set(derive.read_profile(name)), name
+
+
+def test_debian12_lacks_what_the_issue_says():
+    """Issue 29's list, checked against the profile derived from the real 6.1."""
+    p = derive.read_profile("debian12-6.1")
+    assert missing_of("debian12-6.1") == ["sk_data_ready", "tcp_sendmsg_locked", "sock_send_length", "sock_recv_length"]
+    assert p["tcp_cong_state_set"] and p["tcp_rcv_space_adjust"] and p["tcp_probe"]
+
+
+def bpf_objects():
+    objs = sorted((BUILD / "bpf").glob("*.bpf.o"))  # bench/floor.bpf.o among them
+    assert {o.name for o in objs} >= {"flow.bpf.o", "policy.bpf.o", "tcpscope.bpf.o"}, objs
+    return objs
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_core_relocations_resolve(name):
+    """Every CO-RE relocation of every BPF object resolves against the
+    profile's kernel BTF (Debian 12's 6.1, 6.12), but for reads behind
+    bpf_core_field_exists() of a field that kernel lacks (which libbpf turns
+    into constant false there)."""
+    btf = derive.kernel_btf(name)[0]
+    for obj in bpf_objects():
+        _, missing, _ = core_check.relocations(btf, obj)
+        assert core_check.unguarded(missing) == [], (obj, core_check.unguarded(missing))
+
+
+def test_core_fields_debian12_lacks():
+    """What 6.1 lacks, all behind field-existence checks: µs TCP timestamps
+    and the SYN-ACK's RTO time (6.7), the 64-bit capability set (6.3)."""
+    btf = derive.kernel_btf("debian12-6.1")[0]
+    _, missing, _ = core_check.relocations(btf, BUILD / "bpf" / "tcpscope.bpf.o")
+    assert {a for _, k, a in missing if k == "field_exists"} == {
+        "struct tcp_sock.tcp_usec_ts", "struct tcp_sock.total_rto_time", "struct tcp_sock.total_rto",
+        "struct cred.cap_effective.val"}
+
+
+def test_core_check_finds_a_field_the_kernel_lacks(tmp_path):
+    """The check fails when a field the programs read is missing: a BTF made
+    of only the types policy.bpf.o uses lacks tcp_sock's fields that only
+    flow.bpf.o reads. bpftool itself exits 0 there."""
+    btf = derive.kernel_btf("debian12-6.1")[0]
+    small = tmp_path / "policy-only.btf"
+    subprocess.run(["bpftool", "gen", "min_core_btf", str(btf), str(small), str(BUILD / "bpf" / "policy.bpf.o")],
+                   check=True, capture_output=True, timeout=300)
+    _, missing, _ = core_check.relocations(small, BUILD / "bpf" / "flow.bpf.o")
+    hard = core_check.unguarded(missing)
+    assert any(a == "struct tcp_sock.srtt_us" for _, _, a in hard), hard
+
+
+@pytest.fixture(params=PROFILES)
+def profile_daemon(request, tmp_path):
+    env = dict(os.environ, TCPSCOPE_TEST_MISSING_TRACEPOINTS=",".join(missing_of(request.param)))
+    d = Daemon(tmp_path, env=env)
+    try:
+        yield request.param, env, d
+    finally:
+        d.stop()
+
+
+def test_daemon_runs_as_on_the_profiles_kernel(profile_daemon, net, tmp_path):
+    """Started with exactly the profile's missing tracepoints hidden, the
+    daemon warns of each one it would have used, states what its records can
+    hold (as `tcpscope version` does under the same profile), and records
+    one flow per socket; with no send transfers, each socket's received data
+    is one receive transfer."""
+    name, env, d = profile_daemon
+    hidden_hooks = [tp for tp in missing_of(name) if tp in derive.hook_tracepoints()]
+    # Logged just after "running:", which is all Daemon() waits for.
+    err = wait_for(lambda: "kernel: congestion-state times" in d.stderr_text() and d.stderr_text(), 10,
+                   what="the capability lines")
+    warned = re.findall(r"warning: this kernel has no tracepoint (\w+)", err)
+    assert sorted(warned) == sorted(hidden_hooks), err
+
+    said = [l.split("tcpscope: kernel: ", 1)[1] for l in err.splitlines() if l.startswith("tcpscope: kernel: ")]
+    version = [l.strip() for l in version_lines(env)]
+    assert [l for l in version if l.split(":")[0] in ("transfers", "receive-side end", "congestion-state times")] == said
+    assert len(said) == 3, err
+    assert said[0].startswith("transfers: degraded (send transfers absent: they start in tcp_sendmsg_locked"), said
+    assert said[1] == ("receive-side end: at the last arrival (sk_data_ready)" if "sk_data_ready" not in hidden_hooks
+                       else "receive-side end: at the application's last read (tcp_rcv_space_adjust)"), said
+    assert said[2] == "congestion-state times: yes", said
+
+    n = 3
+    server, _ = net.serve(tmp_path, net.srv_v4, n)
+    clients = []
+    for _ in range(n):
+        clients += net.client(tmp_path, net.srv_v4, req=2000, resp=50_000)
+    server.wait(timeout=60)
+    assert all("error" not in c for c in clients), clients
+    recs = d.wait_records(net, 2 * n)
+    assert len(recs) == 2 * n, recs
+    for c in clients:
+        key = (net.cli_v4, c["lport"], net.srv_v4, c["rport"])
+        act = [r for r in recs if (r["laddr"], r["lport"], r["raddr"], r["rport"]) == key]
+        pas = [r for r in recs if (r["raddr"], r["rport"], r["laddr"], r["lport"]) == key]
+        assert len(act) == 1 and len(pas) == 1, (act, pas)
+        # The request carries an 8-byte header (sizes), the response none.
+        assert act[0]["bytes_received"] == 50_000 and pas[0]["bytes_received"] == 2000 + 8, (act, pas)
+    transfers = d.all_transfers()
+    assert not [t for t in transfers if t["direction"] == "send"], transfers
+    by_socket = sorted((t["laddr"], t["lport"], t["raddr"], t["rport"], t["bytes"]) for t in transfers)
+    assert by_socket == sorted((r["laddr"], r["lport"], r["raddr"], r["rport"], r["bytes_received"]) for r in recs)
