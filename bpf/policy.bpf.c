@@ -276,10 +276,6 @@ int cc_policy(struct bpf_sock_ops *skops)
 	return 1;
 }
 
-/* CAP_NET_ADMIN in the caller's effective set. The kernel asks it of the
- * socket's network namespace's user namespace; the effective set is the
- * caller's own namespace's, which is that one but for a socket in a
- * namespace the caller's user namespace does not own. */
 /* kernel_cap_t before 6.3: two 32-bit words, CAP_NET_ADMIN in the first. */
 struct kernel_cap_struct___u32 {
 	__u32 cap[2];
@@ -288,6 +284,10 @@ struct cred___u32 {
 	struct kernel_cap_struct___u32 cap_effective;
 } __attribute__((preserve_access_index));
 
+/* CAP_NET_ADMIN in the caller's effective set. The kernel asks it of the
+ * socket's network namespace's user namespace; the effective set is the
+ * caller's own namespace's, which is that one but for a socket in a
+ * namespace the caller's user namespace does not own. */
 static __always_inline bool may_net_admin(void)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
