@@ -4,10 +4,7 @@
 
 namespace tcpscope {
 
-namespace {
-
-// Length of the valid UTF-8 sequence at s[i] and its code point; 0 if invalid.
-size_t sequence_at(std::string_view s, size_t i, uint32_t* cp) {
+size_t utf8_sequence_at(std::string_view s, size_t i, uint32_t* cp) {
   const unsigned char c = static_cast<unsigned char>(s[i]);
   size_t n;
   if (c < 0x80) {
@@ -36,12 +33,10 @@ size_t sequence_at(std::string_view s, size_t i, uint32_t* cp) {
   return n + 1;
 }
 
-}  // namespace
-
 bool valid_utf8(std::string_view s) {
   uint32_t cp;
   for (size_t i = 0; i < s.size();) {
-    const size_t n = sequence_at(s, i, &cp);
+    const size_t n = utf8_sequence_at(s, i, &cp);
     if (!n) return false;
     i += n;
   }
@@ -53,7 +48,7 @@ std::string printable_text(std::string_view s) {
   out.reserve(s.size());
   uint32_t cp;
   for (size_t i = 0; i < s.size();) {
-    const size_t n = sequence_at(s, i, &cp);
+    const size_t n = utf8_sequence_at(s, i, &cp);
     if (!n || cp < 0x20 || (cp >= 0x7f && cp <= 0x9f)) {
       out += '?';
       i += n ? n : 1;
