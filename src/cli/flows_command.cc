@@ -14,6 +14,7 @@
 #include "cli/command_line.h"
 #include "net/http_client.h"
 #include "record/flow_identity.h"
+#include "text/json_text.h"
 #include "text/unit_text.h"
 #include "text/url_query.h"
 #include "text/utf8_text.h"
@@ -315,7 +316,7 @@ int flows_command(const std::vector<std::string>& args, std::ostream& out, std::
     if (json) {
       // Watching: one compact document per line, so each refresh is one
       // record for a script; the reason for an empty list goes to stderr.
-      out << (watching ? shown.dump() : shown.dump(2)) << "\n";
+      out << json_text(shown, watching ? -1 : 2) << "\n";
       if (shown.empty()) err << "tcpscope flows: " << empty_flows_note(o, flows.size());
     } else {
       out << format_flows_table(shown, o, flows.size());

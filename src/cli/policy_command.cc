@@ -7,6 +7,8 @@
 
 #include "cli/command_line.h"
 #include "net/http_client.h"
+#include "text/json_text.h"
+#include "text/utf8_text.h"
 
 namespace tcpscope {
 
@@ -149,7 +151,7 @@ int policy_command(const std::vector<std::string>& args, std::ostream& out, std:
     if (json) {
       auto doc = nlohmann::json::parse(resp.body);
       if (has_controller) doc["controller"] = nlohmann::json::parse(controller.body);
-      out << doc.dump(2) << "\n";
+      out << json_text(doc, 2) << "\n";
     } else {
       out << render_policy(resp.body) << (has_controller ? render_controller(controller.body) : "");
     }
