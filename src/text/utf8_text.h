@@ -23,6 +23,15 @@ size_t utf8_sequence_at(std::string_view s, size_t i, uint32_t* cp);
 // cannot move the cursor, recolour or retitle the reader's terminal.
 std::string printable_text(std::string_view s);
 
+// Columns `s` takes on a terminal: two for an East Asian wide or fullwidth
+// character (CJK, Hangul, fullwidth forms, emoji), one for any other
+// character or stray byte. What table cells are padded and cut by.
+size_t display_width(std::string_view s);
+
+// The longest start of `s` that ends on a character boundary and is at most
+// `columns` wide.
+std::string_view display_prefix(std::string_view s, size_t columns);
+
 // A value echoed in an error message, cut to 40 bytes: a 10 kB scalar or
 // line must not make a 10 kB message.
 std::string clipped(const std::string& s);
