@@ -10,13 +10,12 @@ import subprocess
 import sys
 import unicodedata
 import urllib.request
-import uuid
 from pathlib import Path
 
 import pytest
 
 from conftest import ROOT, TCPSCOPE, Daemon, echo_server, wait_for
-from test_fleet_export import apply_schema, clickhouse, kafka, kafka_config  # noqa: F401  (fixtures)
+from test_fleet_export import clickhouse, fresh_pipeline, kafka, kafka_config  # noqa: F401  (fixtures)
 
 MAKE_MMDB = ROOT / "tests" / "data" / "asn" / "make_test_mmdb.pl"
 PORTS = {4: 7000, 6: 7001}  # an echo server per family
@@ -197,12 +196,7 @@ def test_names_from_the_api_and_in_the_flows_table(daemon_of_names, net, tmp_pat
 
 
 def test_names_through_kafka_into_clickhouse(net, tmp_path, kafka, clickhouse):
-    tag = uuid.uuid4().hex[:8]
-    topics = {"flows": f"u{tag}.flows", "transfers": f"u{tag}.transfers"}
-    for t in topics.values():
-        kafka.create_topic(t, partitions=1)
-    clickhouse.query("DROP DATABASE IF EXISTS tcpscope")
-    apply_schema(clickhouse, kafka, topics)
+    topics = fresh_pipeline(kafka, clickhouse, partitions=1)
     daemon = utf8_daemon(net, tmp_path, kafka_config(kafka, topics))
     try:
         run_named_clients(net, tmp_path)
