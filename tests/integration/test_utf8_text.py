@@ -4,7 +4,8 @@ sequence as U+FFFD (a comm is 15 raw bytes from the kernel and can end
 mid-character), control characters escaped. Real processes name themselves
 with prctl(PR_SET_NAME) and connect over real namespaces; the AS names come
 from a MaxMind DB; the text is read back with Python's json, with jq, from
-/api/v1/flows, from `tcpscope flows` and through Kafka from ClickHouse."""
+/api/v1/flows, from `tcpscope flows` and through Kafka from ClickHouse; rule
+names from /api/v1/policy and `tcpscope policy show`."""
 import json
 import subprocess
 import sys
@@ -220,3 +221,53 @@ def test_names_through_kafka_into_clickhouse(net, tmp_path, kafka, clickhouse):
         assert [g for g in got if g] == [CLIENT_ORG[1]]
     finally:
         assert daemon.stop() == 0, daemon.stderr_text()
+
+
+# Rule names are the operator's text, UTF-8 as any; the config refuses control
+# characters in them but takes a byte that is not UTF-8.
+RULE_NAMES = ["règle-中", "Telefónica-cubic", "bad\ufffdname"]
+POLICY_CONFIG = """
+cc_policy:
+  rules:
+    - name: "règle-中"
+      match: { peer_class: client }
+      cc: cubic
+    - name: "Telefónica-cubic"
+      match: { lports: [9] }
+      cc: cubic
+    - name: "bad\xffname"
+      match: { lports: [10] }
+      cc: cubic
+""".encode("utf-8").replace("\xff".encode("utf-8"), b"\xff")  # a lone 0xff byte, not U+00FF
+
+
+def test_rule_names_from_the_api_and_in_policy_show(tmp_path, test_cgroup):
+    home = tmp_path / "daemon"
+    home.mkdir()
+    config = home / "tcpscope.yaml"
+    config.write_bytes(POLICY_CONFIG)
+    d = Daemon(home, extra_args=("--config", str(config), "--cgroup", str(test_cgroup)))
+    try:
+        with urllib.request.urlopen(d.url + "/api/v1/policy", timeout=10) as resp:
+            body = resp.read()
+        assert [r["name"] for r in json.loads(body)["rules"]] == RULE_NAMES
+        assert all(name.encode() in body for name in RULE_NAMES), body
+
+        r = subprocess.run([str(TCPSCOPE), "policy", "show", "--server", d.url, "--json"], capture_output=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert [rule["name"] for rule in json.loads(r.stdout)["rules"]] == RULE_NAMES
+
+        r = subprocess.run([str(TCPSCOPE), "policy", "show", "--server", d.url], capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        table = r.stdout.decode("utf-8")
+        lines = table.splitlines()
+        header = next(l for l in lines if "MATCH" in l)
+        matches = ["peer_class=client", "lports=9 ", "lports=10"]
+        rows = [l for l in lines if any(m in l for m in matches)]
+        assert [name in row for name, row in zip(RULE_NAMES, rows)] == [True] * 3, table
+        # MATCH starts in the same terminal column on the header and every rule's line.
+        for row, match in zip(rows, matches):
+            assert display_width(row[:row.index(match)]) == header.index("MATCH"), table
+    finally:
+        assert d.stop() == 0, d.stderr_text()
