@@ -22,6 +22,7 @@ PACKAGES=(
   nginx-light wrk iperf3 libbpf-tools linux-perf  # wrk: bench/churn.py --load nginx
   nghttp2-client  # h2load: tests/lab/test_lab_transfers.py (HTTP/2 streams on one connection)
   librsvg2-bin  # compare --plot png (rsvg-convert)
+  jq  # tests/integration/test_utf8_text.py: the flow log read back by another JSON reader
   clickhouse-server clickhouse-client openjdk-17-jre-headless maven  # tests/fleet: ClickHouse 18.16, Kafka 4 (jars via mvn)
 )
 

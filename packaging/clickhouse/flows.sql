@@ -41,9 +41,9 @@
 -- CLOCK_REALTIME ns times start_ns/end_ns, fct_us, duration_us); String for addresses (IPv4
 -- dotted quad or IPv6 text, "" when unknown); Nullable(String) for the keys that may be null
 -- (cc_rule, experiment, arm); UInt8 for the JSON booleans (true -> 1, false -> 0).
--- Strings arrive as JSON strings: tcpscope writes each byte >= 0x7f of a string (comm, as_org,
--- ...) as \u00XX, so UTF-8 text is stored as the Latin-1 reading of its bytes, as any JSON
--- parser reads the line (encoding that text as Latin-1 gives the original bytes back).
+-- Strings arrive as JSON strings in UTF-8 and are stored as that text: a UTF-8 comm or as_org
+-- as itself, each byte of an invalid sequence (a comm the kernel cut at 15 bytes
+-- mid-character) as U+FFFD, control characters as they were.
 --
 -- Each Kafka table has a consumer group of its own (flows: tcpscope-clickhouse-flows, transfers:
 -- tcpscope-clickhouse-transfers). Keep them apart: on ClickHouse 18.16 every read cycle of a

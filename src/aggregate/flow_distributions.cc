@@ -10,6 +10,7 @@
 #include "record/flow_record.h"
 #include "record/size_class.h"
 #include "record/transfer_record.h"
+#include "text/json_text.h"
 #include "text/url_query.h"
 
 namespace tcpscope {
@@ -343,7 +344,7 @@ std::string FlowDistributions::handle_query(const std::string& query_string) {
                      {"dropped_" + units, transfers ? st.dropped_transfers : st.dropped_flows},
                      {"folded_" + units, res.folded},
                      {"groups", std::move(groups)}};
-  return out.dump() + "\n";
+  return json_text(out) + "\n";
 }
 
 FlowDistributions::Stats FlowDistributions::stats() const {

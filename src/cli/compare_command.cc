@@ -28,6 +28,7 @@
 #include "config/config.h"
 #include "os/congestion_controls.h"
 #include "os/owned_file.h"
+#include "text/json_text.h"
 #include "text/unit_text.h"
 
 namespace tcpscope {
@@ -432,7 +433,7 @@ int compare_command(const std::vector<std::string>& argv, std::ostream& out, std
       result.notes.push_back("plot: the first " + std::to_string(kMaxPlotPanels) + " groups are drawn.");
   }
   if (args.json)
-    out << compare_result_json(result).dump(2) << "\n";
+    out << json_text(compare_result_json(result), 2) << "\n";
   else
     out << format_compare_table(result);
   return 0;

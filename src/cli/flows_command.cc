@@ -14,6 +14,7 @@
 #include "cli/command_line.h"
 #include "net/http_client.h"
 #include "record/flow_identity.h"
+#include "text/json_text.h"
 #include "text/unit_text.h"
 #include "text/url_query.h"
 #include "text/utf8_text.h"
@@ -169,7 +170,7 @@ std::string format_flows_table(const nlohmann::json& flows, const FlowsViewOptio
   for (const auto& r : flows) {
     std::string asn = text(r, "asn");
     const std::string org = text(r, "as_org");
-    if (!org.empty()) asn += " " + (org.size() > 18 ? org.substr(0, 17) + "~" : org);
+    if (!org.empty()) asn += " " + (display_width(org) > 18 ? std::string(display_prefix(org, 17)) + "~" : org);
     const bool partial = r.value("partial", false);
     const double start = num(r, "start_ns");
     std::string cc = text(r, "cc");
@@ -189,14 +190,14 @@ std::string format_flows_table(const nlohmann::json& flows, const FlowsViewOptio
   std::vector<size_t> width(header.size());
   for (size_t c = 0; c < header.size(); ++c) {
     width[c] = header[c].size();
-    for (const auto& row : rows) width[c] = std::max(width[c], row[c].size());
+    for (const auto& row : rows) width[c] = std::max(width[c], display_width(row[c]));
   }
   auto right = [](size_t c) { return c >= 6 && c <= 12; };
   std::string out;
   auto line = [&](const std::vector<std::string>& cells) {
     for (size_t c = 0; c < cells.size(); ++c) {
       if (c) out += "  ";
-      const std::string pad(width[c] - cells[c].size(), ' ');
+      const std::string pad(width[c] - display_width(cells[c]), ' ');
       out += right(c) ? pad + cells[c] : cells[c] + (c + 1 == cells.size() ? "" : pad);
     }
     out += "\n";
@@ -315,7 +316,7 @@ int flows_command(const std::vector<std::string>& args, std::ostream& out, std::
     if (json) {
       // Watching: one compact document per line, so each refresh is one
       // record for a script; the reason for an empty list goes to stderr.
-      out << (watching ? shown.dump() : shown.dump(2)) << "\n";
+      out << json_text(shown, watching ? -1 : 2) << "\n";
       if (shown.empty()) err << "tcpscope flows: " << empty_flows_note(o, flows.size());
     } else {
       out << format_flows_table(shown, o, flows.size());

@@ -7,10 +7,21 @@
 
 #include "cli/command_line.h"
 #include "net/http_client.h"
+#include "text/json_text.h"
+#include "text/utf8_text.h"
 
 namespace tcpscope {
 
 namespace {
+
+// Rule, experiment, cohort and cgroup names are anyone's choice: shown, never
+// obeyed by the terminal, padded to `columns` by what the terminal draws.
+std::string cell(const std::string& s, size_t columns = 0) {
+  std::string out = printable_text(s);
+  const size_t width = display_width(out);
+  if (width < columns) out.append(columns - width, ' ');
+  return out;
+}
 
 std::string match_text(const nlohmann::json& m) {
   std::string out;
@@ -32,9 +43,9 @@ std::string match_text(const nlohmann::json& m) {
 std::string render_policy(const std::string& json_text) {
   auto j = nlohmann::json::parse(json_text);
   std::ostringstream o;
-  o << "cgroup: " << j.value("cgroup", "") << "\n"
-    << "app_override: " << j.value("app_override", "") << "   sysctl_guard: " << j.value("sysctl_guard", "")
-    << "\n";
+  o << "cgroup: " << cell(j.value("cgroup", "")) << "\n"
+    << "app_override: " << cell(j.value("app_override", "")) << "   sysctl_guard: "
+    << cell(j.value("sysctl_guard", "")) << "\n";
   const auto& rules = j["rules"];
   if (rules.empty()) {
     o << "no rules: every flow keeps the system default congestion control\n";
@@ -46,12 +57,12 @@ std::string render_policy(const std::string& json_text) {
       std::string what = r.contains("cc")           ? r["cc"].get<std::string>()
                          : r.contains("controller") ? "controller (cohort " + r["controller"].value("cohort", "") + ")"
                                                     : "experiment " + r["experiment"]["name"].get<std::string>();
-      o << std::setw(4) << i++ << std::setw(20) << r.value("name", "") << std::setw(40) << match_text(r["match"])
-        << std::setw(28) << what << r.value("assigned", 0) << "\n";
+      o << std::setw(4) << i++ << cell(r.value("name", ""), 20) << cell(match_text(r["match"]), 40) << cell(what, 28)
+        << r.value("assigned", 0) << "\n";
       const char* arms_of = r.contains("controller") ? "controller" : "experiment";
       if (r.contains(arms_of))
         for (const auto& a : r[arms_of]["arms"])
-          o << std::setw(64) << "" << "  arm " << std::setw(8) << a.value("cc", "") << std::setw(5)
+          o << std::setw(64) << "" << "  arm " << cell(a.value("cc", ""), 8) << std::setw(5)
             << (std::to_string(a.value("weight", 0)) + "%") << "     " << a.value("assigned", 0) << "\n";
     }
     o << "first match wins; flows no rule matches keep the system default\n";
@@ -59,12 +70,11 @@ std::string render_policy(const std::string& json_text) {
   if (!j["app_cc_setsockopt"].empty()) {
     o << "\napplications setting TCP_CONGESTION:\n";
     for (const auto& a : j["app_cc_setsockopt"])
-      o << "  " << std::setw(10) << a.value("cc", "") << std::setw(12) << a.value("action", "") << a.value("calls", 0)
-        << "\n";
+      o << "  " << cell(a.value("cc", ""), 10) << cell(a.value("action", ""), 12) << a.value("calls", 0) << "\n";
   }
   o << "\nsysctl writes:\n";
   for (const auto& [name, v] : j["sysctl_writes"].items())
-    o << "  " << std::setw(42) << name << "observed " << v.value("observed", 0) << "  denied "
+    o << "  " << cell(name, 42) << "observed " << v.value("observed", 0) << "  denied "
       << v.value("denied", 0) << "  in other network namespaces " << v.value("observed_other_netns", 0) << "\n";
   return o.str();
 }
@@ -73,7 +83,7 @@ std::string render_controller(const std::string& json_text) {
   auto j = nlohmann::json::parse(json_text);
   std::ostringstream o;
   for (const auto& r : j["rules"]) {
-    o << "\ncontroller of rule " << r.value("rule", "") << ": cohort " << r.value("cohort", "") << ", control "
+    o << "\ncontroller of rule " << cell(r.value("rule", "")) << ": cohort " << cell(r.value("cohort", "")) << ", control "
       << r.value("control_percent", 0) << "%, min_transfers " << r.value("min_transfers", 0) << " per arm, every "
       << r.value("interval_s", 0) << " s, FDR " << r.value("fdr", 0.0) << "; " << r.value("decisions", 0)
       << " decisions, " << r.value("reverts", 0) << " reverts, " << r.value("pooled_asns", 0)
@@ -102,10 +112,9 @@ std::string render_controller(const std::string& json_text) {
       } else if (t.contains("waiting_for")) {
         evidence += "; waiting for " + t["waiting_for"].get<std::string>();
       }
-      o << "  " << std::setw(14) << (c.value("kind", "") == "asn" ? "AS" : "") + c.value("cohort", "")
-        << std::setw(11) << c.value("state", "") << std::setw(9)
-        << (c["winner"].is_string() ? c["winner"].get<std::string>() : "-") << std::setw(24) << weights << evidence
-        << "\n";
+      o << "  " << cell((c.value("kind", "") == "asn" ? "AS" : "") + c.value("cohort", ""), 14)
+        << cell(c.value("state", ""), 11) << cell(c["winner"].is_string() ? c["winner"].get<std::string>() : "-", 9)
+        << cell(weights, 24) << cell(evidence) << "\n";
     }
   }
   return o.str();
@@ -149,7 +158,7 @@ int policy_command(const std::vector<std::string>& args, std::ostream& out, std:
     if (json) {
       auto doc = nlohmann::json::parse(resp.body);
       if (has_controller) doc["controller"] = nlohmann::json::parse(controller.body);
-      out << doc.dump(2) << "\n";
+      out << json_text(doc, 2) << "\n";
     } else {
       out << render_policy(resp.body) << (has_controller ? render_controller(controller.body) : "");
     }

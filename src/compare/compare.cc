@@ -395,7 +395,7 @@ std::string format_compare_table(const CompareResult& r) {
   std::vector<size_t> width(header.size());
   for (size_t c = 0; c < header.size(); ++c) {
     width[c] = header[c].size();
-    for (const auto& row : rows) width[c] = std::max(width[c], row[c].size());
+    for (const auto& row : rows) width[c] = std::max(width[c], display_width(row[c]));
   }
   // Text columns (group, size class, verdict) left-aligned, numbers right.
   const size_t stat_col = any_share ? (sized ? 10 : 9) : SIZE_MAX;
@@ -406,7 +406,7 @@ std::string format_compare_table(const CompareResult& r) {
     std::string s;
     for (size_t c = 0; c < cells.size(); ++c) {
       if (c) s += "  ";
-      const std::string pad(width[c] - cells[c].size(), ' ');
+      const std::string pad(width[c] - display_width(cells[c]), ' ');
       s += left(c) ? cells[c] + (c + 1 == cells.size() ? "" : pad) : pad + cells[c];
     }
     return s + "\n";

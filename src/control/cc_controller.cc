@@ -10,6 +10,7 @@
 #include "record/flow_record.h"
 #include "record/transfer_record.h"
 #include "tcpscope/policy.h"
+#include "text/json_text.h"
 
 namespace tcpscope {
 
@@ -616,7 +617,7 @@ std::string CcController::status_json() const {
     for (const auto& [_, c] : r->asns) rj["cohorts"].push_back(cohort_status(r->arm_names, c));
     doc["rules"].push_back(std::move(rj));
   }
-  return doc.dump(2) + "\n";
+  return json_text(doc, 2) + "\n";
 }
 
 // ---------------------------------------------------------------------------

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "text/json_text.h"
+
 namespace tcpscope {
 
 namespace {
@@ -94,7 +96,7 @@ bool ControllerStore::save(const nlohmann::json& state, std::string* error) cons
   int dfd = open_safe_dir(dir_, true, error);
   if (dfd < 0) return false;
   const std::string tmp = std::string(kFileName) + ".tmp";
-  const std::string text = state.dump() + "\n";
+  const std::string text = json_text(state) + "\n";
   ::unlinkat(dfd, tmp.c_str(), 0);
   int fd = ::openat(dfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   bool ok = fd >= 0;

@@ -29,6 +29,7 @@
 #include <stdexcept>
 
 #include "export/http_request.h"
+#include "text/json_text.h"
 
 namespace tcpscope {
 
@@ -794,12 +795,12 @@ HttpServer::Reply HttpServer::serve(const std::string& path, const std::string& 
     return Reply{200, kJsonContentType, std::move(body)};
   } catch (const std::invalid_argument& e) {
     const auto body = nlohmann::json{{"error", e.what()}};
-    return Reply{400, kJsonContentType, body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"};
+    return Reply{400, kJsonContentType, json_text(body) + "\n"};
   } catch (const std::bad_alloc&) {
     throw;
   } catch (const std::exception& e) {
     log(path + ": " + e.what());
-    return Reply{500, kJsonContentType, nlohmann::json{{"error", "internal error"}}.dump() + "\n"};
+    return Reply{500, kJsonContentType, json_text(nlohmann::json{{"error", "internal error"}}) + "\n"};
   }
 }
 

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "text/json_text.h"
+
 namespace tcpscope {
 
 std::string policy_json(const PolicyStatus& s) {
@@ -68,7 +70,7 @@ std::string policy_json(const PolicyStatus& s) {
         {"observed", w[TCPSCOPE_SYSCTL_SLOT(n, 0, 0)]},
         {"denied", w[TCPSCOPE_SYSCTL_SLOT(n, 0, 1)]},
         {"observed_other_netns", w[TCPSCOPE_SYSCTL_SLOT(n, 1, 0)] + w[TCPSCOPE_SYSCTL_SLOT(n, 1, 1)]}};
-  return j.dump(2) + "\n";
+  return json_text(j, 2) + "\n";
 }
 
 }  // namespace tcpscope

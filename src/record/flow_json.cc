@@ -15,15 +15,8 @@ constexpr size_t kFixedBound = 2048;
 
 }  // namespace
 
-void append_json_string(std::string_view s, std::string* out) {
-  const size_t old = out->size();
-  out->resize(old + escaped_bound(s));
-  char* begin = out->data() + old;
-  out->resize(old + static_cast<size_t>(put_escaped(begin, s) - begin));
-}
-
 void append_flow_json(const FlowRecord& r, std::string* out) {
-  const size_t bound = kFixedBound + escaped_bound(r.cc) + escaped_bound(r.comm) + enrichment_bound(r);
+  const size_t bound = kFixedBound + json_string_bound(r.cc) + json_string_bound(r.comm) + enrichment_bound(r);
   const size_t old = out->size();
   out->resize(old + bound);
   char* const begin = out->data() + old;
@@ -38,9 +31,9 @@ void append_flow_json(const FlowRecord& r, std::string* out) {
   p = put_int(p, r.duration_us);
   p = put_endpoints(p, r);
   p = put(p, ",\"outcome\":");
-  p = put_escaped(p, to_string(r.outcome));
+  p = put_json_string(p, to_string(r.outcome));
   p = put(p, ",\"cc\":");
-  p = put_escaped(p, r.cc);
+  p = put_json_string(p, r.cc);
   p = put(p, ",\"srtt_us\":");
   p = put_int(p, r.srtt_us);
   p = put(p, ",\"min_rtt_us\":");
@@ -79,7 +72,7 @@ void append_flow_json(const FlowRecord& r, std::string* out) {
   p = put(p, ",\"pid\":");
   p = put_int(p, r.pid);
   p = put(p, ",\"comm\":");
-  p = put_escaped(p, r.comm);
+  p = put_json_string(p, r.comm);
   p = put(p, ",\"cgroup_id\":");
   p = put_int(p, r.cgroup_id);
   p = put(p, ",\"netns\":");

@@ -13,8 +13,4 @@ namespace tcpscope {
 // (no DOM): the ring reader calls this for every flow.
 void append_flow_json(const FlowRecord& r, std::string* out);
 
-// JSON string escaping; bytes that are not printable ASCII become \u00XX so
-// the output stays valid UTF-8 whatever a process put in its comm.
-void append_json_string(std::string_view s, std::string* out);
-
 }  // namespace tcpscope

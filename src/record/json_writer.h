@@ -15,6 +15,7 @@
 
 #include "net/ip_addr.h"
 #include "record/flow_record.h"
+#include "text/json_text.h"
 
 namespace tcpscope::json_writer {
 
@@ -26,9 +27,6 @@ namespace tcpscope::json_writer {
 // to the length written. Measured by bench/pipeline_bench.cc
 // (BM_PipelineFlowJson); the previous append-per-token version spent most
 // of its time in std::string::append and vfprintf.
-
-// An escaped byte is at most 6 ("\u00XX"); plus the two quotes.
-inline size_t escaped_bound(std::string_view s) { return 6 * s.size() + 2; }
 
 template <size_t N>
 char* put(char* p, const char (&literal)[N]) {
@@ -48,31 +46,7 @@ char* put_int(char* p, Int v) {
 
 inline char* put_bool(char* p, bool v) { return v ? put(p, "true") : put(p, "false"); }
 
-inline char* put_escaped(char* p, std::string_view s) {
-  static const char kHex[] = "0123456789abcdef";
-  *p++ = '"';
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': p = put(p, "\\\""); break;
-      case '\\': p = put(p, "\\\\"); break;
-      case '\n': p = put(p, "\\n"); break;
-      case '\t': p = put(p, "\\t"); break;
-      case '\r': p = put(p, "\\r"); break;
-      default:
-        if (c < 0x20 || c >= 0x7f) {
-          p = put(p, "\\u00");
-          *p++ = kHex[c >> 4];
-          *p++ = kHex[c & 15];
-        } else {
-          *p++ = static_cast<char>(c);
-        }
-    }
-  }
-  *p++ = '"';
-  return p;
-}
-
-inline char* put_opt(char* p, const std::optional<std::string>& v) { return v ? put_escaped(p, *v) : put(p, "null"); }
+inline char* put_opt(char* p, const std::optional<std::string>& v) { return v ? put_json_string(p, *v) : put(p, "null"); }
 
 // As IpAddr::to_string(), quoted: dotted quad, inet_ntop's IPv6 text, "" when unset.
 inline char* put_addr(char* p, const IpAddr& a) {
@@ -107,18 +81,18 @@ char* put_endpoints(char* p, const Record& r) {
   p = put(p, ",\"rport\":");
   p = put_int(p, r.rport);
   p = put(p, ",\"dir\":");
-  return put_escaped(p, to_string(r.dir));
+  return put_json_string(p, to_string(r.dir));
 }
 
 // What the pipeline added: peer_class, asn, as_org, cc_rule, experiment, arm.
 template <class Record>
 char* put_enrichment(char* p, const Record& r) {
   p = put(p, ",\"peer_class\":");
-  p = put_escaped(p, r.peer_class);
+  p = put_json_string(p, r.peer_class);
   p = put(p, ",\"asn\":");
   p = put_int(p, r.asn);
   p = put(p, ",\"as_org\":");
-  p = put_escaped(p, r.as_org);
+  p = put_json_string(p, r.as_org);
   p = put(p, ",\"cc_rule\":");
   p = put_opt(p, r.cc_rule);
   p = put(p, ",\"experiment\":");
@@ -130,9 +104,9 @@ char* put_enrichment(char* p, const Record& r) {
 // The most bytes put_enrichment's strings take.
 template <class Record>
 size_t enrichment_bound(const Record& r) {
-  size_t bound = escaped_bound(r.peer_class) + escaped_bound(r.as_org);
+  size_t bound = json_string_bound(r.peer_class) + json_string_bound(r.as_org);
   for (const auto* o : {&r.cc_rule, &r.experiment, &r.arm})
-    if (*o) bound += escaped_bound(**o);
+    if (*o) bound += json_string_bound(**o);
   return bound;
 }
 

@@ -16,7 +16,7 @@ constexpr size_t kFixedBound = 1024;
 }  // namespace
 
 void append_transfer_json(const TransferRecord& r, std::string* out) {
-  const size_t bound = kFixedBound + escaped_bound(r.cc) + enrichment_bound(r);
+  const size_t bound = kFixedBound + json_string_bound(r.cc) + enrichment_bound(r);
   const size_t old = out->size();
   out->resize(old + bound);
   char* const begin = out->data() + old;
@@ -27,7 +27,7 @@ void append_transfer_json(const TransferRecord& r, std::string* out) {
   p = put(p, ",\"seq\":");
   p = put_int(p, r.seq);
   p = put(p, ",\"direction\":");
-  p = put_escaped(p, to_string(r.direction));
+  p = put_json_string(p, to_string(r.direction));
   p = put(p, ",\"start_ns\":");
   p = put_int(p, r.start_ns);
   p = put(p, ",\"end_ns\":");
@@ -51,7 +51,7 @@ void append_transfer_json(const TransferRecord& r, std::string* out) {
   p = put(p, ",\"sndbuf_limited_us\":");
   p = put_int(p, r.sndbuf_limited_us);
   p = put(p, ",\"cc\":");
-  p = put_escaped(p, r.cc);
+  p = put_json_string(p, r.cc);
   p = put_enrichment(p, r);
   // Extension beyond SPEC.md, as in the flow line: which namespace's flow it is.
   p = put(p, ",\"netns\":");

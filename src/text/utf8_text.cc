@@ -4,10 +4,7 @@
 
 namespace tcpscope {
 
-namespace {
-
-// Length of the valid UTF-8 sequence at s[i] and its code point; 0 if invalid.
-size_t sequence_at(std::string_view s, size_t i, uint32_t* cp) {
+size_t utf8_sequence_at(std::string_view s, size_t i, uint32_t* cp) {
   const unsigned char c = static_cast<unsigned char>(s[i]);
   size_t n;
   if (c < 0x80) {
@@ -36,12 +33,33 @@ size_t sequence_at(std::string_view s, size_t i, uint32_t* cp) {
   return n + 1;
 }
 
+namespace {
+
+// Markus Kuhn's wcwidth() ranges of double-width characters, with the emoji
+// blocks terminals draw two columns wide.
+bool wide(uint32_t cp) {
+  return cp >= 0x1100 &&
+         (cp <= 0x115F || cp == 0x2329 || cp == 0x232A || (cp >= 0x2E80 && cp <= 0xA4CF && cp != 0x303F) ||
+          (cp >= 0xAC00 && cp <= 0xD7A3) || (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0xFE10 && cp <= 0xFE19) ||
+          (cp >= 0xFE30 && cp <= 0xFE6F) || (cp >= 0xFF00 && cp <= 0xFF60) || (cp >= 0xFFE0 && cp <= 0xFFE6) ||
+          (cp >= 0x1F300 && cp <= 0x1F64F) || (cp >= 0x1F900 && cp <= 0x1F9FF) ||
+          (cp >= 0x20000 && cp <= 0x2FFFD) || (cp >= 0x30000 && cp <= 0x3FFFD));
+}
+
+// Columns of the character (or stray byte) at s[i]; its bytes in *len.
+size_t width_at(std::string_view s, size_t i, size_t* len) {
+  uint32_t cp;
+  const size_t n = utf8_sequence_at(s, i, &cp);
+  *len = n ? n : 1;
+  return n && wide(cp) ? 2 : 1;
+}
+
 }  // namespace
 
 bool valid_utf8(std::string_view s) {
   uint32_t cp;
   for (size_t i = 0; i < s.size();) {
-    const size_t n = sequence_at(s, i, &cp);
+    const size_t n = utf8_sequence_at(s, i, &cp);
     if (!n) return false;
     i += n;
   }
@@ -53,7 +71,7 @@ std::string printable_text(std::string_view s) {
   out.reserve(s.size());
   uint32_t cp;
   for (size_t i = 0; i < s.size();) {
-    const size_t n = sequence_at(s, i, &cp);
+    const size_t n = utf8_sequence_at(s, i, &cp);
     if (!n || cp < 0x20 || (cp >= 0x7f && cp <= 0x9f)) {
       out += '?';
       i += n ? n : 1;
@@ -63,6 +81,21 @@ std::string printable_text(std::string_view s) {
     i += n;
   }
   return out;
+}
+
+std::string_view display_prefix(std::string_view s, size_t columns) {
+  size_t used = 0;
+  for (size_t i = 0, len; i < s.size(); i += len) {
+    used += width_at(s, i, &len);
+    if (used > columns) return s.substr(0, i);
+  }
+  return s;
+}
+
+size_t display_width(std::string_view s) {
+  size_t width = 0;
+  for (size_t i = 0, len; i < s.size(); i += len) width += width_at(s, i, &len);
+  return width;
 }
 
 std::string clipped(const std::string& s) { return s.size() <= 40 ? s : s.substr(0, 40) + "..."; }

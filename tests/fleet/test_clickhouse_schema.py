@@ -53,24 +53,36 @@ def writer_keys(*sources):
     return keys
 
 
+def utf8_text(raw: bytes) -> str:
+    """`raw` as text by the daemon's rule (src/text/json_text.h): valid UTF-8 as
+    itself, each byte of an invalid sequence a U+FFFD of its own (Python's
+    errors="replace" makes one of a cut sequence)."""
+    out, i = [], 0
+    while i < len(raw):
+        c = raw[i]
+        n = 1 if c < 0x80 else 2 if c >> 5 == 6 else 3 if c >> 4 == 14 else 4 if c >> 3 == 30 else 0
+        try:
+            out.append(raw[i:i + n].decode() if n and i + n <= len(raw) else None)
+        except UnicodeDecodeError:
+            out.append(None)
+        if out[-1] is None:
+            out[-1], n = "\ufffd", 1
+        i += n
+    return "".join(out)
+
+
+SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
 def daemon_escape(raw: bytes) -> str:
-    """A JSON string as json_writer.h's put_escaped writes it: every byte < 0x20
-    or >= 0x7f as \\u00XX (so UTF-8 goes byte by byte), a few short escapes."""
+    """A JSON string as the daemon writes it (put_json_string): the text of
+    utf8_text(), controls (U+0000-U+001F, U+007F) escaped."""
     out = ['"']
-    for c in raw:
-        ch = chr(c)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\r":
-            out.append("\\r")
-        elif c < 0x20 or c >= 0x7F:
-            out.append(f"\\u00{c:02x}")
+    for ch in utf8_text(raw):
+        if ch in SHORT_ESCAPES:
+            out.append(SHORT_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
         else:
             out.append(ch)
     out.append('"')
@@ -79,7 +91,7 @@ def daemon_escape(raw: bytes) -> str:
 
 def line(record: dict, keys) -> str:
     """One flow-log line as the daemon writes it: its key order, every string
-    (str as UTF-8, or bytes as they are) escaped as put_escaped does."""
+    (str as UTF-8, or bytes as they are) as daemon_escape writes it."""
     assert list(record) == list(keys), set(record) ^ set(keys)
     parts = []
     for k in keys:
@@ -125,6 +137,7 @@ def transfer(**over):
 
 V6_LONG = "2001:db8:ffff:ffff:ffff:ffff:ffff:fffe"
 UTF8_COMM = "wörker ✓".encode()  # 15 bytes: the kernel's comm is 16 with its NUL
+CUT_COMM = b"cut-name-abcd" + "中".encode()[:2]  # the kernel's 15 bytes end inside a character
 
 FLOWS = [
     # IPv6, u64 max counters, u32 max kernel counters, nulls, true, Int64 max times.
@@ -140,8 +153,11 @@ FLOWS = [
     flow(start_ns=1764000002000000002, peer_class="datacenter \"eu\\west\"", as_org="Società Ørsted ✓",
          cc_rule="bulk-bbr", experiment="cc-ab-2026", arm="treatment", partial=True,
          comm=UTF8_COMM),
-    flow(start_ns=1764000003000000003, comm=b"tab\there\nnl\x01\x1f\"q\\", outcome="timeout",
+    flow(start_ns=1764000003000000003, comm=b"tab\there\nnl\x01\x1f\x7f\x08\x0c\"q\\", outcome="timeout",
          bytes_acked=0, bytes_received=0, segs_out=0, segs_in=0, delivery_rate_bps=0, pacing_rate_bps=0),
+    # A comm cut mid-character (each of its bytes a U+FFFD), a CJK and a broken organisation.
+    flow(start_ns=1764000005000000005, comm=CUT_COMM, as_org="中国电信"),
+    flow(start_ns=1764000006000000006, comm=b"\xc0\xaf\xed\xa0\x80\x80", as_org=b"T\xfcrk Telekom"),
     # A failed handshake: no addresses known, every counter 0, ns times 0 (as a partial flow's could be).
     flow(start_ns=0, end_ns=0, fct_us=0, duration_us=0, family=0, laddr="", raddr="", lport=0, rport=0,
          outcome="refused", cc="", srtt_us=0, min_rtt_us=0, rttvar_us=0, cwnd=0, max_cwnd=0, ssthresh=0, mss=0,
@@ -333,11 +349,15 @@ def test_records_round_trip_through_kafka_into_mergetree(kafka_broker, clickhous
     compare(clickhouse.query_json(f"SELECT * FROM {db}.transfers"), expected_rows(transfers),
             ("start_ns", "seq"))
 
-    # The daemon escapes each byte >= 0x7f of a string: UTF-8 text arrives as its Latin-1
-    # reading (what any JSON parser makes of the line), and its bytes can be had back.
-    got = clickhouse.query(f"SELECT comm, as_org FROM {db}.flows WHERE start_ns = 1764000002000000002 "
-                           f"FORMAT TSV").rstrip("\n").split("\t")
-    assert [x.encode("latin-1") for x in got] == [UTF8_COMM, "Società Ørsted ✓".encode()]
+    # Text arrives as the UTF-8 it is; what was not UTF-8 arrives as U+FFFD, one per byte.
+    got = clickhouse.query(f"SELECT start_ns, comm, as_org FROM {db}.flows WHERE start_ns IN "
+                           f"(1764000002000000002, 1764000005000000005, 1764000006000000006) ORDER BY start_ns "
+                           f"FORMAT TSV").splitlines()
+    assert [row.split("\t")[1:] for row in got] == [
+        ["wörker ✓", "Società Ørsted ✓"], ["cut-name-abcd\ufffd\ufffd", "中国电信"],
+        ["\ufffd" * 6, "T\ufffdrk Telekom"]], got
+    assert bytes.fromhex(clickhouse.query(f"SELECT hex(comm) FROM {db}.flows WHERE start_ns = 1764000005000000005 "
+                                          f"FORMAT TSV").strip()) == b"cut-name-abcd" + "\ufffd\ufffd".encode()
 
     # The partitions are UTC days of start_ns; the sorting key is the one documented.
     parts = clickhouse.query(f"SELECT DISTINCT partition FROM system.parts WHERE database = '{db}' "

@@ -24,7 +24,7 @@ BUILD=${TCPSCOPE_FUZZ_BUILD:-$ROOT/build-fuzz}
 SECONDS_EACH=${FUZZ_SECONDS:-20}
 SEED=${FUZZ_SEED:-1}
 TARGETS=("$@")
-((${#TARGETS[@]})) || TARGETS=(config prefix_file mmdb http_request)
+((${#TARGETS[@]})) || TARGETS=(config prefix_file mmdb http_request json_text)
 
 die() { echo "fuzz: $*" >&2; exit 1; }
 

@@ -56,6 +56,18 @@ def apply_schema(ch, kafka, topics):
         ch.execute_script(sql)
 
 
+def fresh_pipeline(kafka, clickhouse, partitions):
+    """Topics of their own and the shipped schema reading them into an empty
+    tcpscope database; returns the topics ({"flows": ..., "transfers": ...})."""
+    tag = uuid.uuid4().hex[:8]
+    topics = {"flows": f"t{tag}.flows", "transfers": f"t{tag}.transfers"}
+    for t in topics.values():
+        kafka.create_topic(t, partitions=partitions)
+    clickhouse.query("DROP DATABASE IF EXISTS tcpscope")
+    apply_schema(clickhouse, kafka, topics)
+    return topics
+
+
 def kafka_config(kafka, topics, **extra):
     lines = [f'    brokers: ["{kafka.bootstrap}"]', f"    topic_flows: {topics['flows']}",
              f"    topic_transfers: {topics['transfers']}", "    linger_ms: 5"]
@@ -73,12 +85,7 @@ def lab(net, tmp_path, kafka, clickhouse):
     """test_compare's lab (two ASNs, cubic and bbr) with the records going to Kafka."""
     if not has_bbr():
         pytest.skip("the kernel offers no bbr")
-    tag = uuid.uuid4().hex[:8]
-    topics = {"flows": f"t{tag}.flows", "transfers": f"t{tag}.transfers"}
-    for t in topics.values():
-        kafka.create_topic(t, partitions=3)
-    clickhouse.query("DROP DATABASE IF EXISTS tcpscope")
-    apply_schema(clickhouse, kafka, topics)
+    topics = fresh_pipeline(kafka, clickhouse, partitions=3)
     n = net.cli_v4.split(".")[2]
     prefix = f"198.18.{n}"
     net.ns(net.cli, "ip", "addr", "add", f"{prefix}.3/24", "dev", net.veth_cli)

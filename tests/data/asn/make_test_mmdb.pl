@@ -56,7 +56,9 @@ my $tree = MaxMind::DB::Writer::Tree->new(
     map_key_type_callback    => sub { $types{ $_[0] } // die "$0: no type for key $_[0]\n" },
 );
 
-open my $in, '<', $input or die "$0: $input: $!\n";
+# The organisations are text (utf8_string): read as UTF-8, so a non-ASCII
+# name is written once encoded, not as UTF-8 of its bytes.
+open my $in, '<:encoding(UTF-8)', $input or die "$0: $input: $!\n";
 while ( my $line = <$in> ) {
     chomp $line;
     next if $line =~ /^\s*(#|$)/;

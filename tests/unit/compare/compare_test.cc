@@ -18,6 +18,7 @@
 #include "compare/flow_log_source.h"
 #include "record/flow_json.h"
 #include "record/flow_record.h"
+#include "text/utf8_text.h"
 
 namespace tcpscope {
 namespace {
@@ -431,6 +432,29 @@ TEST(CompareOutput, TableIsAlignedAndExplainsItself) {
     EXPECT_EQ(lines[i][verdict_col - 1], ' ') << lines[i];
     EXPECT_NE(lines[i][n_a_end - 1], ' ') << "n_a right-aligned: " << lines[i];
     EXPECT_EQ(lines[i][n_a_end], ' ') << lines[i];
+  }
+}
+
+TEST(CompareOutput, TableColumnsLineUpWithUtf8GroupNames) {
+  CompareResult r = sample_result();
+  const std::string names[] = {"Telef\xC3\xB3nica de Espa\xC3\xB1" "a", "\xE4\xB8\xAD\xE5\x9B\xBD\xE7\x94\xB5\xE4\xBF\xA1"};
+  for (size_t i = 0; i < r.groups.size(); ++i) r.groups[i].group = names[i / 2 % 2];
+  const std::string t = format_compare_table(r);
+  std::vector<std::string> lines;
+  for (size_t at = 0, nl; (nl = t.find('\n', at)) != std::string::npos; at = nl + 1) lines.push_back(t.substr(at, nl - at));
+  size_t header = 0;
+  while (header < lines.size() && lines[header].rfind("asn ", 0) != 0) ++header;
+  ASSERT_LT(header + 4, lines.size()) << t;
+  // n_a is right-aligned: it ends in the same terminal column on every line.
+  const std::string& h = lines[header];
+  const size_t n_a_end = display_width(h.substr(0, h.find("n_a") + 3));
+  for (size_t i = header + 1; i <= header + 4; ++i) {
+    const std::string& row = lines[i];
+    const std::string& name = row.find(names[0]) != std::string::npos ? names[0] : names[1];
+    ASSERT_EQ(row.find(name), 0u) << t;
+    size_t at = row.find_first_not_of(' ', name.size());  // the size class
+    at = row.find_first_not_of(' ', row.find(' ', at));   // n_a
+    EXPECT_EQ(display_width(row.substr(0, row.find(' ', at))), n_a_end) << t;
   }
 }
 

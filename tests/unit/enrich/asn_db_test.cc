@@ -398,6 +398,23 @@ TEST_F(AsnMmdb, GeoLite2Lookups) {
   EXPECT_NE(d.find(std::to_string(db->prefix_count()) + " networks"), std::string::npos) << d;
 }
 
+TEST_F(AsnMmdb, NonAsciiOrganisationsAreTheirUtf8) {
+  const std::string telefonica = "Telef\xC3\xB3nica de Espa\xC3\xB1" "a";
+  const std::string china_telecom = "\xE4\xB8\xAD\xE5\x9B\xBD\xE7\x94\xB5\xE4\xBF\xA1";
+  const std::string turk_telekom = "T\xC3\xBCrk Telekom";
+  for (const char* flavor : {"", "--flavor ipinfo"}) {
+    auto db = load_ok(make_mmdb(*flavor ? "utf8-ipinfo" : "utf8-maxmind",
+                                "80.58.0.0/16\t3352\t" + telefonica + "\n202.96.0.0/16\t4134\t" + china_telecom +
+                                    "\n2a02:b000::/24\t9121\t" + turk_telekom + "\n",
+                                flavor),
+                      "");
+    ASSERT_NE(db, nullptr);
+    EXPECT_EQ(db->lookup(ip("80.58.1.1")).org, telefonica) << flavor;
+    EXPECT_EQ(db->lookup(ip("202.96.1.1")).org, china_telecom) << flavor;
+    EXPECT_EQ(db->lookup(ip("2a02:b000::1")).org, turk_telekom) << flavor;
+  }
+}
+
 TEST_F(AsnMmdb, PrefixesOfCoverExactlyWhatLookupReturns) {
   auto db = load_ok(make_mmdb("geolite", kNetworks, ""), "");
   ASSERT_NE(db, nullptr);

@@ -59,14 +59,27 @@ TEST(FlowJson, OneValidObjectPerLineWithSpecFields) {
   EXPECT_EQ(j["app_set_cc"], false);
 }
 
-TEST(FlowJson, ControlAndNonAsciiBytesAreEscaped) {
+TEST(FlowJson, TextIsUtf8InvalidBytesReplacedControlsEscaped) {
   std::string out;
   append_flow_json(sample(), &out);
+  EXPECT_NE(out.find("\"comm\":\"we\\u0001ird\xEF\xBF\xBD\""), std::string::npos) << out;
   auto j = nlohmann::json::parse(out);  // throws on invalid UTF-8 or raw control bytes
-  EXPECT_EQ(j["comm"], std::string("we\x01ird\xc3\xbf", 8));  // \u00ff read back as UTF-8
-  std::string s;
-  append_json_string("a\tb\nc\"", &s);
-  EXPECT_EQ(s, "\"a\\tb\\nc\\\"\"");
+  EXPECT_EQ(j["comm"], "we\x01ird\xEF\xBF\xBD");  // the invalid 0xff as U+FFFD
+
+  FlowRecord r = sample();
+  r.comm = "cl\xC3\xAF" "ent-\xC3\xBCtf8";
+  r.as_org = "\xE4\xB8\xAD\xE5\x9B\xBD\xE7\x94\xB5\xE4\xBF\xA1";
+  out.clear();
+  append_flow_json(r, &out);
+  EXPECT_NE(out.find("\"comm\":\"cl\xC3\xAF" "ent-\xC3\xBCtf8\""), std::string::npos) << out;
+  j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["comm"], r.comm);
+  EXPECT_EQ(j["as_org"], r.as_org);
+
+  r.comm = "cut-name-abcd\xE4\xB8";  // 15 bytes, the kernel's cut inside a 3-byte character
+  out.clear();
+  append_flow_json(r, &out);
+  EXPECT_EQ(nlohmann::json::parse(out)["comm"], "cut-name-abcd\xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
 TEST(FlowJson, LinesAppend) {
