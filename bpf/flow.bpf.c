@@ -864,8 +864,14 @@ static __always_inline void note_rx_payload(const struct sock *sk, struct flow_s
 	if (!grew)
 		return;
 	st->rx_mark = rcvd;
-	if (grew == 1 && (sk->__sk_common.skc_flags & (1UL << SOCK_DONE)))
-		return;
+	/* With SOCK_DONE the FIN is in `grew` (no data can follow it), and
+	 * payload_received() leaves it out: so must the arrival. A read can
+	 * take data and the FIN together (tcp_rcv_space_adjust, before 6.3). */
+	if (sk->__sk_common.skc_flags & (1UL << SOCK_DONE)) {
+		if (grew == 1)
+			return;
+		grew -= 1;
+	}
 	now = bpf_ktime_get_ns();
 	note_arrival(sk, tp, st, now, grew);
 	st->last_rx_ns = now;
