@@ -220,3 +220,68 @@ def test_kept_alive_responses_are_a_send_transfer_each(name, net, tmp_path):
             assert rec["start_ns"] <= mine[0]["start_ns"] and mine[-1]["end_ns"] <= rec["end_ns"], (rec, mine)
     finally:
         d.stop()
+
+
+# One request, answered in three writes: the second 0.3 s after the first,
+# the third 1.5 s after the second; the server closes right after the third.
+PAUSING_PEER = """
+import socket, sys, time
+role, addr, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if role == "server":
+    ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((addr, port)); ls.listen(1); open(sys.argv[4], "w").close()
+    ls.settimeout(20); c, _ = ls.accept(); c.settimeout(20)
+    got = 0
+    while got < 100: got += len(c.recv(100 - got))
+    for pause in (0, 0.3, 1.5):
+        time.sleep(pause)
+        c.sendall(b"r" * 50000)
+    c.close()
+else:
+    c = socket.create_connection((addr, port), timeout=20)
+    c.sendall(b"q" * 100)
+    got = 0
+    while got < 150000:
+        b = c.recv(65536)
+        if not b: raise SystemExit("peer closed early")
+        got += len(b)
+    c.close()
+"""
+
+
+@pytest.mark.parametrize("name", [None, *PROFILES])
+def test_a_pause_of_a_second_with_nothing_in_flight_ends_a_send_transfer(name, net, tmp_path):
+    """With no request in between, a write after a pause under a second with
+    nothing in flight joins the running send transfer, and one after a
+    second starts a new one, on the profile's kernel (from the ACKs) as on
+    this one. (The server closes right after the last write: if that is
+    before the write's first ACK, its start is taken at the close, as
+    tcp_probe runs only in ESTABLISHED; on veth it mostly is not.)"""
+    env = dict(os.environ)
+    if name:
+        env["TCPSCOPE_TEST_MISSING_TRACEPOINTS"] = ",".join(missing_of(name))
+    d = Daemon(tmp_path, env=env)
+    try:
+        ready = tmp_path / "server.ready"
+        server = net.spawn(net.srv, sys.executable, "-c", PAUSING_PEER, "server", net.srv_v4, "8094", str(ready))
+        wait_for(lambda: ready.exists() or server.poll() is not None, 10, what="server start")
+        client = net.spawn(net.cli, sys.executable, "-c", PAUSING_PEER, "client", net.srv_v4, "8094")
+        assert client.wait(timeout=30) == 0, client.stderr.read()
+        assert server.wait(timeout=10) == 0, server.stderr.read()
+        recs = d.wait_records(net, 2)
+        srv = next(r for r in recs if r["dir"] == "passive")
+
+        def sends():
+            return sorted((t for t in d.all_transfers() if t["netns"] == srv["netns"] and t["lport"] == srv["lport"]
+                           and t["flow_start_ns"] == srv["start_ns"] and t["direction"] == "send"),
+                          key=lambda t: t["seq"])
+        wait_for(lambda: len(sends()) >= 2, 10, what="2 send transfers")
+        ts = sends()
+        assert [t["bytes"] for t in ts] == [100_000, 50_000], ts
+        # The second one starts after the pause, about 1.5 s after the first
+        # one's last ACK.
+        gap = ts[1]["start_ns"] - ts[0]["end_ns"]
+        assert 1.4e9 <= gap <= 2.5e9, (gap, ts)
+        assert ts[0]["xfer_us"] >= 250_000, ts  # the 0.3 s pause is in it
+    finally:
+        d.stop()
