@@ -639,23 +639,38 @@ static __always_inline void note_segment(const struct sock *sk, struct tcp_sock 
 					 struct sk_buff *skb)
 {
 	struct tcp_skb_cb *cb = (void *)skb->cb;
-	__u32 seq = BPF_CORE_READ(cb, seq), end_seq = BPF_CORE_READ(cb, end_seq);
-	__u32 ack = BPF_CORE_READ(cb, ack_seq), una = tp->snd_una;
-	__u8 tcp_flags = BPF_CORE_READ(cb, tcp_flags);
-	bool acks_new, data;
+	__u32 una = tp->snd_una, ack = 0, seq, end_seq;
+	__u8 tcp_flags = 0;
+	bool acks_new = false, data;
 
 	if (st->flags & TCPSCOPE_F_FIN_SENT)
 		return; /* no data can follow: close and check_tx_done() end it */
 	note_flight(sk, tp, st);
-	acks_new = (tcp_flags & TCPHDR_ACK) && !seq_geq(una, ack) && seq_geq(tp->snd_nxt, ack);
-	if ((acks_new ? ack : una) != tp->write_seq)
-		return; /* data still outstanding or unsent */
-	if (acks_new)
-		st->tx_end_ns = bpf_ktime_get_ns();
-	/* Payload beyond what we had (a bare FIN's sequence number is not). */
-	data = end_seq - seq > (tcp_flags & TCPHDR_FIN ? 1u : 0u) && !seq_geq(tp->rcv_nxt, end_seq);
-	if (!(st->flags & TCPSCOPE_ST_TX_OPEN) || (!data && st->last_rx_ns <= st->tx_start_ns))
+	/* The segment is read only when it can end something: not while data
+	 * waits unsent (a bulk sender's ACKs), nor, with nothing outstanding,
+	 * outside a transfer (a bulk receiver's data). */
+	if (tp->snd_nxt != tp->write_seq)
 		return;
+	if (una != tp->snd_nxt) {
+		tcp_flags = BPF_CORE_READ(cb, tcp_flags);
+		ack = BPF_CORE_READ(cb, ack_seq);
+		acks_new = (tcp_flags & TCPHDR_ACK) && !seq_geq(una, ack) && seq_geq(tp->snd_nxt, ack);
+		if (!acks_new)
+			return; /* data still outstanding */
+		st->tx_end_ns = bpf_ktime_get_ns();
+	}
+	if (!(st->flags & TCPSCOPE_ST_TX_OPEN))
+		return;
+	if (st->last_rx_ns <= st->tx_start_ns) {
+		/* Payload beyond what we had (a bare FIN's sequence number is not). */
+		if (!acks_new)
+			tcp_flags = BPF_CORE_READ(cb, tcp_flags);
+		seq = BPF_CORE_READ(cb, seq);
+		end_seq = BPF_CORE_READ(cb, end_seq);
+		data = end_seq - seq > (tcp_flags & TCPHDR_FIN ? 1u : 0u) && !seq_geq(tp->rcv_nxt, end_seq);
+		if (!data)
+			return;
+	}
 	/* bytes_acked does not have this ACK's bytes yet: the base, not read
 	 * again before the next start, makes up for them. */
 	if (acks_new)
