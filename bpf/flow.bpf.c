@@ -37,12 +37,16 @@
 #define NSEC_PER_USEC 1000ULL
 #define NSEC_PER_MSEC 1000000ULL
 #define USEC_PER_MSEC 1000U
+#define TCPHDR_FIN 0x01 /* tcp_skb_cb.tcp_flags, as include/net/tcp.h */
+#define TCPHDR_ACK 0x10
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* Set by the loader before load: wake the reader once this much is queued;
  * smaller batches are picked up by its periodic drain. */
 const volatile __u64 wakeup_bytes = 256 * 1024;
+/* Set when on_segment is loaded: send transfers come from the ACKs. */
+const volatile bool sends_from_acks = false;
 
 
 /* Defined by policy.bpf.c, which writes the socket's policy part. */
@@ -558,6 +562,19 @@ static __always_inline bool send_transfer_over(struct tcp_sock *tp, const struct
 	return st->last_rx_ns > st->tx_start_ns || now >= idle_since + TRANSFER_IDLE_NS;
 }
 
+/* A send transfer starting at start_ns, everything sent before it being
+ * acknowledged: from tcp_sendmsg_locked or, before 6.16, from the ACKs. */
+static __always_inline void begin_send_transfer(struct tcp_sock *tp, struct flow_state *st, __u64 start_ns)
+{
+	st->tx_seq = next_transfer_seq(st);
+	st->tx_start_ns = start_ns;
+	st->tx_acked_base = payload_acked(tp, st);
+	st->tx_wait_us = us_between(st->last_rx_ns, start_ns);
+	st->tx_retrans_base = tp->total_retrans;
+	read_chrono(tp, st->tx_chrono_base);
+	st->flags |= TCPSCOPE_ST_TX_OPEN;
+}
+
 /* tcp_sendmsg_locked, before this call's data is queued. */
 static __always_inline void note_send(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st)
 {
@@ -570,13 +587,95 @@ static __always_inline void note_send(const struct sock *sk, struct tcp_sock *tp
 		return; /* joins the running transfer */
 	if (st->flags & TCPSCOPE_ST_TX_OPEN)
 		end_transfer(sk, tp, st, TCPSCOPE_XFER_SEND, tp->delivered_mstamp * NSEC_PER_USEC);
-	st->tx_seq = next_transfer_seq(st);
-	st->tx_start_ns = now;
-	st->tx_acked_base = payload_acked(tp, st);
-	st->tx_wait_us = us_between(st->last_rx_ns, now);
-	st->tx_retrans_base = tp->total_retrans;
-	read_chrono(tp, st->tx_chrono_base);
-	st->flags |= TCPSCOPE_ST_TX_OPEN;
+	begin_send_transfer(tp, st, now);
+}
+
+/*
+ * Send transfers from the ACKs, on kernels without tcp_sendmsg_locked (before
+ * 6.16): tcp_probe runs for every segment an established socket receives,
+ * before the segment's ACK is processed, and the kernel's delivery-rate
+ * bookkeeping says when a flight began from nothing in flight: sending with
+ * no packet out sets first_tx_mstamp and delivered_mstamp both to that
+ * segment's departure (tcp_rate_skb_sent), and they stay equal until its
+ * first delivery. Data handed over while everything is acknowledged leaves
+ * as such a flight, so "the application wrote with nothing outstanding" is
+ * "a flight from idle", and the rule of "Transfers" applies to it at the
+ * first segment received after it left, with the flight's departure as the
+ * start (the write's time on the 6.16 path: the same but for the time from
+ * the write to the first segment's departure).
+ *
+ * delivered_mstamp, the 6.16 path's end, is gone by then (that flight's
+ * send overwrote it), so the end is taken when it happens: the segment
+ * whose ACK covers everything written is the last byte's ACK, and the
+ * transfer is over there if data came in since it began (this segment's
+ * or an earlier one's). Without such data it ends only when a flight from
+ * idle leaves TRANSFER_IDLE_NS after that ACK, whose time tx_end_ns keeps
+ * (it is free until our FIN: check_tx_done() owns it from then on).
+ *
+ * A flight still undelivered when we close leaves ESTABLISHED, where
+ * tcp_probe runs, before its first ACK: the state change looks for it.
+ */
+static __always_inline void note_flight(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st)
+{
+	__u64 flight_ns = tp->first_tx_mstamp * NSEC_PER_USEC;
+
+	if (tp->snd_una == tp->snd_nxt || tp->first_tx_mstamp != tp->delivered_mstamp ||
+	    flight_ns <= st->tx_start_ns)
+		return; /* no flight from idle, or one already seen */
+	if (st->flags & TCPSCOPE_ST_TX_OPEN) {
+		/* Not all it was handed acknowledged since it began: this flight
+		 * is data that waited in the queue (a stretched ACK emptied the
+		 * network first), written while earlier data was outstanding. */
+		if (st->tx_end_ns <= st->tx_start_ns)
+			return;
+		if (st->last_rx_ns <= st->tx_start_ns && flight_ns < st->tx_end_ns + TRANSFER_IDLE_NS)
+			return; /* joins the running transfer */
+		end_transfer(sk, tp, st, TCPSCOPE_XFER_SEND, st->tx_end_ns);
+	}
+	begin_send_transfer(tp, st, flight_ns);
+}
+
+static __always_inline void note_segment(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st,
+					 struct sk_buff *skb)
+{
+	struct tcp_skb_cb *cb = (void *)skb->cb;
+	__u32 una = tp->snd_una, ack = 0, seq, end_seq;
+	__u8 tcp_flags = 0;
+	bool acks_new = false, data;
+
+	if (st->flags & TCPSCOPE_F_FIN_SENT)
+		return; /* no data can follow: close and check_tx_done() end it */
+	note_flight(sk, tp, st);
+	/* The segment is read only when it can end something: not while data
+	 * waits unsent (a bulk sender's ACKs), nor, with nothing outstanding,
+	 * outside a transfer (a bulk receiver's data). */
+	if (tp->snd_nxt != tp->write_seq)
+		return;
+	if (una != tp->snd_nxt) {
+		tcp_flags = BPF_CORE_READ(cb, tcp_flags);
+		ack = BPF_CORE_READ(cb, ack_seq);
+		acks_new = (tcp_flags & TCPHDR_ACK) && !seq_geq(una, ack) && seq_geq(tp->snd_nxt, ack);
+		if (!acks_new)
+			return; /* data still outstanding */
+		st->tx_end_ns = bpf_ktime_get_ns();
+	}
+	if (!(st->flags & TCPSCOPE_ST_TX_OPEN))
+		return;
+	if (st->last_rx_ns <= st->tx_start_ns) {
+		/* Payload beyond what we had (a bare FIN's sequence number is not). */
+		if (!acks_new)
+			tcp_flags = BPF_CORE_READ(cb, tcp_flags);
+		seq = BPF_CORE_READ(cb, seq);
+		end_seq = BPF_CORE_READ(cb, end_seq);
+		data = end_seq - seq > (tcp_flags & TCPHDR_FIN ? 1u : 0u) && !seq_geq(tp->rcv_nxt, end_seq);
+		if (!data)
+			return;
+	}
+	/* bytes_acked does not have this ACK's bytes yet: the base, not read
+	 * again before the next start, makes up for them. */
+	if (acks_new)
+		st->tx_acked_base -= ack - una;
+	end_transfer(sk, tp, st, TCPSCOPE_XFER_SEND, st->tx_end_ns);
 }
 
 /* A send transfer after the latest arrival, min_rtt/2 or longer before `at`:
@@ -761,6 +860,8 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 		 * instead of from a hook on every read. */
 		if (!st->pid)
 			take_owner(st);
+		if (sends_from_acks && !(st->flags & TCPSCOPE_F_FIN_SENT))
+			note_flight(sk, tp, st);
 		/* The FIN is queued right after this transition. */
 		if (!(st->flags & TCPSCOPE_F_FIN_SENT)) {
 			st->flags |= TCPSCOPE_F_FIN_SENT;
@@ -864,8 +965,14 @@ static __always_inline void note_rx_payload(const struct sock *sk, struct flow_s
 	if (!grew)
 		return;
 	st->rx_mark = rcvd;
-	if (grew == 1 && (sk->__sk_common.skc_flags & (1UL << SOCK_DONE)))
-		return;
+	/* With SOCK_DONE the FIN is in `grew` (no data can follow it), and
+	 * payload_received() leaves it out: so must the arrival. A read can
+	 * take data and the FIN together (tcp_rcv_space_adjust, before 6.3). */
+	if (sk->__sk_common.skc_flags & (1UL << SOCK_DONE)) {
+		if (grew == 1)
+			return;
+		grew -= 1;
+	}
 	now = bpf_ktime_get_ns();
 	note_arrival(sk, tp, st, now, grew);
 	st->last_rx_ns = now;
@@ -921,6 +1028,22 @@ int BPF_PROG(on_sendmsg, const struct sock *sk)
 	sample_cwnd(st, tp->snd_cwnd);
 	if (tracked(st) && !st->emitted)
 		note_send(sk, tp, st);
+	return 0;
+}
+
+/* Loaded only on kernels without tcp_sendmsg_locked (before 6.16): send
+ * transfers from the ACKs, see note_segment(). */
+SEC("tp_btf/tcp_probe")
+int BPF_PROG(on_segment, const struct sock *sk, struct sk_buff *skb)
+{
+	struct flow_state *st = state_of(sk);
+	struct tcp_sock *tp;
+
+	if (!tracked(st) || st->emitted)
+		return 0;
+	tp = bpf_skc_to_tcp_sock((void *)sk);
+	if (tp)
+		note_segment(sk, tp, st, skb);
 	return 0;
 }
 

@@ -19,7 +19,8 @@
 struct flow_state {
 	__u64 start_ns;
 	__u64 last_rx_ns;    /* latest in-order data arrival */
-	__u64 tx_end_ns;     /* every byte we sent was acknowledged at this time */
+	__u64 tx_end_ns;     /* every byte we sent was acknowledged at this time (before our
+			      * FIN only kept by the ACK path, note_segment()) */
 	__u64 ca_since_ns;   /* the current congestion state began; 0 until established */
 	/* Time in Disorder, CWR, Recovery and Loss. Time in Open is the rest of
 	 * the time since the handshake: every interval from then on is closed

@@ -42,6 +42,7 @@ constexpr ProgramHook kHooks[] = {
     {&Programs::on_cong_state, "tcp_cong_state_set", false, "time per congestion state; cwnd before reductions"},
     {&Programs::on_send_reset, "tcp_send_reset", false, "resets sent by the kernel after close"},
     {&Programs::on_receive_reset, "tcp_receive_reset", false, "resets received before the handshake"},
+    {&Programs::on_segment, "tcp_probe", false, "send transfers on kernels without tcp_sendmsg_locked"},
 };
 
 // libbpf's messages (the verifier log among them) are collected while we load,
@@ -196,6 +197,10 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
   // last read of payload instead (at or after its arrival); with them that
   // hook, which runs on every read, is not needed at all.
   if (tracepoint_exists(vmlinux, "sk_data_ready")) bpf_program__set_autoload(skel->progs.on_recvmsg, false);
+  // Likewise send transfers: taken from each received segment's ACK only
+  // where tcp_sendmsg_locked cannot start them (before 6.16).
+  if (tracepoint_exists(vmlinux, "tcp_sendmsg_locked")) bpf_program__set_autoload(skel->progs.on_segment, false);
+  skel->rodata->sends_from_acks = bpf_program__autoload(skel->progs.on_segment);
   btf__free(vmlinux);
 
   if (const char* name = getenv("TCPSCOPE_TEST_REFUSE_PROGRAM"); name && *name) {

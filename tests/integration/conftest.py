@@ -149,6 +149,34 @@ class Daemon:
         return self.proc.returncode
 
 
+# One kept-alive connection, request after request: 100 bytes up, a response
+# of argv[4]'s sizes in turn down.
+REQUESTS_PEER = """
+import socket, sys
+role, addr, port, sizes, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+sizes = [int(s) for s in sizes.split(",")]
+def read(s, n):
+    while n > 0:
+        b = s.recv(min(n, 1 << 20))
+        if not b: raise SystemExit("peer closed early")
+        n -= len(b)
+if role == "server":
+    ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((addr, port)); ls.listen(1); open(sys.argv[6], "w").close()
+    ls.settimeout(20); c, _ = ls.accept(); c.settimeout(20)
+    for i in range(count):
+        read(c, 100)
+        c.sendall(b"r" * sizes[i % len(sizes)])
+    read(c, 0); c.close()
+else:
+    c = socket.create_connection((addr, port), timeout=20)
+    for i in range(count):
+        c.sendall(b"q" * 100)
+        read(c, sizes[i % len(sizes)])
+    c.close()
+"""
+
+
 # A TCP echo server: every connection gets back what it sends.
 ECHO_SERVER = ("import socket,sys,threading\n"
                "fam=socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET\n"

@@ -29,7 +29,7 @@ def test_starts_and_names_what_it_lacks(old_kernel_daemon):
     m = re.search(r"running: \d+ BPF programs attached \(([^)]*)\)", err)
     assert m, err
     attached = set(m.group(1).split(","))
-    assert {"on_state_change", "on_state_change_nested", "on_recvmsg"} <= attached
+    assert {"on_state_change", "on_state_change_nested", "on_recvmsg", "on_segment"} <= attached
     assert not attached & {"on_data_ready", "on_data_ready_twin", "on_sendmsg", "on_cong_state"}
     warnings = [l for l in err.splitlines() if "warning: this kernel has no tracepoint" in l]
     assert len(warnings) == len(HIDDEN), err
@@ -75,9 +75,14 @@ def test_receive_side_end_from_the_last_read(old_kernel_daemon, net, tmp_path):
         # The client idled before its FIN: neither end counts that time.
         assert p["duration_us"] - p["fct_us"] >= 0.4 * idle_ms * 1000, p
         assert a["duration_us"] - a["fct_us"] >= 0.4 * idle_ms * 1000, a
-        # With no send transfers the upload is the server's one receive
-        # transfer, and it ends where the record's receive side does.
+        # The upload is the server's one receive transfer, ending where the
+        # record's receive side does, and the client's one send transfer
+        # (from the ACKs: no tcp_sendmsg_locked), ending with the ACK of its
+        # last byte, where the active record's data ends.
         xfers = [t for t in d.all_transfers() if (t["raddr"], t["rport"], t["laddr"], t["lport"]) == key]
         assert [t["direction"] for t in xfers] == ["recv"], xfers
         assert xfers[0]["bytes"] == 1_000_008, xfers
         assert abs(xfers[0]["end_ns"] - (p["start_ns"] + p["fct_us"] * 1000)) <= 2_000, (xfers, p)
+        sent = [t for t in d.all_transfers() if (t["laddr"], t["lport"], t["raddr"], t["rport"]) == key]
+        assert [(t["direction"], t["bytes"]) for t in sent] == [("send", 1_000_008)], sent
+        assert abs(sent[0]["end_ns"] - (a["start_ns"] + a["fct_us"] * 1000)) <= 2_000, (sent, a)
