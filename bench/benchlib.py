@@ -491,9 +491,10 @@ def free_port():
 class Tcpscope:
     """`tcpscope run --config FILE`; start-up (ASN load) is outside any measured window."""
 
-    def __init__(self, tmp, config, port, memcg=None):
+    def __init__(self, tmp, config, port, memcg=None, env=None):
         """memcg: a MemoryCgroup to start the daemon in (its BPF maps are
-        charged to the cgroup of the process that creates them)."""
+        charged to the cgroup of the process that creates them). env: the
+        daemon's environment (default: this process's)."""
         tmp = Path(tmp)
         self.url = f"http://127.0.0.1:{port}"
         self.stderr_path = tmp / f"tcpscope-{port}.stderr"
@@ -502,7 +503,7 @@ class Tcpscope:
         argv = [str(tcpscope_binary()), "run", "--config", str(config)]
         if memcg:
             argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(memcg.path), *argv]
-        self.p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self.stderr)
+        self.p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self.stderr, env=env)
         self.pid = self.p.pid
         try:
             wait_for(lambda: "running:" in self.stderr_path.read_text() or self.p.poll() is not None,

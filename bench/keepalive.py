@@ -19,9 +19,13 @@ hand over (tcpscope_transfer_records_lost_total, must be 0), records read per
 request, and, in one extra run with kernel.bpf_stats_enabled=1 (which adds two
 clock reads per program run, so it is not used for the ratios), the kernel
 time of each program per request and the daemon's CPU time per transfer.
+--profiles repeats that run as on older kernels (tests/kernel_profiles: the
+tracepoints each lacks hidden from the daemon; "this" is this kernel), and
+--cost-only leaves out the ratio runs.
 
   bench/keepalive.py [--seconds 15] [--rounds 3] [--sizes 1000,100000] [--connections 16]
-                     [--variants tcpscope,tcpscope-nolog] [--out FILE]
+                     [--variants tcpscope,tcpscope-nolog] [--profiles this,linux-6.12,debian12-6.1]
+                     [--cost-only] [--out FILE]
 
 Needs root. Prints a table, writes JSON (bench/results/keepalive.json by default).
 """
@@ -33,7 +37,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "kernel_profiles"))
 import benchlib as B  # noqa: E402
+import derive as kernel_profiles  # noqa: E402
 from bpf_cost import delta, prog_stats  # noqa: E402
 
 
@@ -62,12 +68,12 @@ def wrk(net, url, seconds, connections):
 VARIANTS = ["tcpscope", "tcpscope-nolog"]
 
 
-def start_tcpscope(tmp, net, tag, flow_log=True):
+def start_tcpscope(tmp, net, tag, flow_log=True, profile=None):
     port = B.free_port()
     log = Path(tmp) / f"flows-{tag}.ndjson"
     cfg = B.write_config(Path(tmp) / f"tcpscope-{tag}.yaml", port=port, flow_log=log if flow_log else None,
                          rules=0)
-    return B.Tcpscope(tmp, cfg, port), log
+    return B.Tcpscope(tmp, cfg, port, env=kernel_profiles.daemon_env(profile)), log
 
 
 def tcpscope_run(tmp, net, url, args, variant, tag):
@@ -90,10 +96,11 @@ def tcpscope_run(tmp, net, url, args, variant, tag):
     return r
 
 
-def cost_run(tmp, net, url, args):
-    """Per-program kernel time per request, and the daemon's CPU per transfer
-    record, with BPF statistics on (not used for ratios)."""
-    d, log = start_tcpscope(tmp, net, "cost")
+def cost_run(tmp, net, url, args, profile=None):
+    """Per-program kernel time per request and per transfer record, and the
+    daemon's CPU per transfer record, with BPF statistics on (not used for
+    ratios), as on `profile`'s kernel (None: this one)."""
+    d, log = start_tcpscope(tmp, net, f"cost-{profile or 'this'}", profile=profile)
     try:
         with B.BpfStats():
             wrk(net, url, 1, args.connections)
@@ -104,12 +111,48 @@ def cost_run(tmp, net, url, args):
             s1, cpu1 = prog_stats(d.pid), B.proc_cpu_seconds(d.pid)
             transfers = d.metric("tcpscope_transfer_records_total") - read0
         rows, total = delta(s0, s1, r["seconds"], r["requests"], "request")
-        return {"requests_per_s": round(r["rate"]), "programs": rows, "total": total,
+        kernel_ns = total.get("ns_per_request")
+        return {"profile": profile or "this", "requests_per_s": round(r["rate"]), "programs": rows, "total": total,
                 "transfer_records": int(transfers),
+                "kernel_ns_per_transfer": round(kernel_ns * r["requests"] / transfers)
+                if transfers and kernel_ns is not None else None,
                 "daemon_cpu_us_per_transfer": round(1e6 * (cpu1 - cpu0) / transfers, 2) if transfers else None}
     finally:
         d.stop()
         log.unlink(missing_ok=True)
+
+
+def ratio_runs(tmp, net, url, args, variants, size):
+    """Baseline and variant runs, interleaved; their ratios and the noise."""
+    runs = []
+    for i in range(args.rounds):
+        for v in variants:
+            runs.append({"variant": "baseline", **wrk(net, url, args.seconds, args.connections)})
+            runs.append({"variant": v, **tcpscope_run(tmp, net, url, args, v, f"{size}-{v}-{i}")})
+    runs.append({"variant": "baseline", **wrk(net, url, args.seconds, args.connections)})
+    noise = B.baseline_noise([r["rate"] for r in runs if r["variant"] == "baseline"])
+    entry = {"runs": runs, "noise": noise, "variants": {}, "failed_requests": sum(r["failed"] for r in runs)}
+    for v in variants:
+        ratios = [r["rate"] / B.interleaved_baseline(runs, i) for i, r in enumerate(runs) if r["variant"] == v]
+        v_runs = [r for r in runs if r["variant"] == v]
+        entry["variants"][v] = {"ratios": [round(x, 4) for x in ratios],
+                                "median_ratio": round(statistics.median(ratios), 4),
+                                "transfer_records_lost": sum(r["transfer_records_lost"] for r in v_runs),
+                                "transfer_records_per_request": [r["transfer_records_per_request"] for r in v_runs]}
+    return entry
+
+
+def print_ratios(entry, args):
+    noise = entry["noise"]
+    print(f"  baseline {noise['mean']:.0f} req/s (spread {noise['spread_pct']}%)")
+    if noise["invalid"]:
+        print(f"  invalid: {noise['invalid']}")
+    for v, e in entry["variants"].items():
+        print(f"  {v:<15} / baseline: median {B.ratio_text(noise, e['median_ratio'])}, runs "
+              + ", ".join(B.ratio_text(noise, x) for x in e["ratios"])
+              + f"; transfer records lost {e['transfer_records_lost']:g}, per request "
+              + ", ".join(str(x) for x in e["transfer_records_per_request"]))
+    print(f"  failed requests: {entry['failed_requests']}")
 
 
 def main():
@@ -120,6 +163,9 @@ def main():
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--no-cost", action="store_true", help="skip the BPF-statistics run")
+    ap.add_argument("--profiles", default="this",
+                    help="the BPF-statistics run on these kernels: this, " + ", ".join(sorted(kernel_profiles.PROFILES)))
+    ap.add_argument("--cost-only", action="store_true", help="only the BPF-statistics runs, no ratios")
     ap.add_argument("--out")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -129,6 +175,13 @@ def main():
     unknown = set(variants) - set(VARIANTS)
     if unknown:
         raise SystemExit(f"keepalive.py: unknown variants {sorted(unknown)} (known: {VARIANTS})")
+    profiles = [None if p == "this" else p for p in args.profiles.split(",")]
+    unknown = {p for p in profiles if p} - set(kernel_profiles.PROFILES)
+    if unknown:
+        raise SystemExit(f"keepalive.py: unknown profiles {sorted(unknown)} (known: this, "
+                         f"{', '.join(sorted(kernel_profiles.PROFILES))})")
+    if args.cost_only and args.no_cost:
+        raise SystemExit("keepalive.py: --cost-only and --no-cost leave nothing to run")
     tmp = B.tmpdir("keepalive")
     result = {"benchmark": "keepalive", "seconds_per_run": args.seconds,
               "connections": args.connections, "sizes": {}}
@@ -138,43 +191,19 @@ def main():
         server = KeepAliveNginx(net, tmp, sizes)
         for size in sizes:
             url = f"{server.url}/obj-{size}"
-            runs = []
-            for i in range(args.rounds):
-                for v in variants:
-                    runs.append({"variant": "baseline", **wrk(net, url, args.seconds, args.connections)})
-                    runs.append({"variant": v, **tcpscope_run(tmp, net, url, args, v, f"{size}-{v}-{i}")})
-            runs.append({"variant": "baseline", **wrk(net, url, args.seconds, args.connections)})
-            noise = B.baseline_noise([r["rate"] for r in runs if r["variant"] == "baseline"])
-            entry = {"runs": runs, "noise": noise, "variants": {},
-                     "failed_requests": sum(r["failed"] for r in runs)}
-            for v in variants:
-                ratios = [r["rate"] / B.interleaved_baseline(runs, i) for i, r in enumerate(runs)
-                          if r["variant"] == v]
-                v_runs = [r for r in runs if r["variant"] == v]
-                entry["variants"][v] = {"ratios": [round(x, 4) for x in ratios],
-                                        "median_ratio": round(statistics.median(ratios), 4),
-                                        "transfer_records_lost": sum(r["transfer_records_lost"] for r in v_runs),
-                                        "transfer_records_per_request": [r["transfer_records_per_request"]
-                                                                         for r in v_runs]}
+            entry = {}
+            if not args.cost_only:
+                entry = ratio_runs(tmp, net, url, args, variants, size)
             if not args.no_cost:
-                entry["cost"] = cost_run(tmp, net, url, args)
+                entry["cost"] = [cost_run(tmp, net, url, args, p) for p in profiles]
             result["sizes"][str(size)] = entry
-            base = noise["mean"]
-            print(f"\n{size} B responses, {args.connections} kept-alive connections: baseline "
-                  f"{base:.0f} req/s (spread {noise['spread_pct']}%)")
-            if noise["invalid"]:
-                print(f"  invalid: {noise['invalid']}")
-            for v, e in entry["variants"].items():
-                print(f"  {v:<15} / baseline: median {B.ratio_text(noise, e['median_ratio'])}, runs "
-                      + ", ".join(B.ratio_text(noise, x) for x in e["ratios"])
-                      + f"; transfer records lost {e['transfer_records_lost']:g}, per request "
-                      + ", ".join(str(x) for x in e["transfer_records_per_request"]))
-            print(f"  failed requests: {entry['failed_requests']}")
-            if "cost" in entry:
-                c = entry["cost"]
-                print(f"  kernel, per request (bpf_stats on, {c['requests_per_s']} req/s): "
-                      f"{c['total'].get('ns_per_request')} ns in all; daemon "
-                      f"{c['daemon_cpu_us_per_transfer']} us CPU per transfer record")
+            print(f"\n{size} B responses, {args.connections} kept-alive connections:")
+            if "noise" in entry:
+                print_ratios(entry, args)
+            for c in entry.get("cost", []):
+                print(f"  kernel as on {c['profile']}, per request (bpf_stats on, {c['requests_per_s']} req/s): "
+                      f"{c['total'].get('ns_per_request')} ns in all, {c['kernel_ns_per_transfer']} ns per "
+                      f"transfer record; daemon {c['daemon_cpu_us_per_transfer']} us CPU per transfer record")
                 for row in c["programs"]:
                     if row["runs"]:
                         print(f"    {row['program']:<24} {row['runs_per_request']:>7} runs/request "

@@ -43,7 +43,7 @@ else
   cost_args=(--seconds 20)
   scale_args=(--connections 100000)
   floor_args=(--seconds 20 --reps 3)
-  keepalive_args=(--seconds 15 --rounds 3)
+  keepalive_args=(--seconds 15 --rounds 3 --profiles this,linux-6.12,debian12-6.1)
   controller_args=(--duration 120 --json "$OUT/controller_lab.json")
   kafka_args=(--seconds 12 --repeat 2 --compressions zstd,lz4,none)
 fi

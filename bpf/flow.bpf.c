@@ -11,8 +11,9 @@
  *                        receive transfers
  *   tcp_sendmsg_locked   owner of accepted sockets (process context), cwnd samples,
  *                        send transfers
- *   tcp_rcv_space_adjust only on kernels without sk_data_ready: the receive
- *                        side's end from the application's reads
+ *   tcp_probe            only on kernels without tcp_sendmsg_locked (before 6.16):
+ *                        send transfers from the ACKs; or without sk_data_ready
+ *                        (before 6.3): the arrivals, from the segments
  *   tcp_cong_state_set   time in Open/Disorder/CWR/Recovery/Loss, cwnd before reductions
  *   tcp_send_reset, tcp_receive_reset   RST-ended flows
  * and a TCP socket iterator that snapshots the open flows on demand (and
@@ -45,9 +46,12 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 /* Set by the loader before load: wake the reader once this much is queued;
  * smaller batches are picked up by its periodic drain. */
 const volatile __u64 wakeup_bytes = 256 * 1024;
-/* Set when on_segment is loaded: send transfers come from the ACKs. */
+/* Set by the loader on kernels without tcp_sendmsg_locked (before 6.16):
+ * on_segment takes send transfers from the ACKs. */
 const volatile bool sends_from_acks = false;
-
+/* Set by the loader on kernels without sk_data_ready (before 6.3):
+ * on_segment takes payload arrivals from the segments. */
+const volatile bool arrivals_from_segments = false;
 
 /* Defined by policy.bpf.c, which writes the socket's policy part. */
 extern TCPSCOPE_FLOWS_MAP flows SEC(".maps");
@@ -499,7 +503,9 @@ static __always_inline void fill_send_transfer(struct tcpscope_transfer_event *e
 	e->seq = st->tx_seq;
 	e->start_ns = st->tx_start_ns;
 	e->end_ns = end_ns > st->tx_start_ns ? end_ns : st->tx_start_ns;
-	e->bytes = acked > st->tx_acked_base ? acked - st->tx_acked_base : 0;
+	/* Signed: an end at an ACK lowers the base below 0 for the bytes that
+	 * ACK brings (note_segment()). */
+	e->bytes = (__s64)(acked - st->tx_acked_base) > 0 ? acked - st->tx_acked_base : 0;
 	e->wait_us = st->tx_wait_us;
 	e->retrans_segs = tp->total_retrans - st->tx_retrans_base;
 	e->busy_us = jiffies_to_us(chrono[0] - st->tx_chrono_base[0]);
@@ -622,6 +628,13 @@ static __always_inline void note_flight(const struct sock *sk, struct tcp_sock *
 	if (tp->snd_una == tp->snd_nxt || tp->first_tx_mstamp != tp->delivered_mstamp ||
 	    flight_ns <= st->tx_start_ns)
 		return; /* no flight from idle, or one already seen */
+	/* A flight that left before the running transfer ended is that
+	 * transfer's: the first program ended it at this very segment, whose ACK is not
+	 * processed yet when the second program looks at it again. (A flight
+	 * from idle leaves after the ACK that ended the transfer, or within
+	 * the µs that its departure stamp is rounded to.) */
+	if (!(st->flags & TCPSCOPE_ST_TX_OPEN) && flight_ns + NSEC_PER_USEC <= st->tx_end_ns)
+		return;
 	if (st->flags & TCPSCOPE_ST_TX_OPEN) {
 		/* Not all it was handed acknowledged since it began: this flight
 		 * is data that waited in the queue (a stretched ACK emptied the
@@ -641,7 +654,7 @@ static __always_inline void note_segment(const struct sock *sk, struct tcp_sock 
 	struct tcp_skb_cb *cb = (void *)skb->cb;
 	__u32 una = tp->snd_una, ack = 0, seq, end_seq;
 	__u8 tcp_flags = 0;
-	bool acks_new = false, data;
+	bool acks_all = false, data;
 
 	if (st->flags & TCPSCOPE_F_FIN_SENT)
 		return; /* no data can follow: close and check_tx_done() end it */
@@ -652,10 +665,13 @@ static __always_inline void note_segment(const struct sock *sk, struct tcp_sock 
 	if (tp->snd_nxt != tp->write_seq)
 		return;
 	if (una != tp->snd_nxt) {
+		/* Only the ACK of the last byte sent can end it: a peer that
+		 * sends while it receives (HTTP/2's WINDOW_UPDATEs) acknowledges
+		 * part of the data in segments that carry payload. */
 		tcp_flags = BPF_CORE_READ(cb, tcp_flags);
 		ack = BPF_CORE_READ(cb, ack_seq);
-		acks_new = (tcp_flags & TCPHDR_ACK) && !seq_geq(una, ack) && seq_geq(tp->snd_nxt, ack);
-		if (!acks_new)
+		acks_all = (tcp_flags & TCPHDR_ACK) && ack == tp->snd_nxt;
+		if (!acks_all)
 			return; /* data still outstanding */
 		st->tx_end_ns = bpf_ktime_get_ns();
 	}
@@ -663,7 +679,7 @@ static __always_inline void note_segment(const struct sock *sk, struct tcp_sock 
 		return;
 	if (st->last_rx_ns <= st->tx_start_ns) {
 		/* Payload beyond what we had (a bare FIN's sequence number is not). */
-		if (!acks_new)
+		if (!acks_all)
 			tcp_flags = BPF_CORE_READ(cb, tcp_flags);
 		seq = BPF_CORE_READ(cb, seq);
 		end_seq = BPF_CORE_READ(cb, end_seq);
@@ -672,8 +688,9 @@ static __always_inline void note_segment(const struct sock *sk, struct tcp_sock 
 			return;
 	}
 	/* bytes_acked does not have this ACK's bytes yet: the base, not read
-	 * again before the next start, makes up for them. */
-	if (acks_new)
+	 * again before the next start, makes up for them (below 0 if nothing
+	 * was acknowledged before: fill_send_transfer() subtracts signed). */
+	if (acks_all)
 		st->tx_acked_base -= ack - una;
 	end_transfer(sk, tp, st, TCPSCOPE_XFER_SEND, st->tx_end_ns);
 }
@@ -966,8 +983,8 @@ static __always_inline void note_rx_payload(const struct sock *sk, struct flow_s
 		return;
 	st->rx_mark = rcvd;
 	/* With SOCK_DONE the FIN is in `grew` (no data can follow it), and
-	 * payload_received() leaves it out: so must the arrival. A read can
-	 * take data and the FIN together (tcp_rcv_space_adjust, before 6.3). */
+	 * payload_received() leaves it out: so must the arrival (a segment can
+	 * bring the last data and the FIN together). */
 	if (sk->__sk_common.skc_flags & (1UL << SOCK_DONE)) {
 		if (grew == 1)
 			return;
@@ -975,6 +992,38 @@ static __always_inline void note_rx_payload(const struct sock *sk, struct flow_s
 	}
 	now = bpf_ktime_get_ns();
 	note_arrival(sk, tp, st, now, grew);
+	st->last_rx_ns = now;
+}
+
+/* A payload arrival seen by tcp_probe, on kernels without sk_data_ready:
+ * tcp_probe runs as an ESTABLISHED socket receives a segment, before TCP
+ * queues it, so this is the arrival sk_data_ready would report a few
+ * hundred instructions later. A segment delivers payload when it starts at
+ * or before rcv_nxt and ends after it (an out-of-order one delivers nothing
+ * until the segment filling the hole before it arrives: that one is the
+ * arrival). rx_mark gets what bytes_received will be with this segment in,
+ * so the twin program finds the arrival already recorded. Data that arrives
+ * after this side sent its FIN (FIN_WAIT) is processed outside
+ * tcp_rcv_established and is not seen. */
+static __always_inline void note_rx_segment(const struct sock *sk, struct tcp_sock *tp,
+					    struct flow_state *st, struct sk_buff *skb)
+{
+	struct tcp_skb_cb *cb = (void *)skb->cb;
+	__u32 seq = BPF_CORE_READ(cb, seq), end_seq = BPF_CORE_READ(cb, end_seq), rcv_nxt = tp->rcv_nxt;
+	__u32 grew, mark;
+	__u64 now;
+
+	if (seq_geq(rcv_nxt, end_seq) || !seq_geq(rcv_nxt, seq))
+		return; /* nothing new, or out of order */
+	grew = end_seq - rcv_nxt;
+	if (grew == 1 && (BPF_CORE_READ(cb, tcp_flags) & TCPHDR_FIN))
+		return; /* a bare FIN */
+	mark = (__u32)tp->bytes_received + grew;
+	if (mark == st->rx_mark)
+		return;
+	st->rx_mark = mark;
+	now = bpf_ktime_get_ns();
+	note_arrival(sk, tp, st, now, 0);
 	st->last_rx_ns = now;
 }
 
@@ -1031,36 +1080,39 @@ int BPF_PROG(on_sendmsg, const struct sock *sk)
 	return 0;
 }
 
-/* Loaded only on kernels without tcp_sendmsg_locked (before 6.16): send
- * transfers from the ACKs, see note_segment(). */
-SEC("tp_btf/tcp_probe")
-int BPF_PROG(on_segment, const struct sock *sk, struct sk_buff *skb)
+/* Loaded only on kernels without tcp_sendmsg_locked or sk_data_ready: send
+ * transfers from the ACKs (note_segment()), payload arrivals from the
+ * segments (note_rx_segment()). Two copies, as for sk_data_ready: segments
+ * arrive in softirq and from a socket's backlog in process context, and a
+ * skipped run could merge two transfers. The second finds the segment's work
+ * done: its flight begun, its transfer ended, its arrival marked. */
+static __always_inline void handle_segment(const struct sock *sk, struct sk_buff *skb)
 {
 	struct flow_state *st = state_of(sk);
 	struct tcp_sock *tp;
 
 	if (!tracked(st) || st->emitted)
-		return 0;
+		return;
 	tp = bpf_skc_to_tcp_sock((void *)sk);
-	if (tp)
+	if (!tp)
+		return;
+	if (sends_from_acks)
 		note_segment(sk, tp, st, skb);
+	if (arrivals_from_segments)
+		note_rx_segment(sk, tp, st, skb);
+}
+
+SEC("tp_btf/tcp_probe")
+int BPF_PROG(on_segment, const struct sock *sk, struct sk_buff *skb)
+{
+	handle_segment(sk, skb);
 	return 0;
 }
 
-/* Loaded only on kernels without the sk_data_ready tracepoint (before 6.3):
- * the receive side's end is then taken when the application reads the last
- * payload, which is at or after its arrival. */
-SEC("tp_btf/tcp_rcv_space_adjust")
-int BPF_PROG(on_recvmsg, struct sock *sk)
+SEC("tp_btf/tcp_probe")
+int BPF_PROG(on_segment_twin, const struct sock *sk, struct sk_buff *skb)
 {
-	struct flow_state *st = state_of(sk);
-
-	if (!st)
-		return 0;
-	if (!st->pid)
-		take_owner(st);
-	if (tracked(st))
-		note_rx_payload(sk, st);
+	handle_segment(sk, skb);
 	return 0;
 }
 

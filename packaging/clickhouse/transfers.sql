@@ -51,6 +51,7 @@ CREATE TABLE IF NOT EXISTS tcpscope.transfers_kafka
     dir String,
     seq UInt64,
     direction String,
+    delimited_by String,
     start_ns Int64,
     end_ns Int64,
     xfer_us Int64,

@@ -284,7 +284,8 @@ int Daemon::start() {
     policy_->set_cohorts(controller_->cohort_asns(), controller_->cohort_weights(), &error);
   }
   if (!policy_->load(config_, enricher_->tables()->asn_db.get(), &error)) return fail("cc_policy: " + error);
-  pipeline_ = std::make_unique<FlowPipeline>(clock_, *enricher_, policy_->rule_names());
+  pipeline_ = std::make_unique<FlowPipeline>(clock_, *enricher_, policy_->rule_names(),
+                                             send_transfer_delimiter(probe_->missing_tracepoints()));
   http_->handle_json("/api/v1/policy", [this](const std::string&) { return policy_->to_json(); });
   http_->handle_json("/api/v1/controller", [this](const std::string&) { return controller_->status_json(); });
   RingReader::Handlers handlers;

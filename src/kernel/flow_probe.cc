@@ -35,14 +35,14 @@ struct ProgramHook {
 constexpr ProgramHook kHooks[] = {
     {&Programs::on_state_change, "inet_sock_set_state", true, ""},
     {&Programs::on_state_change_nested, "inet_sock_set_state", true, ""},
-    {&Programs::on_data_ready, "sk_data_ready", false, "receive-side FCT ends at the application's last read"},
-    {&Programs::on_data_ready_twin, "sk_data_ready", false, "receive-side FCT ends at the application's last read"},
+    {&Programs::on_data_ready, "sk_data_ready", false, "payload arrivals, taken from tcp_probe instead"},
+    {&Programs::on_data_ready_twin, "sk_data_ready", false, "payload arrivals, taken from tcp_probe instead"},
     {&Programs::on_sendmsg, "tcp_sendmsg_locked", false, "owner of accepted sockets that write first; cwnd samples"},
-    {&Programs::on_recvmsg, "tcp_rcv_space_adjust", false, "receive-side FCT on kernels without sk_data_ready"},
     {&Programs::on_cong_state, "tcp_cong_state_set", false, "time per congestion state; cwnd before reductions"},
     {&Programs::on_send_reset, "tcp_send_reset", false, "resets sent by the kernel after close"},
     {&Programs::on_receive_reset, "tcp_receive_reset", false, "resets received before the handshake"},
-    {&Programs::on_segment, "tcp_probe", false, "send transfers on kernels without tcp_sendmsg_locked"},
+    {&Programs::on_segment, "tcp_probe", false, "send transfers and arrivals where the two hooks above are missing"},
+    {&Programs::on_segment_twin, "tcp_probe", false, "send transfers and arrivals where the two hooks above are missing"},
 };
 
 // libbpf's messages (the verifier log among them) are collected while we load,
@@ -193,14 +193,16 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
       probe->missing_.push_back(hook.tracepoint);
     }
   }
-  // Without data-arrival events the receive side ends at the application's
-  // last read of payload instead (at or after its arrival); with them that
-  // hook, which runs on every read, is not needed at all.
-  if (tracepoint_exists(vmlinux, "sk_data_ready")) bpf_program__set_autoload(skel->progs.on_recvmsg, false);
-  // Likewise send transfers: taken from each received segment's ACK only
-  // where tcp_sendmsg_locked cannot start them (before 6.16).
-  if (tracepoint_exists(vmlinux, "tcp_sendmsg_locked")) bpf_program__set_autoload(skel->progs.on_segment, false);
-  skel->rodata->sends_from_acks = bpf_program__autoload(skel->progs.on_segment);
+  // tcp_probe runs for every segment an established socket receives: it is
+  // loaded only to stand in for the per-call hooks a kernel lacks, taking
+  // send transfers from the ACKs (before 6.16) and arrivals from the
+  // segments (before 6.3).
+  skel->rodata->sends_from_acks = !tracepoint_exists(vmlinux, "tcp_sendmsg_locked");
+  skel->rodata->arrivals_from_segments = !tracepoint_exists(vmlinux, "sk_data_ready");
+  if (!skel->rodata->sends_from_acks && !skel->rodata->arrivals_from_segments) {
+    bpf_program__set_autoload(skel->progs.on_segment, false);
+    bpf_program__set_autoload(skel->progs.on_segment_twin, false);
+  }
   btf__free(vmlinux);
 
   if (const char* name = getenv("TCPSCOPE_TEST_REFUSE_PROGRAM"); name && *name) {

@@ -17,13 +17,13 @@ FlowRecord FlowPipeline::record_of(const tcpscope_flow_event& ev) {
 }
 
 TransferRecord FlowPipeline::record_of(const tcpscope_transfer_event& ev) {
-  TransferRecord transfer = decode_transfer_event(ev, clock_);
+  TransferRecord transfer = decode_transfer_event(ev, clock_, sends_);
   enrich_and_name(&transfer, ev.cc_rule, ev.arm);
   return transfer;
 }
 
 TransferRecord FlowPipeline::record_of(const tcpscope_transfer_event& ev, const FlowRecord& flow) const {
-  TransferRecord transfer = decode_transfer_event(ev, clock_);
+  TransferRecord transfer = decode_transfer_event(ev, clock_, sends_);
   transfer.peer_class = flow.peer_class;
   transfer.asn = flow.asn;
   transfer.as_org = flow.as_org;

@@ -23,8 +23,10 @@ namespace tcpscope {
 class FlowPipeline {
  public:
   // All three must outlive the pipeline; `clock` is refreshed by its owner.
-  FlowPipeline(const MonotonicToRealtime& clock, const Enricher& enricher, const RuleNames& rule_names)
-      : clock_(clock), enricher_(enricher), rule_names_(rule_names) {}
+  // `sends`: how the kernel delimits send transfers (kernel_capabilities.h).
+  FlowPipeline(const MonotonicToRealtime& clock, const Enricher& enricher, const RuleNames& rule_names,
+               TransferDelimiter sends)
+      : clock_(clock), enricher_(enricher), rule_names_(rule_names), sends_(sends) {}
 
   FlowRecord record_of(const tcpscope_flow_event& ev);
   TransferRecord record_of(const tcpscope_transfer_event& ev);
@@ -44,6 +46,7 @@ class FlowPipeline {
   const MonotonicToRealtime& clock_;
   const Enricher& enricher_;
   const RuleNames& rule_names_;
+  const TransferDelimiter sends_;
   uint64_t lookups_ = 0;
 };
 

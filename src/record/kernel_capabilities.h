@@ -6,14 +6,19 @@
 #include <string>
 #include <vector>
 
+#include "record/transfer_record.h"
+
 namespace tcpscope {
 
 // `missing`: the tracepoints the kernel lacks (or the loader was told to
 // hide). Lines, in this order:
 //   transfers: full | degraded (how) | absent (why)
-//   receive-side end: at the last arrival (sk_data_ready)
-//                   | at the application's last read (tcp_rcv_space_adjust) | absent (why)
+//   receive-side end: at the last arrival (which hook) | absent (why)
 //   congestion-state times: yes | no (why)
 std::vector<std::string> record_capabilities(const std::vector<std::string>& missing);
+
+// How send transfers begin on that kernel: at the write (tcp_sendmsg_locked)
+// or at the first segment's departure (tcp_probe).
+TransferDelimiter send_transfer_delimiter(const std::vector<std::string>& missing);
 
 }  // namespace tcpscope

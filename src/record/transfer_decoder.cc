@@ -14,7 +14,8 @@ uint32_t within(uint32_t part_us, int64_t whole_us) {
 
 }  // namespace
 
-TransferRecord decode_transfer_event(const tcpscope_transfer_event& ev, const MonotonicToRealtime& clock) {
+TransferRecord decode_transfer_event(const tcpscope_transfer_event& ev, const MonotonicToRealtime& clock,
+                                     TransferDelimiter sends) {
   TransferRecord r;
   r.flow_start_ns = clock.to_realtime(ev.flow_start_ns);
   r.laddr = event_address(ev.saddr, ev.family);
@@ -26,6 +27,7 @@ TransferRecord decode_transfer_event(const tcpscope_transfer_event& ev, const Mo
 
   r.seq = ev.seq;
   r.direction = ev.direction == TCPSCOPE_XFER_RECV ? TransferDirection::kRecv : TransferDirection::kSend;
+  r.delimited_by = r.direction == TransferDirection::kRecv ? TransferDelimiter::kArrival : sends;
   r.start_ns = clock.to_realtime(ev.start_ns);
   r.end_ns = clock.to_realtime(ev.end_ns);
   r.xfer_us = ev.end_ns > ev.start_ns ? static_cast<int64_t>((ev.end_ns - ev.start_ns) / 1000) : 0;
@@ -42,5 +44,14 @@ TransferRecord decode_transfer_event(const tcpscope_transfer_event& ev, const Mo
 }
 
 const char* to_string(TransferDirection d) { return d == TransferDirection::kRecv ? "recv" : "send"; }
+
+const char* to_string(TransferDelimiter d) {
+  switch (d) {
+    case TransferDelimiter::kWrite: return "write";
+    case TransferDelimiter::kDeparture: return "departure";
+    case TransferDelimiter::kArrival: return "arrival";
+  }
+  return "write";
+}
 
 }  // namespace tcpscope

@@ -9,6 +9,8 @@
 
 namespace tcpscope {
 
-TransferRecord decode_transfer_event(const tcpscope_transfer_event& ev, const MonotonicToRealtime& clock);
+// `sends`: how this kernel delimits send transfers (kWrite or kDeparture).
+TransferRecord decode_transfer_event(const tcpscope_transfer_event& ev, const MonotonicToRealtime& clock,
+                                     TransferDelimiter sends);
 
 }  // namespace tcpscope

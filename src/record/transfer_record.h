@@ -15,6 +15,16 @@ namespace tcpscope {
 enum class TransferDirection : uint8_t { kSend, kRecv };
 const char* to_string(TransferDirection d);
 
+// What bounds a transfer where it begins (the record's "delimited_by"). A
+// receive transfer begins at its first byte's arrival. A send transfer
+// begins at the application's write where the kernel reports writes
+// (tcp_sendmsg_locked, Linux 6.16), and otherwise when its first segment
+// leaves, seen at the next ACK: later than the write by the time the data
+// waited in the socket (none for a response written whole with nothing in
+// flight). Both end at the same events: the last byte's ACK, the last arrival.
+enum class TransferDelimiter : uint8_t { kWrite, kDeparture, kArrival };
+const char* to_string(TransferDelimiter d);
+
 struct TransferRecord {
   // The flow it belongs to, as in that flow's record.
   int64_t flow_start_ns = 0;
@@ -25,6 +35,7 @@ struct TransferRecord {
 
   uint32_t seq = 0;
   TransferDirection direction = TransferDirection::kSend;
+  TransferDelimiter delimited_by = TransferDelimiter::kWrite;
   // CLOCK_REALTIME nanoseconds.
   int64_t start_ns = 0;
   int64_t end_ns = 0;

@@ -171,9 +171,22 @@ def test_keepalive_reports_rates_losses_and_costs(tmp_path):
         assert all(3 <= x <= 4.5 for x in e["transfer_records_per_request"]), e
         assert number(e["median_ratio"]), e
     assert s["noise"]["baseline_runs"] == 3
-    c = s["cost"]
+    [c] = s["cost"]
+    assert c["profile"] == "this", c
     assert c["transfer_records"] > 0 and number(c["daemon_cpu_us_per_transfer"]), c
+    assert number(c["kernel_ns_per_transfer"]), c
     assert any(p["program"] == "on_sendmsg" and p["runs"] > 0 for p in c["programs"]), c["programs"]
+
+
+def test_keepalive_costs_as_on_an_older_kernel(tmp_path):
+    """--profiles: the cost run as on Debian 12's 6.1, where tcp_probe (two
+    programs) stands in for tcp_sendmsg_locked and sk_data_ready."""
+    d = run_script("keepalive", tmp_path, "--seconds", "1", "--sizes", "1000", "--cost-only",
+                   "--profiles", "debian12-6.1")
+    [c] = d["sizes"]["1000"]["cost"]
+    assert c["profile"] == "debian12-6.1" and c["transfer_records"] > 0, c
+    ran = {p["program"] for p in c["programs"] if p["runs"]}
+    assert {"on_segment", "on_segment_twin"} <= ran and not ran & {"on_sendmsg", "on_data_ready"}, ran
 
 
 def test_kafka_export_reports_cpu_and_bytes_per_record(tmp_path):

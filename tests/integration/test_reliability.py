@@ -35,7 +35,7 @@ from conftest import ROOT, TCPSCOPE, Daemon, free_port, sh, wait_for
 
 CONFIGS = ROOT / "tests" / "data" / "configs"
 MAKE_MMDB = ROOT / "tests" / "data" / "asn" / "make_test_mmdb.pl"
-# Loaded on this kernel (on_recvmsg only where sk_data_ready is missing);
+# Loaded on this kernel (on_segment only where sk_data_ready or tcp_sendmsg_locked is missing);
 # cc_policy is loaded always and attached only while rules exist.
 OUR_PROGRAMS = {"on_state_change", "on_data_ready", "on_sendmsg", "on_cong_state",
                 "on_send_reset", "on_receive_reset", "snapshot_open_flows", "cc_policy",

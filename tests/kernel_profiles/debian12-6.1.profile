@@ -6,7 +6,6 @@
 has inet_sock_set_state
 lacks sk_data_ready
 lacks tcp_sendmsg_locked
-has tcp_rcv_space_adjust
 has tcp_cong_state_set
 has tcp_send_reset
 has tcp_receive_reset

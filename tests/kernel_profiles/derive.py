@@ -236,6 +236,21 @@ def body(text):
     return [l for l in text.splitlines() if l.strip() and not l.startswith("#")]
 
 
+def missing(name):
+    """The tracepoints the profile's kernel lacks, in the profile's order."""
+    return [tp for tp, has in read_profile(name).items() if not has]
+
+
+def daemon_env(name, base=None):
+    """An environment that runs the daemon as on the profile's kernel (None:
+    as on this one): the tracepoints that kernel lacks are hidden from it."""
+    env = dict(os.environ if base is None else base)
+    env.pop("TCPSCOPE_TEST_MISSING_TRACEPOINTS", None)
+    if name:
+        env["TCPSCOPE_TEST_MISSING_TRACEPOINTS"] = ",".join(missing(name))
+    return env
+
+
 def main(argv):
     if len(argv) not in (1, 2) or argv[0] not in PROFILES or (len(argv) == 2 and argv[1] != "--write"):
         sys.exit(f"usage: {sys.argv[0]} {'|'.join(PROFILES)} [--write]")

@@ -45,6 +45,13 @@ sys.path.insert(0, str(HERE))
 
 import lab as labmod  # noqa: E402  (the lab library next to this file)
 
+sys.path.insert(0, str(HERE.parent / "kernel_profiles"))
+import derive as kernel_profiles  # noqa: E402  (tests/kernel_profiles: kernels older than this one)
+
+# This kernel (None), then the profiles of the kernels fleets run, each with
+# the tracepoints its kernel lacks hidden from the daemon.
+KERNEL_PROFILES = [None, *sorted(kernel_profiles.PROFILES)]
+
 _spec = importlib.util.spec_from_file_location(
     "tcpscope_integration_conftest", HERE.parent / "integration" / "conftest.py")
 integration = importlib.util.module_from_spec(_spec)
@@ -74,15 +81,17 @@ def read_jsonl(path):
     return [json.loads(l) for l in p.read_text().splitlines() if l] if p.exists() else []
 
 
-def start_daemon(lab, tmp: Path, extra_config=""):
-    """A tcpscope daemon whose config knows the lab's peer classes and ASNs.
+def start_daemon(lab, tmp: Path, extra_config="", kernel_profile=None):
+    """A tcpscope daemon whose config knows the lab's peer classes and ASNs,
+    run as on `kernel_profile`'s kernel (KERNEL_PROFILES; None: this one).
     The lab tracks it: if this process dies, reaping the lab stops it too."""
     assert TCPSCOPE.exists(), f"build first: {TCPSCOPE} missing"
     home = tmp / "daemon"
     home.mkdir(exist_ok=True)
     cfg = lab.tcpscope_config(home / "tcpscope.yaml", extra=extra_config)
     integration.WATCHED_NETNS.update(lab.netns_ids.values())  # the Daemon helper keeps only these
-    d = Daemon(home, extra_args=("--config", str(cfg)))
+    d = Daemon(home, extra_args=("--config", str(cfg)), env=kernel_profiles.daemon_env(kernel_profile))
+    d.kernel_profile = kernel_profile
     lab.track(d.proc.pid)
     return d
 

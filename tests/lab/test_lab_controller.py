@@ -6,7 +6,10 @@ runs, settling, A/A, a loss change) is the benchmark's; figures in
 bench/README.md."""
 import importlib.util
 
-from labfixtures import HERE, delayline_checked, lab_suite, lab_test, need_root_and_build  # noqa: F401
+import pytest
+
+from labfixtures import (HERE, KERNEL_PROFILES, delayline_checked, kernel_profiles, lab_suite,  # noqa: F401
+                         lab_test, need_root_and_build)
 
 BENCH = HERE.parent.parent / "bench" / "controller_lab.py"
 _spec = importlib.util.spec_from_file_location("controller_lab", BENCH)
@@ -14,8 +17,17 @@ bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
 
-def test_the_loop_decides_for_bbr_on_the_lossy_path_and_keeps_it_across_a_restart(tmp_path, delayline_checked):
+@pytest.mark.parametrize("profile", KERNEL_PROFILES, ids=lambda p: p or "this-kernel")
+def test_the_loop_decides_for_bbr_on_the_lossy_path_and_keeps_it_across_a_restart(tmp_path, delayline_checked,
+                                                                                   monkeypatch, profile):
+    """On this kernel and as on each profile's (the controller's evidence is
+    send transfers, from the ACKs before 6.16): the daemons the benchmark
+    starts inherit the environment that hides the profile's tracepoints."""
     need_root_and_build()
+    for key, value in kernel_profiles.daemon_env(profile).items():
+        monkeypatch.setenv(key, value)
+    if profile is None:
+        monkeypatch.delenv("TCPSCOPE_TEST_MISSING_TRACEPOINTS", raising=False)
     report = bench.smoke(workdir=tmp_path)
     loop = report["loop"]
     # Every server flow of the lab went through the rule, with the arm the kernel drew.

@@ -80,9 +80,9 @@ import time
 
 import pytest
 
-from labfixtures import (HERE, delayline_checked, lab_suite, lab_test,  # noqa: F401
-                         labmod, need_root_and_build, need_tool, send_handoff_us, start_daemon,
-                         wait_for, wait_record)
+from labfixtures import (HERE, KERNEL_PROFILES, TCPSCOPE, delayline_checked, kernel_profiles,  # noqa: F401
+                         lab_suite, lab_test, labmod, need_root_and_build, need_tool, send_handoff_us,
+                         start_daemon, wait_for, wait_record)
 from traffic_mix import Nginx, object_name
 
 Lab, Path, Direction = labmod.Lab, labmod.Path, labmod.Direction
@@ -120,11 +120,24 @@ def lab(tmp_path_factory, delayline_checked):
         yield lab
 
 
-@pytest.fixture(scope="module")
-def daemon(lab, tmp_path_factory):
-    d = start_daemon(lab, tmp_path_factory.mktemp("xfer"))
+@pytest.fixture(scope="module", params=KERNEL_PROFILES, ids=lambda p: p or "this-kernel")
+def daemon(lab, tmp_path_factory, request):
+    """The daemon as on this kernel and as on each kernel profile's: every
+    test of the module runs against each (before 6.16 send transfers come
+    from the ACKs, before 6.3 arrivals from the segments: tcp_probe)."""
+    d = start_daemon(lab, tmp_path_factory.mktemp("xfer"), kernel_profile=request.param)
     yield d
     assert d.stop() == 0, d.stderr_text()
+
+
+def check_delimiters(daemon, transfers):
+    """Each transfer names how it was delimited: a send transfer by the
+    write, or by its first segment's departure where the kernel has no
+    tcp_sendmsg_locked; a receive transfer by its first arrival."""
+    hidden = kernel_profiles.missing(daemon.kernel_profile) if daemon.kernel_profile else []
+    send = "departure" if "tcp_sendmsg_locked" in hidden else "write"
+    assert [t["delimited_by"] for t in transfers] == \
+        [send if t["direction"] == "send" else "arrival" for t in transfers], transfers
 
 
 class KeepAliveNginx(Nginx):
@@ -396,6 +409,7 @@ def test_http1_keepalive_one_send_transfer_per_response(lab, daemon, nginx, path
     assert [e["request_length"] for e in nginx_entries(nginx, c)] == \
         [q["req_bytes"] for q in c["requests"]]
     assert len(srv_x) == 2 * len(sizes)
+    check_delimiters(daemon, srv_x + cli_x)
 
 
 @pytest.mark.parametrize("path", ["r20", "lossy"])
@@ -588,3 +602,27 @@ def test_transfers_carry_their_flow_records_start(lab, daemon, nginx):
               f"by seq: {keys}", end="")
         assert all(t["flow_start_ns"] == rec["start_ns"] for t in xs), \
             f"{side}: (seq, flow_start_ns - flow record's start_ns) {keys}"
+
+
+def test_compare_gives_a_verdict_on_transfers(lab, daemon, nginx):
+    """`compare --flows` on this daemon's flow log decides between the two
+    paths per transfer, on each kernel profile: 24 responses of 50 kB on one
+    kept-alive connection per path, back to back, complete faster on the
+    20 ms path than on the 50 ms one with 1 % loss (one connection per path
+    shows no difference per flow: it is one flow)."""
+    n = 24
+    plan = [{"path": "/" + object_name(SMALL), "pause": 0}] * n
+    for name in ("r20", "lossy"):
+        ep = lab.ep(name)
+        both_sides(daemon, lab, ep, run_client(lab, ep, H1_PORT, plan))   # waits for the records
+    r = subprocess.run([str(TCPSCOPE), "compare", "--flows", str(daemon.flow_log), "--a", "peer_class=xfer-r20",
+                        "--b", "peer_class=xfer-lossy", "--by", "all", "--metric", "fct", "--unit", "transfer",
+                        "--json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    groups = {g["size_class"]: g for g in json.loads(r.stdout)["groups"]}
+    small = groups.get("lt_100k")
+    assert small, groups
+    print(f"\n{daemon.kernel_profile or 'this kernel'}: fct per transfer, lt_100k: n {small['n_a']}/{small['n_b']}, "
+          f"p50 {small['a']['p50']} / {small['b']['p50']}, verdict {small['verdict']}", end="")
+    assert small["n_a"] >= n and small["n_b"] >= n, small
+    assert small["verdict"] == "a better", small

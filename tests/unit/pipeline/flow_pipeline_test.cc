@@ -53,7 +53,7 @@ struct Fixture {
 TEST(FlowPipeline, DecodesEnrichesAndNamesTheRule) {
   Fixture fx;
   Enricher enricher(fx.tables);
-  FlowPipeline pipeline(fx.clock, enricher, fx.names);
+  FlowPipeline pipeline(fx.clock, enricher, fx.names, TransferDelimiter::kWrite);
 
   tcpscope_flow_event ev = event_to("8.8.8.8");
   ev.cc_rule = TCPSCOPE_RULE_TAG(fx.install, 0);
@@ -72,7 +72,7 @@ TEST(FlowPipeline, DecodesEnrichesAndNamesTheRule) {
 TEST(FlowPipeline, AFlowNoRuleChoseHasNoRuleNames) {
   Fixture fx;
   Enricher enricher(fx.tables);
-  FlowPipeline pipeline(fx.clock, enricher, fx.names);
+  FlowPipeline pipeline(fx.clock, enricher, fx.names, TransferDelimiter::kWrite);
   const FlowRecord f = pipeline.record_of(event_to("198.18.0.2"));
   EXPECT_EQ(f.asn, 0u);
   EXPECT_EQ(f.peer_class, "client");
@@ -84,7 +84,7 @@ TEST(FlowPipeline, AFlowNoRuleChoseHasNoRuleNames) {
 TEST(FlowPipeline, SeesTheTablesAReloadSwappedIn) {
   Fixture fx;
   Enricher enricher(fx.tables);
-  FlowPipeline pipeline(fx.clock, enricher, fx.names);
+  FlowPipeline pipeline(fx.clock, enricher, fx.names, TransferDelimiter::kWrite);
   EXPECT_EQ(pipeline.record_of(event_to("8.8.8.8")).peer_class, "origin");
   EnrichmentTables reloaded = fx.tables;
   reloaded.classifier = std::make_shared<const PeerClassifier>(std::vector<PeerClassSpec>{}, "client");
@@ -126,7 +126,7 @@ FlowAndTransfer tagged_flow_and_transfer(const Fixture& fx) {
 TEST(FlowPipeline, ATransferIsDecodedEnrichedAndNamedAsItsFlow) {
   Fixture fx;
   Enricher enricher(fx.tables);
-  FlowPipeline pipeline(fx.clock, enricher, fx.names);
+  FlowPipeline pipeline(fx.clock, enricher, fx.names, TransferDelimiter::kWrite);
 
   const FlowAndTransfer ev = tagged_flow_and_transfer(fx);
   const FlowRecord f = pipeline.record_of(ev.flow);
@@ -149,7 +149,7 @@ TEST(FlowPipeline, ATransferIsDecodedEnrichedAndNamedAsItsFlow) {
 TEST(FlowPipeline, ATransferClosedWithItsFlowTakesTheFlowsEnrichmentWithoutLookups) {
   Fixture fx;
   Enricher enricher(fx.tables);
-  FlowPipeline pipeline(fx.clock, enricher, fx.names);
+  FlowPipeline pipeline(fx.clock, enricher, fx.names, TransferDelimiter::kWrite);
 
   const FlowAndTransfer ev = tagged_flow_and_transfer(fx);
   const FlowRecord f = pipeline.record_of(ev.flow);
@@ -174,7 +174,7 @@ TEST(FlowPipeline, ATransferClosedWithItsFlowTakesTheFlowsEnrichmentWithoutLooku
 TEST(FlowPipeline, ATransferNoRuleChoseHasNoRuleNames) {
   Fixture fx;
   Enricher enricher(fx.tables);
-  FlowPipeline pipeline(fx.clock, enricher, fx.names);
+  FlowPipeline pipeline(fx.clock, enricher, fx.names, TransferDelimiter::kWrite);
   const TransferRecord t = pipeline.record_of(transfer_to("198.18.0.2"));
   EXPECT_EQ(t.asn, 0u);
   EXPECT_EQ(t.peer_class, "client");

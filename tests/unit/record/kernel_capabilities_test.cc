@@ -7,57 +7,57 @@ namespace {
 
 using Lines = std::vector<std::string>;
 
+const char* const kDeparture =
+    "a send transfer starts when its first segment leaves, seen at the next ACK (tcp_probe), not when the "
+    "application writes (no tcp_sendmsg_locked, Linux 6.16): delimited_by \"departure\"";
+const char* const kProbeArrivals =
+    "arrivals are taken from tcp_probe (no sk_data_ready, Linux 6.3): data that arrives after this side's FIN is "
+    "not seen";
+
 TEST(RecordCapabilities, EveryHook) {
   EXPECT_EQ(record_capabilities({}), (Lines{"transfers: full", "receive-side end: at the last arrival (sk_data_ready)",
                                             "congestion-state times: yes"}));
+  EXPECT_EQ(send_transfer_delimiter({}), TransferDelimiter::kWrite);
 }
 
-// Debian 12's 6.1 (tests/kernel_profiles/debian12-6.1.profile).
+// Debian 12's 6.1 (tests/kernel_profiles/debian12-6.1.profile): tcp_probe
+// stands in for both per-call hooks.
 TEST(RecordCapabilities, Linux61) {
-  const Lines got =
-      record_capabilities({"sk_data_ready", "tcp_sendmsg_locked", "sock_send_length", "sock_recv_length"});
-  EXPECT_EQ(got, (Lines{"transfers: degraded (a send transfer starts when its first segment leaves, seen at the next "
-                        "ACK (tcp_probe), not when the application writes (no tcp_sendmsg_locked, Linux 6.16); "
-                        "a receive transfer ends at the application's last read of it, not its last arrival "
-                        "(no sk_data_ready, Linux 6.3))",
-                        "receive-side end: at the application's last read (tcp_rcv_space_adjust)",
-                        "congestion-state times: yes"}));
+  const std::vector<std::string> missing = {"sk_data_ready", "tcp_sendmsg_locked", "sock_send_length",
+                                            "sock_recv_length"};
+  EXPECT_EQ(record_capabilities(missing),
+            (Lines{std::string("transfers: degraded (") + kDeparture + "; " + kProbeArrivals + ")",
+                   "receive-side end: at the last arrival (tcp_probe), but for data after this side's FIN",
+                   "congestion-state times: yes"}));
+  EXPECT_EQ(send_transfer_delimiter(missing), TransferDelimiter::kDeparture);
 }
 
 // 6.12 (tests/kernel_profiles/linux-6.12.profile): data arrivals, sends from the ACKs.
 TEST(RecordCapabilities, Linux612) {
-  const Lines got = record_capabilities({"tcp_sendmsg_locked"});
-  EXPECT_EQ(got, (Lines{"transfers: degraded (a send transfer starts when its first segment leaves, seen at the next "
-                        "ACK (tcp_probe), not when the application writes (no tcp_sendmsg_locked, Linux 6.16))",
-                        "receive-side end: at the last arrival (sk_data_ready)", "congestion-state times: yes"}));
+  EXPECT_EQ(record_capabilities({"tcp_sendmsg_locked"}),
+            (Lines{std::string("transfers: degraded (") + kDeparture + ")",
+                   "receive-side end: at the last arrival (sk_data_ready)", "congestion-state times: yes"}));
+  EXPECT_EQ(send_transfer_delimiter({"tcp_sendmsg_locked"}), TransferDelimiter::kDeparture);
 }
 
-TEST(RecordCapabilities, SendsWithoutArrivals) {
+TEST(RecordCapabilities, WritesWithArrivalsFromSegments) {
   const Lines got = record_capabilities({"sk_data_ready", "tcp_cong_state_set"});
-  EXPECT_EQ(got[0],
-            "transfers: degraded (a receive transfer ends at the application's last read of it, not its last arrival "
-            "(no sk_data_ready, Linux 6.3))");
+  EXPECT_EQ(got[0], std::string("transfers: degraded (") + kProbeArrivals + ")");
   EXPECT_EQ(got[2], "congestion-state times: no (no tcp_cong_state_set, Linux 5.19)");
 }
 
 // Neither send hook: no send transfers, so the received data is one transfer.
 TEST(RecordCapabilities, NoSendHook) {
   EXPECT_EQ(record_capabilities({"tcp_sendmsg_locked", "tcp_probe"})[0],
-            "transfers: degraded (send transfers absent: they start in tcp_sendmsg_locked, Linux 6.16, or tcp_probe; "
-            "the received data is one receive transfer per flow)");
+            "transfers: degraded (no send transfers: they need tcp_sendmsg_locked (Linux 6.16) or tcp_probe, and "
+            "without them a flow's received data is one receive transfer)");
 }
 
-TEST(RecordCapabilities, NoReceiveHookAndNoSends) {
-  const Lines got =
-      record_capabilities({"sk_data_ready", "tcp_rcv_space_adjust", "tcp_sendmsg_locked", "tcp_probe"});
-  EXPECT_EQ(got[0], "transfers: absent (send transfers start in tcp_sendmsg_locked, Linux 6.16, or tcp_probe; "
-                    "receive transfers absent: they need sk_data_ready or tcp_rcv_space_adjust)");
-  EXPECT_EQ(got[1], "receive-side end: absent (neither sk_data_ready nor tcp_rcv_space_adjust)");
-}
-
-TEST(RecordCapabilities, NoReceiveHookWithSends) {
-  EXPECT_EQ(record_capabilities({"sk_data_ready", "tcp_rcv_space_adjust"})[0],
-            "transfers: degraded (receive transfers absent: they need sk_data_ready or tcp_rcv_space_adjust)");
+TEST(RecordCapabilities, NoHookAtAll) {
+  const Lines got = record_capabilities({"sk_data_ready", "tcp_sendmsg_locked", "tcp_probe"});
+  EXPECT_EQ(got[0], "transfers: absent (no send transfers: they need tcp_sendmsg_locked (Linux 6.16) or tcp_probe; "
+                    "no receive transfers: they need sk_data_ready (Linux 6.3) or tcp_probe)");
+  EXPECT_EQ(got[1], "receive-side end: absent (neither sk_data_ready nor tcp_probe)");
 }
 
 }  // namespace

@@ -35,7 +35,7 @@ tcpscope_transfer_event base_event() {
 }
 
 TEST(TransferDecoder, TimesBecomeRealtimeAndXferUs) {
-  const TransferRecord r = decode_transfer_event(base_event(), MonotonicToRealtime(5'000'000'000));
+  const TransferRecord r = decode_transfer_event(base_event(), MonotonicToRealtime(5'000'000'000), TransferDelimiter::kWrite);
   EXPECT_EQ(r.flow_start_ns, 6'000'000'000);
   EXPECT_EQ(r.start_ns, 6'200'000'000);
   EXPECT_EQ(r.end_ns, 6'450'000'000);
@@ -45,20 +45,20 @@ TEST(TransferDecoder, TimesBecomeRealtimeAndXferUs) {
 TEST(TransferDecoder, AnEndBeforeTheStartTakesNoTime) {
   auto ev = base_event();
   ev.end_ns = ev.start_ns - 1;
-  EXPECT_EQ(decode_transfer_event(ev, MonotonicToRealtime(0)).xfer_us, 0);
+  EXPECT_EQ(decode_transfer_event(ev, MonotonicToRealtime(0), TransferDelimiter::kWrite).xfer_us, 0);
 }
 
 TEST(TransferDecoder, NoWaitIsNull) {
   auto ev = base_event();
-  EXPECT_EQ(decode_transfer_event(ev, MonotonicToRealtime(0)).wait_us, 1500);
+  EXPECT_EQ(decode_transfer_event(ev, MonotonicToRealtime(0), TransferDelimiter::kWrite).wait_us, 1500);
   ev.wait_us = 0;
-  EXPECT_EQ(decode_transfer_event(ev, MonotonicToRealtime(0)).wait_us, 0);  // 0 is a wait, not none
+  EXPECT_EQ(decode_transfer_event(ev, MonotonicToRealtime(0), TransferDelimiter::kWrite).wait_us, 0);  // 0 is a wait, not none
   ev.wait_us = TCPSCOPE_NO_WAIT;
-  EXPECT_FALSE(decode_transfer_event(ev, MonotonicToRealtime(0)).wait_us);
+  EXPECT_FALSE(decode_transfer_event(ev, MonotonicToRealtime(0), TransferDelimiter::kWrite).wait_us);
 }
 
 TEST(TransferDecoder, CountersAndTheirUnits) {
-  const TransferRecord r = decode_transfer_event(base_event(), MonotonicToRealtime(0));
+  const TransferRecord r = decode_transfer_event(base_event(), MonotonicToRealtime(0), TransferDelimiter::kWrite);
   EXPECT_EQ(r.seq, 3u);
   EXPECT_EQ(r.bytes, 5'000'000'000ULL);
   EXPECT_EQ(r.retrans_segs, 4u);
@@ -79,7 +79,7 @@ TEST(TransferDecoder, TimeCountersNeverExceedTheTransfer) {
   ev.busy_us = 4000;
   ev.rwnd_limited_us = 8000;
   ev.sndbuf_limited_us = 2081;
-  TransferRecord r = decode_transfer_event(ev, MonotonicToRealtime(0));
+  TransferRecord r = decode_transfer_event(ev, MonotonicToRealtime(0), TransferDelimiter::kWrite);
   EXPECT_EQ(r.xfer_us, 2081);
   EXPECT_EQ(r.busy_us, 2081u);
   EXPECT_EQ(r.rwnd_limited_us, 2081u);
@@ -87,16 +87,16 @@ TEST(TransferDecoder, TimeCountersNeverExceedTheTransfer) {
   ev.end_ns = ev.start_ns + 8'000;
   ev.busy_us = 4000;
   ev.rwnd_limited_us = 0;
-  r = decode_transfer_event(ev, MonotonicToRealtime(0));
+  r = decode_transfer_event(ev, MonotonicToRealtime(0), TransferDelimiter::kWrite);
   EXPECT_EQ(r.busy_us, 8u);
   EXPECT_EQ(r.rwnd_limited_us, 0u);
   ev.end_ns = ev.start_ns - 1;  // no time at all: no time in any state
-  r = decode_transfer_event(ev, MonotonicToRealtime(0));
+  r = decode_transfer_event(ev, MonotonicToRealtime(0), TransferDelimiter::kWrite);
   EXPECT_EQ(r.busy_us, 0u);
 }
 
 TEST(TransferDecoder, Ipv4AddressesAndPorts) {
-  const TransferRecord r = decode_transfer_event(base_event(), MonotonicToRealtime(0));
+  const TransferRecord r = decode_transfer_event(base_event(), MonotonicToRealtime(0), TransferDelimiter::kWrite);
   EXPECT_EQ(r.family(), 4);
   EXPECT_EQ(r.laddr.to_string(), "198.18.0.1");
   EXPECT_EQ(r.raddr.to_string(), "198.18.0.2");
@@ -111,36 +111,51 @@ TEST(TransferDecoder, Ipv6AndIpv4MappedPeers) {
   std::memset(ev.daddr, 0, 16);
   inet_pton(AF_INET6, "fd00::1", ev.saddr);
   inet_pton(AF_INET6, "fd00::2", ev.daddr);
-  TransferRecord r = decode_transfer_event(ev, MonotonicToRealtime(0));
+  TransferRecord r = decode_transfer_event(ev, MonotonicToRealtime(0), TransferDelimiter::kWrite);
   EXPECT_EQ(r.family(), 6);
   EXPECT_EQ(r.laddr.to_string(), "fd00::1");
   EXPECT_EQ(r.raddr.to_string(), "fd00::2");
 
   inet_pton(AF_INET6, "::ffff:198.18.0.1", ev.saddr);
   inet_pton(AF_INET6, "::ffff:203.0.113.9", ev.daddr);
-  r = decode_transfer_event(ev, MonotonicToRealtime(0));
+  r = decode_transfer_event(ev, MonotonicToRealtime(0), TransferDelimiter::kWrite);
   EXPECT_EQ(r.family(), 4);  // as the flow record reports it
   EXPECT_EQ(r.raddr.to_string(), "203.0.113.9");
 }
 
 TEST(TransferDecoder, DirectionsOfTheTransferAndItsFlow) {
   auto ev = base_event();
-  TransferRecord r = decode_transfer_event(ev, MonotonicToRealtime(0));
+  TransferRecord r = decode_transfer_event(ev, MonotonicToRealtime(0), TransferDelimiter::kWrite);
   EXPECT_EQ(r.direction, TransferDirection::kSend);
   EXPECT_STREQ(to_string(r.direction), "send");
   EXPECT_EQ(r.dir, Direction::kPassive);
   ev.direction = TCPSCOPE_XFER_RECV;
   ev.dir = TCPSCOPE_DIR_ACTIVE;
-  r = decode_transfer_event(ev, MonotonicToRealtime(0));
+  r = decode_transfer_event(ev, MonotonicToRealtime(0), TransferDelimiter::kWrite);
   EXPECT_EQ(r.direction, TransferDirection::kRecv);
   EXPECT_STREQ(to_string(r.direction), "recv");
   EXPECT_EQ(r.dir, Direction::kActive);
 }
 
+TEST(TransferDecoder, DelimitedByTheKernelsHooks) {
+  auto ev = base_event();
+  EXPECT_EQ(decode_transfer_event(ev, MonotonicToRealtime(0), TransferDelimiter::kWrite).delimited_by,
+            TransferDelimiter::kWrite);
+  const TransferRecord departure = decode_transfer_event(ev, MonotonicToRealtime(0), TransferDelimiter::kDeparture);
+  EXPECT_EQ(departure.delimited_by, TransferDelimiter::kDeparture);
+  EXPECT_STREQ(to_string(departure.delimited_by), "departure");
+  ev.direction = TCPSCOPE_XFER_RECV;  // a receive transfer begins at an arrival on every kernel
+  for (auto sends : {TransferDelimiter::kWrite, TransferDelimiter::kDeparture}) {
+    const TransferRecord r = decode_transfer_event(ev, MonotonicToRealtime(0), sends);
+    EXPECT_EQ(r.delimited_by, TransferDelimiter::kArrival);
+    EXPECT_STREQ(to_string(r.delimited_by), "arrival");
+  }
+}
+
 TEST(TransferDecoder, FullLengthCcIsBounded) {
   auto ev = base_event();
   std::memset(ev.cc, 'y', sizeof(ev.cc));  // no NUL
-  EXPECT_EQ(decode_transfer_event(ev, MonotonicToRealtime(0)).cc, std::string(16, 'y'));
+  EXPECT_EQ(decode_transfer_event(ev, MonotonicToRealtime(0), TransferDelimiter::kWrite).cc, std::string(16, 'y'));
 }
 
 }  // namespace

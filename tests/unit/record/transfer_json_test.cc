@@ -48,7 +48,7 @@ nlohmann::json line_of(const TransferRecord& r) {
   return nlohmann::json::parse(out);
 }
 
-TEST(TransferJson, EverySpecFieldAndNothingElseButNetns) {
+TEST(TransferJson, EverySpecFieldAndNothingElseButTheExtensions) {
   const auto j = line_of(sample());
   const std::set<std::string> spec = {
       "kind",     "flow_start_ns", "family",     "laddr",        "lport",           "raddr",
@@ -60,6 +60,7 @@ TEST(TransferJson, EverySpecFieldAndNothingElseButNetns) {
   for (const auto& [key, value] : j.items()) got.insert(key);
   std::set<std::string> want = spec;
   want.insert("netns");
+  want.insert("delimited_by");
   EXPECT_EQ(got, want);
 }
 
@@ -75,6 +76,7 @@ TEST(TransferJson, Values) {
   EXPECT_EQ(j["dir"], "passive");
   EXPECT_EQ(j["seq"], 2);
   EXPECT_EQ(j["direction"], "send");
+  EXPECT_EQ(j["delimited_by"], "write");
   EXPECT_EQ(j["start_ns"].get<int64_t>(), 1700000000123456789);
   EXPECT_EQ(j["end_ns"].get<int64_t>(), 1700000000373456789);
   EXPECT_EQ(j["xfer_us"], 250000);
