@@ -628,11 +628,11 @@ static __always_inline void note_flight(const struct sock *sk, struct tcp_sock *
 	if (tp->snd_una == tp->snd_nxt || tp->first_tx_mstamp != tp->delivered_mstamp ||
 	    flight_ns <= st->tx_start_ns)
 		return; /* no flight from idle, or one already seen */
-	/* A flight that left before the running transfer ended is that
-	 * transfer's: the first program ended it at this very segment, whose ACK is not
-	 * processed yet when the second program looks at it again. (A flight
-	 * from idle leaves after the ACK that ended the transfer, or within
-	 * the µs that its departure stamp is rounded to.) */
+	/* A flight that left before the last transfer ended is that
+	 * transfer's: the first program ended it at this very segment, whose
+	 * ACK is not processed yet when the second program looks again. (A
+	 * new flight from idle leaves after the ACK that ended the transfer,
+	 * or within the µs its departure stamp is rounded to.) */
 	if (!(st->flags & TCPSCOPE_ST_TX_OPEN) && flight_ns + NSEC_PER_USEC <= st->tx_end_ns)
 		return;
 	if (st->flags & TCPSCOPE_ST_TX_OPEN) {
@@ -1096,8 +1096,10 @@ static __always_inline void handle_segment(const struct sock *sk, struct sk_buff
 	tp = bpf_skc_to_tcp_sock((void *)sk);
 	if (!tp)
 		return;
-	if (sends_from_acks)
+	if (sends_from_acks) {
+		sample_cwnd(st, tp->snd_cwnd); /* in tcp_sendmsg_locked's stead */
 		note_segment(sk, tp, st, skb);
+	}
 	if (arrivals_from_segments)
 		note_rx_segment(sk, tp, st, skb);
 }

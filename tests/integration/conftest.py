@@ -150,11 +150,16 @@ class Daemon:
 
 
 # One kept-alive connection, request after request: 100 bytes up, a response
-# of argv[4]'s sizes in turn down.
+# of argv[4]'s sizes in turn down. The server's optional argv[7], TAIL: each
+# response in two writes, its last TAIL bytes 2 ms after the rest (on a veth,
+# after everything before them was acknowledged). The client's optional
+# argv[6]: seconds of idle before each request but the first.
 REQUESTS_PEER = """
-import socket, sys
+import socket, sys, time
 role, addr, port, sizes, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 sizes = [int(s) for s in sizes.split(",")]
+tail = int(sys.argv[7]) if role == "server" and len(sys.argv) > 7 else 0
+pause = float(sys.argv[6]) if role == "client" and len(sys.argv) > 6 else 0
 def read(s, n):
     while n > 0:
         b = s.recv(min(n, 1 << 20))
@@ -164,13 +169,20 @@ if role == "server":
     ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind((addr, port)); ls.listen(1); open(sys.argv[6], "w").close()
     ls.settimeout(20); c, _ = ls.accept(); c.settimeout(20)
+    if tail:
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     for i in range(count):
         read(c, 100)
-        c.sendall(b"r" * sizes[i % len(sizes)])
+        c.sendall(b"r" * (sizes[i % len(sizes)] - tail))
+        if tail:
+            time.sleep(0.002)
+            c.sendall(b"t" * tail)
     read(c, 0); c.close()
 else:
     c = socket.create_connection((addr, port), timeout=20)
     for i in range(count):
+        if i:
+            time.sleep(pause)
         c.sendall(b"q" * 100)
         read(c, sizes[i % len(sizes)])
     c.close()

@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 
+from pathlib import Path
+
 import pytest
 
 from conftest import BUILD, REQUESTS_PEER, ROOT, TCPSCOPE, Daemon, wait_for
@@ -285,38 +287,6 @@ def test_a_pause_of_a_second_with_nothing_in_flight_ends_a_send_transfer(name, n
         d.stop()
 
 
-# Each response in two writes, the second after everything of the first was
-# acknowledged: two flights from idle in one response. The client's next
-# request carries the ACK of the second (it acknowledges with its data).
-TWO_FLIGHT_PEER = """
-import socket, sys, time
-role, addr, port, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-HEAD, TAIL = 50000, 332
-def read(s, n):
-    while n > 0:
-        b = s.recv(min(n, 1 << 20))
-        if not b: raise SystemExit("peer closed early")
-        n -= len(b)
-if role == "server":
-    ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    ls.bind((addr, port)); ls.listen(1); open(sys.argv[5], "w").close()
-    ls.settimeout(20); c, _ = ls.accept(); c.settimeout(20)
-    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    for i in range(count):
-        read(c, 100)
-        c.sendall(b"r" * HEAD)
-        time.sleep(0.002)
-        c.sendall(b"t" * TAIL)
-    read(c, 0); c.close()
-else:
-    c = socket.create_connection((addr, port), timeout=20)
-    for i in range(count):
-        c.sendall(b"q" * 100)
-        read(c, HEAD + TAIL)
-    c.close()
-"""
-
-
 @pytest.mark.parametrize("name", [None, *PROFILES])
 def test_a_response_of_two_flights_is_one_send_transfer(name, net, tmp_path):
     """A response written in two parts, the second leaving with nothing in
@@ -328,11 +298,15 @@ def test_a_response_of_two_flights_is_one_send_transfer(name, net, tmp_path):
     n = 200
     d = Daemon(tmp_path, env=derive.daemon_env(name))
     try:
+        # Each response 50,332 bytes, its last 332 written 2 ms after the rest;
+        # the client's next request carries the ACK of those (it acknowledges
+        # with its data).
         ready = tmp_path / "server.ready"
-        server = net.spawn(net.srv, sys.executable, "-c", TWO_FLIGHT_PEER, "server", net.srv_v4, "8094", str(n),
-                           str(ready))
+        server = net.spawn(net.srv, sys.executable, "-c", REQUESTS_PEER, "server", net.srv_v4, "8094", "50332",
+                           str(n), str(ready), "332")
         wait_for(lambda: ready.exists() or server.poll() is not None, 10, what="server start")
-        client = net.spawn(net.cli, sys.executable, "-c", TWO_FLIGHT_PEER, "client", net.srv_v4, "8094", str(n))
+        client = net.spawn(net.cli, sys.executable, "-c", REQUESTS_PEER, "client", net.srv_v4, "8094", "50332",
+                           str(n))
         assert client.wait(timeout=60) == 0, client.stderr.read()
         assert server.wait(timeout=10) == 0, server.stderr.read()
         recs = d.wait_records(net, 2)
@@ -347,3 +321,41 @@ def test_a_response_of_two_flights_is_one_send_transfer(name, net, tmp_path):
         assert sizes == {50_332: n}, sizes
     finally:
         d.stop()
+
+
+@pytest.mark.parametrize("name", [None, *PROFILES])
+def test_max_cwnd_outlives_a_restart_after_idle(name, net, tmp_path):
+    """max_cwnd is the largest cwnd the flow had, not its cwnd at close: a
+    4 MB response with CUBIC grows the server's cwnd, 0.5 s of idle (two
+    RTOs and more) has the next send halve it twice (tcp_slow_start_after_idle:
+    no congestion-state change to sample it before), and a 1 kB response
+    follows before the close. Without tcp_sendmsg_locked, whose every call samples
+    the cwnd, each received segment does (tcp_probe)."""
+    # Outside the initial namespace the default may only be an allowed
+    # algorithm (EPERM otherwise); the host's list comes back as it was.
+    allowed = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+    before = allowed.read_text().strip()
+    if "cubic" not in before.split():
+        allowed.write_text(before + " cubic")
+    d = None
+    try:
+        net.ns(net.srv, "sysctl", "-qw", "net.ipv4.tcp_congestion_control=cubic",
+               "net.ipv4.tcp_slow_start_after_idle=1")
+        d = Daemon(tmp_path, env=derive.daemon_env(name))
+        ready = tmp_path / "server.ready"
+        server = net.spawn(net.srv, sys.executable, "-c", REQUESTS_PEER, "server", net.srv_v4, "8095", "4000000,1000",
+                           "2", str(ready))
+        wait_for(lambda: ready.exists() or server.poll() is not None, 10, what="server start")
+        client = net.spawn(net.cli, sys.executable, "-c", REQUESTS_PEER, "client", net.srv_v4, "8095", "4000000,1000",
+                           "2", "0.5")
+        assert client.wait(timeout=60) == 0, client.stderr.read()
+        assert server.wait(timeout=10) == 0, server.stderr.read()
+        srv = next(r for r in d.wait_records(net, 2) if r["dir"] == "passive")
+        print(f"\n{name or 'every hook'}: server cc {srv['cc']} cwnd at close {srv['cwnd']}, "
+              f"max_cwnd {srv['max_cwnd']}", end="")
+        assert srv["cc"] == "cubic", srv
+        assert srv["max_cwnd"] >= 3 * srv["cwnd"], srv
+    finally:
+        if d:
+            d.stop()
+        allowed.write_text(before)
