@@ -26,6 +26,10 @@ constexpr int kStateVersion = 2;
 // which are promoted); the smallest are dropped beyond that.
 constexpr size_t kCandidatesPerCohort = 4;
 constexpr size_t kMinCandidates = 64;
+// A cohort's evidence is send transfers; on a kernel without them it waits
+// for nothing that will come.
+constexpr const char* kNoSendTransfers =
+    "no send transfers on this kernel (they need tcp_sendmsg_locked, Linux 6.16, or tcp_probe)";
 size_t candidate_cap(const ControllerSpec& s) { return std::max(kMinCandidates, kCandidatesPerCohort * s.max_cohorts); }
 
 std::string fixed(double v, int digits) {
@@ -461,6 +465,8 @@ void CcController::test_rule(Rule& r, double now_s, bool* changed) {
       j["guards_ok"] = t.guards_ok;
       if (!t.guard_note.empty()) j["guard"] = t.guard_note;
       tests.push_back({&c, t});
+    } else if (!send_transfers_) {
+      j["waiting_for"] = kNoSendTransfers;
     } else {
       j["waiting_for"] = "min_transfers " + std::to_string(r.spec.min_transfers) + " per arm";
     }
@@ -596,9 +602,15 @@ nlohmann::json cohort_status(const std::vector<std::string>& arm_names, const Co
 
 }  // namespace
 
+void CcController::set_send_transfers(bool available) {
+  std::lock_guard<std::mutex> lock(mu_);
+  send_transfers_ = available;
+}
+
 std::string CcController::status_json() const {
   std::lock_guard<std::mutex> lock(mu_);
   nlohmann::json doc;
+  if (!send_transfers_) doc["note"] = kNoSendTransfers;
   doc["rules"] = nlohmann::json::array();
   for (const auto& r : rules_) {
     nlohmann::json rj;

@@ -80,6 +80,11 @@ class CcController {
   void configure(const Config& config);
   bool empty() const;
 
+  // Whether this kernel makes send transfers, the controller's evidence
+  // (kernel_capabilities.h); without them no cohort can ever be tested,
+  // and the status says why instead of waiting for them.
+  void set_send_transfers(bool available);
+
   // A finished transfer or flow; only those a controller rule assigned count.
   void observe(const TransferRecord& t);
   void observe(const FlowRecord& f);
@@ -121,6 +126,7 @@ class CcController {
   std::map<std::string, Rule*> by_name_;
   std::unique_ptr<ControllerMetrics> metrics_;
   LogSink log_;
+  bool send_transfers_ = true;
 };
 
 }  // namespace tcpscope

@@ -284,8 +284,10 @@ int Daemon::start() {
     policy_->set_cohorts(controller_->cohort_asns(), controller_->cohort_weights(), &error);
   }
   if (!policy_->load(config_, enricher_->tables()->asn_db.get(), &error)) return fail("cc_policy: " + error);
+  const auto sends = send_transfer_delimiter(probe_->missing_tracepoints());
+  controller_->set_send_transfers(sends.has_value());
   pipeline_ = std::make_unique<FlowPipeline>(clock_, *enricher_, policy_->rule_names(),
-                                             send_transfer_delimiter(probe_->missing_tracepoints()));
+                                             sends.value_or(TransferDelimiter::kWrite));
   http_->handle_json("/api/v1/policy", [this](const std::string&) { return policy_->to_json(); });
   http_->handle_json("/api/v1/controller", [this](const std::string&) { return controller_->status_json(); });
   RingReader::Handlers handlers;

@@ -12,8 +12,10 @@ bool lacks(const std::vector<std::string>& missing, const char* tracepoint) {
 
 }  // namespace
 
-TransferDelimiter send_transfer_delimiter(const std::vector<std::string>& missing) {
-  return lacks(missing, "tcp_sendmsg_locked") ? TransferDelimiter::kDeparture : TransferDelimiter::kWrite;
+std::optional<TransferDelimiter> send_transfer_delimiter(const std::vector<std::string>& missing) {
+  if (!lacks(missing, "tcp_sendmsg_locked")) return TransferDelimiter::kWrite;
+  if (!lacks(missing, "tcp_probe")) return TransferDelimiter::kDeparture;
+  return std::nullopt;
 }
 
 std::vector<std::string> record_capabilities(const std::vector<std::string>& missing) {

@@ -3,6 +3,7 @@
 // capability, "name: value", printed at start-up and by `tcpscope version`.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,7 @@ namespace tcpscope {
 std::vector<std::string> record_capabilities(const std::vector<std::string>& missing);
 
 // How send transfers begin on that kernel: at the write (tcp_sendmsg_locked)
-// or at the first segment's departure (tcp_probe).
-TransferDelimiter send_transfer_delimiter(const std::vector<std::string>& missing);
+// or at the first segment's departure (tcp_probe); none without either.
+std::optional<TransferDelimiter> send_transfer_delimiter(const std::vector<std::string>& missing);
 
 }  // namespace tcpscope

@@ -59,12 +59,14 @@ class Setup:
         echo_server(net, tmp_path, net.srv_v4, 8080)
         self.runs = 0
 
-    def daemon(self, config_text):
+    def daemon(self, config_text, missing_tracepoints=()):
         self.cfg.write_text(config_text)
         self.runs += 1
         home = self.tmp / f"run{self.runs}"
         home.mkdir()
         env = dict(os.environ, STATE_DIRECTORY=str(self.state))
+        if missing_tracepoints:
+            env["TCPSCOPE_TEST_MISSING_TRACEPOINTS"] = ",".join(missing_tracepoints)
         return Daemon(home, extra_args=("--config", str(self.cfg), "--cgroup", str(self.cgroup)), env=env)
 
     def connections(self, d, src, n):
@@ -165,3 +167,24 @@ def test_a_corrupt_state_is_reported_and_ignored(net, tmp_path, test_cgroup):
         assert d.stop() == 0, d.stderr_text()
     # The next save replaces it with a valid state.
     json.loads((s.state / "controller.json").read_text())
+
+
+def test_without_send_transfers_the_status_says_so(net, tmp_path, test_cgroup):
+    """On a kernel with neither tcp_sendmsg_locked nor tcp_probe (hidden
+    here) no send transfer is ever made: /api/v1/controller says that, for
+    the controller and for each cohort's test, instead of waiting for
+    min_transfers."""
+    s = Setup(net, tmp_path, test_cgroup)
+    d = s.daemon(controller_config(s.pfx2as, min_transfers=5), missing_tracepoints=("tcp_sendmsg_locked", "tcp_probe"))
+    none = "no send transfers on this kernel (they need tcp_sendmsg_locked, Linux 6.16, or tcp_probe)"
+    try:
+        assert get_json(d, "/api/v1/controller")["note"] == none
+        s.connections(d, net.cli_v4, 20)
+        wait_for(lambda: any(c["cohort"] == "client" and c["evidence"]["test"]
+                             for c in get_json(d, "/api/v1/controller")["rules"][0]["cohorts"]), 10,
+                 what="the client cohort, tested once")
+        pool = next(c for c in get_json(d, "/api/v1/controller")["rules"][0]["cohorts"] if c["cohort"] == "client")
+        assert pool["state"] == "exploring" and pool["evidence"]["test"]["waiting_for"] == none, pool
+        assert all(t["direction"] == "recv" for t in d.all_transfers()), "a send transfer on this kernel"
+    finally:
+        assert d.stop() == 0, d.stderr_text()

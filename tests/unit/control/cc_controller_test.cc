@@ -141,6 +141,28 @@ TEST(CcController, LearnsTheBetterArmPerPeerClassAndRampsItUp) {
   EXPECT_TRUE(c.cohort_asns().empty());
 }
 
+// A kernel without send transfers (no tcp_sendmsg_locked, no tcp_probe):
+// the status says so instead of waiting for min_transfers.
+TEST(CcController, SaysWhenTheKernelHasNoSendTransfers) {
+  Lines log;
+  CcController c(std::make_shared<prometheus::Registry>(), log.sink());
+  c.configure(controller_config(CohortKind::kPeerClass));
+  std::mt19937_64 rng(3);
+  feed_large(&c, &rng, "bbr", 0, "client", 40, 5);
+  c.step(1000);
+  auto s = status(c);
+  EXPECT_FALSE(s.contains("note")) << s.dump(2);
+  ASSERT_TRUE(cohort(s, "client")) << s.dump(2);
+  EXPECT_EQ((*cohort(s, "client"))["evidence"]["test"]["waiting_for"].get<std::string>().rfind("min_transfers", 0),
+            0u);
+  c.set_send_transfers(false);
+  c.step(1010);
+  s = status(c);
+  const std::string none = "no send transfers on this kernel (they need tcp_sendmsg_locked, Linux 6.16, or tcp_probe)";
+  EXPECT_EQ(s["note"], none);
+  EXPECT_EQ((*cohort(s, "client"))["evidence"]["test"]["waiting_for"], none);
+}
+
 TEST(CcController, CountsOnlyItsOwnRulesSendTransfers) {
   CcController c(std::make_shared<prometheus::Registry>(), nullptr);
   c.configure(controller_config(CohortKind::kPeerClass, {"bbr", "cubic"}, 2));

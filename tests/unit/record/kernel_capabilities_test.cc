@@ -58,6 +58,7 @@ TEST(RecordCapabilities, NoHookAtAll) {
   EXPECT_EQ(got[0], "transfers: absent (no send transfers: they need tcp_sendmsg_locked (Linux 6.16) or tcp_probe; "
                     "no receive transfers: they need sk_data_ready (Linux 6.3) or tcp_probe)");
   EXPECT_EQ(got[1], "receive-side end: absent (neither sk_data_ready nor tcp_probe)");
+  EXPECT_EQ(send_transfer_delimiter({"sk_data_ready", "tcp_sendmsg_locked", "tcp_probe"}), std::nullopt);
 }
 
 }  // namespace
