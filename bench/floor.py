@@ -14,6 +14,12 @@ bench/churn.py with each, between baselines:
   hash             `record` with a preallocated hash keyed by the socket in
                    place of SK_STORAGE (tcplife's way; ruled out by issue 2
                    because it can fill up): the storage's own share
+  transfers        the transfer floor: `record` plus tcp_sendmsg_locked and
+                   sk_data_ready doing only what a transfer's bounds need
+                   (a send starts at a write with nothing outstanding after
+                   data came in, a receive at an arrival after a send); an
+                   ended transfer is a 128-byte record, the open ones ride in
+                   a 512-byte close record, as tcpscope's do
   tcpscope-default tcpscope with the shipped default config (no rules, no flow log)
   tcpscope-nolog   tcpscope as in churn.py (50-rule policy, 1M prefixes)
   tcpscope         the same with the flow log on, transfer lines included (the
@@ -40,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib as B  # noqa: E402
 import churn as C  # noqa: E402
 
-FLOOR_VARIANTS = ["dispatch", "storage", "record", "hash"]
+FLOOR_VARIANTS = ["dispatch", "storage", "record", "hash", "transfers"]
 TCPSCOPE_VARIANTS = ["tcpscope-default", "tcpscope-nolog", "tcpscope"]
 ALL_VARIANTS = FLOOR_VARIANTS + TCPSCOPE_VARIANTS
 
@@ -87,13 +93,14 @@ class FloorObserver(C.Observer):
     def result(self, connections):
         s = self.seen
         expected = 2 * connections
-        if self.variant in ("record", "hash"):
+        if self.variant in ("record", "hash", "transfers"):
             recorded = s["records"]
         elif self.variant == "storage":
             recorded = s["closed"]
         else:
             recorded = None  # the empty program keeps nothing
-        r = {"loader": s, "flows_expected": expected, "records_lost_total": s["lost"]}
+        r = {"loader": s, "flows_expected": expected, "records_lost_total": s["lost"],
+             "transfer_records": s["transfers"]}
         if recorded is not None:
             r.update(flows_recorded=recorded, flows_missed=max(0, expected - recorded))
         else:
