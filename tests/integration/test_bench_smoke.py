@@ -110,6 +110,13 @@ def test_floor_reports_every_step(tmp_path):
     # transfer record of its own.
     run = next(r for r in d["runs"] if r["variant"] == "transfers")
     assert run["transfer_records"] <= 0.05 * run["flows_recorded"], run
+    # CPU per connection from the bpf_stats runs: each variant's programs ran.
+    costs = {c["variant"]: c for c in d["cpu_per_connection"]}
+    assert set(costs) == set(by_name), costs.keys()
+    for name, c in costs.items():
+        assert c["connections"] > 0 and number(c["kernel_ns_per_conn"]) and number(c["process_us_per_conn"]), c
+    assert {p["program"] for p in costs["transfers"]["programs"]} == \
+        {"floor_transfers", "floor_sendmsg", "floor_data_ready"}, costs["transfers"]
 
 
 def test_bulk_reports_both_stream_counts(tmp_path):
