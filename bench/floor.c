@@ -4,7 +4,7 @@
  * 100 ms as tcpscope's reader does, and on SIGINT/SIGTERM prints what it saw
  * as one JSON line.
  *
- *   tcpscope-bench-floor dispatch|storage|record|hash READY_FILE
+ *   tcpscope-bench-floor dispatch|storage|record|hash|transfers READY_FILE
  */
 #include <errno.h>
 #include <signal.h>
@@ -24,11 +24,22 @@ static void on_signal(int sig)
 	stopping = 1;
 }
 
+/* Flow records (alone or with their open transfers) and transfer records,
+ * told apart by size as tcpscope's reader does. */
+struct seen {
+	unsigned long long records;
+	unsigned long long transfers;
+};
+
 static int on_record(void *ctx, void *data, size_t size)
 {
+	struct seen *seen = ctx;
+
 	(void)data;
-	(void)size;
-	++*(unsigned long long *)ctx;
+	if (size == 128)
+		++seen->transfers;
+	else
+		++seen->records;
 	return 0;
 }
 
@@ -42,19 +53,21 @@ static int print_libbpf(enum libbpf_print_level level, const char *fmt, va_list 
 
 int main(int argc, char **argv)
 {
-	static const char *const variants[] = {"dispatch", "storage", "record", "hash"};
-	struct bpf_program *progs[4];
+	static const char *const variants[] = {"dispatch", "storage", "record", "hash", "transfers"};
+	enum { NVARIANTS = sizeof(variants) / sizeof(variants[0]) };
+	struct bpf_program *progs[NVARIANTS];
+	struct bpf_program *prog;
 	struct ring_buffer *ring = NULL;
-	unsigned long long records = 0;
+	struct seen seen = {0, 0};
 	struct floor_bpf *skel;
 	int chosen = -1, err, i;
 	FILE *ready;
 
 	if (argc != 3) {
-		fprintf(stderr, "usage: %s dispatch|storage|record|hash READY_FILE\n", argv[0]);
+		fprintf(stderr, "usage: %s dispatch|storage|record|hash|transfers READY_FILE\n", argv[0]);
 		return 2;
 	}
-	for (i = 0; i < 4; i++)
+	for (i = 0; i < NVARIANTS; i++)
 		if (strcmp(argv[1], variants[i]) == 0)
 			chosen = i;
 	if (chosen < 0) {
@@ -74,8 +87,13 @@ int main(int argc, char **argv)
 	progs[1] = skel->progs.floor_storage;
 	progs[2] = skel->progs.floor_record;
 	progs[3] = skel->progs.floor_hash;
-	for (i = 0; i < 4; i++)
+	progs[4] = skel->progs.floor_transfers;
+	for (i = 0; i < NVARIANTS; i++)
 		bpf_program__set_autoload(progs[i], i == chosen);
+	/* The transfer floor's per-call hooks come with it, and only with it. */
+	bpf_object__for_each_program(prog, skel->obj)
+		if (prog == skel->progs.floor_sendmsg || prog == skel->progs.floor_data_ready)
+			bpf_program__set_autoload(prog, progs[chosen] == skel->progs.floor_transfers);
 
 	err = floor_bpf__load(skel);
 	if (err) {
@@ -87,7 +105,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "floor: attaching %s failed: %s\n", argv[1], strerror(-err));
 		goto out;
 	}
-	ring = ring_buffer__new(bpf_map__fd(skel->maps.floor_ring), on_record, &records, NULL);
+	ring = ring_buffer__new(bpf_map__fd(skel->maps.floor_ring), on_record, &seen, NULL);
 	if (!ring) {
 		err = -errno;
 		fprintf(stderr, "floor: ring buffer reader: %s\n", strerror(errno));
@@ -111,8 +129,9 @@ int main(int argc, char **argv)
 		ring_buffer__consume(ring);
 	}
 	ring_buffer__consume(ring);
-	printf("{\"variant\": \"%s\", \"records\": %llu, \"closed\": %llu, \"lost\": %llu, \"untracked\": %llu}\n",
-	       argv[1], records, (unsigned long long)skel->bss->floor_closed,
+	printf("{\"variant\": \"%s\", \"records\": %llu, \"transfers\": %llu, \"closed\": %llu, \"lost\": %llu, "
+	       "\"untracked\": %llu}\n",
+	       argv[1], seen.records, seen.transfers, (unsigned long long)skel->bss->floor_closed,
 	       (unsigned long long)skel->bss->floor_lost, (unsigned long long)skel->bss->floor_untracked);
 	err = 0;
 out:

@@ -14,15 +14,25 @@ bench/churn.py with each, between baselines:
   hash             `record` with a preallocated hash keyed by the socket in
                    place of SK_STORAGE (tcplife's way; ruled out by issue 2
                    because it can fill up): the storage's own share
+  transfers        the transfer floor: `record` plus tcp_sendmsg_locked and
+                   sk_data_ready doing only what a transfer's bounds need
+                   (a send starts at a write with nothing outstanding after
+                   data came in, a receive at an arrival after a send); an
+                   ended transfer is a 128-byte record, the open ones ride in
+                   a 512-byte close record, as tcpscope's do
   tcpscope-default tcpscope with the shipped default config (no rules, no flow log)
   tcpscope-nolog   tcpscope as in churn.py (50-rule policy, 1M prefixes)
   tcpscope         the same with the flow log on, transfer lines included (the
                    daemon's CPU per line written is printed beside it)
 
 Each variant's ratio is to the mean of the baselines either side of it; with
---reps > 1 the mean ratio and its 95 % interval are given.
+--reps > 1 the mean ratio and its 95 % interval are given. Before them, the
+CPU each variant costs per connection, which the baselines' noise does not
+move: one more run each with kernel.bpf_stats_enabled=1 (two clock reads per
+program run, so not used for the ratios) gives its programs' kernel time per
+connection, and the loader's or daemon's own CPU per connection beside it.
 
-  bench/floor.py [--seconds 20] [--reps 2] [--variants a,b,...] [--out FILE]
+  bench/floor.py [--seconds 20] [--reps 2] [--variants a,b,...] [--no-cost] [--out FILE]
 
 Needs root. Prints a table, writes JSON (bench/results/floor.json by default).
 """
@@ -39,8 +49,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib as B  # noqa: E402
 import churn as C  # noqa: E402
+from bpf_cost import delta, prog_stats  # noqa: E402
 
-FLOOR_VARIANTS = ["dispatch", "storage", "record", "hash"]
+FLOOR_VARIANTS = ["dispatch", "storage", "record", "hash", "transfers"]
 TCPSCOPE_VARIANTS = ["tcpscope-default", "tcpscope-nolog", "tcpscope"]
 ALL_VARIANTS = FLOOR_VARIANTS + TCPSCOPE_VARIANTS
 
@@ -87,13 +98,14 @@ class FloorObserver(C.Observer):
     def result(self, connections):
         s = self.seen
         expected = 2 * connections
-        if self.variant in ("record", "hash"):
+        if self.variant in ("record", "hash", "transfers"):
             recorded = s["records"]
         elif self.variant == "storage":
             recorded = s["closed"]
         else:
             recorded = None  # the empty program keeps nothing
-        r = {"loader": s, "flows_expected": expected, "records_lost_total": s["lost"]}
+        r = {"loader": s, "flows_expected": expected, "records_lost_total": s["lost"],
+             "transfer_records": s["transfers"]}
         if recorded is not None:
             r.update(flows_recorded=recorded, flows_missed=max(0, expected - recorded))
         else:
@@ -107,6 +119,26 @@ def make_observer(ctx, name):
     if name in TCPSCOPE_VARIANTS:
         return C.make_observer(ctx, name)[0]
     raise SystemExit(f"unknown variant {name}")
+
+
+def cost_run(ctx, name):
+    """Kernel time of the variant's programs and its process's CPU, per
+    connection (both ends), with BPF statistics on."""
+    observer = make_observer(ctx, name)
+    try:
+        observer.start()
+        with B.BpfStats():
+            s0, cpu0 = prog_stats(observer.pid), B.proc_cpu_seconds(observer.pid)
+            r = B.churn(ctx.net, ctx.server, ctx.args.seconds, ctx.args.threads)
+            observer.drained()
+            s1, cpu1 = prog_stats(observer.pid), B.proc_cpu_seconds(observer.pid)
+    finally:
+        observer.stop()
+    rows, total = delta(s0, s1, r["seconds"], r["connections"], "conn")
+    return {"variant": name, "rate": r["rate"], "connections": r["connections"],
+            "kernel_ns_per_conn": total["ns_per_conn"],
+            "process_us_per_conn": round(1e6 * (cpu1 - cpu0) / r["connections"], 3) if r["connections"] else None,
+            "programs": [x for x in rows if x["runs"]]}
 
 
 def ratios(runs):
@@ -131,6 +163,7 @@ def main():
     ap.add_argument("--variants", default=",".join(ALL_VARIANTS))
     ap.add_argument("--prefixes", type=int, default=1000000, help="tcpscope's pfx2as file")
     ap.add_argument("--rules", type=int, default=50, help="tcpscope's cc_policy rules")
+    ap.add_argument("--no-cost", action="store_true", help="skip the BPF-statistics runs")
     ap.add_argument("--out", help="JSON output (default bench/results/floor.json)")
     args = ap.parse_args()
     args.load = "loadgen"
@@ -143,7 +176,7 @@ def main():
     ctx.tmp = B.tmpdir("floor")
     ctx.cgroup = B.Cgroup()
     ctx.net = None
-    runs = []
+    runs, costs = [], []
     try:
         floor_binary()
         B.tcpscope_binary()
@@ -153,6 +186,8 @@ def main():
             ctx.pfx2as = B.write_pfx2as(ctx.tmp / "pfx2as.tsv", args.prefixes, own=ctx.net)
         ctx.server = C.ChurnServerWrap(ctx)
         B.churn(ctx.net, ctx.server, min(2.0, args.seconds), args.threads)  # warm-up
+        if not args.no_cost:
+            costs = [cost_run(ctx, name) for name in names]
         runs.append(C.measured_run(ctx, "baseline"))
         for rep in range(args.reps):
             for name in names:
@@ -194,6 +229,13 @@ def main():
         rows.append([name, B.ratio_text(noise, m), f"{ci[0]:.3f}–{ci[1]:.3f}" if ci and not noise["invalid"] else "",
                      f"{extra_us:.2f}" if not noise["invalid"] else "invalid", f"{missed}/{expected}" if name != "dispatch" else "n/a",
                      s.get("daemon_cpu_us_per_line", "")])
+    if costs:
+        print("CPU per connection (both ends; bpf_stats on, so a little above the ratio runs' cost):")
+        print(B.fmt_table(["variant", "conn/s", "kernel µs/conn", "process µs/conn", "programs (ns/conn)"],
+                          [[c["variant"], f"{c['rate']:.0f}", f"{c['kernel_ns_per_conn'] / 1000:.2f}",
+                            f"{c['process_us_per_conn']:.2f}",
+                            ", ".join(f"{p['program']} {p['ns_per_conn']:.0f}" for p in c["programs"][:6])]
+                           for c in costs]))
     print(f"floor (loadgen churn): {args.threads} clients, {args.seconds:g} s per run, {args.reps} reps, "
           f"baseline {noise['mean']:.0f} conn/s (stdev {noise['stdev_pct']}% over {noise['baseline_runs']} runs)")
     print(B.fmt_table(["variant", "ratio", "95% CI", "rate cost µs/conn", "missed/expected", "daemon µs/line"], rows))
@@ -202,7 +244,7 @@ def main():
     B.write_result("floor", {"benchmark": "floor", "seconds_per_run": args.seconds, "reps": args.reps,
                              "client_threads": args.threads, "server_threads": args.server_threads,
                              "request_bytes": 100, "response_bytes": 1000, "baseline_noise": noise,
-                             "variants": summary, "runs": runs}, args.out)
+                             "variants": summary, "runs": runs, "cpu_per_connection": costs}, args.out)
 
 
 if __name__ == "__main__":

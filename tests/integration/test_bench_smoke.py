@@ -91,7 +91,8 @@ def test_churn_runs_tcplife_where_tracefs_is_not_mounted(tmp_path):
 def test_floor_reports_every_step(tmp_path):
     d = run_script("floor", tmp_path, "--seconds", "2", "--reps", "1", "--prefixes", "20000")
     by_name = {v["variant"]: v for v in d["variants"]}
-    assert set(by_name) == {"dispatch", "storage", "record", "hash", "tcpscope-default", "tcpscope-nolog", "tcpscope"}
+    assert set(by_name) == {"dispatch", "storage", "record", "hash", "transfers", "tcpscope-default", "tcpscope-nolog",
+                            "tcpscope"}
     for name, v in by_name.items():
         assert number(v["mean_ratio"]) and number(v["extra_us_per_conn"]), v
     # The flow-log variant: the daemon's CPU per line it wrote.
@@ -100,10 +101,22 @@ def test_floor_reports_every_step(tmp_path):
     # made were seen closing, and their records reached the reader. (Not all:
     # a single program on the tracepoint loses the transitions the kernel
     # skips while it runs nested; tcpscope's second copy is what catches those.)
-    for name in ("storage", "record", "hash"):
+    for name in ("storage", "record", "hash", "transfers"):
         run = next(r for r in d["runs"] if r["variant"] == name)
         assert run["connections"] > 0 and run["failed"] == 0, run
         assert run["flows_recorded"] >= 0.95 * run["flows_expected"], run
+    # The transfer floor: each end's request and response ride in its close
+    # record (a 100-byte request, one response, then close), so next to no
+    # transfer record of its own.
+    run = next(r for r in d["runs"] if r["variant"] == "transfers")
+    assert run["transfer_records"] <= 0.05 * run["flows_recorded"], run
+    # CPU per connection from the bpf_stats runs: each variant's programs ran.
+    costs = {c["variant"]: c for c in d["cpu_per_connection"]}
+    assert set(costs) == set(by_name), costs.keys()
+    for name, c in costs.items():
+        assert c["connections"] > 0 and number(c["kernel_ns_per_conn"]) and number(c["process_us_per_conn"]), c
+    assert {p["program"] for p in costs["transfers"]["programs"]} == \
+        {"floor_transfers", "floor_sendmsg", "floor_data_ready"}, costs["transfers"]
 
 
 def test_bulk_reports_both_stream_counts(tmp_path):
