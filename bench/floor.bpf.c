@@ -284,18 +284,26 @@ int BPF_PROG(floor_transfers, const struct sock *sk, int oldstate, int newstate)
 	return 0;
 }
 
-SEC("tp_btf/tcp_sendmsg_locked")
-int BPF_PROG(floor_sendmsg, const struct sock *sk)
+/* The transfer floor's state of a tracked socket, and its tcp_sock. */
+static __always_inline struct floor_xfer_state *xfer_state_of(const struct sock *sk, struct tcp_sock **tp)
 {
 	struct floor_xfer_state *st = bpf_sk_storage_get(&floor_xfer_flows, (struct sock *)sk, 0, 0);
-	struct tcp_sock *tp;
-	__u64 now;
 
 	if (!st || !st->flow.start_ns)
 		return 0;
-	tp = bpf_skc_to_tcp_sock((void *)sk);
-	if (!tp || tp->snd_una != tp->write_seq)
-		return 0; /* data outstanding: joins the running transfer */
+	*tp = bpf_skc_to_tcp_sock((void *)sk);
+	return *tp ? st : 0;
+}
+
+SEC("tp_btf/tcp_sendmsg_locked")
+int BPF_PROG(floor_sendmsg, const struct sock *sk)
+{
+	struct tcp_sock *tp;
+	struct floor_xfer_state *st = xfer_state_of(sk, &tp);
+	__u64 now;
+
+	if (!st || tp->snd_una != tp->write_seq)
+		return 0; /* untracked, or data outstanding: joins the running transfer */
 	if (st->tx_open && st->last_rx_ns <= st->tx_start_ns)
 		return 0; /* no data came in since it began */
 	now = bpf_ktime_get_ns();
@@ -309,15 +317,12 @@ int BPF_PROG(floor_sendmsg, const struct sock *sk)
 SEC("tp_btf/sk_data_ready")
 int BPF_PROG(floor_data_ready, const struct sock *sk)
 {
-	struct floor_xfer_state *st = bpf_sk_storage_get(&floor_xfer_flows, (struct sock *)sk, 0, 0);
 	struct tcp_sock *tp;
+	struct floor_xfer_state *st = xfer_state_of(sk, &tp);
 	__u32 rcvd;
 	__u64 now;
 
-	if (!st || !st->flow.start_ns)
-		return 0;
-	tp = bpf_skc_to_tcp_sock((void *)sk);
-	if (!tp)
+	if (!st)
 		return 0;
 	rcvd = (__u32)tp->bytes_received;
 	if (rcvd == st->rx_mark)
