@@ -8,7 +8,7 @@ using namespace json_writer;
 
 namespace {
 
-// Everything but the variable-length strings: 30 keys (< 500 bytes with
+// Everything but the variable-length strings: 31 keys (< 500 bytes with
 // their quotes, colons and commas), at most 20 digits per number, two
 // addresses of at most INET6_ADDRSTRLEN.
 constexpr size_t kFixedBound = 1024;
@@ -30,6 +30,8 @@ void append_transfer_json(const TransferRecord& r, std::string* out) {
   p = put_json_string(p, to_string(r.direction));
   p = put(p, ",\"delimited_by\":");
   p = put_json_string(p, to_string(r.delimited_by));
+  p = put(p, ",\"sampling_rate\":");
+  p = put_int(p, r.sampling_rate);
   p = put(p, ",\"start_ns\":");
   p = put_int(p, r.start_ns);
   p = put(p, ",\"end_ns\":");

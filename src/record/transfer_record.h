@@ -36,6 +36,12 @@ struct TransferRecord {
   uint32_t seq = 0;
   TransferDirection direction = TransferDirection::kSend;
   TransferDelimiter delimited_by = TransferDelimiter::kWrite;
+  // The flow log and Kafka carry the transfers of one flow in
+  // sampling_rate (config transfer_sampling_rate, a power of two), chosen by
+  // the hash of flow_start_ns (record/transfer_sampling.h), so a sampled
+  // flow keeps all its transfers. A reader that meets several rates keeps
+  // only the flows the largest would have kept.
+  uint32_t sampling_rate = 1;
   // CLOCK_REALTIME nanoseconds.
   int64_t start_ns = 0;
   int64_t end_ns = 0;
