@@ -425,10 +425,13 @@ def policy_rules_yaml(n_rules=50, match_port=None):
 
 
 def write_config(path, *, port, flow_log=None, prefix_file=None, cgroup=None, rules=50,
-                 snapshot_interval_s=10, peer_classes=True):
+                 snapshot_interval_s=10, peer_classes=True, transfer_sampling_rate=None):
+    """transfer_sampling_rate: None leaves the default."""
     text = [f"listen: 127.0.0.1:{port}\n"]
     if flow_log:
         text.append(f"flow_log: {flow_log}\n")
+    if transfer_sampling_rate:
+        text.append(f"transfer_sampling_rate: {transfer_sampling_rate}\n")
     text.append("asn:\n  top_n: 50\n")
     if prefix_file:
         text.append(f"  prefix_file: {prefix_file}\n")

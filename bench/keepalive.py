@@ -3,8 +3,14 @@
 veth between two network namespaces, with nothing attached (baseline) and with
 tcpscope following every transfer:
 
-  tcpscope          flow log on, every transfer a line in it (flow_log_transfers: true)
+  tcpscope          flow log on, in the default config: the transfer lines of
+                    one flow in 16 (transfer_sampling_rate: 16)
+  tcpscope-every    flow log on, every transfer a line in it (transfer_sampling_rate: 1)
   tcpscope-nolog    no flow log (the shipped default): transfers feed the metrics only
+
+With few kept-alive connections a run's sampled share of the requests is
+lumpy (16 connections: each run samples whichever of its flows the hash
+picks), so flow-log bytes per request are reported beside the ratios.
 
 Every request is two transfers on each end (request and response), so this is
 the load that costs tcpscope the most per byte.
@@ -65,21 +71,22 @@ def wrk(net, url, seconds, connections):
     return B.run_wrk(net, url, seconds, 2, connections)
 
 
-VARIANTS = ["tcpscope", "tcpscope-nolog"]
+VARIANTS = ["tcpscope", "tcpscope-every", "tcpscope-nolog"]
 
 
-def start_tcpscope(tmp, net, tag, flow_log=True, profile=None):
+def start_tcpscope(tmp, net, tag, flow_log=True, profile=None, transfer_sampling_rate=None):
     port = B.free_port()
     log = Path(tmp) / f"flows-{tag}.ndjson"
     cfg = B.write_config(Path(tmp) / f"tcpscope-{tag}.yaml", port=port, flow_log=log if flow_log else None,
-                         rules=0)
+                         rules=0, transfer_sampling_rate=transfer_sampling_rate)
     return B.Tcpscope(tmp, cfg, port, env=kernel_profiles.daemon_env(profile)), log
 
 
 def tcpscope_run(tmp, net, url, args, variant, tag):
     """One measured run with tcpscope attached; start-up and the final drain
     are outside the window."""
-    d, log = start_tcpscope(tmp, net, tag, flow_log=variant == "tcpscope")
+    d, log = start_tcpscope(tmp, net, tag, flow_log=variant != "tcpscope-nolog",
+                            transfer_sampling_rate=1 if variant == "tcpscope-every" else None)
     try:
         wrk(net, url, 1, args.connections)  # warm-up, outside the window
         lost0 = d.metric("tcpscope_transfer_records_lost_total")
@@ -90,6 +97,8 @@ def tcpscope_run(tmp, net, url, args, variant, tag):
         r["transfer_records_per_request"] = round((d.metric("tcpscope_transfer_records_total") - read0) /
                                                   max(r["requests"], 1), 3)
         r["flow_log_bytes"] = log.stat().st_size if log.exists() else 0
+        # The 1 s warm-up's lines are in the log too.
+        r["flow_log_bytes_per_request"] = round(r["flow_log_bytes"] / max(r["requests"], 1), 1)
     finally:
         d.stop()
         log.unlink(missing_ok=True)
@@ -138,7 +147,8 @@ def ratio_runs(tmp, net, url, args, variants, size):
         entry["variants"][v] = {"ratios": [round(x, 4) for x in ratios],
                                 "median_ratio": round(statistics.median(ratios), 4),
                                 "transfer_records_lost": sum(r["transfer_records_lost"] for r in v_runs),
-                                "transfer_records_per_request": [r["transfer_records_per_request"] for r in v_runs]}
+                                "transfer_records_per_request": [r["transfer_records_per_request"] for r in v_runs],
+                                "flow_log_bytes_per_request": [r["flow_log_bytes_per_request"] for r in v_runs]}
     return entry
 
 
@@ -151,7 +161,8 @@ def print_ratios(entry, args):
         print(f"  {v:<15} / baseline: median {B.ratio_text(noise, e['median_ratio'])}, runs "
               + ", ".join(B.ratio_text(noise, x) for x in e["ratios"])
               + f"; transfer records lost {e['transfer_records_lost']:g}, per request "
-              + ", ".join(str(x) for x in e["transfer_records_per_request"]))
+              + ", ".join(str(x) for x in e["transfer_records_per_request"])
+              + "; flow log bytes per request " + ", ".join(str(x) for x in e["flow_log_bytes_per_request"]))
     print(f"  failed requests: {entry['failed_requests']}")
 
 

@@ -20,6 +20,7 @@ constexpr const char* kUsage =
     "usage: tcpscope <command> [options]\n"
     "\n"
     "  run [--config FILE] [--listen HOST:PORT] [--flow-log FILE|-] [--cgroup DIR]\n"
+    "      [--transfer-sampling-rate N]\n"
     "                       the daemon (embedded default config without --config)\n"
     "  check-config FILE    validate a config file; exit 2 with FILE:LINE: message per problem\n"
     "  flows [--server URL] [--json] [--sort FIELD]\n"
@@ -44,6 +45,7 @@ int cmd_run(const std::vector<std::string>& args) {
       .option("--listen", &opts.listen)
       .option("--flow-log", &opts.flow_log)
       .option("--cgroup", &opts.cgroup)
+      .option("--transfer-sampling-rate", &opts.transfer_sampling_rate)
       .on_unknown(incomplete)
       .on_missing_value(incomplete);
   if (const auto error = cl.parse(args)) return usage_error(error->message);

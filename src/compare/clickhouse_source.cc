@@ -174,31 +174,61 @@ std::string first_line(std::string s) {
 
 }  // namespace
 
-std::string clickhouse_arm_sql(const ClickHouseQuery& q, const std::string& table,
-                               const std::vector<ClickHouseColumn>& columns, const CompareOptions& options,
-                               const Selection& arm, double inv_log_gamma) {
+namespace {
+
+// One arm's records: which rows (where), and their group and size class.
+struct ArmRows {
+  Population population;
+  std::string size_class, group, where;
+};
+
+ArmRows arm_rows(const ClickHouseQuery& q, const std::vector<ClickHouseColumn>& columns,
+                 const CompareOptions& options, const Selection& arm) {
   const MetricOptions& mo = options.metric_options;
-  const Population p = population_of(options, mo.throughput_min_bytes);
-  std::string sc = "0";
-  for (uint64_t b : mo.size_classes_bytes) sc += " + (" + p.bytes + " >= " + std::to_string(b) + ")";
+  ArmRows r;
+  r.population = population_of(options, mo.throughput_min_bytes);
+  r.size_class = "0";
+  for (uint64_t b : mo.size_classes_bytes)
+    r.size_class += " + (" + r.population.bytes + " >= " + std::to_string(b) + ")";
   std::string names;
   for (const auto& n : size_class_names(mo.size_classes_bytes)) names += (names.empty() ? "" : ", ") + sql_string(n);
   // Arrays count from 1.
-  const FieldText text(columns, "[" + names + "][" + sc + " + 1]");
-  std::string group = "'all'";
-  if (options.by != "all") group = text.of(options.by).value_or("'(none)'");
-  std::string where = p.condition + " AND " + text.condition(arm);
-  if (q.where) where += " AND " + text.condition(*q.where);
-  if (q.since_ns) where += " AND `end_ns` >= " + std::to_string(q.since_ns);
-  if (q.until_ns) where += " AND `end_ns` < " + std::to_string(q.until_ns);
+  const FieldText text(columns, "[" + names + "][" + r.size_class + " + 1]");
+  r.group = "'all'";
+  if (options.by != "all") r.group = text.of(options.by).value_or("'(none)'");
+  r.where = r.population.condition + " AND " + text.condition(arm);
+  if (q.where) r.where += " AND " + text.condition(*q.where);
+  if (q.since_ns) r.where += " AND `end_ns` >= " + std::to_string(q.since_ns);
+  if (q.until_ns) r.where += " AND `end_ns` < " + std::to_string(q.until_ns);
+  return r;
+}
+
+}  // namespace
+
+std::string clickhouse_sampling_sql(const ClickHouseQuery& q, const std::string& table,
+                                    const std::vector<ClickHouseColumn>& columns, const CompareOptions& options,
+                                    const Selection& a, const Selection& b) {
+  return "SELECT min(`sampling_rate`), max(`sampling_rate`) FROM " + identifier(q.database) + "." +
+         identifier(table) + " WHERE (" + arm_rows(q, columns, options, a).where + ") OR (" +
+         arm_rows(q, columns, options, b).where + ") FORMAT JSONCompact";
+}
+
+std::string clickhouse_arm_sql(const ClickHouseQuery& q, const std::string& table,
+                               const std::vector<ClickHouseColumn>& columns, const CompareOptions& options,
+                               const Selection& arm, double inv_log_gamma, uint32_t keep_rate) {
+  const ArmRows r = arm_rows(q, columns, options, arm);
+  std::string where = r.where;
+  // The flows that rate keeps (record/transfer_sampling.h: the same hash).
+  if (keep_rate > 1)
+    where += " AND bitAnd(intHash64(toUInt64(`flow_start_ns`)), " + std::to_string(keep_rate - 1) + ") = 0";
   // The sketch's bucket (FlowSketch::bucket_index), zeros apart.
   const std::string bucket = "if(_v < " + sql_double(FlowSketch::kMinPositive) + ", " +
                              std::to_string(FlowSketch::kZeroBucket) + ", toInt64(ceil(log(_v) * " +
                              sql_double(inv_log_gamma) + ")))";
-  return "SELECT _g, _sc, _b, count(), min(_v), max(_v) FROM (SELECT " + group + " AS _g, " +
-         (split_by_size_class(options.metric) ? sc : std::string("0")) + " AS _sc, " + p.value + " AS _v, " + bucket +
-         " AS _b FROM " + identifier(q.database) + "." + identifier(table) + " WHERE " + where +
-         ") GROUP BY _g, _sc, _b FORMAT JSONCompact";
+  return "SELECT _g, _sc, _b, count(), min(_v), max(_v) FROM (SELECT " + r.group + " AS _g, " +
+         (split_by_size_class(options.metric) ? r.size_class : std::string("0")) + " AS _sc, " +
+         r.population.value + " AS _v, " + bucket + " AS _b FROM " + identifier(q.database) + "." +
+         identifier(table) + " WHERE " + where + ") GROUP BY _g, _sc, _b FORMAT JSONCompact";
 }
 
 ClickHouseSource::ClickHouseSource(ClickHouseQuery query, MetricOptions metric_options)
@@ -262,6 +292,22 @@ bool ClickHouseSource::collect(const CompareOptions& options_in, const Selection
              ": not a tcpscope " + unit_plural(options.unit) + " table (packaging/clickhouse/*.sql)?";
     return false;
   }
+  // Transfers of one flow in sampling_rate: of records of several rates only
+  // the flows the largest rate keeps count, so that every flow weighs the same.
+  uint32_t min_rate = 1, max_rate = 1;
+  if (options.unit == CompareUnit::kTransfer && find_column(columns, "sampling_rate")) {
+    if (!run(clickhouse_sampling_sql(query_, table, columns, options, a, b), &rows, error)) return false;
+    try {
+      if (!rows.empty() && !rows.at(0).at(0).is_null()) {
+        min_rate = static_cast<uint32_t>(std::clamp<uint64_t>(json_uint(rows.at(0).at(0)), 1, UINT32_MAX));
+        max_rate = static_cast<uint32_t>(std::clamp<uint64_t>(json_uint(rows.at(0).at(1)), 1, UINT32_MAX));
+      }
+    } catch (const std::exception& e) {
+      *error = "clickhouse " + redact_url(query_.url) + ": malformed answer row: " + e.what();
+      return false;
+    }
+  }
+  const uint32_t keep_rate = max_rate > min_rate ? max_rate : 1;
   const MetricSpan span = metric_sketch_span(options.metric);
   const FlowSketch prototype(FlowSketch::kDefaultRelativeAccuracy, 0, span.lo, span.hi);
   const std::vector<std::string> sc_names = size_class_names(metric_options_.size_classes_bytes);
@@ -270,8 +316,8 @@ bool ClickHouseSource::collect(const CompareOptions& options_in, const Selection
   uint64_t counted[2] = {0, 0};
   const Selection* arms[2] = {&a, &b};
   for (int arm = 0; arm < 2; ++arm) {
-    if (!run(clickhouse_arm_sql(query_, table, columns, options, *arms[arm], prototype.inv_log_gamma()), &rows,
-             error))
+    if (!run(clickhouse_arm_sql(query_, table, columns, options, *arms[arm], prototype.inv_log_gamma(), keep_rate),
+             &rows, error))
       return false;
     try {
       for (const auto& r : rows) {
@@ -315,6 +361,13 @@ bool ClickHouseSource::collect(const CompareOptions& options_in, const Selection
                     (query_.where ? ", where " + query_.where->text() : std::string()) +
                     "; ClickHouse grouped them into the daemon's 1 % buckets, so quantiles are within 1 % of the "
                     "exact order statistics and the rank test treats values in one bucket as ties.");
+  if (max_rate > 1)
+    s.notes.push_back(max_rate == min_rate
+                          ? "transfers of one flow in " + std::to_string(max_rate) +
+                                " (sampling_rate): the quantiles stand for every transfer, the counts are the sample's."
+                          : "transfers of sampling rates " + std::to_string(min_rate) + " to " +
+                                std::to_string(max_rate) + ": only the flows rate " + std::to_string(max_rate) +
+                                " keeps count, so every flow weighs the same.");
   *out = std::move(s);
   return true;
 }

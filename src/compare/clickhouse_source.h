@@ -46,10 +46,16 @@ struct ClickHouseColumn {
 // The SQL that returns one arm's buckets: rows (group, size class index,
 // bucket, count, min, max) in JSONCompact. `columns` is the table's (so a
 // field the table lacks reads as absent, as in a flow log), `arm` the arm's
-// selection. Exposed for the unit tests.
+// selection, `keep_rate` the sampling rate whose flows count (1: every
+// record; record/transfer_sampling.h).
 std::string clickhouse_arm_sql(const ClickHouseQuery& q, const std::string& table,
                                const std::vector<ClickHouseColumn>& columns, const CompareOptions& options,
-                               const Selection& arm, double inv_log_gamma);
+                               const Selection& arm, double inv_log_gamma, uint32_t keep_rate);
+// The smallest and largest sampling_rate of the transfers either arm counts:
+// one row, nulls when there are none.
+std::string clickhouse_sampling_sql(const ClickHouseQuery& q, const std::string& table,
+                                    const std::vector<ClickHouseColumn>& columns, const CompareOptions& options,
+                                    const Selection& a, const Selection& b);
 
 class ClickHouseSource : public CompareSource {
  public:

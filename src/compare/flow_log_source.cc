@@ -17,6 +17,7 @@
 
 #include "record/size_class.h"
 #include "record/transfer_record.h"
+#include "record/transfer_sampling.h"
 
 namespace tcpscope {
 
@@ -331,12 +332,22 @@ void FlowLogCollector::add_record(const Access& rec) {
   std::string group = "all";
   if (options_.by != "all") group = get(options_.by).value_or("(none)");
   Arms& arms = slots_[{group, split_by_size_class(options_.metric) ? sc : 0}];
+  const bool transfer = *unit == CompareUnit::kTransfer;
+  uint8_t level = 0;
+  if (transfer) {
+    const uint32_t rate = to_u32(std::max<uint64_t>(rec.uint("sampling_rate"), 1));
+    scan_.min_sampling_rate = scan_.min_sampling_rate ? std::min(scan_.min_sampling_rate, rate) : rate;
+    scan_.max_sampling_rate = std::max(scan_.max_sampling_rate, rate);
+    level = static_cast<uint8_t>(sampling_level(rec.int64("flow_start_ns")));
+  }
   if (in_a) {
     arms.a.push_back(*value);
+    if (transfer) arms.a_level.push_back(level);
     ++scan_.matched_a;
   }
   if (in_b) {
     arms.b.push_back(*value);
+    if (transfer) arms.b_level.push_back(level);
     ++scan_.matched_b;
   }
   if (in_a && in_b) ++scan_.matched_both;
@@ -357,11 +368,35 @@ void FlowLogCollector::add_line(std::string_view line) {
   add_record(JsonAccess(rec));
 }
 
+namespace {
+
+// Keeps the values whose flow the sampling rate 2^min_level keeps.
+uint64_t keep_level(int min_level, std::vector<double>* values, const std::vector<uint8_t>& levels) {
+  size_t kept = 0;
+  for (size_t i = 0; i < values->size(); ++i)
+    if (levels[i] >= min_level) (*values)[kept++] = (*values)[i];
+  const uint64_t dropped = values->size() - kept;
+  values->resize(kept);
+  return dropped;
+}
+
+}  // namespace
+
 FlowLogScan FlowLogCollector::finish() {
   FlowLogScan out = std::move(scan_);
   scan_ = FlowLogScan{};
   const bool sized = split_by_size_class(options_.metric);
+  if (out.max_sampling_rate > out.min_sampling_rate) {
+    const int level = 31 - __builtin_clz(out.max_sampling_rate);
+    for (auto& [key, arms] : slots_) {
+      const uint64_t a = keep_level(level, &arms.a, arms.a_level), b = keep_level(level, &arms.b, arms.b_level);
+      out.matched_a -= a;
+      out.matched_b -= b;
+      out.thinned += a + b;
+    }
+  }
   for (auto& [key, arms] : slots_) {
+    if (arms.a.empty() && arms.b.empty()) continue;  // every value thinned out
     GroupSamples g;
     g.group = key.first;
     if (sized) {
@@ -451,6 +486,15 @@ bool FlowLogSource::collect(const CompareOptions& options, const Selection& a, c
                             "with --unit flow."
                           : "warning: the log has transfer records but no flow records: compare its transfers "
                             "with --unit transfer.");
+  if (scan.max_sampling_rate > 1)
+    s.notes.push_back(
+        scan.max_sampling_rate == scan.min_sampling_rate
+            ? "transfer lines of one flow in " + std::to_string(scan.max_sampling_rate) +
+                  " (sampling_rate): the quantiles stand for every transfer, the counts are the sample's."
+            : "transfer lines of sampling rates " + std::to_string(scan.min_sampling_rate) + " to " +
+                  std::to_string(scan.max_sampling_rate) + ": only the flows rate " +
+                  std::to_string(scan.max_sampling_rate) + " keeps count, " + std::to_string(scan.thinned) +
+                  " values of the others left out, so every flow weighs the same.");
   if (scan.unknown_kind)
     s.notes.push_back(std::to_string(scan.unknown_kind) + " lines of a kind other than flow or transfer skipped.");
   if (scan.malformed)

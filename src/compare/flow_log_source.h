@@ -32,6 +32,11 @@ struct FlowLogScan {
   uint64_t matched_b = 0;
   uint64_t matched_both = 0; // in both selections: counted in both arms
   bool truncated = false;    // a gzip stream that ends early (still being written?)
+  // Transfer lines' sampling_rate, smallest and largest seen (1 when none
+  // says). When they differ, only the flows the largest rate keeps count:
+  // `thinned` values were left out for that.
+  uint32_t min_sampling_rate = 0, max_sampling_rate = 0;
+  uint64_t thinned = 0;
   std::vector<GroupSamples> groups;
 };
 
@@ -57,6 +62,8 @@ class FlowLogCollector {
 
   struct Arms {
     std::vector<double> a, b;
+    // Transfers: each value's sampling_level, to bring mixed rates to one.
+    std::vector<uint8_t> a_level, b_level;
   };
   const CompareOptions& options_;
   const Selection& a_;

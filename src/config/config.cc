@@ -34,7 +34,7 @@ const std::vector<std::string>& config_top_level_keys() {
   static const std::vector<std::string> kKeys = {
       "listen",         "flow_log",    "cgroup",           "asn",
       "peer_classes",   "default_peer_class",              "size_classes_bytes",
-      "throughput_min_bytes",          "flow_log_transfers", "cc_policy",
+      "throughput_min_bytes",          "flow_log_transfers", "transfer_sampling_rate", "cc_policy",
       "ring_buffer_bytes",             "snapshot_interval_s", "http",
       "export"};
   return kKeys;
@@ -462,6 +462,17 @@ void ConfigParser::parse_top(const YAML::Node& root, Config* c) {
       }
     } else if (e.key == "flow_log_transfers") {
       if (auto v = bool_value(e, "flow_log_transfers")) c->flow_log_transfers = *v;
+    } else if (e.key == "transfer_sampling_rate") {
+      if (auto v = integer_value(e.value, e.line, "transfer_sampling_rate", 1, Config::kMaxTransferSamplingRate)) {
+        // Powers of two nest (record/transfer_sampling.h): records of two
+        // rates can be brought to the larger.
+        if ((*v & (*v - 1)) != 0) {
+          error(vline, "transfer_sampling_rate " + std::to_string(*v) + " is not a power of two (1, 2, 4, ... " +
+                           std::to_string(Config::kMaxTransferSamplingRate) + ")");
+        } else {
+          c->transfer_sampling_rate = static_cast<uint32_t>(*v);
+        }
+      }
     } else if (e.key == "cc_policy") {
       parse_cc_policy(e, &c->cc_policy);
     } else if (e.key == "ring_buffer_bytes") {
@@ -1270,6 +1281,18 @@ void apply_overrides(const ConfigOverrides& overrides, Config* config, std::vect
   }
   if (overrides.flow_log) config->flow_log = *overrides.flow_log;
   if (overrides.cgroup) config->cgroup = *overrides.cgroup;
+  if (overrides.transfer_sampling_rate) {
+    const std::string& v = *overrides.transfer_sampling_rate;
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long rate = std::strtoull(v.c_str(), &end, 10);
+    if (v.empty() || *end || errno || v[0] == '-' || rate < 1 || rate > Config::kMaxTransferSamplingRate ||
+        (rate & (rate - 1)) != 0)
+      errors->push_back(ConfigError{"--transfer-sampling-rate", 0,
+                                    v + " is not a power of two in 1..65536"});
+    else
+      config->transfer_sampling_rate = static_cast<uint32_t>(rate);
+  }
 }
 
 Config load_effective_config(const std::string& path, const ConfigOverrides& overrides,

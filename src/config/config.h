@@ -125,6 +125,10 @@ struct Config {
   // Transfer lines in the flow log beside the flow lines; the transfer
   // metrics count transfers either way.
   bool flow_log_transfers = true;
+  // The flow log and Kafka carry the transfers of one flow in this many
+  // (record/transfer_sampling.h); metrics and distributions count all.
+  uint32_t transfer_sampling_rate = 16;
+  static constexpr uint32_t kMaxTransferSamplingRate = 1u << 16;
   CcPolicy cc_policy;
   HttpConfig http;
   ExportConfig export_;  // `export:` (a C++ keyword)
@@ -160,6 +164,7 @@ struct ConfigOverrides {
   std::optional<std::string> listen;    // --listen
   std::optional<std::string> flow_log;  // --flow-log
   std::optional<std::string> cgroup;    // --cgroup
+  std::optional<std::string> transfer_sampling_rate;  // --transfer-sampling-rate
 };
 
 // Replaces each value the flags set. A --listen that is not HOST:PORT with an

@@ -26,6 +26,7 @@ const std::vector<ReloadRule>& reload_rules() {
       APPLIED("size_classes_bytes", size_classes_bytes),
       APPLIED("throughput_min_bytes", throughput_min_bytes),
       APPLIED("flow_log_transfers", flow_log_transfers),     // read for every transfer
+      APPLIED("transfer_sampling_rate", transfer_sampling_rate),
       APPLIED("cc_policy", cc_policy),
       APPLIED("snapshot_interval_s", snapshot_interval_s),
   };

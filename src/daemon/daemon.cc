@@ -50,6 +50,7 @@
 #include "record/flow_json.h"
 #include "record/kernel_capabilities.h"
 #include "record/transfer_json.h"
+#include "record/transfer_sampling.h"
 
 namespace tcpscope {
 
@@ -107,6 +108,7 @@ ConfigOverrides overrides_of(const RunOptions& opts) {
   o.listen = opts.listen;
   o.flow_log = opts.flow_log;
   o.cgroup = opts.cgroup;
+  o.transfer_sampling_rate = opts.transfer_sampling_rate;
   return o;
 }
 
@@ -150,7 +152,7 @@ class Daemon {
   void on_transfer(const tcpscope_transfer_event& ev);
   void on_close(const tcpscope_close_event& ev);
   void handle_flow(const FlowRecord& flow);
-  void handle_transfer(const TransferRecord& transfer);
+  void handle_transfer(TransferRecord transfer);
   // A record's line was appended to batch_: counts it, and hands the batch
   // to the flow log once it is large.
   void batched_line();
@@ -341,12 +343,16 @@ void Daemon::handle_flow(const FlowRecord& flow) {
 }
 
 // A transfer takes the same path as its flow's record, but its bytes are the
-// flow's: it is labelled by the ASN ranking without being counted in it.
-void Daemon::handle_transfer(const TransferRecord& transfer) {
+// flow's: it is labelled by the ASN ranking without being counted in it. The
+// metrics count every transfer; the outputs carry a sample of the flows'
+// (transfer_sampling_rate), each such flow with all its transfers.
+void Daemon::handle_transfer(TransferRecord transfer) {
   const AsnLabel label = asn_ranking_->label(transfer.asn);
   aggregator_->add(transfer, label);
   distributions_->add_at(transfer, label, drain_time_);
   controller_->observe(transfer);
+  if (!transfer_sampled(transfer.flow_start_ns, config_.transfer_sampling_rate)) return;
+  transfer.sampling_rate = config_.transfer_sampling_rate;
   export_record(transfer, flow_log_ && config_.flow_log_transfers, KafkaRecordKind::kTransfer);
 }
 

@@ -11,6 +11,7 @@ struct RunOptions {
   std::optional<std::string> listen;     // flags override the config file
   std::optional<std::string> flow_log;
   std::optional<std::string> cgroup;
+  std::optional<std::string> transfer_sampling_rate;
 };
 
 // Returns the process exit code: 0 after SIGTERM/SIGINT, 1 when it cannot

@@ -40,7 +40,7 @@ FLOW_KEYS = (["kind", "start_ns", "end_ns", "fct_us", "duration_us"] + ENDPOINTS
              ["app_set_cc", "pid", "comm", "cgroup_id", "netns", "partial",
               "ca_open_us", "ca_disorder_us", "ca_cwr_us", "ca_recovery_us", "ca_loss_us"])
 TRANSFER_KEYS = (["kind", "flow_start_ns"] + ENDPOINTS +
-                 ["seq", "direction", "delimited_by", "start_ns", "end_ns", "xfer_us", "wait_us", "bytes", "retrans_segs",
+                 ["seq", "direction", "delimited_by", "sampling_rate", "start_ns", "end_ns", "xfer_us", "wait_us", "bytes", "retrans_segs",
                   "srtt_us", "min_rtt_us", "busy_us", "rwnd_limited_us", "sndbuf_limited_us", "cc"] +
                  ENRICHMENT + ["netns"])
 
@@ -125,7 +125,7 @@ def transfer(**over):
     r = {
         "kind": "transfer", "flow_start_ns": 1764000000123456789,
         "family": 4, "laddr": "198.18.0.1", "lport": 443, "raddr": "198.19.255.254", "rport": 51234, "dir": "passive",
-        "seq": 0, "direction": "send", "delimited_by": "write",
+        "seq": 0, "direction": "send", "delimited_by": "write", "sampling_rate": 16,
         "start_ns": 1764000000200000000, "end_ns": 1764000000400000000,
         "xfer_us": 200000, "wait_us": 150, "bytes": 1048576, "retrans_segs": 0, "srtt_us": 1250, "min_rtt_us": 980,
         "busy_us": 200000, "rwnd_limited_us": 0, "sndbuf_limited_us": 0, "cc": "cubic",
@@ -412,3 +412,13 @@ def test_ttl_sql_on_this_server(clickhouse, pipeline):
     else:
         with pytest.raises(ServerError, match="Syntax error"):
             clickhouse.query(statements[0])
+
+
+def test_int_hash64_picks_the_flows_the_daemon_samples(clickhouse):
+    """compare --clickhouse brings transfers of several sampling rates to the
+    largest with intHash64(toUInt64(flow_start_ns)); the daemon samples with
+    its copy (src/record/transfer_sampling.h, whose unit test holds 26.9's
+    values): this server must give the same."""
+    got = clickhouse.query("SELECT intHash64(toUInt64(1234567890123456789)), "
+                           "intHash64(toUInt64(toInt64(-5))) FORMAT TSV").split()
+    assert got == ["8838629509554173056", "13263830642547698461"], got

@@ -58,10 +58,12 @@ def loadgen_binary():
 class Daemon:
     """A running `tcpscope run` with its flow log and metrics endpoint."""
 
-    def __init__(self, tmp: Path, extra_args=(), env=None, flow_log_stdout=False, nice=0):
+    def __init__(self, tmp: Path, extra_args=(), env=None, flow_log_stdout=False, nice=0, transfer_sampling_rate=1):
         """flow_log_stdout: run with `--flow-log -` and read the records from
         the daemon's standard output (captured in a file). nice: run at this
-        niceness (the systemd unit's Nice=-5: nice=-5)."""
+        niceness (the systemd unit's Nice=-5: nice=-5). transfer_sampling_rate:
+        the flag's value, every transfer by default (the tests check each);
+        None leaves the config's."""
         self.flow_log = tmp / ("daemon.stdout" if flow_log_stdout else "flows.ndjson")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -71,7 +73,9 @@ class Daemon:
         self.proc = subprocess.Popen(
             [*(["nice", "-n", str(nice)] if nice else []),
              str(TCPSCOPE), "run", "--listen", f"127.0.0.1:{self.port}",
-             "--flow-log", "-" if flow_log_stdout else str(self.flow_log), *extra_args],
+             "--flow-log", "-" if flow_log_stdout else str(self.flow_log),
+             *([] if transfer_sampling_rate is None else ["--transfer-sampling-rate", str(transfer_sampling_rate)]),
+             *extra_args],
             stdout=self.stdout or subprocess.DEVNULL, stderr=self.stderr, env=env)
         wait_for(lambda: "running:" in self.stderr_text() or self.proc.poll() is not None,
                  30, what="daemon start")

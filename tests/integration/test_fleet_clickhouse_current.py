@@ -21,6 +21,7 @@ import sys
 from conftest import ROOT, wait_for
 from test_compare import lab, run_traffic, tcpscope  # noqa: F401  (lab: the fixture)
 from test_fleet_export import assert_clickhouse_agrees_with_flow_log, assert_stored_as_logged
+from test_flow_records import sampled
 
 sys.path.insert(0, str(ROOT / "tests" / "fleet"))
 from fleetfixtures import clickhouse_current  # noqa: E402,F401
@@ -82,6 +83,24 @@ def test_shipped_sql_and_compare_on_current_clickhouse(lab, net, tmp_path, click
     url = ch.http_url.replace("http://", f"http://{ch.user}:{ch.password}@")
     sel = ["--a", "cc=cubic,peer_class=lab", "--b", "cc=bbr,peer_class=lab"]
     assert_clickhouse_agrees_with_flow_log(url, log, sel)
+
+    # Transfers of two sampling rates (a reload from 1 to 4 halfway): both
+    # readers count only the flows rate 4 keeps, compare --flows by the
+    # daemon's hash and ClickHouse by intHash64, and must agree.
+    transfers = [json.loads(line) for line in by_kind["transfer"]]
+    half = len(transfers) // 2
+    mixed = transfers[:half] + [dict(t, sampling_rate=4) for t in transfers[half:] if sampled(t["flow_start_ns"], 4)]
+    assert 0 < len(mixed) - half < len(transfers) - half
+    mixed_lines = [json.dumps(t) for t in mixed]
+    ch.query("TRUNCATE TABLE tcpscope.transfers")
+    ch.query("INSERT INTO tcpscope.transfers_kafka FORMAT JSONEachRow",
+             data="".join(line + "\n" for line in mixed_lines).encode())
+    mixed_log = tmp_path / "flows.mixed.ndjson"
+    mixed_log.write_text("".join(line + "\n" for line in by_kind["flow"] + mixed_lines))
+    assert_clickhouse_agrees_with_flow_log(url, mixed_log, sel)
+    for source in (["--flows", str(mixed_log)], ["--clickhouse", url]):
+        r = tcpscope("compare", *source, *sel, "--metric", "fct", "--unit", "transfer")
+        assert r.returncode == 0 and "sampling rates 1 to 4" in r.stdout, r.stdout + r.stderr
 
     # A key the tables have no column for (a newer tcpscope's): dropped, the line kept.
     newer = by_kind["flow"][0][:-1] + ',"a_newer_key":1}\n'

@@ -534,3 +534,94 @@ def test_no_time_counter_of_a_transfer_exceeds_the_transfer(net, tmp_path):
     finally:
         rc = d.stop()
     assert rc == 0, d.stderr_text()
+
+
+# CONNECTIONS kept-alive connections one after another, each with ROUNDS
+# requests: 100 bytes up, 2000 bytes down.
+ROUNDS_PEER = r"""
+import socket, sys
+role, addr, port, conns, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+def read(s, n):
+    got = 0
+    while got < n:
+        b = s.recv(n - got)
+        if not b: raise SystemExit("peer closed early")
+        got += len(b)
+if role == "server":
+    l = socket.create_server((addr, port))
+    open(sys.argv[6], "w").close()
+    l.settimeout(60)
+    for _ in range(conns):
+        c, _ = l.accept()
+        c.settimeout(20)
+        for _ in range(rounds):
+            read(c, 100)
+            c.sendall(b"r" * 2000)
+        c.recv(1)  # the client's close
+        c.close()
+else:
+    for _ in range(conns):
+        c = socket.create_connection((addr, port), timeout=20)
+        for _ in range(rounds):
+            c.sendall(b"q" * 100)
+            read(c, 2000)
+        c.close()
+"""
+
+
+def test_sampled_flows_keep_all_their_transfers_and_the_metrics_count_all(net, tmp_path):
+    """transfer_sampling_rate 4: the flow log carries the transfers of the
+    flows whose flow_start_ns the hash picks (record/transfer_sampling.h,
+    ClickHouse's intHash64), every one of them, each line saying its rate;
+    the other flows' lines are left out. Flow lines and the transfer counter
+    count everything."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to load BPF programs")
+    conns, rounds, rate = 200, 3, 4
+    subnet = net.srv_v4.rsplit(".", 1)[0] + ".0/24"
+    cfg = tmp_path / "tcpscope.yaml"
+    cfg.write_text(f"transfer_sampling_rate: {rate}\n"
+                   f"peer_classes:\n  - name: sampling-test\n    prefixes: [{subnet}]\n")
+    d = Daemon(tmp_path, extra_args=("--config", str(cfg)), transfer_sampling_rate=None)
+    try:
+        ready = tmp_path / "server.ready"
+        server = net.spawn(net.srv, "python3", "-c", ROUNDS_PEER, "server", net.srv_v4, "8092", str(conns),
+                           str(rounds), str(ready))
+        wait_for(ready.exists, 10, what="server start")
+        client = net.spawn(net.cli, "python3", "-c", ROUNDS_PEER, "client", net.srv_v4, "8092", str(conns),
+                           str(rounds))
+        assert client.wait(timeout=120) == 0 and server.wait(timeout=20) == 0
+        recs = d.wait_records(net, 2 * conns, timeout=30)
+        assert len(recs) == 2 * conns
+        counted = lambda: d.metric_value("tcpscope_transfers_total", {"peer_class": "sampling-test"})
+        wait_for(lambda: counted() == 2 * conns * 2 * rounds, 10,
+                 what=f"{2 * conns * 2 * rounds} transfers counted (have {counted()})")
+
+        flow_of = {(r["netns"], r["lport"], r["rport"], r["start_ns"]): r for r in recs}
+        lines = collections.Counter()
+        for t in d.all_transfers():
+            key = (t["netns"], t["lport"], t["rport"], t["flow_start_ns"])
+            if key in flow_of:
+                assert t["sampling_rate"] == rate, t
+                lines[key] += 1
+        picked = [k for k, r in flow_of.items() if sampled(r["start_ns"], rate)]
+        assert set(lines) == set(picked), "lines of exactly the flows the hash picks"
+        assert all(n == 2 * rounds for n in lines.values()), lines
+        # 400 flows at 1 in 4: 100 expected, sd 8.7.
+        print(f"\n{len(picked)} of {len(recs)} flows sampled at 1 in {rate}", end="")
+        assert abs(len(picked) - len(recs) / rate) < 5 * (len(recs) * (1 / rate) * (1 - 1 / rate)) ** 0.5
+    finally:
+        rc = d.stop()
+    assert rc == 0, d.stderr_text()
+
+
+def sampled(flow_start_ns, rate):
+    """record/transfer_sampling.h's transfer_sampled: ClickHouse's intHash64."""
+    m = (1 << 64) - 1
+    x = (flow_start_ns & m) ^ 0x4CF2D2BAAE6DA887
+    x ^= x >> 33
+    x = (x * 0xff51afd7ed558ccd) & m
+    x ^= x >> 33
+    x = (x * 0xc4ceb9fe1a85ec53) & m
+    x ^= x >> 33
+    return x & (rate - 1) == 0

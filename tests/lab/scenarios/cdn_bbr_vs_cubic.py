@@ -97,7 +97,8 @@ class Daemon:
         self.stderr = open(self.stderr_path, "w")
         self.proc = subprocess.Popen(
             [str(TCPSCOPE), "run", "--config", str(config), "--listen",
-             f"127.0.0.1:{self.port}", "--flow-log", str(self.flow_log)],
+             f"127.0.0.1:{self.port}", "--flow-log", str(self.flow_log),
+             "--transfer-sampling-rate", "1"],  # the study reads every transfer
             stdout=subprocess.DEVNULL, stderr=self.stderr, env=env)
         deadline = time.monotonic() + 30
         while "running:" not in self.stderr_path.read_text():

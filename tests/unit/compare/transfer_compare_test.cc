@@ -19,6 +19,7 @@
 #include "compare/daemon_source.h"
 #include "compare/flow_log_source.h"
 #include "record/transfer_record.h"
+#include "record/transfer_sampling.h"
 
 namespace tcpscope {
 namespace {
@@ -79,6 +80,7 @@ std::string transfer_line(const TransferRecord& t) {
   j["dir"] = t.dir == Direction::kActive ? "active" : "passive";
   j["seq"] = t.seq;
   j["direction"] = t.direction == TransferDirection::kSend ? "send" : "recv";
+  j["sampling_rate"] = t.sampling_rate;
   j["start_ns"] = t.start_ns;
   j["end_ns"] = t.end_ns;
   j["xfer_us"] = t.xfer_us;
@@ -177,6 +179,44 @@ TEST(TransferCompare, EachUnitReadsOnlyItsOwnLinesOfAMixedLog) {
     else
       EXPECT_EQ(a_values, (std::vector<double>{300}));  // fct: what this host sent
   }
+}
+
+// A log written at rate 1 for a while, then at 8 (a reload): the first part's
+// flows would outweigh the second's eight to one. Only the flows rate 8 keeps
+// count, from both parts; a log of one rate is read whole.
+TEST(TransferCompare, OfLinesOfSeveralRatesOnlyTheFlowsTheLargestKeepsCount) {
+  const CompareOptions o = opts(CompareMetric::kFct, CompareUnit::kTransfer, "all", "cc=cubic", "cc=bbr");
+  const Selection a = sel(o.a), b = sel(o.b);
+  FlowLogCollector mixed(o, a, b), uniform(o, a, b);
+  uint64_t kept[2] = {0, 0}, written = 0;
+  for (int i = 0; i < 4000; ++i) {
+    TransferRecord t = transfer("cubic", 64501, TransferDirection::kSend, 20000, i < 2000 ? 100 : 200);
+    t.flow_start_ns = 1700000000000000000 + int64_t{i} * 977;
+    t.sampling_rate = i < 2000 ? 1 : 8;
+    const bool at8 = transfer_sampled(t.flow_start_ns, 8);
+    if (at8) ++kept[i < 2000 ? 0 : 1];
+    if (i < 2000 || at8) {
+      mixed.add_line(transfer_line(t));
+      ++written;
+    }
+    if (i < 2000) uniform.add_line(transfer_line(t));
+  }
+  const FlowLogScan scan = mixed.finish();
+  EXPECT_EQ(scan.min_sampling_rate, 1u);
+  EXPECT_EQ(scan.max_sampling_rate, 8u);
+  EXPECT_EQ(scan.matched_a, kept[0] + kept[1]);
+  EXPECT_EQ(scan.thinned, written - kept[0] - kept[1]);
+  ASSERT_EQ(scan.groups.size(), 1u);
+  const ArmDistribution& got = scan.groups[0].a;
+  ASSERT_EQ(got.values(), (std::vector<double>{100, 200}));
+  EXPECT_EQ(got.cumulative()[0], kept[0]);
+  EXPECT_EQ(got.count(), kept[0] + kept[1]);
+  EXPECT_GT(kept[0], 150u);  // about 250 each
+  EXPECT_GT(kept[1], 150u);
+
+  const FlowLogScan one = uniform.finish();
+  EXPECT_EQ(one.thinned, 0u);
+  EXPECT_EQ(one.matched_a, 2000u);
 }
 
 TEST(TransferCompare, FctIsSplitByTheTransfersOwnSize) {

@@ -35,6 +35,7 @@ const std::map<std::string, std::function<void(Config&)>>& changes() {
       {"size_classes_bytes", [](Config& c) { c.size_classes_bytes = {1000}; }},
       {"throughput_min_bytes", [](Config& c) { c.throughput_min_bytes = 1; }},
       {"flow_log_transfers", [](Config& c) { c.flow_log_transfers = false; }},
+      {"transfer_sampling_rate", [](Config& c) { c.transfer_sampling_rate = 1; }},
       {"cc_policy", [](Config& c) { c.cc_policy.sysctl_guard = SysctlGuard::kDeny; }},
       {"snapshot_interval_s", [](Config& c) { c.snapshot_interval_s = 1; }},
       {"export", [](Config& c) { c.export_.kafka.brokers = {"kafka-1:9092"}; }},

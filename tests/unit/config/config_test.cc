@@ -597,6 +597,19 @@ TEST(ConfigErrorTest, FlowLogTransfersMustBeABool) {
   EXPECT_TRUE(OneError("flow_log_transfer: false\n", 1, "did you mean \"flow_log_transfers\"?"));
 }
 
+TEST(ConfigTest, TransferSamplingRate) {
+  Config c;
+  EXPECT_EQ(c.transfer_sampling_rate, 16u);
+  ASSERT_TRUE(errors_of("transfer_sampling_rate: 1\n", &c).empty());
+  EXPECT_EQ(c.transfer_sampling_rate, 1u);
+  ASSERT_TRUE(errors_of("transfer_sampling_rate: 65536\n", &c).empty());
+  EXPECT_EQ(c.transfer_sampling_rate, 65536u);
+  EXPECT_TRUE(OneError("transfer_sampling_rate: 10\n", 1,
+                       "transfer_sampling_rate 10 is not a power of two (1, 2, 4, ... 65536)"));
+  EXPECT_TRUE(OneError("transfer_sampling_rate: 0\n", 1, "transfer_sampling_rate 0 is out of range 1..65536"));
+  EXPECT_TRUE(OneError("transfer_sampling_rate: 131072\n", 1, "out of range 1..65536"));
+}
+
 TEST(ConfigErrorTest, SnapshotInterval) {
   EXPECT_TRUE(OneError("snapshot_interval_s: 3601\n", 1,
                        "snapshot_interval_s 3601 is out of range 0..3600"));

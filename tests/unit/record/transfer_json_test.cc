@@ -18,6 +18,7 @@ TransferRecord sample() {
   r.rport = 51234;
   r.dir = Direction::kPassive;
   r.netns = 4026531840u;
+  r.sampling_rate = 16;
   r.seq = 2;
   r.direction = TransferDirection::kSend;
   r.start_ns = 1700000000123456789;
@@ -61,6 +62,7 @@ TEST(TransferJson, EverySpecFieldAndNothingElseButTheExtensions) {
   std::set<std::string> want = spec;
   want.insert("netns");
   want.insert("delimited_by");
+  want.insert("sampling_rate");
   EXPECT_EQ(got, want);
 }
 
@@ -77,6 +79,7 @@ TEST(TransferJson, Values) {
   EXPECT_EQ(j["seq"], 2);
   EXPECT_EQ(j["direction"], "send");
   EXPECT_EQ(j["delimited_by"], "write");
+  EXPECT_EQ(j["sampling_rate"], 16);
   EXPECT_EQ(j["start_ns"].get<int64_t>(), 1700000000123456789);
   EXPECT_EQ(j["end_ns"].get<int64_t>(), 1700000000373456789);
   EXPECT_EQ(j["xfer_us"], 250000);
