@@ -7,6 +7,10 @@ tcpscope following every transfer:
                     one flow in 16 (transfer_sampling_rate: 16)
   tcpscope-every    flow log on, every transfer a line in it (transfer_sampling_rate: 1)
   tcpscope-nolog    no flow log (the shipped default): transfers feed the metrics only
+  floor-transfers   not tcpscope: the transfer floor (bench/floor.bpf.c "transfers":
+                    SK_STORAGE, the two per-call hooks doing only a transfer's
+                    bounds, a 128-byte ring record per transfer, drained every
+                    100 ms), what any tool that times every transfer pays here
 
 With few kept-alive connections a run's sampled share of the requests is
 lumpy (16 connections: each run samples whichever of its flows the hash
@@ -27,11 +31,15 @@ clock reads per program run, so it is not used for the ratios), the kernel
 time of each program per request and the daemon's CPU time per transfer.
 --profiles repeats that run as on older kernels (tests/kernel_profiles: the
 tracepoints each lacks hidden from the daemon; "this" is this kernel), and
---cost-only leaves out the ratio runs.
+--cost-only leaves out the ratio runs. --floor adds the same statistics
+run with the transfer floor (bench/floor.bpf.c "transfers": SK_STORAGE, the
+two per-call hooks doing only a transfer's bounds, a 128-byte ring record
+per transfer) in place of tcpscope: what any tool that times every transfer
+pays here.
 
   bench/keepalive.py [--seconds 15] [--rounds 3] [--sizes 1000,100000] [--connections 16]
                      [--variants tcpscope,tcpscope-nolog] [--profiles this,linux-6.12,debian12-6.1]
-                     [--cost-only] [--out FILE]
+                     [--cost-only] [--floor] [--out FILE]
 
 Needs root. Prints a table, writes JSON (bench/results/keepalive.json by default).
 """
@@ -71,7 +79,7 @@ def wrk(net, url, seconds, connections):
     return B.run_wrk(net, url, seconds, 2, connections)
 
 
-VARIANTS = ["tcpscope", "tcpscope-every", "tcpscope-nolog"]
+VARIANTS = ["tcpscope", "tcpscope-every", "tcpscope-nolog", "floor-transfers"]
 
 
 def start_tcpscope(tmp, net, tag, flow_log=True, profile=None, transfer_sampling_rate=None):
@@ -82,9 +90,27 @@ def start_tcpscope(tmp, net, tag, flow_log=True, profile=None, transfer_sampling
     return B.Tcpscope(tmp, cfg, port, env=kernel_profiles.daemon_env(profile)), log
 
 
+def floor_run(tmp, net, url, args):
+    """One measured run with the transfer floor attached after the warm-up."""
+    import floor as F
+    wrk(net, url, 1, args.connections)
+    observer = F.FloorObserver(type("Ctx", (), {"tmp": Path(tmp)})(), "transfers")
+    observer.start()
+    try:
+        r = wrk(net, url, args.seconds, args.connections)
+    finally:
+        observer.stop()
+    r["transfer_records_lost"] = observer.seen["lost"]
+    r["transfer_records_per_request"] = round(observer.seen["transfers"] / max(r["requests"], 1), 3)
+    r["flow_log_bytes_per_request"] = 0
+    return r
+
+
 def tcpscope_run(tmp, net, url, args, variant, tag):
     """One measured run with tcpscope attached; start-up and the final drain
     are outside the window."""
+    if variant == "floor-transfers":
+        return floor_run(tmp, net, url, args)
     d, log = start_tcpscope(tmp, net, tag, flow_log=variant != "tcpscope-nolog",
                             transfer_sampling_rate=1 if variant == "tcpscope-every" else None)
     try:
@@ -129,6 +155,30 @@ def cost_run(tmp, net, url, args, profile=None):
     finally:
         d.stop()
         log.unlink(missing_ok=True)
+
+
+def floor_cost_run(tmp, net, url, args):
+    """The transfer floor's kernel time per request and per transfer record."""
+    import floor as F
+    ctx = type("Ctx", (), {"tmp": Path(tmp)})()
+    observer = F.FloorObserver(ctx, "transfers")
+    observer.start()
+    try:
+        # No warm-up: the loader counts its records only when it stops.
+        with B.BpfStats():
+            s0 = prog_stats(observer.pid)
+            r = wrk(net, url, args.seconds, args.connections)
+            time.sleep(0.5)
+            s1 = prog_stats(observer.pid)
+    finally:
+        observer.stop()
+    rows, total = delta(s0, s1, r["seconds"], r["requests"], "request")
+    per_request = observer.seen["transfers"] / max(r["requests"], 1)
+    kernel_ns = total.get("ns_per_request")
+    return {"profile": "floor-transfers", "requests_per_s": round(r["rate"]), "programs": rows, "total": total,
+            "transfer_records_per_request": round(per_request, 3),
+            "kernel_ns_per_transfer": round(kernel_ns / per_request) if per_request and kernel_ns is not None else None,
+            "daemon_cpu_us_per_transfer": None}
 
 
 def ratio_runs(tmp, net, url, args, variants, size):
@@ -177,6 +227,7 @@ def main():
     ap.add_argument("--profiles", default="this",
                     help="the BPF-statistics run on these kernels: this, " + ", ".join(sorted(kernel_profiles.PROFILES)))
     ap.add_argument("--cost-only", action="store_true", help="only the BPF-statistics runs, no ratios")
+    ap.add_argument("--floor", action="store_true", help="also the transfer floor's BPF-statistics run")
     ap.add_argument("--out")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -207,6 +258,8 @@ def main():
                 entry = ratio_runs(tmp, net, url, args, variants, size)
             if not args.no_cost:
                 entry["cost"] = [cost_run(tmp, net, url, args, p) for p in profiles]
+                if args.floor:
+                    entry["cost"].append(floor_cost_run(tmp, net, url, args))
             result["sizes"][str(size)] = entry
             print(f"\n{size} B responses, {args.connections} kept-alive connections:")
             if "noise" in entry:

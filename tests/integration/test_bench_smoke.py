@@ -172,23 +172,29 @@ def test_pipeline_microbenchmarks_run(tmp_path):
 
 
 def test_keepalive_reports_rates_losses_and_costs(tmp_path):
-    d = run_script("keepalive", tmp_path, "--seconds", "1", "--rounds", "1", "--sizes", "1000")
+    d = run_script("keepalive", tmp_path, "--seconds", "1", "--rounds", "1", "--sizes", "1000", "--floor")
     s = d["sizes"]["1000"]
-    assert [r["variant"] for r in s["runs"]] == ["baseline", "tcpscope", "baseline", "tcpscope-nolog", "baseline"]
+    variants = ["tcpscope", "tcpscope-every", "tcpscope-nolog", "floor-transfers"]
+    assert [r["variant"] for r in s["runs"]] == [x for v in variants for x in ("baseline", v)] + ["baseline"]
     for r in s["runs"]:
         assert r["requests"] > 0 and r["failed"] == 0, r
-    for v in ("tcpscope", "tcpscope-nolog"):
+    for v in variants:
         e = s["variants"][v]
         assert e["transfer_records_lost"] == 0, e
         # Each request is a request and a response on both ends: four transfers.
         assert all(3 <= x <= 4.5 for x in e["transfer_records_per_request"]), e
         assert number(e["median_ratio"]), e
-    assert s["noise"]["baseline_runs"] == 3
-    [c] = s["cost"]
+    # Every transfer a line (about 600 bytes each) against one flow's in 16.
+    assert min(s["variants"]["tcpscope-every"]["flow_log_bytes_per_request"]) > 1500, s["variants"]
+    assert s["variants"]["tcpscope-nolog"]["flow_log_bytes_per_request"] == [0], s["variants"]
+    assert s["noise"]["baseline_runs"] == 5
+    c, floor = s["cost"]
     assert c["profile"] == "this", c
     assert c["transfer_records"] > 0 and number(c["daemon_cpu_us_per_transfer"]), c
     assert number(c["kernel_ns_per_transfer"]), c
     assert any(p["program"] == "on_sendmsg" and p["runs"] > 0 for p in c["programs"]), c["programs"]
+    assert floor["profile"] == "floor-transfers" and number(floor["kernel_ns_per_transfer"]), floor
+    assert {p["program"] for p in floor["programs"] if p["runs"]} >= {"floor_sendmsg", "floor_data_ready"}, floor
 
 
 def test_keepalive_costs_as_on_an_older_kernel(tmp_path):
