@@ -5,10 +5,12 @@ each way an operator could get per-flow TCP figures:
 
   tcpscope          tcpscope run: the 50-rule policy on a cgroup holding the load
                     generator and the server, a 1M-prefix pfx2as ASN file, flow log on
-                    (with its transfer lines, the default)
+                    (its transfer lines sampled as by default)
   tcpscope-nolog    the same without the flow log (the shipped default has none)
   tcpscope-default  the shipped default: no rules, no flow log, no ASN data but a
                     one-line prefix file that names the benchmark's /24 (to count its flows)
+  tcpscope-default-log  the same with a flow log (transfer lines of one flow in
+                    16, the default transfer_sampling_rate)
   tcplife           libbpf-tools tcplife (Debian libbpf-tools), all flows, stdout to a file
   tcplife-bpfcc     bcc tcplife-bpfcc (Debian bpfcc-tools), all flows, stdout to a file
   ss                `ss -tin` in the server namespace once per second (a tcp_info poller)
@@ -100,7 +102,8 @@ class Observer:
 class TcpscopeObserver(Observer):
     def __init__(self, ctx, flow_log, default_config=False):
         self.ctx, self.with_log, self.default_config = ctx, flow_log, default_config
-        self.name = "tcpscope-default" if default_config else "tcpscope" if flow_log else "tcpscope-nolog"
+        self.name = ("tcpscope-default" + ("-log" if flow_log else "") if default_config
+                     else "tcpscope" if flow_log else "tcpscope-nolog")
 
     def start(self):
         c = self.ctx
@@ -108,8 +111,8 @@ class TcpscopeObserver(Observer):
         self.flow_log = c.tmp / f"flows-{port}.ndjson" if self.with_log else None
         if self.default_config:
             own = B.write_pfx2as(c.tmp / "pfx2as-own.tsv", 0, own=c.net)
-            cfg = B.write_config(c.tmp / f"tcpscope-{port}.yaml", port=port, prefix_file=own,
-                                 cgroup=c.cgroup.path, rules=0, peer_classes=False)
+            cfg = B.write_config(c.tmp / f"tcpscope-{port}.yaml", port=port, flow_log=self.flow_log,
+                                 prefix_file=own, cgroup=c.cgroup.path, rules=0, peer_classes=False)
         else:
             cfg = B.write_config(c.tmp / f"tcpscope-{port}.yaml", port=port, flow_log=self.flow_log,
                                  prefix_file=c.pfx2as, cgroup=c.cgroup.path, rules=c.args.rules)
@@ -286,6 +289,8 @@ def make_observer(ctx, name):
         return TcpscopeObserver(ctx, False), ""
     if name == "tcpscope-default":
         return TcpscopeObserver(ctx, False, default_config=True), ""
+    if name == "tcpscope-default-log":
+        return TcpscopeObserver(ctx, True, default_config=True), ""
     if name == "tcplife":
         if not Path("/usr/sbin/tcplife").exists():
             return None, "libbpf-tools not installed"

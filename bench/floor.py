@@ -21,6 +21,8 @@ bench/churn.py with each, between baselines:
                    ended transfer is a 128-byte record, the open ones ride in
                    a 512-byte close record, as tcpscope's do
   tcpscope-default tcpscope with the shipped default config (no rules, no flow log)
+  tcpscope-default-log  the same with the flow log on (its transfer lines sampled
+                   as the default transfer_sampling_rate says)
   tcpscope-nolog   tcpscope as in churn.py (50-rule policy, 1M prefixes)
   tcpscope         the same with the flow log on, transfer lines included (the
                    daemon's CPU per line written is printed beside it)
@@ -52,7 +54,7 @@ import churn as C  # noqa: E402
 from bpf_cost import delta, prog_stats  # noqa: E402
 
 FLOOR_VARIANTS = ["dispatch", "storage", "record", "hash", "transfers"]
-TCPSCOPE_VARIANTS = ["tcpscope-default", "tcpscope-nolog", "tcpscope"]
+TCPSCOPE_VARIANTS = ["tcpscope-default", "tcpscope-default-log", "tcpscope-nolog", "tcpscope"]
 ALL_VARIANTS = FLOOR_VARIANTS + TCPSCOPE_VARIANTS
 
 
