@@ -30,11 +30,16 @@
 
 #include "aggregate/aggregator.h"
 #include "aggregate/asn_ranking.h"
+#include "aggregate/flow_distributions.h"
 #include "enrich/asn_db.h"
 #include "enrich/enricher.h"
 #include "enrich/peer_classifier.h"
 #include "record/flow_decoder.h"
 #include "record/flow_json.h"
+#include "pipeline/flow_pipeline.h"
+#include "policy/rule_names.h"
+#include "record/transfer_json.h"
+#include "record/transfer_sampling.h"
 
 namespace tcpscope {
 namespace {
@@ -369,6 +374,89 @@ void BM_PipelineSeriesMemory(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_PipelineSeriesMemory)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace tcpscope
+
+namespace tcpscope {
+namespace {
+
+// A transfer's path through the daemon (Daemon::handle_transfer): decode and
+// enrich (FlowPipeline::record_of), the ASN ranking's label, the Prometheus
+// series, the /api/v1 distributions, and the sampling choice of the outputs;
+// with Arg 1 the sampled flows' lines (transfer_sampling_rate 16) are
+// written too. Transfers of the fixture's flows, 1-2 kB, four per flow (a
+// kept-alive connection's requests and responses), of 2,048 connections at a
+// time whose transfers interleave, as a busy edge's do.
+void BM_TransferPath(benchmark::State& state) {
+  const bool flow_log = state.range(0) != 0;
+  const auto& fx = fixture();
+  constexpr size_t kActive = 2048;
+  std::vector<tcpscope_transfer_event> events(kRecords);
+  for (size_t i = 0; i < kRecords; ++i) {
+    const size_t block = i / (4 * kActive), j = i % (4 * kActive);
+    const tcpscope_flow_event& f = fx.events[block * kActive + j % kActive];
+    tcpscope_transfer_event& e = events[i];
+    std::memset(&e, 0, sizeof(e));
+    e.flow_start_ns = f.start_ns;
+    e.family = f.family;
+    std::memcpy(e.saddr, f.saddr, sizeof(e.saddr));
+    std::memcpy(e.daddr, f.daddr, sizeof(e.daddr));
+    e.sport = f.sport;
+    e.dport = f.dport;
+    e.netns = f.netns;
+    e.dir = f.dir;
+    e.seq = uint32_t(j / kActive);
+    e.direction = e.seq % 2 ? TCPSCOPE_XFER_RECV : TCPSCOPE_XFER_SEND;
+    e.start_ns = f.established_ns + e.seq * 1000000;
+    e.end_ns = e.start_ns + 200000;
+    e.bytes = 1000 + (i % 7) * 150;
+    e.wait_us = 40;
+    e.srtt_us = f.srtt_us;
+    e.min_rtt_us = f.min_rtt_us;
+    std::memcpy(e.cc, f.cc, sizeof(e.cc));
+  }
+  Enricher enricher({fx.classifier, fx.asn_db});
+  RuleNames rule_names;
+  FlowPipeline pipeline(fx.clock, enricher, rule_names, TransferDelimiter::kWrite);
+  auto registry = std::make_shared<prometheus::Registry>();
+  Aggregator agg(registry, AggregatorOptions{});
+  AsnRanking ranking(AsnRankingOptions{});
+  FlowDistributions distributions(FlowDistributionsOptions{});
+  auto path = [&](const tcpscope_transfer_event& ev, FlowDistributions::Clock::time_point now, std::string* log) {
+    TransferRecord t = pipeline.record_of(ev);
+    const AsnLabel label = ranking.label(t.asn);
+    agg.add(t, label);
+    distributions.add_at(t, label, now);
+    if (log && transfer_sampled(t.flow_start_ns, 16)) {
+      t.sampling_rate = 16;
+      append_transfer_json(t, log);
+    }
+  };
+  for (const auto& f : enriched()) ranking.add(f.asn, f.bytes_acked + f.bytes_received);
+  ranking.recompute();
+  auto now = FlowDistributions::Clock::now();
+  agg.begin_batch();
+  for (const auto& ev : events) path(ev, now, nullptr);  // series and sketches exist, as in a running daemon
+  std::string batch;
+  batch.reserve(1 << 20);
+  size_t i = 0;
+  for (auto _ : state) {
+    path(events[i], now, flow_log ? &batch : nullptr);
+    i = (i + 1) & (kRecords - 1);
+    if ((i & (kDrainRecords - 1)) == 0) {
+      publish_drain(agg);
+      batch.clear();
+      now = FlowDistributions::Clock::now();  // the daemon reads the clock once per drain
+    }
+  }
+  agg.end_batch();
+  state.SetItemsProcessed(state.iterations());
+  state.counters["lookups_per_record"] = double(pipeline.lookups()) / double(state.iterations() + kRecords);
+  state.SetLabel(flow_log ? "transfer: decode+enrich+aggregate+distributions+sampled json"
+                          : "transfer: decode+enrich+aggregate+distributions");
+}
+BENCHMARK(BM_TransferPath)->Arg(0)->Arg(1);
 
 }  // namespace
 }  // namespace tcpscope
