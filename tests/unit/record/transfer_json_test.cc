@@ -61,6 +61,7 @@ TEST(TransferJson, EverySpecFieldAndNothingElseButTheExtensions) {
   std::set<std::string> want = spec;
   want.insert("netns");
   want.insert("delimited_by");
+  want.insert("sampling_rate");
   EXPECT_EQ(got, want);
 }
 
