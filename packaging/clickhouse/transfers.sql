@@ -33,7 +33,12 @@
 -- Tested on ClickHouse 18.16 and 26.9 as flows.sql is: see flows.sql for what is tested where,
 -- the syntax kept to, the choice of types and why the consumer group is not flows.sql's. Here: Int64 for flow_start_ns, start_ns, end_ns and
 -- xfer_us (signed 64-bit in tcpscope), Nullable(Int64) for wait_us (null when no data came the
--- other way first), UInt64 for the counters and the kernel's µs counters.
+-- other way first), UInt64 for the counters and the kernel's µs counters, UInt32 for
+-- sampling_rate (a table made before that column: see the end of flows.sql's header).
+--
+-- export.kafka.format: protobuf: as flows.sql says, with tcpscope.proto's TransferRecord:
+--   sed -e "s/'JSONEachRow')/'Protobuf') SETTINGS kafka_schema = 'tcpscope.proto:TransferRecord'/" \
+--       /usr/share/tcpscope/clickhouse/transfers.sql | clickhouse-client --multiquery
 -- The partition and sorting keys use the transfer's own start_ns; flow_start_ns joins a
 -- transfer to its flow (with family, laddr, lport, raddr, rport, dir).
 
@@ -52,6 +57,7 @@ CREATE TABLE IF NOT EXISTS tcpscope.transfers_kafka
     seq UInt64,
     direction String,
     delimited_by String,
+    sampling_rate UInt32,
     start_ns Int64,
     end_ns Int64,
     xfer_us Int64,
