@@ -40,7 +40,7 @@ FLOW_KEYS = (["kind", "start_ns", "end_ns", "fct_us", "duration_us"] + ENDPOINTS
              ["app_set_cc", "pid", "comm", "cgroup_id", "netns", "partial",
               "ca_open_us", "ca_disorder_us", "ca_cwr_us", "ca_recovery_us", "ca_loss_us"])
 TRANSFER_KEYS = (["kind", "flow_start_ns"] + ENDPOINTS +
-                 ["seq", "direction", "delimited_by", "start_ns", "end_ns", "xfer_us", "wait_us", "bytes", "retrans_segs",
+                 ["seq", "direction", "delimited_by", "sampling_rate", "start_ns", "end_ns", "xfer_us", "wait_us", "bytes", "retrans_segs",
                   "srtt_us", "min_rtt_us", "busy_us", "rwnd_limited_us", "sndbuf_limited_us", "cc"] +
                  ENRICHMENT + ["netns"])
 
@@ -125,7 +125,7 @@ def transfer(**over):
     r = {
         "kind": "transfer", "flow_start_ns": 1764000000123456789,
         "family": 4, "laddr": "198.18.0.1", "lport": 443, "raddr": "198.19.255.254", "rport": 51234, "dir": "passive",
-        "seq": 0, "direction": "send", "delimited_by": "write",
+        "seq": 0, "direction": "send", "delimited_by": "write", "sampling_rate": 1,
         "start_ns": 1764000000200000000, "end_ns": 1764000000400000000,
         "xfer_us": 200000, "wait_us": 150, "bytes": 1048576, "retrans_segs": 0, "srtt_us": 1250, "min_rtt_us": 980,
         "busy_us": 200000, "rwnd_limited_us": 0, "sndbuf_limited_us": 0, "cc": "cubic",
@@ -176,7 +176,8 @@ TRANSFERS = [
              min_rtt_us=U32_MAX, busy_us=U32_MAX, rwnd_limited_us=U32_MAX, sndbuf_limited_us=U32_MAX,
              end_ns=I64_MAX, xfer_us=I64_MAX, wait_us=I64_MAX, asn=U32_MAX, netns=U32_MAX,
              cc_rule="bulk-bbr", experiment="cc-ab-2026", arm="control", as_org="Ωmega ✓"),
-    transfer(start_ns=1764000001300000003, wait_us=0, bytes=0, xfer_us=0, seq=7, delimited_by="departure"),
+    transfer(start_ns=1764000001300000003, wait_us=0, bytes=0, xfer_us=0, seq=7, delimited_by="departure",
+             sampling_rate=1 << 31),
     transfer(start_ns=0, flow_start_ns=0, end_ns=0, xfer_us=0, family=0, laddr="", raddr="", lport=0, rport=0,
              wait_us=None, bytes=0, srtt_us=0, min_rtt_us=0, busy_us=0, cc="", peer_class="", asn=0, as_org="",
              netns=0),
