@@ -306,7 +306,9 @@ int Daemon::start() {
   log_line("running: " + std::to_string(probe_->attached().size()) + " BPF programs attached (" + attached +
            "), metrics on http://" + config_.listen + "/metrics" +
            (config_.flow_log.empty() ? "" : ", flow log " + config_.flow_log) +
-           (kafka_ ? ", records to Kafka " + kafka_broker_list(config_.export_.kafka) : ""));
+           (kafka_ ? ", records to Kafka " + kafka_broker_list(config_.export_.kafka) + " as " +
+                         config_.export_.kafka.format
+                   : ""));
   for (const auto& d : probe_->degraded()) log_line("warning: this kernel has no tracepoint " + d);
   for (const auto& c : record_capabilities(probe_->missing_tracepoints())) log_line("kernel: " + c);
   return 0;

@@ -99,6 +99,7 @@ def test_protobuf_from_kafka_into_current_clickhouse_equals_the_flow_log(net, tm
     home.mkdir()
     daemon = Daemon(home, extra_args=("--config", str(config)))
     try:
+        assert f"records to Kafka {kafka.bootstrap} as protobuf" in daemon.stderr_text()
         n_conn = run_traffic(net, tmp_path, [f"{prefix}.1", f"{prefix}.3"])
         lab_flows = lambda: [r for r in daemon.all_records() if r["peer_class"] == "lab"]
         wait_for(lambda: len(lab_flows()) >= 2 * n_conn, 30, what=f"{2 * n_conn} lab flow records")
