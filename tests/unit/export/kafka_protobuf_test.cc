@@ -6,13 +6,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <fstream>
 #include <cerrno>
+#include <climits>
+#include <cstdio>
 #include <cstring>
 #include <map>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "record/flow_json.h"
@@ -252,6 +252,36 @@ TEST(KafkaProtobuf, MessagesAppendLengthDelimited) {
   const std::string second = out.substr(first);
   EXPECT_TRUE(static_cast<unsigned char>(second[0]) & 0x80) << "more than 127 bytes: a 2-byte varint";
   EXPECT_EQ(protoc_decode("FlowRecord", unframed(second)).at("as_org"), big.as_org);
+}
+
+// Every string all invalid bytes (each becomes U+FFFD, three bytes), every
+// signed number negative (ten-byte varints), IPv6 text: the most a record
+// takes per byte of its strings, inside the bound the encoder reserves
+// (under tests/sanitize.sh a write past it is a heap overflow).
+TEST(KafkaProtobuf, LongestEncodingFitsAndDecodes) {
+  const std::string invalid(200, '\xFF');
+  std::string replaced;
+  for (int i = 0; i < 200; ++i) replaced += "\xEF\xBF\xBD";
+  FlowRecord f = full_flow();
+  f.start_ns = f.end_ns = f.fct_us = f.duration_us = INT64_MIN;
+  f.laddr = f.raddr = *IpAddr::parse("ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe");
+  for (std::string* s : {&f.cc, &f.peer_class, &f.as_org, &f.comm}) *s = invalid;
+  f.cc_rule = f.experiment = f.arm = invalid;
+  const auto flow = protoc_decode("FlowRecord", flow_message(f));
+  for (const char* k : {"cc", "peer_class", "as_org", "comm", "cc_rule", "experiment", "arm"})
+    EXPECT_EQ(flow.at(k), replaced) << k;
+  EXPECT_EQ(flow.at("start_ns"), std::to_string(INT64_MIN));
+  EXPECT_EQ(flow.at("laddr"), "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe");
+
+  TransferRecord t = full_transfer();
+  t.flow_start_ns = t.start_ns = t.end_ns = t.xfer_us = INT64_MIN;
+  t.wait_us = INT64_MIN;
+  for (std::string* s : {&t.cc, &t.peer_class, &t.as_org}) *s = invalid;
+  t.cc_rule = t.experiment = t.arm = invalid;
+  const auto transfer = protoc_decode("TransferRecord", transfer_message(t));
+  for (const char* k : {"cc", "peer_class", "as_org", "cc_rule", "experiment", "arm"})
+    EXPECT_EQ(transfer.at(k), replaced) << k;
+  EXPECT_EQ(transfer.at("wait_us"), std::to_string(INT64_MIN));
 }
 
 }  // namespace
