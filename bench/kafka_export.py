@@ -4,8 +4,9 @@ a veth, the 50-rule policy, a 1M-prefix ASN file, no flow log) with the
 records going to a real Kafka broker (tests/fleet/servers.py: Apache Kafka
 4.x on Debian's OpenJDK), against the same daemon without the export.
 
-Runs alternate: off, zstd, off, lz4, off, ... (--compressions), each --seconds
-long at the load generator's full rate. Per run it prints the connection
+Runs alternate: off, json zstd, off, protobuf zstd, off, json lz4, ... (each
+export.kafka.format of --format with each compression of --compressions),
+each --seconds long at the load generator's full rate. Per run it prints the connection
 rate, the records per second the daemon handled, its CPU, and for the export
 runs what the exporter counted (queued, delivered, dropped, failed) and the
 bytes per record the broker stored (its log segments: record batches as the
@@ -18,12 +19,12 @@ Figures:
                            mean of the neighbouring runs without export; given
                            with half the spread of the runs without export,
                            and "invalid" when that spread is not below half of it
-  bytes_per_record         broker log bytes / messages, per compression
+  bytes_per_record         broker log bytes / messages, per format and compression
 
 The broker runs on the same two cores as the load and the daemon, so the
 connection rate itself is not compared across variants; CPU per record is.
 
-  bench/kafka_export.py [--seconds 20] [--repeat 2] [--compressions zstd,lz4,none]
+  bench/kafka_export.py [--seconds 20] [--repeat 2] [--compressions zstd,lz4,none] [--format json,protobuf]
 """
 import argparse
 import statistics
@@ -43,7 +44,7 @@ def topic_bytes(broker, topic):
     return sum(p.stat().st_size for p in broker.dir.rglob(f"{topic}-*/*.log"))
 
 
-def one_run(ctx, name, compression):
+def one_run(ctx, name, compression, fmt=None):
     a = ctx.args
     port = B.free_port()
     cfg = B.write_config(ctx.tmp / f"tcpscope-{port}.yaml", port=port, prefix_file=ctx.pfx2as,
@@ -57,7 +58,7 @@ def one_run(ctx, name, compression):
         with open(cfg, "a") as f:
             f.write(f"export:\n  kafka:\n    brokers: [\"{ctx.kafka.bootstrap}\"]\n"
                     f"    topic_flows: {topics['flow']}\n    topic_transfers: {topics['transfer']}\n"
-                    f"    compression: {compression}\n")
+                    f"    compression: {compression}\n    format: {fmt}\n")
     d = B.Tcpscope(ctx.tmp, cfg, port)
     try:
         records0 = (d.metric("tcpscope_records_total") or 0) + (d.metric("tcpscope_transfer_records_total") or 0)
@@ -76,7 +77,7 @@ def one_run(ctx, name, compression):
             time.sleep(0.5)
         cpu = B.proc_cpu_seconds(d.pid) - cpu0
         records = last - records0
-        run = {"variant": name, "compression": compression, "rate": r["rate"], "connections": r["connections"],
+        run = {"variant": name, "format": fmt, "compression": compression, "rate": r["rate"], "connections": r["connections"],
                "seconds": r["seconds"], "records": records, "records_per_s": round(records / r["seconds"]),
                "daemon_cpu_s": round(cpu, 3),
                "cpu_per_10k_records_pct": round(100 * cpu / r["seconds"] / (records / r["seconds"] / 1e4), 2),
@@ -100,8 +101,10 @@ def main():
     B.add_churn_args(ap, 20)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--compressions", default="zstd,lz4")
+    ap.add_argument("--format", default="json,protobuf", help="export.kafka.format values to run")
     args = ap.parse_args()
     compressions = [c for c in args.compressions.split(",") if c]
+    formats = [f for f in args.format.split(",") if f]
 
     ctx = type("Ctx", (), {})()
     ctx.args = args
@@ -119,8 +122,9 @@ def main():
             runs.append(one_run(ctx, "off", None))
             for _ in range(args.repeat):
                 for c in compressions:
-                    runs.append(one_run(ctx, f"kafka-{c}", c))
-                    runs.append(one_run(ctx, "off", None))
+                    for f in formats:
+                        runs.append(one_run(ctx, f"kafka-{f}-{c}", c, f))
+                        runs.append(one_run(ctx, "off", None))
     finally:
         if ctx.net:
             ctx.net.close()
@@ -139,11 +143,11 @@ def main():
         neighbours = [runs[j]["cpu_per_10k_records_pct"] for j in (i - 1, i + 1)
                       if 0 <= j < len(runs) and not runs[j]["compression"]]
         r["export_cpu_us_per_record"] = round(r["cpu_per_10k_records_pct"] - statistics.mean(neighbours), 3)
-        summary.setdefault(r["compression"], []).append(r)
-    for c, rs in summary.items():
+        summary.setdefault((r["format"], r["compression"]), []).append(r)
+    for (f, c), rs in summary.items():
         cost = statistics.mean(x["export_cpu_us_per_record"] for x in rs)
         valid = spread_us < cost / 2
-        rows.append([c, round(statistics.mean(x["records_per_s"] for x in rs)),
+        rows.append([f, c, round(statistics.mean(x["records_per_s"] for x in rs)),
                      round(statistics.mean(x["cpu_per_10k_records_pct"] for x in rs), 2),
                      f"{cost:.2f} +- {spread_us / 2:.2f}" if valid else f"invalid (spread {spread_us:.2f})",
                      round(statistics.mean(x["bytes_per_record"] for x in rs), 1),
@@ -152,7 +156,7 @@ def main():
     print(f"\nwithout export: {statistics.mean(r['records_per_s'] for r in off):.0f} records/s, "
           f"{statistics.mean(off_us):.2f} % of a core per 10k records/s ({min(off_us):.2f}-{max(off_us):.2f} "
           f"over {len(off)} runs)")
-    print(B.fmt_table(["compression", "records/s", "% core per 10k rec/s", "export CPU us/record",
+    print(B.fmt_table(["format", "compression", "records/s", "% core per 10k rec/s", "export CPU us/record",
                        "bytes/record (broker)", "exporter dropped+failed", "ring lost"], rows))
     B.write_result("kafka_export", {"args": vars(args), "runs": runs, "off_cpu_spread_us_per_record": round(spread_us, 3)},
                    args.out)

@@ -23,6 +23,7 @@ PACKAGES=(
   nghttp2-client  # h2load: tests/lab/test_lab_transfers.py (HTTP/2 streams on one connection)
   librsvg2-bin  # compare --plot png (rsvg-convert)
   jq  # tests/integration/test_utf8_text.py: the flow log read back by another JSON reader
+  protobuf-compiler  # tests/unit/export/kafka_protobuf_test.cc: protoc --decode against packaging/clickhouse/tcpscope.proto
   clickhouse-server clickhouse-client openjdk-17-jre-headless maven  # tests/fleet: ClickHouse 18.16, Kafka 4 (jars via mvn)
 )
 

@@ -36,6 +36,22 @@
 -- its four positional arguments only (later positions differ between versions), no TTL, no
 -- LowCardinality, no Nullable column in the sorting key.
 --
+-- export.kafka.format: protobuf (tcpscope's default is json): the messages are
+-- tcpscope.proto's FlowRecord, length-delimited, one record per Kafka message, and the Kafka
+-- table reads them with kafka_format = 'Protobuf' and kafka_schema = 'tcpscope.proto:FlowRecord'
+-- instead of 'JSONEachRow'; the columns, the MergeTree table and the view stay as they are:
+--   sed -e "s/'JSONEachRow')/'Protobuf') SETTINGS kafka_schema = 'tcpscope.proto:FlowRecord'/" \
+--       /usr/share/tcpscope/clickhouse/flows.sql | clickhouse-client --multiquery
+-- with /usr/share/tcpscope/clickhouse/tcpscope.proto copied into the server's format_schema_path
+-- (config.xml <format_schema_path>; ClickHouse's documentation gives
+-- /var/lib/clickhouse/format_schemas/). A table made from JSONEachRow is dropped first (the view,
+-- then the Kafka table; the MergeTree table keeps its rows). Protobuf needs a ClickHouse newer than
+-- 18.16, which has no Protobuf format (tested: it refuses one); tested on ClickHouse 26.9 (chdb-core):
+-- the daemon's messages, as a real Kafka broker holds them, read through the Protobuf format with
+-- this schema and the Kafka table's columns, are the flow log's lines field by field in the
+-- MergeTree table, and compare --clickhouse answers on them as on the same records from JSON. The
+-- Kafka engine's own reading of Protobuf is not tested here (on 26.9 no Kafka engine is).
+
 -- Types keep every value exact: UInt64 for counters, rates, byte counts and the kernel's
 -- durations in µs; Int64 for the fields tcpscope writes from a signed 64-bit number (the
 -- CLOCK_REALTIME ns times start_ns/end_ns, fct_us, duration_us); String for addresses (IPv4

@@ -34,12 +34,17 @@
 -- the syntax kept to, the choice of types and why the consumer group is not flows.sql's. Here: Int64 for flow_start_ns, start_ns, end_ns and
 -- xfer_us (signed 64-bit in tcpscope), Nullable(Int64) for wait_us (null when no data came the
 -- other way first), UInt64 for the counters and the kernel's µs counters.
--- sampling_rate: the daemon wrote the transfers of one flow in this many (transfer_sampling_rate);
--- compare --clickhouse counts, of rows of several rates, only the flows the largest keeps
--- (intHash64(toUInt64(flow_start_ns)) a multiple of it). Tables made before it existed:
+-- sampling_rate (UInt32): the daemon wrote the transfers of one flow in this many
+-- (transfer_sampling_rate); compare --clickhouse counts, of rows of several rates, only the flows
+-- the largest keeps (intHash64(toUInt64(flow_start_ns)) a multiple of it). Tables made before it
+-- existed:
 --   ALTER TABLE tcpscope.transfers_kafka ADD COLUMN sampling_rate UInt32 DEFAULT 1 AFTER delimited_by
 --   ALTER TABLE tcpscope.transfers ADD COLUMN sampling_rate UInt32 DEFAULT 1 AFTER delimited_by
 -- and the view dropped and made again, as flows.sql says for new keys.
+--
+-- export.kafka.format: protobuf: as flows.sql says, with tcpscope.proto's TransferRecord:
+--   sed -e "s/'JSONEachRow')/'Protobuf') SETTINGS kafka_schema = 'tcpscope.proto:TransferRecord'/" \
+--       /usr/share/tcpscope/clickhouse/transfers.sql | clickhouse-client --multiquery
 -- The partition and sorting keys use the transfer's own start_ns; flow_start_ns joins a
 -- transfer to its flow (with family, laddr, lport, raddr, rport, dir).
 

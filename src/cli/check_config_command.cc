@@ -52,7 +52,7 @@ int check_config_command(const std::string& path, const std::vector<std::string>
       << count_of(experiments, "experiment", "experiments") << ", "
       << count_of(controllers, "controller", "controllers") << ")\n";
   if (const KafkaConfig& k = config.export_.kafka; k.enabled())
-    out << "records to Kafka " << kafka_broker_list(k) << ": flows to " << k.topic_flows << ", "
+    out << "records to Kafka " << kafka_broker_list(k) << " as " << k.format << ": flows to " << k.topic_flows << ", "
         << (k.topic_transfers.empty() ? std::string("transfers not exported") : "transfers to " + k.topic_transfers)
         << "\n";
   // Valid here, but not under the packaged unit: see README, Congestion-control policy.

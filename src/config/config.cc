@@ -595,9 +595,10 @@ bool valid_broker(const std::string& b) {
 
 void ConfigParser::parse_kafka(const Entry& e, KafkaConfig* k) {
   static const std::vector<std::string> kKeys = {
-      "brokers", "topic_flows", "topic_transfers", "compression", "queue_bytes", "linger_ms", "client_id",
-      "security_protocol", "tls", "sasl"};
+      "brokers", "topic_flows", "topic_transfers", "compression", "format", "queue_bytes", "linger_ms",
+      "client_id", "security_protocol", "tls", "sasl"};
   static const std::vector<std::string> kCompression = {"none", "gzip", "snappy", "lz4", "zstd"};
+  static const std::vector<std::string> kFormats = {"json", "protobuf"};
   static const std::vector<std::string> kProtocols = {"plaintext", "ssl", "sasl_plaintext", "sasl_ssl"};
   static const std::vector<std::string> kMechanisms = {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"};
   auto one_of = [this](const Entry& f, const std::string& what, const std::vector<std::string>& allowed,
@@ -639,6 +640,8 @@ void ConfigParser::parse_kafka(const Entry& e, KafkaConfig* k) {
       (f.key == "topic_flows" ? k->topic_flows : k->topic_transfers) = *s;
     } else if (f.key == "compression") {
       one_of(f, "export.kafka.compression", kCompression, &k->compression);
+    } else if (f.key == "format") {
+      one_of(f, "export.kafka.format", kFormats, &k->format);
     } else if (f.key == "queue_bytes") {
       // librdkafka counts its queue in KiB, at most 2^31-1 of them.
       if (auto v = integer_value(f.value, f.line, "export.kafka.queue_bytes", 1 << 20, 2047ull << 30))
@@ -1183,7 +1186,7 @@ bool read_whole_file(const std::string& path, std::string* text, std::string* wh
 
 bool KafkaConfig::operator==(const KafkaConfig& o) const {
   return brokers == o.brokers && topic_flows == o.topic_flows && topic_transfers == o.topic_transfers &&
-         compression == o.compression && queue_bytes == o.queue_bytes && linger_ms == o.linger_ms &&
+         compression == o.compression && format == o.format && queue_bytes == o.queue_bytes && linger_ms == o.linger_ms &&
          client_id == o.client_id && security_protocol == o.security_protocol && tls_ca_file == o.tls_ca_file &&
          tls_cert_file == o.tls_cert_file && tls_key_file == o.tls_key_file && sasl_mechanism == o.sasl_mechanism &&
          sasl_username == o.sasl_username && sasl_password_file == o.sasl_password_file;

@@ -89,13 +89,15 @@ struct HttpConfig {
 };
 
 // `export.kafka`: every flow and transfer record to the fleet's Kafka
-// (README "Fleet"), the flow-log JSON one message each. Off while brokers is
-// empty.
+// (README "Fleet"), one message each. Off while brokers is empty.
 struct KafkaConfig {
   std::vector<std::string> brokers;                    // HOST:PORT each
   std::string topic_flows = "tcpscope.flows";
   std::string topic_transfers = "tcpscope.transfers";  // "" = flows only
   std::string compression = "zstd";                    // none, gzip, snappy, lz4, zstd
+  // json: the flow log's line; protobuf: packaging/clickhouse/tcpscope.proto's
+  // message, length-delimited (export/kafka_protobuf.h).
+  std::string format = "json";
   uint64_t queue_bytes = 128ull << 20;  // records waiting for the brokers; beyond it they are dropped and counted
   uint32_t linger_ms = 100;             // how long the producer gathers a batch
   std::string client_id;                // "" = tcpscope@HOSTNAME

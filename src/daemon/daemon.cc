@@ -56,9 +56,6 @@ namespace tcpscope {
 
 namespace {
 
-void append_json(const FlowRecord& r, std::string* out) { append_flow_json(r, out); }
-void append_json(const TransferRecord& r, std::string* out) { append_transfer_json(r, out); }
-
 using SteadyClock = std::chrono::steady_clock;
 
 constexpr int kTickMs = 100;                  // periodic drain of the ring buffer
@@ -158,9 +155,10 @@ class Daemon {
   void batched_line();
   void flush_batch();
   int drain_ring();
-  // The record's JSON, serialized once for the flow log and Kafka.
+  // The record to the flow log (its JSON line) and to Kafka (in
+  // export.kafka.format: the same line, serialized once, for json).
   template <class Record>
-  void export_record(const Record& record, bool to_flow_log, KafkaRecordKind kind);
+  void export_record(const Record& record, bool to_flow_log);
   void on_tick();
   void update_recursion_metrics();
   struct PreparedReload {
@@ -196,7 +194,6 @@ class Daemon {
   OutputStatus flow_log_status_{"flow log"};
   std::unique_ptr<KafkaExport> kafka_;
   OutputStatus kafka_status_{"kafka export"};
-  std::string kafka_scratch_;  // a record's JSON for Kafka when the flow log does not take it
   // What /healthz (an HTTP thread) says of failing outputs, set on the loop.
   mutable std::mutex outputs_mu_;
   std::string failing_outputs_;
@@ -311,7 +308,9 @@ int Daemon::start() {
   log_line("running: " + std::to_string(probe_->attached().size()) + " BPF programs attached (" + attached +
            "), metrics on http://" + config_.listen + "/metrics" +
            (config_.flow_log.empty() ? "" : ", flow log " + config_.flow_log) +
-           (kafka_ ? ", records to Kafka " + kafka_broker_list(config_.export_.kafka) : ""));
+           (kafka_ ? ", records to Kafka " + kafka_broker_list(config_.export_.kafka) + " as " +
+                         config_.export_.kafka.format
+                   : ""));
   for (const auto& d : probe_->degraded()) log_line("warning: this kernel has no tracepoint " + d);
   for (const auto& c : record_capabilities(probe_->missing_tracepoints())) log_line("kernel: " + c);
   return 0;
@@ -339,7 +338,7 @@ void Daemon::handle_flow(const FlowRecord& flow) {
   distributions_->add_at(flow, asn.label, drain_time_);
   if (asn.reranked) aggregator_->retire_series(*asn_ranking_);
   controller_->observe(flow);
-  export_record(flow, flow_log_ != nullptr, KafkaRecordKind::kFlow);
+  export_record(flow, flow_log_ != nullptr);
 }
 
 // A transfer takes the same path as its flow's record, but its bytes are the
@@ -353,26 +352,20 @@ void Daemon::handle_transfer(TransferRecord transfer) {
   controller_->observe(transfer);
   if (!transfer_sampled(transfer.flow_start_ns, config_.transfer_sampling_rate)) return;
   transfer.sampling_rate = config_.transfer_sampling_rate;
-  export_record(transfer, flow_log_ && config_.flow_log_transfers, KafkaRecordKind::kTransfer);
+  export_record(transfer, flow_log_ && config_.flow_log_transfers);
 }
 
 template <class Record>
-void Daemon::export_record(const Record& r, bool to_flow_log, KafkaRecordKind kind) {
-  const bool to_kafka = kafka_ && kafka_->exports(kind);
-  if (!to_flow_log && !to_kafka) return;
-  std::string& out = to_flow_log ? batch_ : kafka_scratch_;
-  const size_t start = out.size();
-  append_json(r, &out);
-  if (to_kafka) {
-    // With its newline: ClickHouse 18.16's Kafka engine reads a message
-    // without a row delimiter at its end over and over.
-    const std::string_view line(out.data() + start, out.size() - start);
-    kafka_->produce(kind, kafka_flow_key(r.netns, r.laddr, r.lport, r.raddr, r.rport), line);
+void Daemon::export_record(const Record& r, bool to_flow_log) {
+  std::string_view line;
+  if (to_flow_log) {
+    const size_t start = batch_.size();
+    append_json(r, &batch_);
+    line = std::string_view(batch_).substr(start);
   }
-  if (to_flow_log)
-    batched_line();
-  else
-    out.clear();
+  // Before batched_line(), which may hand the batch (and the line) on.
+  if (kafka_) kafka_->produce(r, line);
+  if (to_flow_log) batched_line();
 }
 
 void Daemon::batched_line() {

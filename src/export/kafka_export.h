@@ -1,6 +1,8 @@
 // Flow and transfer records to the fleet's Kafka (`export.kafka`, README
-// "Fleet"): one message per record, the flow log's JSON line (newline
-// included), flows and transfers on their own topics.
+// "Fleet"): one message per record in export.kafka.format, the flow log's
+// JSON line (newline included) or the length-delimited Protobuf message of
+// packaging/clickhouse/tcpscope.proto (kafka_protobuf.h), flows and
+// transfers on their own topics.
 //
 // librdkafka does the batching, compression, retries and idempotence; its
 // own queue is the bound: produce() copies the record into it and returns at
@@ -29,6 +31,8 @@
 #include "config/config.h"
 #include "metrics/total_counter.h"
 #include "net/ip_addr.h"
+#include "record/flow_record.h"
+#include "record/transfer_record.h"
 
 namespace prometheus {
 class Gauge;
@@ -78,8 +82,14 @@ class KafkaExport {
   KafkaExport& operator=(const KafkaExport&) = delete;
 
   bool exports(KafkaRecordKind kind) const { return topics_[static_cast<int>(kind)] != nullptr; }
-  // Queues one record; never blocks. The daemon's loop thread only.
-  void produce(KafkaRecordKind kind, const KafkaKey& key, std::string_view json);
+  // Queues one record in export.kafka.format, if its kind is exported;
+  // never blocks. `json_line` is the record's flow-log line when the caller
+  // has written it (json sends it as it is), else empty. The daemon's loop
+  // thread only.
+  void produce(const FlowRecord& r, std::string_view json_line);
+  void produce(const TransferRecord& r, std::string_view json_line);
+  // Queues one message as it is; never blocks. The daemon's loop thread only.
+  void produce(KafkaRecordKind kind, const KafkaKey& key, std::string_view message);
   // Waits up to timeout_ms for the queue to drain; what is left is counted
   // as failed. The producer is unusable afterwards.
   void close(int timeout_ms);
@@ -95,12 +105,16 @@ class KafkaExport {
   struct Counts {
     std::atomic<uint64_t> queued{0}, delivered{0}, failed{0}, dropped{0};
   };
-  KafkaExport(uint64_t queue_bytes, const std::shared_ptr<prometheus::Registry>& registry);
+  KafkaExport(const KafkaConfig& config, const std::shared_ptr<prometheus::Registry>& registry);
+  template <class Record>
+  void produce_record(KafkaRecordKind kind, const Record& r, std::string_view json_line);
   void on_delivery(int kind, size_t bytes, bool ok, const char* error);
   void set_error(std::string error);
   void poll_loop();
 
   const uint64_t queue_bytes_;
+  const bool protobuf_;
+  std::string scratch_;  // a record's message when it is not the caller's line
   rd_kafka_s* rk_ = nullptr;
   rd_kafka_topic_s* topics_[kKafkaRecordKinds] = {nullptr, nullptr};
   Counts counts_[kKafkaRecordKinds];

@@ -3,8 +3,6 @@
 // a line as it was when the writer was one file.
 #pragma once
 
-#include <arpa/inet.h>
-
 #include <charconv>
 #include <cstddef>
 #include <cstring>
@@ -51,15 +49,7 @@ inline char* put_opt(char* p, const std::optional<std::string>& v) { return v ? 
 // As IpAddr::to_string(), quoted: dotted quad, inet_ntop's IPv6 text, "" when unset.
 inline char* put_addr(char* p, const IpAddr& a) {
   *p++ = '"';
-  if (a.family == 4) {
-    for (int i = 0; i < 4; ++i) {
-      if (i) *p++ = '.';
-      p = put_int(p, static_cast<unsigned>(a.bytes[i]));
-    }
-  } else if (a.family == 6) {
-    char buf[INET6_ADDRSTRLEN];
-    if (inet_ntop(AF_INET6, a.bytes.data(), buf, sizeof buf)) p = put(p, std::string_view(buf));
-  }
+  p = put_addr_text(p, a);
   *p++ = '"';
   return p;
 }

@@ -12,5 +12,6 @@ namespace tcpscope {
 // Appends the transfer as one JSON object followed by '\n'; wait_us is null
 // when no data went the other way first.
 void append_transfer_json(const TransferRecord& r, std::string* out);
+inline void append_json(const TransferRecord& r, std::string* out) { append_transfer_json(r, out); }
 
 }  // namespace tcpscope

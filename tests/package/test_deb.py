@@ -320,16 +320,19 @@ def test_package_contents(deb, tmp_path):
     for name, section in sorted(programs.items()):
         assert any(name.encode() + b"\0" in obj and section.encode() + b"\0" in obj for obj in embedded), \
             f"BPF program {name} (SEC(\"{section}\")) is not in the objects embedded in usr/bin/tcpscope"
-    # Dashboards and rules: whatever the repository has, all of it; the
+    # Dashboards, rules, the ClickHouse tables and Protobuf schema: whatever
+    # the repository has, all of it; the
     # promtool tests of the rules (*.test.yml) stay out, since a Prometheus
     # loading /usr/share/tcpscope/prometheus/*.yml as rule files would reject them.
-    for pattern, dest in (("grafana/*.json", "grafana"), ("prometheus/*.yml", "prometheus")):
+    for pattern, dest in (("grafana/*.json", "grafana"), ("prometheus/*.yml", "prometheus"),
+                          ("clickhouse/*", "clickhouse")):
         for src in (ROOT / "packaging").glob(pattern):
             shipped = root / "usr/share/tcpscope" / dest / src.name
             if src.name.endswith(".test.yml"):
                 assert not shipped.exists(), f"{src.name} (a promtool test file) is shipped with the rules"
             else:
                 assert shipped.exists() and shipped.read_bytes() == src.read_bytes(), f"{src} not shipped"
+    assert (root / "usr/share/tcpscope/clickhouse/tcpscope.proto").exists()
     rules = sorted((root / "usr/share/tcpscope/prometheus").glob("*.yml"))
     assert rules, "no Prometheus rules shipped"
     for f in rules:

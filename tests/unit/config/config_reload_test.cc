@@ -90,3 +90,22 @@ TEST(ConfigReload, AppliedKeysReachTheRunningConfig) {
 
 }  // namespace
 }  // namespace tcpscope
+
+namespace tcpscope {
+namespace {
+
+// The producer serializes every record it queues in one format: a new one
+// waits for a restart, like every export.kafka key.
+TEST(ConfigReload, KafkaFormatIsNamedAsNextStart) {
+  Config running;
+  running.export_.kafka.brokers = {"kafka-1:9092"};
+  Config fresh = running;
+  fresh.export_.kafka.format = "protobuf";
+  std::vector<std::string> next_start;
+  const Config merged = merge_reload(running, fresh, &next_start);
+  EXPECT_EQ(next_start, std::vector<std::string>{"export"});
+  EXPECT_EQ(merged.export_.kafka.format, "json");
+}
+
+}  // namespace
+}  // namespace tcpscope

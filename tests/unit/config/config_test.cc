@@ -976,6 +976,12 @@ TEST(ConfigTest, KafkaExport) {
   EXPECT_EQ(k.topic_flows, "tcpscope.flows");
   EXPECT_EQ(k.topic_transfers, "");
   EXPECT_EQ(k.compression, "zstd");
+  EXPECT_EQ(k.format, "json");
+  Config proto;
+  ASSERT_TRUE(NoErrors("export:\n  kafka:\n    brokers: [\"kafka-1:9092\"]\n    format: protobuf\n"));
+  errors_of("export:\n  kafka:\n    brokers: [\"kafka-1:9092\"]\n    format: protobuf\n", &proto);
+  EXPECT_EQ(proto.export_.kafka.format, "protobuf");
+  EXPECT_NE(proto.export_.kafka, c.export_.kafka);
   Config none;
   errors_of("listen: 127.0.0.1:9810\n", &none);
   EXPECT_FALSE(none.export_.kafka.enabled());
@@ -989,6 +995,9 @@ TEST(ConfigErrorTest, KafkaMistakes) {
   EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    topic_flows: \"a b\"\n", 4, "is not a Kafka topic name"));
   EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    compression: brotli\n", 4,
                        "compression must be one of none, gzip, snappy, lz4, zstd"));
+  EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    format: avro\n", 4,
+                       "export.kafka.format must be one of json, protobuf, got \"avro\""));
+  EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    format: [json]\n", 4, "export.kafka.format"));
   EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    queue_bytes: 1000\n", 4, "out of range"));
   EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    security_protocol: sasl_plaintext\n", 2,
                        "needs sasl.mechanism, sasl.username and sasl.password_file"));

@@ -8,6 +8,10 @@
 #include <cstdio>
 #include <fstream>
 
+#include "export/kafka_protobuf.h"
+#include "record/flow_json.h"
+#include "record/transfer_json.h"
+
 namespace tcpscope {
 namespace {
 
@@ -112,6 +116,66 @@ TEST(KafkaExport, WithoutBrokersTheQueueBoundsWhatIsKeptAndEveryRecordIsCounted)
   EXPECT_LT(dropped_before_close, 3000u);
   x->close(100);
   EXPECT_EQ(x->lost(), 3000u);
+}
+
+double queue_bytes(prometheus::Registry& registry) {
+  for (const auto& family : registry.Collect())
+    if (family.name == "tcpscope_kafka_queue_bytes") return family.metric.at(0).gauge.value;
+  ADD_FAILURE() << "no tcpscope_kafka_queue_bytes";
+  return -1;
+}
+
+// What the export queues for a record: with json the caller's line as it
+// is, or the record's JSON when the caller has none; with protobuf the
+// message of kafka_protobuf.h, whatever line the caller has. No broker
+// listens, so the queue keeps every message.
+TEST(KafkaExport, QueuesEachRecordInTheConfiguredFormat) {
+  FlowRecord flow;
+  flow.laddr = *IpAddr::parse("198.18.0.1");
+  flow.raddr = *IpAddr::parse("198.18.0.2");
+  flow.cc = "bbr";
+  TransferRecord transfer;
+  transfer.cc = "cubic";
+  std::string flow_json, transfer_json, flow_protobuf, transfer_protobuf;
+  append_json(flow, &flow_json);
+  append_json(transfer, &transfer_json);
+  append_protobuf(flow, &flow_protobuf);
+  append_protobuf(transfer, &transfer_protobuf);
+  ASSERT_NE(flow_json.size(), flow_protobuf.size());
+
+  for (const std::string format : {"json", "protobuf"}) {
+    auto registry = std::make_shared<prometheus::Registry>();
+    KafkaConfig k = broker_at("127.0.0.1:9");
+    k.format = format;
+    std::string error;
+    auto x = KafkaExport::open(k, registry, &error);
+    ASSERT_TRUE(x) << error;
+    const bool json = format == "json";
+    double want = 0;
+    x->produce(flow, "");
+    want += json ? flow_json.size() : flow_protobuf.size();
+    x->update_metrics();
+    EXPECT_EQ(queue_bytes(*registry), want) << format << ": a flow, no line";
+    x->produce(flow, "a flow log line\n");
+    want += json ? 16 : flow_protobuf.size();
+    x->produce(transfer, "");
+    want += json ? transfer_json.size() : transfer_protobuf.size();
+    x->update_metrics();
+    EXPECT_EQ(queue_bytes(*registry), want) << format;
+    x->close(0);
+  }
+
+  // A kind without a topic is not exported.
+  auto registry = std::make_shared<prometheus::Registry>();
+  KafkaConfig k = broker_at("127.0.0.1:9");
+  k.topic_transfers = "";
+  std::string error;
+  auto x = KafkaExport::open(k, registry, &error);
+  ASSERT_TRUE(x) << error;
+  x->produce(transfer, "");
+  x->update_metrics();
+  EXPECT_EQ(queue_bytes(*registry), 0);
+  x->close(0);
 }
 
 }  // namespace
