@@ -91,12 +91,13 @@ def test_churn_runs_tcplife_where_tracefs_is_not_mounted(tmp_path):
 def test_floor_reports_every_step(tmp_path):
     d = run_script("floor", tmp_path, "--seconds", "2", "--reps", "1", "--prefixes", "20000")
     by_name = {v["variant"]: v for v in d["variants"]}
-    assert set(by_name) == {"dispatch", "storage", "record", "hash", "transfers", "tcpscope-default", "tcpscope-nolog",
-                            "tcpscope"}
+    assert set(by_name) == {"dispatch", "storage", "record", "hash", "transfers", "tcpscope-default",
+                            "tcpscope-default-log", "tcpscope-nolog", "tcpscope"}
     for name, v in by_name.items():
         assert number(v["mean_ratio"]) and number(v["extra_us_per_conn"]), v
     # The flow-log variant: the daemon's CPU per line it wrote.
-    assert by_name["tcpscope"]["flow_log_lines"] > 0 and number(by_name["tcpscope"]["daemon_cpu_us_per_line"])
+    for name in ("tcpscope", "tcpscope-default-log"):
+        assert by_name[name]["flow_log_lines"] > 0 and number(by_name[name]["daemon_cpu_us_per_line"]), name
     # The floor's programs count what they saw: both ends of the connections
     # made were seen closing, and their records reached the reader. (Not all:
     # a single program on the tracepoint loses the transitions the kernel
