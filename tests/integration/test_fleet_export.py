@@ -80,25 +80,31 @@ def kafka_counts(daemon, kind):
             for result in ("queued", "delivered", "failed", "dropped")}
 
 
+def start_lab_daemon(net, tmp_path, extra_config):
+    """test_compare's lab: a second client address, the two clients in AS64501
+    and AS64502 (the server in AS64500), all of them peer class "lab"; the
+    daemon with `extra_config` too. Returns it and the clients' addresses."""
+    prefix = f"198.18.{net.cli_v4.split('.')[2]}"
+    net.ns(net.cli, "ip", "addr", "add", f"{prefix}.3/24", "dev", net.veth_cli)
+    pfx2as = tmp_path / "pfx2as.tsv"
+    pfx2as.write_text(f"{prefix}.1\t32\t64501\n{prefix}.3\t32\t64502\n{prefix}.2\t32\t64500\n")
+    config = tmp_path / "tcpscope.yaml"
+    config.write_text(f"asn:\n  prefix_file: {pfx2as}\npeer_classes:\n  - name: lab\n"
+                      f"    prefixes: [\"{prefix}.0/24\"]\n" + extra_config)
+    home = tmp_path / "daemon"
+    home.mkdir()
+    return Daemon(home, extra_args=("--config", str(config))), [f"{prefix}.1", f"{prefix}.3"]
+
+
 @pytest.fixture
 def lab(net, tmp_path, kafka, clickhouse):
     """test_compare's lab (two ASNs, cubic and bbr) with the records going to Kafka."""
     if not has_bbr():
         pytest.skip("the kernel offers no bbr")
     topics = fresh_pipeline(kafka, clickhouse, partitions=3)
-    n = net.cli_v4.split(".")[2]
-    prefix = f"198.18.{n}"
-    net.ns(net.cli, "ip", "addr", "add", f"{prefix}.3/24", "dev", net.veth_cli)
-    pfx2as = tmp_path / "pfx2as.tsv"
-    pfx2as.write_text(f"{prefix}.1\t32\t64501\n{prefix}.3\t32\t64502\n{prefix}.2\t32\t64500\n")
-    config = tmp_path / "tcpscope.yaml"
-    config.write_text(f"asn:\n  prefix_file: {pfx2as}\npeer_classes:\n  - name: lab\n"
-                      f"    prefixes: [\"{prefix}.0/24\"]\n" + kafka_config(kafka, topics))
-    home = tmp_path / "daemon"
-    home.mkdir()
-    d = Daemon(home, extra_args=("--config", str(config)))
+    d, clients = start_lab_daemon(net, tmp_path, kafka_config(kafka, topics))
     try:
-        yield d, [f"{prefix}.1", f"{prefix}.3"]
+        yield d, clients
     finally:
         assert d.stop() == 0, d.stderr_text()
 

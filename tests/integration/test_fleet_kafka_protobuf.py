@@ -26,10 +26,11 @@ import uuid
 
 import pytest
 
-from conftest import ROOT, Daemon, wait_for
+from conftest import ROOT, wait_for
 from test_compare import has_bbr, run_traffic, tcpscope
 from test_fleet_clickhouse_current import KINDS, SQL_DIR, apply_shipped_sql, complete_lines
-from test_fleet_export import COMPARED, assert_clickhouse_agrees_with_flow_log, kafka_config, kafka_counts
+from test_fleet_export import (COMPARED, assert_clickhouse_agrees_with_flow_log, kafka_config, kafka_counts,
+                               start_lab_daemon)
 
 sys.path.insert(0, str(ROOT / "tests" / "fleet"))
 from fleetfixtures import clickhouse, clickhouse_current, kafka_broker  # noqa: E402,F401
@@ -87,20 +88,10 @@ def test_protobuf_from_kafka_into_current_clickhouse_equals_the_flow_log(net, tm
     topics = {"flows": f"p{tag}.flows", "transfers": f"p{tag}.transfers"}
     for t in topics.values():
         kafka.create_topic(t, partitions=3)
-    n = net.cli_v4.split(".")[2]
-    prefix = f"198.18.{n}"
-    net.ns(net.cli, "ip", "addr", "add", f"{prefix}.3/24", "dev", net.veth_cli)
-    pfx2as = tmp_path / "pfx2as.tsv"
-    pfx2as.write_text(f"{prefix}.1\t32\t64501\n{prefix}.3\t32\t64502\n{prefix}.2\t32\t64500\n")
-    config = tmp_path / "tcpscope.yaml"
-    config.write_text(f"asn:\n  prefix_file: {pfx2as}\npeer_classes:\n  - name: lab\n"
-                      f"    prefixes: [\"{prefix}.0/24\"]\n" + kafka_config(kafka, topics, format="protobuf"))
-    home = tmp_path / "daemon"
-    home.mkdir()
-    daemon = Daemon(home, extra_args=("--config", str(config)))
+    daemon, clients = start_lab_daemon(net, tmp_path, kafka_config(kafka, topics, format="protobuf"))
     try:
         assert f"records to Kafka {kafka.bootstrap} as protobuf" in daemon.stderr_text()
-        n_conn = run_traffic(net, tmp_path, [f"{prefix}.1", f"{prefix}.3"])
+        n_conn = run_traffic(net, tmp_path, clients)
         lab_flows = lambda: [r for r in daemon.all_records() if r["peer_class"] == "lab"]
         wait_for(lambda: len(lab_flows()) >= 2 * n_conn, 30, what=f"{2 * n_conn} lab flow records")
         wait_for(lambda: all(kafka_counts(daemon, k)["delivered"] == kafka_counts(daemon, k)["queued"] > 0
