@@ -30,6 +30,18 @@
 
 namespace tcpscope {
 
+namespace {
+
+// Powers of two nest (record/transfer_sampling.h): records written at two
+// rates can be brought to the larger. "" for a valid rate.
+std::string transfer_sampling_rate_problem(uint64_t rate) {
+  if (rate >= 1 && rate <= Config::kMaxTransferSamplingRate && (rate & (rate - 1)) == 0) return "";
+  return "transfer_sampling_rate " + std::to_string(rate) + " is not a power of two (1, 2, 4, ... " +
+         std::to_string(Config::kMaxTransferSamplingRate) + ")";
+}
+
+}  // namespace
+
 const std::vector<std::string>& config_top_level_keys() {
   static const std::vector<std::string> kKeys = {
       "listen",         "flow_log",    "cgroup",           "asn",
@@ -464,14 +476,10 @@ void ConfigParser::parse_top(const YAML::Node& root, Config* c) {
       if (auto v = bool_value(e, "flow_log_transfers")) c->flow_log_transfers = *v;
     } else if (e.key == "transfer_sampling_rate") {
       if (auto v = integer_value(e.value, e.line, "transfer_sampling_rate", 1, Config::kMaxTransferSamplingRate)) {
-        // Powers of two nest (record/transfer_sampling.h): records of two
-        // rates can be brought to the larger.
-        if ((*v & (*v - 1)) != 0) {
-          error(vline, "transfer_sampling_rate " + std::to_string(*v) + " is not a power of two (1, 2, 4, ... " +
-                           std::to_string(Config::kMaxTransferSamplingRate) + ")");
-        } else {
+        if (const std::string problem = transfer_sampling_rate_problem(*v); !problem.empty())
+          error(vline, problem);
+        else
           c->transfer_sampling_rate = static_cast<uint32_t>(*v);
-        }
       }
     } else if (e.key == "cc_policy") {
       parse_cc_policy(e, &c->cc_policy);
@@ -1289,10 +1297,11 @@ void apply_overrides(const ConfigOverrides& overrides, Config* config, std::vect
     char* end = nullptr;
     errno = 0;
     const unsigned long long rate = std::strtoull(v.c_str(), &end, 10);
-    if (v.empty() || *end || errno || v[0] == '-' || rate < 1 || rate > Config::kMaxTransferSamplingRate ||
-        (rate & (rate - 1)) != 0)
-      errors->push_back(ConfigError{"--transfer-sampling-rate", 0,
-                                    v + " is not a power of two in 1..65536"});
+    const std::string problem = v.empty() || *end || errno || v[0] == '-'
+                                    ? "transfer_sampling_rate \"" + v + "\" is not a number"
+                                    : transfer_sampling_rate_problem(rate);
+    if (!problem.empty())
+      errors->push_back(ConfigError{"--transfer-sampling-rate", 0, problem});
     else
       config->transfer_sampling_rate = static_cast<uint32_t>(rate);
   }

@@ -945,6 +945,33 @@ TEST_F(OverrideTest, EmbeddedDefaultWithFlags) {
   EXPECT_EQ(c.source, "<embedded>");
 }
 
+// --transfer-sampling-rate: the file key's rule, named by the flag.
+TEST_F(OverrideTest, TransferSamplingRateFlag) {
+  for (const auto& [flag, want] : std::vector<std::pair<std::string, std::string>>{
+           {"10", "transfer_sampling_rate 10 is not a power of two (1, 2, 4, ... 65536)"},
+           {"0", "transfer_sampling_rate 0 is not a power of two"},
+           {"131072", "transfer_sampling_rate 131072 is not a power of two"},
+           {"-4", "transfer_sampling_rate \"-4\" is not a number"},
+           {"8x", "transfer_sampling_rate \"8x\" is not a number"}}) {
+    ConfigOverrides flags;
+    flags.transfer_sampling_rate = flag;
+    std::vector<ConfigError> errors;
+    Config c;
+    apply_overrides(flags, &c, &errors);
+    ASSERT_EQ(errors.size(), 1u) << flag;
+    EXPECT_EQ(errors[0].file, "--transfer-sampling-rate");
+    EXPECT_NE(errors[0].message.find(want), std::string::npos) << errors[0].message;
+    EXPECT_EQ(c.transfer_sampling_rate, 16u) << "unchanged by a refused flag";
+  }
+  ConfigOverrides flags;
+  flags.transfer_sampling_rate = "1";
+  std::vector<ConfigError> errors;
+  Config c;
+  apply_overrides(flags, &c, &errors);
+  EXPECT_TRUE(errors.empty());
+  EXPECT_EQ(c.transfer_sampling_rate, 1u);
+}
+
 TEST_F(OverrideTest, BadListenFlagIsAnError) {
   ConfigOverrides flags;
   flags.listen = "localhost:9810";
