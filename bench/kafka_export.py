@@ -19,7 +19,9 @@ Figures:
                            mean of the neighbouring runs without export; given
                            with half the spread of the runs without export,
                            and "invalid" when that spread is not below half of it
-  bytes_per_record         broker log bytes / messages, per format and compression
+  records_per_message      records delivered / messages the broker holds (a
+                           message is a drain's records of one bucket)
+  bytes_per_record         broker log bytes / records delivered, per format and compression
 
 The broker runs on the same two cores as the load and the daemon, so the
 connection rate itself is not compared across variants; CPU per record is.
@@ -87,10 +89,13 @@ def one_run(ctx, name, compression, fmt=None):
                       for res in ("queued", "delivered", "dropped", "failed")}
             messages = sum(ctx.kafka.count(t) for t in topics.values())
             stored = sum(topic_bytes(ctx.kafka, t) for t in topics.values())
+            delivered = max(1, counts["delivered"])
             run.update(kafka=counts, broker_messages=messages, broker_log_bytes=stored,
-                       bytes_per_record=round(stored / max(1, messages), 1))
+                       records_per_message=round(delivered / max(1, messages), 1),
+                       bytes_per_record=round(stored / delivered, 1))
         B.log(f"{name}: {r['rate']:.0f} conn/s, {run['records_per_s']} records/s, daemon {cpu:.2f} CPU s"
-              + (f", kafka {run['kafka']}, {run['bytes_per_record']} B/record" if compression else ""))
+              + (f", kafka {run['kafka']}, {run['records_per_message']} records/message, "
+                 f"{run['bytes_per_record']} B/record" if compression else ""))
         return run
     finally:
         d.stop()
@@ -150,6 +155,7 @@ def main():
         rows.append([f, c, round(statistics.mean(x["records_per_s"] for x in rs)),
                      round(statistics.mean(x["cpu_per_10k_records_pct"] for x in rs), 2),
                      f"{cost:.2f} +- {spread_us / 2:.2f}" if valid else f"invalid (spread {spread_us:.2f})",
+                     round(statistics.mean(x["records_per_message"] for x in rs), 1),
                      round(statistics.mean(x["bytes_per_record"] for x in rs), 1),
                      sum(x["kafka"]["dropped"] + x["kafka"]["failed"] for x in rs),
                      sum(x["records_lost"] for x in rs)])
@@ -157,7 +163,7 @@ def main():
           f"{statistics.mean(off_us):.2f} % of a core per 10k records/s ({min(off_us):.2f}-{max(off_us):.2f} "
           f"over {len(off)} runs)")
     print(B.fmt_table(["format", "compression", "records/s", "% core per 10k rec/s", "export CPU us/record",
-                       "bytes/record (broker)", "exporter dropped+failed", "ring lost"], rows))
+                       "records/message", "bytes/record (broker)", "exporter dropped+failed", "ring lost"], rows))
     B.write_result("kafka_export", {"args": vars(args), "runs": runs, "off_cpu_spread_us_per_record": round(spread_us, 3)},
                    args.out)
 

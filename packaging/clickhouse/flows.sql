@@ -37,7 +37,7 @@
 -- LowCardinality, no Nullable column in the sorting key.
 --
 -- export.kafka.format: protobuf (tcpscope's default is json): the messages are
--- tcpscope.proto's FlowRecord, length-delimited, one record per Kafka message, and the Kafka
+-- tcpscope.proto's FlowRecord, length-delimited, one or more records per Kafka message, and the Kafka
 -- table reads them with kafka_format = 'Protobuf' and kafka_schema = 'tcpscope.proto:FlowRecord'
 -- instead of 'JSONEachRow'; the columns, the MergeTree table and the view stay as they are:
 --   sed -e "s/'JSONEachRow')/'Protobuf') SETTINGS kafka_schema = 'tcpscope.proto:FlowRecord'/" \

@@ -392,6 +392,7 @@ void Daemon::flush_batch() {
     batch_.clear();
     batch_records_ = 0;
   }
+  if (kafka_) kafka_->send();
   last_drain_ns_ = SteadyClock::now().time_since_epoch().count();
 }
 

@@ -16,6 +16,7 @@
 #include "export/kafka_protobuf.h"
 #include "record/flow_json.h"
 #include "record/transfer_json.h"
+#include "record/transfer_sampling.h"
 
 namespace tcpscope {
 
@@ -69,10 +70,16 @@ bool read_secret_file(const std::string& path, std::string* out, std::string* er
   return true;
 }
 
-std::string default_client_id() {
+std::string client_id(const KafkaConfig& c) {
+  if (!c.client_id.empty()) return c.client_id;
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0 || !host[0]) return "tcpscope";
   return std::string("tcpscope@") + host;
+}
+
+// A message's opaque: its kind and how many records it carries.
+void* message_opaque(int kind, uint32_t records) {
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(records) << 1 | static_cast<uintptr_t>(kind));
 }
 
 struct ConfDeleter {
@@ -109,10 +116,12 @@ std::string kafka_broker_list(const KafkaConfig& c) {
 bool kafka_properties(const KafkaConfig& c, KafkaProperties* out, std::string* error) {
   KafkaProperties p = {
       {"bootstrap.servers", kafka_broker_list(c)},
-      {"client.id", c.client_id.empty() ? default_client_id() : c.client_id},
+      {"client.id", client_id(c)},
       {"compression.codec", c.compression},
       {"linger.ms", std::to_string(c.linger_ms)},
-      {"queue.buffering.max.kbytes", std::to_string(c.queue_bytes / 1024)},
+      // Out of the way of queue_bytes, which the export keeps exactly
+      // (librdkafka counts whole KiB and not what a bucket holds yet).
+      {"queue.buffering.max.kbytes", std::to_string(c.queue_bytes / 1024 + 1 + kKafkaMaxMessageBytes / 1024)},
       {"queue.buffering.max.messages", kMaxQueuedMessages},
       // Exactly once per partition across retries and reconnects.
       {"enable.idempotence", "true"},
@@ -155,21 +164,22 @@ bool check_kafka_config(const KafkaConfig& config, std::string* error) {
   return true;
 }
 
-KafkaKey kafka_flow_key(uint32_t netns, const IpAddr& laddr, uint16_t lport, const IpAddr& raddr, uint16_t rport) {
-  KafkaKey k{};
-  char* p = k.bytes;
-  for (int shift = 24; shift >= 0; shift -= 8) *p++ = static_cast<char>(netns >> shift);
-  *p++ = static_cast<char>(lport >> 8);
-  *p++ = static_cast<char>(lport);
-  *p++ = static_cast<char>(rport >> 8);
-  *p++ = static_cast<char>(rport);
-  std::memcpy(p, laddr.bytes.data(), 16);
-  std::memcpy(p + 16, raddr.bytes.data(), 16);
-  return k;
+uint32_t kafka_bucket(int64_t flow_start_ns) {
+  return static_cast<uint32_t>(flow_sampling_hash(flow_start_ns) >> (64 - kKafkaBucketBits));
+}
+
+namespace {
+int64_t flow_start_ns(const FlowRecord& r) { return r.start_ns; }
+int64_t flow_start_ns(const TransferRecord& r) { return r.flow_start_ns; }
+}  // namespace
+
+std::string kafka_bucket_key(const std::string& client_id, uint32_t bucket) {
+  return client_id + "/" + std::to_string(bucket);
 }
 
 KafkaExport::KafkaExport(const KafkaConfig& config, const std::shared_ptr<prometheus::Registry>& registry)
     : queue_bytes_(config.queue_bytes), protobuf_(config.format == "protobuf") {
+  for (uint32_t b = 0; b < kKafkaBuckets; ++b) keys_[b] = kafka_bucket_key(client_id(config), b);
   auto& records = prometheus::BuildCounter()
                       .Name("tcpscope_kafka_records_total")
                       .Help("Records for Kafka by kind and result: queued for the brokers, then delivered or failed "
@@ -204,8 +214,9 @@ std::unique_ptr<KafkaExport> KafkaExport::open(const KafkaConfig& config,
   std::unique_ptr<KafkaExport> x(new KafkaExport(config, registry));
   rd_kafka_conf_set_opaque(conf.get(), x.get());
   rd_kafka_conf_set_dr_msg_cb(conf.get(), [](rd_kafka_t*, const rd_kafka_message_t* m, void* opaque) {
-    const auto kind = static_cast<int>(reinterpret_cast<uintptr_t>(m->_private));
-    static_cast<KafkaExport*>(opaque)->on_delivery(kind, m->len, m->err == RD_KAFKA_RESP_ERR_NO_ERROR,
+    const auto o = reinterpret_cast<uintptr_t>(m->_private);
+    static_cast<KafkaExport*>(opaque)->on_delivery(static_cast<int>(o & 1), static_cast<uint32_t>(o >> 1), m->len,
+                                                   m->err == RD_KAFKA_RESP_ERR_NO_ERROR,
                                                    m->err ? rd_kafka_err2str(m->err) : nullptr);
   });
   rd_kafka_conf_set_error_cb(conf.get(), [](rd_kafka_t*, int err, const char* reason, void* opaque) {
@@ -258,7 +269,7 @@ void KafkaExport::produce_record(KafkaRecordKind kind, const Record& r, std::str
       append_json(r, &scratch_);
     message = scratch_;
   }
-  produce(kind, kafka_flow_key(r.netns, r.laddr, r.lport, r.raddr, r.rport), message);
+  produce(kind, kafka_bucket(flow_start_ns(r)), message);
 }
 
 void KafkaExport::produce(const FlowRecord& r, std::string_view json_line) {
@@ -269,33 +280,51 @@ void KafkaExport::produce(const TransferRecord& r, std::string_view json_line) {
   produce_record(KafkaRecordKind::kTransfer, r, json_line);
 }
 
-void KafkaExport::produce(KafkaRecordKind kind, const KafkaKey& key, std::string_view message) {
+void KafkaExport::produce(KafkaRecordKind kind, uint32_t bucket, std::string_view record) {
   const int k = static_cast<int>(kind);
-  // librdkafka bounds its queue in whole KiB; counting here too gives the
-  // gauge and keeps the bound exact.
-  if (in_queue_bytes_.load(std::memory_order_relaxed) + message.size() > queue_bytes_ ||
-      rd_kafka_produce(topics_[k], RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY, const_cast<char*>(message.data()),
-                       message.size(), key.bytes, sizeof key.bytes,
-                       reinterpret_cast<void*>(static_cast<uintptr_t>(k))) != 0) {
+  if (in_queue_bytes_.load(std::memory_order_relaxed) + record.size() > queue_bytes_) {
     counts_[k].dropped.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  in_queue_bytes_.fetch_add(message.size(), std::memory_order_relaxed);
+  Pending& p = pending_[k][bucket % kKafkaBuckets];
+  p.bytes.append(record);
+  ++p.records;
+  in_queue_bytes_.fetch_add(record.size(), std::memory_order_relaxed);
   counts_[k].queued.fetch_add(1, std::memory_order_relaxed);
+  if (p.bytes.size() >= kKafkaMaxMessageBytes) send(k, bucket % kKafkaBuckets);
 }
 
-void KafkaExport::on_delivery(int kind, size_t bytes, bool ok, const char* error) {
+void KafkaExport::send() {
+  for (int k = 0; k < kKafkaRecordKinds; ++k)
+    for (uint32_t b = 0; b < kKafkaBuckets; ++b)
+      if (pending_[k][b].records) send(k, b);
+}
+
+void KafkaExport::send(int kind, uint32_t bucket) {
+  Pending& p = pending_[kind][bucket];
+  const std::string& key = keys_[bucket];
+  if (rd_kafka_produce(topics_[kind], RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY, p.bytes.data(), p.bytes.size(),
+                       key.data(), key.size(), message_opaque(kind, p.records)) != 0) {
+    // Not for want of room (the export bounds the queue below librdkafka's
+    // own bound): the records were queued, and are lost for good.
+    on_delivery(kind, p.records, p.bytes.size(), false, rd_kafka_err2str(rd_kafka_last_error()));
+  }
+  p.bytes.clear();
+  p.records = 0;
+}
+
+void KafkaExport::on_delivery(int kind, uint32_t records, size_t bytes, bool ok, const char* error) {
   if (kind < 0 || kind >= kKafkaRecordKinds) return;
   in_queue_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
   if (ok) {
-    counts_[kind].delivered.fetch_add(1, std::memory_order_relaxed);
+    counts_[kind].delivered.fetch_add(records, std::memory_order_relaxed);
     if (has_error_.load(std::memory_order_relaxed)) {
       std::lock_guard<std::mutex> lock(error_mu_);
       last_error_.clear();
       has_error_ = false;
     }
   } else {
-    counts_[kind].failed.fetch_add(1, std::memory_order_relaxed);
+    counts_[kind].failed.fetch_add(records, std::memory_order_relaxed);
     set_error(std::string("delivery failed: ") + error);
   }
 }
@@ -331,6 +360,7 @@ void KafkaExport::update_metrics() {
 
 void KafkaExport::close(int timeout_ms) {
   if (!rk_ || stop_) return;
+  send();
   rd_kafka_flush(rk_, timeout_ms);
   // What the brokers did not take in time fails with a purge error through
   // the poll thread, so every record ends counted.

@@ -1,8 +1,12 @@
 // Flow and transfer records to the fleet's Kafka (`export.kafka`, README
-// "Fleet"): one message per record in export.kafka.format, the flow log's
-// JSON line (newline included) or the length-delimited Protobuf message of
+// "Fleet"): each record in export.kafka.format, the flow log's JSON line
+// (newline included) or the length-delimited Protobuf message of
 // packaging/clickhouse/tcpscope.proto (kafka_protobuf.h), flows and
-// transfers on their own topics.
+// transfers on their own topics. Both formats say where a record ends, so a
+// Kafka message carries several: the records of one drain of the ring that
+// fall in the same bucket (kKafkaBuckets, by the flow's hash) go out as one
+// message, up to kKafkaMaxMessageBytes. librdkafka's cost is per message;
+// at low rates a message is still one record, at request rates it is many.
 //
 // librdkafka does the batching, compression, retries and idempotence; its
 // own queue is the bound: produce() copies the record into it and returns at
@@ -14,8 +18,8 @@
 // good, or it was still queued when the daemon stopped); records that did
 // not fit are counted as dropped and never as queued.
 //
-// The message key is the flow's identity (kafka_flow_key), so a flow's
-// record and its transfers' land in the same partition of their topics.
+// A message's key is its bucket's (kafka_bucket_key), so a flow's record
+// and its transfers' land in the same partition of their topics.
 #pragma once
 
 #include <atomic>
@@ -30,7 +34,6 @@
 
 #include "config/config.h"
 #include "metrics/total_counter.h"
-#include "net/ip_addr.h"
 #include "record/flow_record.h"
 #include "record/transfer_record.h"
 
@@ -59,13 +62,18 @@ bool kafka_properties(const KafkaConfig& config, KafkaProperties* out, std::stri
 // naming the setting.
 bool check_kafka_config(const KafkaConfig& config, std::string* error);
 
-// 40 bytes: netns, lport, rport (big-endian), laddr, raddr (16 bytes each,
-// IPv4 in the first four).
-constexpr size_t kKafkaKeyBytes = 40;
-struct KafkaKey {
-  char bytes[kKafkaKeyBytes];
-};
-KafkaKey kafka_flow_key(uint32_t netns, const IpAddr& laddr, uint16_t lport, const IpAddr& raddr, uint16_t rport);
+// A flow's bucket: the top bits of the hash transfer sampling uses (whose
+// low bits pick the sampled flows, so those spread over every bucket). The
+// flow's record and its transfers share it, both knowing the flow's start.
+constexpr int kKafkaBucketBits = 4;
+constexpr uint32_t kKafkaBuckets = 1u << kKafkaBucketBits;
+uint32_t kafka_bucket(int64_t flow_start_ns);
+// A bucket's message key: "<client.id>/<bucket>". The client id in it
+// spreads a fleet's servers over every partition, not just kKafkaBuckets.
+std::string kafka_bucket_key(const std::string& client_id, uint32_t bucket);
+// A bucket's message is sent once it holds this much, drain or not: well
+// under the brokers' default message.max.bytes (1 MB) after compression.
+constexpr size_t kKafkaMaxMessageBytes = 256 * 1024;
 
 class KafkaExport {
  public:
@@ -85,11 +93,14 @@ class KafkaExport {
   // Queues one record in export.kafka.format, if its kind is exported;
   // never blocks. `json_line` is the record's flow-log line when the caller
   // has written it (json sends it as it is), else empty. The daemon's loop
-  // thread only.
+  // thread only, as are the two below.
   void produce(const FlowRecord& r, std::string_view json_line);
   void produce(const TransferRecord& r, std::string_view json_line);
-  // Queues one message as it is; never blocks. The daemon's loop thread only.
-  void produce(KafkaRecordKind kind, const KafkaKey& key, std::string_view message);
+  // Queues one record already in the configured format, in `bucket`.
+  void produce(KafkaRecordKind kind, uint32_t bucket, std::string_view record);
+  // Hands every bucket's records to librdkafka, a message per bucket (the
+  // daemon, after each drain of the ring).
+  void send();
   // Waits up to timeout_ms for the queue to drain; what is left is counted
   // as failed. The producer is unusable afterwards.
   void close(int timeout_ms);
@@ -105,10 +116,16 @@ class KafkaExport {
   struct Counts {
     std::atomic<uint64_t> queued{0}, delivered{0}, failed{0}, dropped{0};
   };
+  // A bucket's records not yet handed to librdkafka.
+  struct Pending {
+    std::string bytes;
+    uint32_t records = 0;
+  };
   KafkaExport(const KafkaConfig& config, const std::shared_ptr<prometheus::Registry>& registry);
   template <class Record>
   void produce_record(KafkaRecordKind kind, const Record& r, std::string_view json_line);
-  void on_delivery(int kind, size_t bytes, bool ok, const char* error);
+  void send(int kind, uint32_t bucket);
+  void on_delivery(int kind, uint32_t records, size_t bytes, bool ok, const char* error);
   void set_error(std::string error);
   void poll_loop();
 
@@ -117,7 +134,10 @@ class KafkaExport {
   std::string scratch_;  // a record's message when it is not the caller's line
   rd_kafka_s* rk_ = nullptr;
   rd_kafka_topic_s* topics_[kKafkaRecordKinds] = {nullptr, nullptr};
+  std::string keys_[kKafkaBuckets];
+  Pending pending_[kKafkaRecordKinds][kKafkaBuckets];
   Counts counts_[kKafkaRecordKinds];
+  // Pending and in librdkafka's queue: what queue_bytes bounds.
   std::atomic<uint64_t> in_queue_bytes_{0};
   mutable std::mutex error_mu_;
   std::string last_error_;

@@ -11,6 +11,7 @@
 #include "export/kafka_protobuf.h"
 #include "record/flow_json.h"
 #include "record/transfer_json.h"
+#include "record/transfer_sampling.h"
 
 namespace tcpscope {
 namespace {
@@ -33,15 +34,24 @@ std::string temp_file(const std::string& content, mode_t mode) {
   return path;
 }
 
-TEST(KafkaKey, SameFlowSameKeyAndEveryFieldCounts) {
-  const IpAddr a = *IpAddr::parse("198.18.0.1"), b = *IpAddr::parse("fd00::2");
-  const KafkaKey k1 = kafka_flow_key(7, a, 443, b, 50000);
-  const KafkaKey k2 = kafka_flow_key(7, a, 443, b, 50000);
-  EXPECT_EQ(std::string(k1.bytes, kKafkaKeyBytes), std::string(k2.bytes, kKafkaKeyBytes));
-  for (const KafkaKey& other : {kafka_flow_key(8, a, 443, b, 50000), kafka_flow_key(7, b, 443, b, 50000),
-                                kafka_flow_key(7, a, 444, b, 50000), kafka_flow_key(7, a, 443, a, 50000),
-                                kafka_flow_key(7, a, 443, b, 50001)})
-    EXPECT_NE(std::string(k1.bytes, kKafkaKeyBytes), std::string(other.bytes, kKafkaKeyBytes));
+// A flow's records share a bucket; flows, sampled or not, spread over all.
+TEST(KafkaBucket, AFlowKeepsItsBucketAndFlowsSpreadOverAll) {
+  EXPECT_EQ(kafka_bucket(1'764'000'000'123'456'789), kafka_bucket(1'764'000'000'123'456'789));
+  uint32_t all[kKafkaBuckets] = {}, sampled[kKafkaBuckets] = {};
+  const int n = 64000;
+  int n_sampled = 0;
+  for (int i = 0; i < n; ++i) {
+    const int64_t start = 1'764'000'000'000'000'000 + 1'234'567 * int64_t(i);
+    const uint32_t b = kafka_bucket(start);
+    ASSERT_LT(b, kKafkaBuckets);
+    ++all[b];
+    if (transfer_sampled(start, 16)) ++sampled[b], ++n_sampled;
+  }
+  for (uint32_t b = 0; b < kKafkaBuckets; ++b) {
+    EXPECT_NEAR(all[b], n / kKafkaBuckets, n / kKafkaBuckets / 10) << b;
+    EXPECT_NEAR(sampled[b], n_sampled / kKafkaBuckets, n_sampled / kKafkaBuckets / 3) << b;
+  }
+  EXPECT_EQ(kafka_bucket_key("tcpscope@edge-1", 7), "tcpscope@edge-1/7");
 }
 
 TEST(KafkaProperties, IdempotentNoDeliveryTimeoutAndTheQueueBound) {
@@ -59,7 +69,8 @@ TEST(KafkaProperties, IdempotentNoDeliveryTimeoutAndTheQueueBound) {
   EXPECT_EQ(get("bootstrap.servers"), "kafka-1:9092,kafka-2:9092");
   EXPECT_EQ(get("enable.idempotence"), "true");
   EXPECT_EQ(get("message.timeout.ms"), "0");
-  EXPECT_EQ(get("queue.buffering.max.kbytes"), "65536");
+  // Above queue_bytes: the export keeps that bound itself, exactly.
+  EXPECT_GT(std::stoul(get("queue.buffering.max.kbytes")), 65536u);
   EXPECT_EQ(get("compression.codec"), "zstd");
   EXPECT_EQ(get("sasl.password"), "(unset)");
 }
@@ -107,9 +118,11 @@ TEST(KafkaExport, WithoutBrokersTheQueueBoundsWhatIsKeptAndEveryRecordIsCounted)
   auto x = KafkaExport::open(broker_at("127.0.0.1:9"), registry, &error);  // discard port: refused
   ASSERT_TRUE(x) << error;
   const std::string record(1000, 'x');
-  const KafkaKey key = kafka_flow_key(1, *IpAddr::parse("198.18.0.1"), 1, *IpAddr::parse("198.18.0.2"), 2);
   const int n = 3000;  // 3 MB into a 1 MiB queue
-  for (int i = 0; i < n; ++i) x->produce(KafkaRecordKind::kFlow, key, record);
+  for (int i = 0; i < n; ++i) {
+    x->produce(KafkaRecordKind::kFlow, i % kKafkaBuckets, record);
+    if (i % 100 == 99) x->send();
+  }
   x->update_metrics();
   const uint64_t dropped_before_close = x->lost();
   EXPECT_GE(dropped_before_close, 3000u - 1049u);
@@ -162,7 +175,12 @@ TEST(KafkaExport, QueuesEachRecordInTheConfiguredFormat) {
     want += json ? transfer_json.size() : transfer_protobuf.size();
     x->update_metrics();
     EXPECT_EQ(queue_bytes(*registry), want) << format;
+    // Handed to librdkafka, as one message per bucket: still queued.
+    x->send();
+    x->update_metrics();
+    EXPECT_EQ(queue_bytes(*registry), want) << format << ": sent";
     x->close(0);
+    EXPECT_EQ(x->lost(), 3u) << format << ": each record counted once as failed at close";
   }
 
   // A kind without a topic is not exported.
