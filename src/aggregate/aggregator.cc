@@ -12,7 +12,7 @@
 #include <set>
 
 #include "config/config.h"
-#include "record/size_class.h"
+#include "measure/size_class.h"
 
 namespace tcpscope {
 

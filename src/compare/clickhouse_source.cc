@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "compare/flow_sketch.h"
+#include "measure/flow_sketch.h"
+#include "measure/size_class.h"
 #include "net/http_client.h"
-#include "record/size_class.h"
 #include "text/url_query.h"
 
 namespace tcpscope {
@@ -43,7 +43,7 @@ const ClickHouseColumn* find_column(const std::vector<ClickHouseColumn>& columns
   return nullptr;
 }
 
-// What the query computes per record, in the words of compare_metric.h.
+// What the query computes per record, in the words of measure/metric.h.
 struct Population {
   std::string bytes;      // payload bytes (the size class is taken from it)
   std::string condition;  // the record counts for the metric

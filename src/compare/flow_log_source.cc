@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "record/size_class.h"
+#include "measure/size_class.h"
 #include "record/transfer_record.h"
 #include "record/transfer_sampling.h"
 

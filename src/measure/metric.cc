@@ -1,4 +1,4 @@
-#include "compare/compare_metric.h"
+#include "measure/metric.h"
 
 #include <algorithm>
 #include <cmath>
