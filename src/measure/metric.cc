@@ -173,7 +173,15 @@ const Population& completed_population() {
   return p;
 }
 
-const Population& metric_population(CompareMetric m) {
+namespace {
+
+struct MetricDefinition {
+  Population population;
+  MetricFormula formula;
+};
+
+// Per CompareMetric, in its order.
+const MetricDefinition& definition(CompareMetric m) {
   const auto completed_and = [](std::initializer_list<PopulationTerm> terms) {
     Population p = completed_population();
     p.insert(p.end(), terms);
@@ -181,25 +189,34 @@ const Population& metric_population(CompareMetric m) {
   };
   // Transfers: only what this host sent (received ones follow the peer's
   // congestion control), and for throughput not what the receiver's window
-  // held back; see the tables in the header.
-  static const Population fct = completed_and({{MetricInput::kBytes, MetricTest::kBelowThroughputMin},
-                                               {MetricInput::kTime, MetricTest::kPositive},
-                                               {MetricInput::kRecv, MetricTest::kFalse}});
-  static const Population throughput = completed_and({{MetricInput::kBytes, MetricTest::kAtLeastThroughputMin},
-                                                      {MetricInput::kTime, MetricTest::kPositive},
-                                                      {MetricInput::kRecv, MetricTest::kFalse},
-                                                      {MetricInput::kRwndLimited, MetricTest::kFalse}});
-  // srtt_us 0: the kernel has no RTT sample.
-  static const Population rtt = completed_and({{MetricInput::kSrtt, MetricTest::kPositive}});
-  static const Population retrans = completed_and({{MetricInput::kSegsOut, MetricTest::kPositive}});
-  switch (m) {
-    case CompareMetric::kFct: return fct;
-    case CompareMetric::kThroughput: return throughput;
-    case CompareMetric::kRtt: return rtt;
-    case CompareMetric::kRetrans: return retrans;
-  }
-  return fct;
+  // held back; see the tables in the header. srtt_us 0: the kernel has no
+  // RTT sample.
+  static const MetricDefinition table[kCompareMetricCount] = {
+      // fct
+      {completed_and({{MetricInput::kBytes, MetricTest::kBelowThroughputMin},
+                      {MetricInput::kTime, MetricTest::kPositive},
+                      {MetricInput::kRecv, MetricTest::kFalse}}),
+       {MetricInput::kTime}},
+      // throughput: bytes per µs to bit/s
+      {completed_and({{MetricInput::kBytes, MetricTest::kAtLeastThroughputMin},
+                      {MetricInput::kTime, MetricTest::kPositive},
+                      {MetricInput::kRecv, MetricTest::kFalse},
+                      {MetricInput::kRwndLimited, MetricTest::kFalse}}),
+       {MetricInput::kBytes, MetricInput::kTime, 8, 1e6}},
+      // rtt
+      {completed_and({{MetricInput::kSrtt, MetricTest::kPositive}}), {MetricInput::kSrtt}},
+      // retrans
+      {completed_and({{MetricInput::kSegsOut, MetricTest::kPositive}}),
+       {MetricInput::kRetransSegs, MetricInput::kSegsOut}},
+  };
+  return table[static_cast<int>(m)];
 }
+
+}  // namespace
+
+const Population& metric_population(CompareMetric m) { return definition(m).population; }
+
+const MetricFormula& metric_formula(CompareMetric m) { return definition(m).formula; }
 
 double input_value(MetricInput i, const MetricInputs& in) {
   switch (i) {
@@ -230,21 +247,6 @@ bool term_holds(const PopulationTerm& t, const MetricInputs& in, const MetricOpt
 
 bool in_population(const Population& p, const MetricInputs& in, const MetricOptions& opts) {
   return std::all_of(p.begin(), p.end(), [&](const PopulationTerm& t) { return term_holds(t, in, opts); });
-}
-
-const MetricFormula& metric_formula(CompareMetric m) {
-  static const MetricFormula fct{MetricInput::kTime};
-  // Bytes per µs to bit/s.
-  static const MetricFormula throughput{MetricInput::kBytes, MetricInput::kTime, 8, 1e6};
-  static const MetricFormula rtt{MetricInput::kSrtt};
-  static const MetricFormula retrans{MetricInput::kRetransSegs, MetricInput::kSegsOut};
-  switch (m) {
-    case CompareMetric::kFct: return fct;
-    case CompareMetric::kThroughput: return throughput;
-    case CompareMetric::kRtt: return rtt;
-    case CompareMetric::kRetrans: return retrans;
-  }
-  return fct;
 }
 
 std::optional<double> metric_value(CompareMetric m, const MetricInputs& in, const MetricOptions& opts) {
