@@ -24,17 +24,12 @@
 #include "record/flow_json.h"
 #include "record/flow_record.h"
 
+#include "compare_options.h"
+
 namespace tcpscope {
 namespace {
 
 using Clock = FlowDistributions::Clock;
-
-Selection sel(const std::string& text) {
-  std::string why;
-  auto s = Selection::parse(text, &why);
-  EXPECT_TRUE(s) << why;
-  return *s;
-}
 
 // Synthetic traffic with known effects: in AS 64501 BBR finishes 12 % faster
 // and moves 12 % more; in 64502 nothing differs; 64503 has a handful of
@@ -70,15 +65,6 @@ std::vector<FlowRecord> traffic(uint64_t seed) {
     }
   }
   return out;
-}
-
-CompareOptions opts(CompareMetric m, const std::string& by, const std::string& a, const std::string& b) {
-  CompareOptions o;
-  o.metric = m;
-  o.by = by;
-  o.a = a;
-  o.b = b;
-  return o;
 }
 
 CompareResult via_flow_log(const std::vector<FlowRecord>& flows, const CompareOptions& o) {
