@@ -1,26 +1,20 @@
 // What a SIGHUP does with each config key: applied to the running daemon, or
-// only at the next start (what was bound, mapped or attached at start). One
-// table, one row per key, so that no key is copied by hand or forgotten: a
-// unit test checks that the rows cover every key the parser knows
-// (config_top_level_keys()), and the reload logs every next-start key whose
-// value changed instead of saying "reloaded" over it.
+// only at the next start (what was bound, mapped or attached at start). It is
+// a column of the keys' tables (config_table.h), so no key is copied by hand
+// or forgotten: a unit test checks that the rules cover every key the parser
+// knows (config_top_level_keys()), and the reload logs every next-start key
+// whose value changed instead of saying "reloaded" over it.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "config/config.h"
+#include "config/config_table.h"
 
 namespace tcpscope {
 
-struct ReloadRule {
-  // A top-level key, or "key.field" where a key's fields differ in effect.
-  const char* key;
-  // Applied: copies the key's value from the fresh config into the running one.
-  void (*apply)(Config& running, const Config& fresh);
-  // Next start (apply is null): whether the two configs differ in it.
-  bool (*differs)(const Config& running, const Config& fresh);
-};
+using ReloadRule = ConfigReloadRule<Config>;
 
 const std::vector<ReloadRule>& reload_rules();
 
