@@ -27,7 +27,7 @@ struct ConfigEntry {
 // A string in a message: quoted and clipped.
 std::string config_quoted(const std::string& s);
 // A list echoed in a message (known keys, available CCs, defined classes):
-// each item clipped and at most a dozen of them, so a config with a hundred
+// each item clipped and at most 13 of them, so a config with a hundred
 // long class names still gives a one-line message.
 std::string config_join(const std::vector<std::string>& items, const char* sep);
 

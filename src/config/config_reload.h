@@ -6,13 +6,22 @@
 // whose value changed instead of saying "reloaded" over it.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "config/config.h"
-#include "config/config_table.h"
 
 namespace tcpscope {
+
+template <class T>
+struct ConfigReloadRule {
+  std::string key;  // a top-level key, or "key.field" where a key's fields differ in effect
+  // Applied: copies the key's value from the fresh config into the running one.
+  std::function<void(T& running, const T& fresh)> apply;
+  // Next start (apply is null): whether the two configs differ in it.
+  std::function<bool(const T& running, const T& fresh)> differs;
+};
 
 using ReloadRule = ConfigReloadRule<Config>;
 

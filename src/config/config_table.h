@@ -20,6 +20,7 @@
 
 #include "config/config.h"
 #include "config/config_reader.h"
+#include "config/config_reload.h"
 
 namespace tcpscope {
 
@@ -30,15 +31,6 @@ enum class ConfigReload {
   kNextStart,  // what was bound, mapped or attached at start: kept until a restart
   kEachKey,    // a section whose keys differ: each says
   kRefused,    // a key known only to say why it is not accepted
-};
-
-template <class T>
-struct ConfigReloadRule {
-  std::string key;  // a top-level key, or "key.field" where a key's fields differ in effect
-  // Applied: copies the key's value from the fresh config into the running one.
-  std::function<void(T& running, const T& fresh)> apply;
-  // Next start (apply is null): whether the two configs differ in it.
-  std::function<bool(const T& running, const T& fresh)> differs;
 };
 
 template <class T>
