@@ -234,6 +234,15 @@ std::optional<size_t> ConfigReader::each_item(
   return i;
 }
 
+void ConfigReader::each_mapping(
+    const ConfigEntry& e, const std::string& what, const std::string& shape,
+    const std::function<void(const YAML::Node& item, int line, const std::string& item_what)>& each) {
+  each_item(e, what, [&](const YAML::Node& n, int line, const std::string& item) {
+    if (!n.IsMap()) return error(line, item + " must be a mapping with " + shape + ", got " + type_name(n));
+    each(n, line, item);
+  });
+}
+
 std::vector<Prefix> ConfigReader::prefix_list(const ConfigEntry& e, const std::string& what,
                                               std::vector<int>* lines) {
   std::vector<Prefix> out;

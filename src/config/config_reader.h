@@ -70,6 +70,10 @@ class ConfigReader {
   std::optional<size_t> each_item(
       const ConfigEntry& e, const std::string& what,
       const std::function<void(const YAML::Node& item, int line, const std::string& item_what)>& each);
+  // each_item() for a list of mappings; an element that is not one is
+  // reported ("must be a mapping with `shape`") and skipped.
+  void each_mapping(const ConfigEntry& e, const std::string& what, const std::string& shape,
+                    const std::function<void(const YAML::Node& item, int line, const std::string& item_what)>& each);
 
   // `lines` (if given) gets the line of each element kept.
   std::vector<Prefix> prefix_list(const ConfigEntry& e, const std::string& what, std::vector<int>* lines);

@@ -41,11 +41,8 @@ const ConfigSection<PeerClassSpec>& peer_class_section() {
 
 void read_peer_classes(ConfigReader& r, const ConfigEntry& e, const std::string& path,
                        std::vector<PeerClassSpec>* classes) {
-  r.each_item(e, path, [&](const YAML::Node& n, int line, const std::string& where) {
-    if (!n.IsMap()) {
-      return r.error(line, where + " must be a mapping with name and prefixes and/or asns, got " +
-                               ConfigReader::type_name(n));
-    }
+  r.each_mapping(e, path, "name and prefixes and/or asns", [&](const YAML::Node& n, int line,
+                                                                 const std::string& where) {
     PeerClassSpec spec;
     spec.line = line;
     r.peer_class_prefix_lines.emplace_back();

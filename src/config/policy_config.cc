@@ -204,11 +204,8 @@ const ConfigSection<CcRule>& rule_section() {
 
 void read_rules(R& r, const ConfigEntry& f, const std::string& path, std::vector<CcRule>* rules) {
   std::map<std::string, int> names;
-  r.each_item(f, path, [&](const YAML::Node& n, int line, const std::string& where) {
-    if (!n.IsMap()) {
-      return r.error(line, where + " must be a mapping with name, match and cc, experiment or controller, got " +
-                               R::type_name(n));
-    }
+  r.each_mapping(f, path, "name, match and cc, experiment or controller", [&](const YAML::Node& n, int line,
+                                                                                const std::string& where) {
     CcRule rule;
     rule.line = line;
     const auto given = read_section(r, n, line, where, rule_section(), &rule);
