@@ -47,7 +47,7 @@ namespace {
 // The daemon's aggregation step: the ASN ranking labels the flow, the
 // aggregator counts it under that label.
 void rank_and_add(AsnRanking& ranking, Aggregator& agg, const FlowRecord& f) {
-  agg.add(f, ranking.add(f.asn, f.bytes_acked + f.bytes_received).label);
+  agg.add(f, ranking.add(f.enrichment.asn, f.bytes_acked + f.bytes_received).label);
 }
 
 constexpr size_t kRecords = 1 << 16;
@@ -182,7 +182,7 @@ std::vector<FlowRecord> enriched() {
   const auto& fx = fixture();
   Enricher enricher({fx.classifier, fx.asn_db});
   auto flows = decoded();
-  for (auto& f : flows) enricher.enrich(&f);
+  for (auto& f : flows) enricher.enrich(f.raddr, &f.enrichment);
   return flows;
 }
 
@@ -204,7 +204,7 @@ void BM_PipelineEnrich(benchmark::State& state) {
   auto flows = decoded();
   size_t i = 0;
   for (auto _ : state) {
-    benchmark::DoNotOptimize(enricher.enrich(&flows[i]));
+    benchmark::DoNotOptimize(enricher.enrich(flows[i].raddr, &flows[i].enrichment));
     i = (i + 1) & (kRecords - 1);
   }
   state.SetItemsProcessed(state.iterations());
@@ -263,7 +263,7 @@ void BM_PipelineEnrichAggregate(benchmark::State& state) {
   Aggregator agg(registry, AggregatorOptions{});
   AsnRanking ranking(AsnRankingOptions{});
   for (auto f : flows) {
-    enricher.enrich(&f);
+    enricher.enrich(f.raddr, &f.enrichment);
     rank_and_add(ranking, agg, f);
   }
   ranking.recompute();
@@ -271,7 +271,7 @@ void BM_PipelineEnrichAggregate(benchmark::State& state) {
   size_t i = 0;
   agg.begin_batch();
   for (auto _ : state) {
-    enricher.enrich(&flows[i]);
+    enricher.enrich(flows[i].raddr, &flows[i].enrichment);
     rank_and_add(ranking, agg, flows[i]);
     i = (i + 1) & (kRecords - 1);
     if ((i & (kDrainRecords - 1)) == 0) publish_drain(agg);
@@ -291,7 +291,7 @@ void BM_PipelineEndToEnd(benchmark::State& state) {
   AsnRanking ranking(AsnRankingOptions{});
   for (const auto& ev : fx.events) {
     FlowRecord f = decode_flow_event(ev, fx.clock);
-    enricher.enrich(&f);
+    enricher.enrich(f.raddr, &f.enrichment);
     rank_and_add(ranking, agg, f);
   }
   ranking.recompute();
@@ -302,7 +302,7 @@ void BM_PipelineEndToEnd(benchmark::State& state) {
   agg.begin_batch();
   for (auto _ : state) {
     FlowRecord f = decode_flow_event(fx.events[i], fx.clock);
-    enricher.enrich(&f);
+    enricher.enrich(f.raddr, &f.enrichment);
     rank_and_add(ranking, agg, f);
     if (flow_log) {
       append_flow_json(f, &batch);
@@ -335,10 +335,10 @@ void BM_PipelineSeriesMemory(benchmark::State& state) {
     f.segs_out = 10;
     f.retrans_segs = 1;
     f.ca_state_us = {500000, 1000, 2000, 3000, 4000};
-    f.peer_class = kClasses[0];
+    f.enrichment.peer_class = kClasses[0];
     f.cc = kCcs[0];
     for (uint32_t a = 0; a < 50; ++a) {
-      f.asn = 64500 + a;
+      f.enrichment.asn = 64500 + a;
       f.bytes_acked = 1000000000ULL - a;
       rank_and_add(ranking, *agg, f);
     }
@@ -352,9 +352,9 @@ void BM_PipelineSeriesMemory(benchmark::State& state) {
         for (uint32_t a : asns)
           for (uint64_t sz : sizes)
             for (int k = 0; k < 10; ++k) {
-              f.peer_class = c;
+              f.enrichment.peer_class = c;
               f.cc = cc;
-              f.asn = a;
+              f.enrichment.asn = a;
               f.bytes_acked = sz;
               f.dir = k < 5 ? Direction::kActive : Direction::kPassive;
               f.outcome = static_cast<Outcome>(k % 5);
@@ -425,7 +425,7 @@ void BM_TransferPath(benchmark::State& state) {
   FlowDistributions distributions(FlowDistributionsOptions{});
   auto path = [&](const tcpscope_transfer_event& ev, FlowDistributions::Clock::time_point now, std::string* log) {
     TransferRecord t = pipeline.record_of(ev);
-    const AsnLabel label = ranking.label(t.asn);
+    const AsnLabel label = ranking.label(t.enrichment.asn);
     agg.add(t, label);
     distributions.add_at(t, label, now);
     if (log && transfer_sampled(t.flow_start_ns, 16)) {
@@ -433,7 +433,7 @@ void BM_TransferPath(benchmark::State& state) {
       append_transfer_json(t, log);
     }
   };
-  for (const auto& f : enriched()) ranking.add(f.asn, f.bytes_acked + f.bytes_received);
+  for (const auto& f : enriched()) ranking.add(f.enrichment.asn, f.bytes_acked + f.bytes_received);
   ranking.recompute();
   auto now = FlowDistributions::Clock::now();
   agg.begin_batch();
