@@ -257,6 +257,12 @@ static __always_inline __u32 min_rtt_of(struct tcp_sock *tp)
 	return min_rtt == ~0U ? 0 : min_rtt;
 }
 
+/* The header every ring record starts with: what kind of record it is. */
+static __always_inline void set_kind(struct tcpscope_record_header *h, __u8 kind)
+{
+	*h = (struct tcpscope_record_header){ .kind = kind };
+}
+
 /* The addresses as both records carry them; returns the family, 4 or 6. */
 static __always_inline __u8 copy_addresses(const struct sock *sk, __u8 saddr[16], __u8 daddr[16])
 {
@@ -287,6 +293,7 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 	acked = payload_acked(tp, st);
 	received = payload_received(sk, tp);
 	min_rtt = min_rtt_of(tp);
+	set_kind(&e->common, TCPSCOPE_RECORD_FLOW);
 	e->start_ns = start_of(st, min_rtt);
 	e->established_ns = established_ns_of(st);
 	e->end_ns = now;
@@ -458,6 +465,7 @@ static __always_inline void fill_transfer_common(struct tcpscope_transfer_event 
 	/* The flow record must show the same start: fix the estimate now. */
 	st->start_ns = start_of(st, min_rtt);
 	st->flags |= TCPSCOPE_ST_START_SET;
+	set_kind(&e->common, TCPSCOPE_RECORD_TRANSFER);
 	e->flow_start_ns = st->start_ns;
 	e->family = copy_addresses(sk, e->saddr, e->daddr);
 	e->sport = bpf_ntohs(tp->inet_conn.icsk_inet.inet_sport);
@@ -476,6 +484,7 @@ static __always_inline void fill_transfer_common(struct tcpscope_transfer_event 
 static __always_inline void copy_transfer_common(struct tcpscope_transfer_event *e,
 						 const struct tcpscope_flow_event *f)
 {
+	set_kind(&e->common, TCPSCOPE_RECORD_TRANSFER);
 	e->flow_start_ns = f->start_ns;
 	e->family = f->family;
 	__builtin_memcpy(e->saddr, f->saddr, sizeof(e->saddr));
@@ -768,6 +777,7 @@ static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
 	}
 	/* The flow first: its transfers share its identity and start. Constant
 	 * offsets only: the verifier checks each against the record. */
+	set_kind(&c->common, TCPSCOPE_RECORD_CLOSE);
 	fill_event(&c->flow, sk, tp, st, now, true);
 	if (tx) {
 		copy_transfer_common(&c->transfers[0], &c->flow);

@@ -40,6 +40,26 @@ enum tcpscope_outcome {
 	TCPSCOPE_OUTCOME_ERROR = 4,
 };
 
+/* What a ring record is, named by the kind byte of the header it starts
+ * with; the reader dispatches on it. */
+enum tcpscope_record_kind {
+	TCPSCOPE_RECORD_FLOW = 1,     /* struct tcpscope_flow_event */
+	TCPSCOPE_RECORD_TRANSFER = 2, /* struct tcpscope_transfer_event */
+	TCPSCOPE_RECORD_CLOSE = 3,    /* struct tcpscope_close_event */
+};
+
+/* The first bytes of every ring record (and of the records a close record
+ * embeds). Eight bytes, so the fields after it keep their alignment. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wpadded"
+struct tcpscope_record_header {
+	__u8 kind; /* enum tcpscope_record_kind */
+	__u8 pad[7];
+};
+
+TCPSCOPE_ASSERT_SIZE(tcpscope_record_header, 8);
+#pragma GCC diagnostic pop
+
 /* flags */
 #define TCPSCOPE_F_ESTABLISHED   (1u << 0) /* the handshake completed */
 #define TCPSCOPE_F_PARTIAL       (1u << 1) /* first seen mid-flow (opened before we attached) */
@@ -57,6 +77,7 @@ enum tcpscope_outcome {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic error "-Wpadded"
 struct tcpscope_flow_event {
+	struct tcpscope_record_header common; /* TCPSCOPE_RECORD_FLOW */
 	__u64 start_ns;       /* first SYN sent (active) / first SYN received (passive) */
 	__u64 established_ns; /* handshake completed; 0 if it never did */
 	__u64 data_end_ns;    /* last data byte acknowledged, either direction; 0 if no data */
@@ -97,7 +118,7 @@ struct tcpscope_flow_event {
 	char comm[TCPSCOPE_COMM_LEN];
 };
 
-TCPSCOPE_ASSERT_SIZE(tcpscope_flow_event, 256);
+TCPSCOPE_ASSERT_SIZE(tcpscope_flow_event, 264);
 #pragma GCC diagnostic pop
 
 enum tcpscope_transfer_direction {
@@ -109,11 +130,11 @@ enum tcpscope_transfer_direction {
 #define TCPSCOPE_NO_WAIT 0xffffffffU
 
 /* One transfer: a run of data in one direction of a flow (bpf/flow.bpf.c,
- * "Transfers", has the rule). It shares the ring with the flow records and is
- * told from them by its size, which differs from theirs. */
+ * "Transfers", has the rule). It shares the ring with the flow records. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic error "-Wpadded"
 struct tcpscope_transfer_event {
+	struct tcpscope_record_header common; /* TCPSCOPE_RECORD_TRANSFER */
 	__u64 flow_start_ns;  /* the flow record's start_ns */
 	__u64 start_ns;       /* send: first byte handed to TCP; recv: first byte arrived */
 	__u64 end_ns;         /* send: last byte acknowledged; recv: last byte arrived */
@@ -139,7 +160,7 @@ struct tcpscope_transfer_event {
 	char cc[TCPSCOPE_CC_NAME_LEN];
 };
 
-TCPSCOPE_ASSERT_SIZE(tcpscope_transfer_event, 128);
+TCPSCOPE_ASSERT_SIZE(tcpscope_transfer_event, 136);
 #pragma GCC diagnostic pop
 
 /* A flow's record at close with the transfers still open then (a
@@ -150,13 +171,14 @@ TCPSCOPE_ASSERT_SIZE(tcpscope_transfer_event, 128);
 #pragma GCC diagnostic push
 #pragma GCC diagnostic error "-Wpadded"
 struct tcpscope_close_event {
+	struct tcpscope_record_header common; /* TCPSCOPE_RECORD_CLOSE */
 	struct tcpscope_transfer_event transfers[TCPSCOPE_CLOSE_TRANSFERS];
 	struct tcpscope_flow_event flow;
 	__u32 n_transfers; /* how many of `transfers` are filled, from the first */
 	__u32 reserved;
 };
 
-TCPSCOPE_ASSERT_SIZE(tcpscope_close_event, 520);
+TCPSCOPE_ASSERT_SIZE(tcpscope_close_event, 552);
 #pragma GCC diagnostic pop
 
 /* Indexes into the per-CPU `counters` array map: what user space reports.

@@ -134,7 +134,7 @@ class TransferProbe : public ::testing::Test {
 
   static int on_sample(void* ctx, void* data, size_t size) {
     auto* self = static_cast<TransferProbe*>(ctx);
-    switch (sample_kind(size)) {
+    switch (sample_kind(data, size)) {
       case SampleKind::kTransfer: {
         tcpscope_transfer_event t;
         std::memcpy(&t, data, sizeof(t));
