@@ -130,15 +130,15 @@ const Fixture& fixture() {
       } else {
         raddr = uint32_t(rng());
       }
-      ev.family = 4;
-      put_v4(ev.saddr, v4(198, 18, 0, 1));
-      put_v4(ev.daddr, raddr);
-      ev.sport = 443;
-      ev.dport = uint16_t(1024 + rng() % 60000);
-      ev.dir = TCPSCOPE_DIR_PASSIVE;
+      ev.id.family = 4;
+      put_v4(ev.id.saddr, v4(198, 18, 0, 1));
+      put_v4(ev.id.daddr, raddr);
+      ev.id.sport = 443;
+      ev.id.dport = uint16_t(1024 + rng() % 60000);
+      ev.id.dir = TCPSCOPE_DIR_PASSIVE;
       ev.outcome = p < 97 ? TCPSCOPE_OUTCOME_OK : TCPSCOPE_OUTCOME_RESET;
       ev.flags = TCPSCOPE_F_ESTABLISHED | TCPSCOPE_F_FIN_SENT | TCPSCOPE_F_TX_DONE;
-      ev.start_ns = t;
+      ev.id.start_ns = t;
       ev.established_ns = t + 20000000;
       ev.bytes_acked = uint64_t(size(rng));
       ev.bytes_received = 300 + uint64_t(pct(rng)) * 10;
@@ -160,7 +160,7 @@ const Fixture& fixture() {
       ev.ca_state_ns[0] = ev.end_ns - ev.established_ns;
       ev.pid = 1234;
       ev.cgroup_id = 5678;
-      ev.netns = 4026531840u;
+      ev.id.netns = 4026531840u;
       std::strcpy(ev.cc, pct(rng) < 50 ? "bbr" : "cubic");
       std::strcpy(ev.comm, "nginx");
       t += 50000;
@@ -398,14 +398,7 @@ void BM_TransferPath(benchmark::State& state) {
     const tcpscope_flow_event& f = fx.events[block * kActive + j % kActive];
     tcpscope_transfer_event& e = events[i];
     std::memset(&e, 0, sizeof(e));
-    e.flow_start_ns = f.start_ns;
-    e.family = f.family;
-    std::memcpy(e.saddr, f.saddr, sizeof(e.saddr));
-    std::memcpy(e.daddr, f.daddr, sizeof(e.daddr));
-    e.sport = f.sport;
-    e.dport = f.dport;
-    e.netns = f.netns;
-    e.dir = f.dir;
+    e.id = f.id;
     e.seq = uint32_t(j / kActive);
     e.direction = e.seq % 2 ? TCPSCOPE_XFER_RECV : TCPSCOPE_XFER_SEND;
     e.start_ns = f.established_ns + e.seq * 1000000;

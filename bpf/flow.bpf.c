@@ -263,7 +263,7 @@ static __always_inline void set_kind(struct tcpscope_record_header *h, __u8 kind
 	*h = (struct tcpscope_record_header){ .kind = kind };
 }
 
-/* The addresses as both records carry them; returns the family, 4 or 6. */
+/* The addresses of a flow's identity; returns the family, 4 or 6. */
 static __always_inline __u8 copy_addresses(const struct sock *sk, __u8 saddr[16], __u8 daddr[16])
 {
 	if (sk->__sk_common.skc_family != AF_INET6) {
@@ -280,6 +280,22 @@ static __always_inline __u8 copy_addresses(const struct sock *sk, __u8 saddr[16]
 	return 6;
 }
 
+/* Which flow a record is of, the same in its flow's record and its
+ * transfers': the start is the one the flow record shows (start_of()). */
+static __always_inline void fill_identity(struct tcpscope_flow_identity *id, const struct sock *sk,
+					  struct tcp_sock *tp, const struct flow_state *st, __u32 min_rtt)
+{
+	id->start_ns = start_of(st, min_rtt);
+	id->family = copy_addresses(sk, id->saddr, id->daddr);
+	/* skc_num is already zeroed at close (the port was released just
+	 * before the state store); inet_sport survives. */
+	id->sport = bpf_ntohs(tp->inet_conn.icsk_inet.inet_sport);
+	id->dport = bpf_ntohs(sk->__sk_common.skc_dport);
+	id->netns = sk->__sk_common.skc_net.net->ns.inum;
+	id->dir = st->dir;
+	__builtin_memset(id->pad, 0, sizeof(id->pad));
+}
+
 /* Fills a record from the socket as it is now. `final` is the close: the
  * per-state time is settled in `st`; a snapshot leaves `st` untouched. */
 static __always_inline void fill_event(struct tcpscope_flow_event *e, const struct sock *sk,
@@ -294,7 +310,7 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 	received = payload_received(sk, tp);
 	min_rtt = min_rtt_of(tp);
 	set_kind(&e->common, TCPSCOPE_RECORD_FLOW);
-	e->start_ns = start_of(st, min_rtt);
+	fill_identity(&e->id, sk, tp, st, min_rtt);
 	e->established_ns = established_ns_of(st);
 	e->end_ns = now;
 	e->data_end_ns = 0;
@@ -328,12 +344,6 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 		e->ca_state_ns[0] = rest > other ? rest - other : 0;
 	}
 
-	e->family = copy_addresses(sk, e->saddr, e->daddr);
-	/* skc_num is already zeroed at close (the port was released just
-	 * before the state store); inet_sport survives. */
-	e->sport = bpf_ntohs(tp->inet_conn.icsk_inet.inet_sport);
-	e->dport = bpf_ntohs(sk->__sk_common.skc_dport);
-	e->netns = sk->__sk_common.skc_net.net->ns.inum;
 	e->pid = st->pid;
 	__builtin_memcpy(e->comm, st->comm, sizeof(e->comm));
 
@@ -356,8 +366,8 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 	e->arm = st->policy.arm;
 	if (st->policy.app_set_cc)
 		e->flags |= TCPSCOPE_F_APP_SET_CC;
-	e->dir = st->dir;
 	e->outcome = outcome_of(st, sk_err);
+	__builtin_memset(e->pad, 0, sizeof(e->pad));
 	bpf_probe_read_kernel_str(e->cc, sizeof(e->cc), tp->inet_conn.icsk_ca_ops->name);
 }
 
@@ -466,12 +476,8 @@ static __always_inline void fill_transfer_common(struct tcpscope_transfer_event 
 	st->start_ns = start_of(st, min_rtt);
 	st->flags |= TCPSCOPE_ST_START_SET;
 	set_kind(&e->common, TCPSCOPE_RECORD_TRANSFER);
-	e->flow_start_ns = st->start_ns;
-	e->family = copy_addresses(sk, e->saddr, e->daddr);
-	e->sport = bpf_ntohs(tp->inet_conn.icsk_inet.inet_sport);
-	e->dport = bpf_ntohs(sk->__sk_common.skc_dport);
-	e->netns = sk->__sk_common.skc_net.net->ns.inum;
-	e->dir = st->dir;
+	fill_identity(&e->id, sk, tp, st, min_rtt);
+	__builtin_memset(e->pad, 0, sizeof(e->pad));
 	e->srtt_us = tp->srtt_us >> 3;
 	e->min_rtt_us = min_rtt;
 	e->cc_rule = st->policy.rule;
@@ -485,14 +491,8 @@ static __always_inline void copy_transfer_common(struct tcpscope_transfer_event 
 						 const struct tcpscope_flow_event *f)
 {
 	set_kind(&e->common, TCPSCOPE_RECORD_TRANSFER);
-	e->flow_start_ns = f->start_ns;
-	e->family = f->family;
-	__builtin_memcpy(e->saddr, f->saddr, sizeof(e->saddr));
-	__builtin_memcpy(e->daddr, f->daddr, sizeof(e->daddr));
-	e->sport = f->sport;
-	e->dport = f->dport;
-	e->netns = f->netns;
-	e->dir = f->dir;
+	__builtin_memcpy(&e->id, &f->id, sizeof(e->id));
+	__builtin_memset(e->pad, 0, sizeof(e->pad));
 	e->srtt_us = f->srtt_us;
 	e->min_rtt_us = f->min_rtt_us;
 	e->cc_rule = f->cc_rule;

@@ -79,10 +79,10 @@ TEST_F(RealProbe, DrainStopsAtItsBudgetAndTheNextDrainContinues) {
   int transfers = 0;
   auto make_reader = [&](std::string* error) {
     RingReader::Handlers handlers;
-    handlers.flow = [&](const tcpscope_flow_event& ev) { (ev.netns == netns ? ours : others)++; };
+    handlers.flow = [&](const tcpscope_flow_event& ev) { (ev.id.netns == netns ? ours : others)++; };
     handlers.transfer = [&](const tcpscope_transfer_event&) { ++transfers; };
     handlers.close = [&](const tcpscope_close_event& ev) {
-      (ev.flow.netns == netns ? ours : others)++;
+      (ev.flow.id.netns == netns ? ours : others)++;
       transfers += ev.n_transfers;
     };
     return RingReader::create(probe_->ring_buffer_fd(), probe_->ring_buffer_bytes(), std::move(handlers), error);

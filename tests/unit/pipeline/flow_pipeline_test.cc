@@ -10,14 +10,14 @@ namespace {
 
 tcpscope_flow_event event_to(const char* raddr) {
   tcpscope_flow_event ev{};
-  ev.family = 4;
-  ev.dir = TCPSCOPE_DIR_PASSIVE;
+  ev.id.family = 4;
+  ev.id.dir = TCPSCOPE_DIR_PASSIVE;
   ev.outcome = TCPSCOPE_OUTCOME_OK;
-  inet_pton(AF_INET, "198.18.0.1", ev.saddr);
-  inet_pton(AF_INET, raddr, ev.daddr);
-  ev.sport = 443;
-  ev.dport = 50000;
-  ev.start_ns = 1'000'000'000;
+  inet_pton(AF_INET, "198.18.0.1", ev.id.saddr);
+  inet_pton(AF_INET, raddr, ev.id.daddr);
+  ev.id.sport = 443;
+  ev.id.dport = 50000;
+  ev.id.start_ns = 1'000'000'000;
   ev.end_ns = 3'000'000'000;
   std::strcpy(ev.cc, "cubic");
   return ev;
@@ -94,14 +94,14 @@ TEST(FlowPipeline, SeesTheTablesAReloadSwappedIn) {
 
 tcpscope_transfer_event transfer_to(const char* raddr) {
   tcpscope_transfer_event ev{};
-  ev.family = 4;
-  ev.dir = TCPSCOPE_DIR_PASSIVE;
+  ev.id.family = 4;
+  ev.id.dir = TCPSCOPE_DIR_PASSIVE;
   ev.direction = TCPSCOPE_XFER_SEND;
-  inet_pton(AF_INET, "198.18.0.1", ev.saddr);
-  inet_pton(AF_INET, raddr, ev.daddr);
-  ev.sport = 443;
-  ev.dport = 50000;
-  ev.flow_start_ns = 1'000'000'000;
+  inet_pton(AF_INET, "198.18.0.1", ev.id.saddr);
+  inet_pton(AF_INET, raddr, ev.id.daddr);
+  ev.id.sport = 443;
+  ev.id.dport = 50000;
+  ev.id.start_ns = 1'000'000'000;
   ev.start_ns = 1'500'000'000;
   ev.end_ns = 1'750'000'000;
   ev.wait_us = TCPSCOPE_NO_WAIT;
