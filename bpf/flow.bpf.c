@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * Follow every TCP socket from its first SYN to CLOSE and hand one record per
- * flow, and one per transfer (a run of data one way, see "Transfers"), to
- * user space. Per-socket state lives in SK_STORAGE (freed with the
- * socket, nothing to fill up); the record is read from tcp_sock at CLOSE.
+ * flow, and one per transfer (a run of data one way, see "Transfers" in
+ * transfer.h), to user space. Per-socket state lives in SK_STORAGE (freed
+ * with the socket, nothing to fill up); the record is read from tcp_sock at
+ * CLOSE.
  *
  * Hooks, all tracepoints (no kprobe/fentry needed):
  *   inet_sock_set_state  the state machine: start, handshake, FIN, close

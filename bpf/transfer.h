@@ -6,6 +6,16 @@
 #ifndef TCPSCOPE_TRANSFER_H
 #define TCPSCOPE_TRANSFER_H
 
+/* A send transfer with nothing in flight this long is over even if no data
+ * arrived: a writer that pauses a second is not writing one object. */
+#define TRANSFER_IDLE_NS (1000ULL * NSEC_PER_MSEC)
+
+#define USEC_PER_SEC 1000000U
+
+/* The kernel's tick, for its jiffies-based time counters (tcp_info's
+ * busy/rwnd/sndbuf time). Weak: without a readable kernel config they are 0. */
+extern int CONFIG_HZ __kconfig __weak;
+
 /*
  * Transfers: runs of data one way, each handed over as its own record.
  *
@@ -45,11 +55,6 @@
  * time, not the network's). Receive: from the start of the send transfer
  * after the previous arrival (the request) to the first arrival.
  */
-#define USEC_PER_SEC 1000000U
-
-/* The kernel's tick, for its jiffies-based time counters (tcp_info's
- * busy/rwnd/sndbuf time). Weak: without a readable kernel config they are 0. */
-extern int CONFIG_HZ __kconfig __weak;
 
 static __always_inline void read_chrono(struct tcp_sock *tp, __u32 out[3])
 {
@@ -185,10 +190,6 @@ static __always_inline void end_transfer(const struct sock *sk, struct tcp_sock 
 		fill_recv_transfer(e, st, at);
 	submit(e);
 }
-
-/* A send transfer with nothing in flight this long is over even if no data
- * arrived: a writer that pauses a second is not writing one object. */
-#define TRANSFER_IDLE_NS (1000ULL * NSEC_PER_MSEC)
 
 /* Everything sent is acknowledged and the running send transfer (if any)
  * cannot be extended by a write at `now`: see "Transfers". */

@@ -139,7 +139,7 @@ enum tcpscope_transfer_direction {
 /* wait_us when no data went the other way before the transfer. */
 #define TCPSCOPE_NO_WAIT 0xffffffffU
 
-/* One transfer: a run of data in one direction of a flow (bpf/flow.bpf.c,
+/* One transfer: a run of data in one direction of a flow (bpf/transfer.h,
  * "Transfers", has the rule). It shares the ring with the flow records. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic error "-Wpadded"
