@@ -21,7 +21,7 @@ namespace {
 // The daemon's aggregation step: the ASN ranking labels the flow, the
 // aggregator counts it under that label.
 void rank_and_add(AsnRanking& ranking, Aggregator& agg, const FlowRecord& f) {
-  agg.add(f, ranking.add(f.asn, f.bytes_acked + f.bytes_received).label);
+  agg.add(f, ranking.add(f.enrichment.asn, f.bytes_acked + f.bytes_received).label);
 }
 
 const std::vector<std::string> kClasses{"client", "intra-pop", "pop-to-pop", "origin", "transit"};
@@ -38,10 +38,10 @@ std::vector<FlowRecord> make_flows(size_t n, uint32_t seed) {
   std::lognormal_distribution<double> size(10.0, 2.0);  // median ~22 kB, long tail
   std::uniform_int_distribution<int> pct(0, 99);
   for (auto& f : flows) {
-    f.peer_class = kClasses[static_cast<size_t>(pct(rng)) % kClasses.size()];
+    f.enrichment.peer_class = kClasses[static_cast<size_t>(pct(rng)) % kClasses.size()];
     f.cc = kCcs[static_cast<size_t>(pct(rng)) % kCcs.size()];
     const int a = asn_pick(rng);
-    f.asn = a == 59 ? 0 : 64500 + static_cast<uint32_t>(a);
+    f.enrichment.asn = a == 59 ? 0 : 64500 + static_cast<uint32_t>(a);
     f.dir = pct(rng) < 80 ? Direction::kPassive : Direction::kActive;
     const int p = pct(rng);
     f.outcome = p < 95 ? Outcome::kOk : p < 98 ? Outcome::kReset : Outcome::kTimeout;
@@ -119,11 +119,11 @@ void fill_default_cap(Aggregator* agg) {
   f.fct_us = 500000;
   f.segs_out = 10;
   f.ca_state_us = {500000, 1000, 2000, 3000, 4000};
-  f.peer_class = kClasses[0];
+  f.enrichment.peer_class = kClasses[0];
   f.cc = kCcs[0];
   // Rank 50 ASNs into the top-N first.
   for (uint32_t a = 0; a < 50; ++a) {
-    f.asn = 64500 + a;
+    f.enrichment.asn = 64500 + a;
     f.bytes_acked = 1000000000ULL - a;
     rank_and_add(ranking, *agg, f);
   }
@@ -137,9 +137,9 @@ void fill_default_cap(Aggregator* agg) {
       for (uint32_t a : asns)
         for (uint64_t sz : sizes)
           for (int k = 0; k < 10; ++k) {
-            f.peer_class = c;
+            f.enrichment.peer_class = c;
             f.cc = cc;
-            f.asn = a;
+            f.enrichment.asn = a;
             f.bytes_acked = sz;
             f.dir = k < 5 ? Direction::kActive : Direction::kPassive;
             f.outcome = static_cast<Outcome>(k % 5);

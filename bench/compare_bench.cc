@@ -33,11 +33,11 @@ std::vector<FlowRecord> make_flows(size_t n, uint32_t seed) {
   std::uniform_int_distribution<int> pct(0, 99);
   std::vector<FlowRecord> flows(n);
   for (auto& f : flows) {
-    f.peer_class = kClasses[static_cast<size_t>(pct(rng)) % kClasses.size()];
+    f.enrichment.peer_class = kClasses[static_cast<size_t>(pct(rng)) % kClasses.size()];
     f.cc = kCcs[static_cast<size_t>(pct(rng)) % kCcs.size()];
-    f.arm = f.cc;
-    f.experiment = "bbr-vs-cubic";
-    f.asn = 64500 + static_cast<uint32_t>(asn_pick(rng));
+    f.enrichment.arm = f.cc;
+    f.enrichment.experiment = "bbr-vs-cubic";
+    f.enrichment.asn = 64500 + static_cast<uint32_t>(asn_pick(rng));
     f.outcome = pct(rng) < 97 ? Outcome::kOk : Outcome::kReset;
     f.bytes_acked = static_cast<uint64_t>(size(rng));
     f.bytes_received = 400;

@@ -47,7 +47,7 @@ namespace {
 // The daemon's aggregation step: the ASN ranking labels the flow, the
 // aggregator counts it under that label.
 void rank_and_add(AsnRanking& ranking, Aggregator& agg, const FlowRecord& f) {
-  agg.add(f, ranking.add(f.asn, f.bytes_acked + f.bytes_received).label);
+  agg.add(f, ranking.add(f.enrichment.asn, f.bytes_acked + f.bytes_received).label);
 }
 
 constexpr size_t kRecords = 1 << 16;
@@ -130,15 +130,15 @@ const Fixture& fixture() {
       } else {
         raddr = uint32_t(rng());
       }
-      ev.family = 4;
-      put_v4(ev.saddr, v4(198, 18, 0, 1));
-      put_v4(ev.daddr, raddr);
-      ev.sport = 443;
-      ev.dport = uint16_t(1024 + rng() % 60000);
-      ev.dir = TCPSCOPE_DIR_PASSIVE;
+      ev.id.family = 4;
+      put_v4(ev.id.saddr, v4(198, 18, 0, 1));
+      put_v4(ev.id.daddr, raddr);
+      ev.id.sport = 443;
+      ev.id.dport = uint16_t(1024 + rng() % 60000);
+      ev.id.dir = TCPSCOPE_DIR_PASSIVE;
       ev.outcome = p < 97 ? TCPSCOPE_OUTCOME_OK : TCPSCOPE_OUTCOME_RESET;
       ev.flags = TCPSCOPE_F_ESTABLISHED | TCPSCOPE_F_FIN_SENT | TCPSCOPE_F_TX_DONE;
-      ev.start_ns = t;
+      ev.id.start_ns = t;
       ev.established_ns = t + 20000000;
       ev.bytes_acked = uint64_t(size(rng));
       ev.bytes_received = 300 + uint64_t(pct(rng)) * 10;
@@ -160,7 +160,7 @@ const Fixture& fixture() {
       ev.ca_state_ns[0] = ev.end_ns - ev.established_ns;
       ev.pid = 1234;
       ev.cgroup_id = 5678;
-      ev.netns = 4026531840u;
+      ev.id.netns = 4026531840u;
       std::strcpy(ev.cc, pct(rng) < 50 ? "bbr" : "cubic");
       std::strcpy(ev.comm, "nginx");
       t += 50000;
@@ -182,7 +182,7 @@ std::vector<FlowRecord> enriched() {
   const auto& fx = fixture();
   Enricher enricher({fx.classifier, fx.asn_db});
   auto flows = decoded();
-  for (auto& f : flows) enricher.enrich(&f);
+  for (auto& f : flows) enricher.enrich(f.raddr, &f.enrichment);
   return flows;
 }
 
@@ -204,7 +204,7 @@ void BM_PipelineEnrich(benchmark::State& state) {
   auto flows = decoded();
   size_t i = 0;
   for (auto _ : state) {
-    benchmark::DoNotOptimize(enricher.enrich(&flows[i]));
+    benchmark::DoNotOptimize(enricher.enrich(flows[i].raddr, &flows[i].enrichment));
     i = (i + 1) & (kRecords - 1);
   }
   state.SetItemsProcessed(state.iterations());
@@ -263,7 +263,7 @@ void BM_PipelineEnrichAggregate(benchmark::State& state) {
   Aggregator agg(registry, AggregatorOptions{});
   AsnRanking ranking(AsnRankingOptions{});
   for (auto f : flows) {
-    enricher.enrich(&f);
+    enricher.enrich(f.raddr, &f.enrichment);
     rank_and_add(ranking, agg, f);
   }
   ranking.recompute();
@@ -271,7 +271,7 @@ void BM_PipelineEnrichAggregate(benchmark::State& state) {
   size_t i = 0;
   agg.begin_batch();
   for (auto _ : state) {
-    enricher.enrich(&flows[i]);
+    enricher.enrich(flows[i].raddr, &flows[i].enrichment);
     rank_and_add(ranking, agg, flows[i]);
     i = (i + 1) & (kRecords - 1);
     if ((i & (kDrainRecords - 1)) == 0) publish_drain(agg);
@@ -291,7 +291,7 @@ void BM_PipelineEndToEnd(benchmark::State& state) {
   AsnRanking ranking(AsnRankingOptions{});
   for (const auto& ev : fx.events) {
     FlowRecord f = decode_flow_event(ev, fx.clock);
-    enricher.enrich(&f);
+    enricher.enrich(f.raddr, &f.enrichment);
     rank_and_add(ranking, agg, f);
   }
   ranking.recompute();
@@ -302,7 +302,7 @@ void BM_PipelineEndToEnd(benchmark::State& state) {
   agg.begin_batch();
   for (auto _ : state) {
     FlowRecord f = decode_flow_event(fx.events[i], fx.clock);
-    enricher.enrich(&f);
+    enricher.enrich(f.raddr, &f.enrichment);
     rank_and_add(ranking, agg, f);
     if (flow_log) {
       append_flow_json(f, &batch);
@@ -335,10 +335,10 @@ void BM_PipelineSeriesMemory(benchmark::State& state) {
     f.segs_out = 10;
     f.retrans_segs = 1;
     f.ca_state_us = {500000, 1000, 2000, 3000, 4000};
-    f.peer_class = kClasses[0];
+    f.enrichment.peer_class = kClasses[0];
     f.cc = kCcs[0];
     for (uint32_t a = 0; a < 50; ++a) {
-      f.asn = 64500 + a;
+      f.enrichment.asn = 64500 + a;
       f.bytes_acked = 1000000000ULL - a;
       rank_and_add(ranking, *agg, f);
     }
@@ -352,9 +352,9 @@ void BM_PipelineSeriesMemory(benchmark::State& state) {
         for (uint32_t a : asns)
           for (uint64_t sz : sizes)
             for (int k = 0; k < 10; ++k) {
-              f.peer_class = c;
+              f.enrichment.peer_class = c;
               f.cc = cc;
-              f.asn = a;
+              f.enrichment.asn = a;
               f.bytes_acked = sz;
               f.dir = k < 5 ? Direction::kActive : Direction::kPassive;
               f.outcome = static_cast<Outcome>(k % 5);
@@ -398,14 +398,7 @@ void BM_TransferPath(benchmark::State& state) {
     const tcpscope_flow_event& f = fx.events[block * kActive + j % kActive];
     tcpscope_transfer_event& e = events[i];
     std::memset(&e, 0, sizeof(e));
-    e.flow_start_ns = f.start_ns;
-    e.family = f.family;
-    std::memcpy(e.saddr, f.saddr, sizeof(e.saddr));
-    std::memcpy(e.daddr, f.daddr, sizeof(e.daddr));
-    e.sport = f.sport;
-    e.dport = f.dport;
-    e.netns = f.netns;
-    e.dir = f.dir;
+    e.id = f.id;
     e.seq = uint32_t(j / kActive);
     e.direction = e.seq % 2 ? TCPSCOPE_XFER_RECV : TCPSCOPE_XFER_SEND;
     e.start_ns = f.established_ns + e.seq * 1000000;
@@ -425,7 +418,7 @@ void BM_TransferPath(benchmark::State& state) {
   FlowDistributions distributions(FlowDistributionsOptions{});
   auto path = [&](const tcpscope_transfer_event& ev, FlowDistributions::Clock::time_point now, std::string* log) {
     TransferRecord t = pipeline.record_of(ev);
-    const AsnLabel label = ranking.label(t.asn);
+    const AsnLabel label = ranking.label(t.enrichment.asn);
     agg.add(t, label);
     distributions.add_at(t, label, now);
     if (log && transfer_sampled(t.flow_start_ns, 16)) {
@@ -433,7 +426,7 @@ void BM_TransferPath(benchmark::State& state) {
       append_transfer_json(t, log);
     }
   };
-  for (const auto& f : enriched()) ranking.add(f.asn, f.bytes_acked + f.bytes_received);
+  for (const auto& f : enriched()) ranking.add(f.enrichment.asn, f.bytes_acked + f.bytes_received);
   ranking.recompute();
   auto now = FlowDistributions::Clock::now();
   agg.begin_batch();

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * Follow every TCP socket from its first SYN to CLOSE and hand one record per
- * flow, and one per transfer (a run of data one way, see "Transfers"), to
- * user space. Per-socket state lives in SK_STORAGE (freed with the
- * socket, nothing to fill up); the record is read from tcp_sock at CLOSE.
+ * flow, and one per transfer (a run of data one way, see "Transfers" in
+ * transfer.h), to user space. Per-socket state lives in SK_STORAGE (freed
+ * with the socket, nothing to fill up); the record is read from tcp_sock at
+ * CLOSE.
  *
  * Hooks, all tracepoints (no kprobe/fentry needed):
  *   inet_sock_set_state  the state machine: start, handshake, FIN, close
@@ -257,7 +258,13 @@ static __always_inline __u32 min_rtt_of(struct tcp_sock *tp)
 	return min_rtt == ~0U ? 0 : min_rtt;
 }
 
-/* The addresses as both records carry them; returns the family, 4 or 6. */
+/* The header every ring record starts with: what kind of record it is. */
+static __always_inline void set_kind(struct tcpscope_record_header *h, __u8 kind)
+{
+	*h = (struct tcpscope_record_header){ .kind = kind };
+}
+
+/* The addresses of a flow's identity; returns the family, 4 or 6. */
 static __always_inline __u8 copy_addresses(const struct sock *sk, __u8 saddr[16], __u8 daddr[16])
 {
 	if (sk->__sk_common.skc_family != AF_INET6) {
@@ -274,6 +281,22 @@ static __always_inline __u8 copy_addresses(const struct sock *sk, __u8 saddr[16]
 	return 6;
 }
 
+/* Which flow a record is of, the same in its flow's record and its
+ * transfers': the start is the one the flow record shows (start_of()). */
+static __always_inline void fill_identity(struct tcpscope_flow_identity *id, const struct sock *sk,
+					  struct tcp_sock *tp, const struct flow_state *st, __u32 min_rtt)
+{
+	id->start_ns = start_of(st, min_rtt);
+	id->family = copy_addresses(sk, id->saddr, id->daddr);
+	/* skc_num is already zeroed at close (the port was released just
+	 * before the state store); inet_sport survives. */
+	id->sport = bpf_ntohs(tp->inet_conn.icsk_inet.inet_sport);
+	id->dport = bpf_ntohs(sk->__sk_common.skc_dport);
+	id->netns = sk->__sk_common.skc_net.net->ns.inum;
+	id->dir = st->dir;
+	__builtin_memset(id->pad, 0, sizeof(id->pad));
+}
+
 /* Fills a record from the socket as it is now. `final` is the close: the
  * per-state time is settled in `st`; a snapshot leaves `st` untouched. */
 static __always_inline void fill_event(struct tcpscope_flow_event *e, const struct sock *sk,
@@ -287,7 +310,8 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 	acked = payload_acked(tp, st);
 	received = payload_received(sk, tp);
 	min_rtt = min_rtt_of(tp);
-	e->start_ns = start_of(st, min_rtt);
+	set_kind(&e->common, TCPSCOPE_RECORD_FLOW);
+	fill_identity(&e->id, sk, tp, st, min_rtt);
 	e->established_ns = established_ns_of(st);
 	e->end_ns = now;
 	e->data_end_ns = 0;
@@ -321,12 +345,6 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 		e->ca_state_ns[0] = rest > other ? rest - other : 0;
 	}
 
-	e->family = copy_addresses(sk, e->saddr, e->daddr);
-	/* skc_num is already zeroed at close (the port was released just
-	 * before the state store); inet_sport survives. */
-	e->sport = bpf_ntohs(tp->inet_conn.icsk_inet.inet_sport);
-	e->dport = bpf_ntohs(sk->__sk_common.skc_dport);
-	e->netns = sk->__sk_common.skc_net.net->ns.inum;
 	e->pid = st->pid;
 	__builtin_memcpy(e->comm, st->comm, sizeof(e->comm));
 
@@ -349,8 +367,8 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 	e->arm = st->policy.arm;
 	if (st->policy.app_set_cc)
 		e->flags |= TCPSCOPE_F_APP_SET_CC;
-	e->dir = st->dir;
 	e->outcome = outcome_of(st, sk_err);
+	__builtin_memset(e->pad, 0, sizeof(e->pad));
 	bpf_probe_read_kernel_str(e->cc, sizeof(e->cc), tp->inet_conn.icsk_ca_ops->name);
 }
 
@@ -363,378 +381,7 @@ static __always_inline void submit(void *record)
 	bpf_ringbuf_submit(record, avail >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 }
 
-/*
- * Transfers: runs of data one way, each handed over as its own record.
- *
- * Send. A send transfer starts when the application hands TCP data while
- * everything it sent before is acknowledged (snd_una == write_seq when
- * tcp_sendmsg_locked begins, before this call's bytes are queued) and the
- * running transfer is over: data arrived since it began (this write can be
- * the reply to a new request), or nothing has been in flight for
- * TRANSFER_IDLE_NS. Data handed over while earlier data is in flight joins
- * the running transfer, so pipelined responses and overlapping HTTP/2
- * streams form one transfer, as the network carried them. So does a
- * response written in pieces that a short path drains between writes (a
- * 50 us veth did for nginx, 2-4 pieces per response): no request came
- * in between. It ends with the ACK of its last byte: the kernel's
- * delivered_mstamp (the latest ACK that delivered data), read once nothing
- * is outstanding: at the next start, at the open-flow sweep, or at close
- * (from tx_end_ns there, as the FIN's own ACK also delivers). If that last
- * segment's ACK was delayed by the receiver, the end includes the delay: it
- * is when this host learnt the data had arrived.
- *
- * Receive. A receiver cannot see the sender's idle point, only its own data:
- * an arrival starts a new receive transfer if this host started a send
- * transfer after the previous arrival and at least min_rtt/2 before this one,
- * so that it can be the reply to it; otherwise the arrival joins the running
- * transfer (data that keeps flowing around our window updates or pipelined
- * requests). A transfer ends with its last arrival; it is handed over when
- * the next one starts, when the sweep finds that any later arrival would
- * start a new one, or at close.
- *
- * The first transfer cannot overlap the handshake: sendmsg waits for it,
- * and what arrives with the handshake's last ACK is counted from that
- * arrival. Data sent in a SYN (TCP Fast Open) is not a transfer of its own;
- * it is counted in the flow only.
- *
- * wait_us. Send: from the latest arrival to the start (the request's last
- * byte to the response's first byte handed to TCP: the application's think
- * time, not the network's). Receive: from the start of the send transfer
- * after the previous arrival (the request) to the first arrival.
- */
-#define USEC_PER_SEC 1000000U
-
-/* The kernel's tick, for its jiffies-based time counters (tcp_info's
- * busy/rwnd/sndbuf time). Weak: without a readable kernel config they are 0. */
-extern int CONFIG_HZ __kconfig __weak;
-
-static __always_inline void read_chrono(struct tcp_sock *tp, __u32 out[3])
-{
-	__u32 type = BPF_CORE_READ_BITFIELD(tp, chrono_type);
-	__u32 running = (__u32)bpf_jiffies64() - tp->chrono_start;
-
-	out[0] = tp->chrono_stat[0] + (type == 1 ? running : 0);
-	out[1] = tp->chrono_stat[1] + (type == 2 ? running : 0);
-	out[2] = tp->chrono_stat[2] + (type == 3 ? running : 0);
-}
-
-static __always_inline __u32 jiffies_to_us(__u32 jiffies)
-{
-	__u64 us;
-
-	if (CONFIG_HZ <= 0)
-		return 0;
-	us = (__u64)jiffies * (USEC_PER_SEC / CONFIG_HZ);
-	return us > 0xffffffffULL ? 0xffffffffU : (__u32)us;
-}
-
-static __always_inline __u32 us_between(__u64 from_ns, __u64 to_ns)
-{
-	__u64 us;
-
-	if (!from_ns || to_ns < from_ns)
-		return TCPSCOPE_NO_WAIT;
-	us = (to_ns - from_ns) / NSEC_PER_USEC;
-	return us >= TCPSCOPE_NO_WAIT ? TCPSCOPE_NO_WAIT - 1 : (__u32)us;
-}
-
-static __always_inline __u32 next_transfer_seq(struct flow_state *st)
-{
-	__u32 last = st->tx_seq > st->rx_seq ? st->tx_seq : st->rx_seq;
-
-	if (!(st->flags & TCPSCOPE_ST_XFER_SEEN)) {
-		st->flags |= TCPSCOPE_ST_XFER_SEEN;
-		return 0;
-	}
-	return last + 1;
-}
-
-/* A transfer record's flow identity and the socket's state at its end. */
-static __always_inline void fill_transfer_common(struct tcpscope_transfer_event *e, const struct sock *sk,
-						 struct tcp_sock *tp, struct flow_state *st)
-{
-	__u32 min_rtt = min_rtt_of(tp);
-
-	/* The flow record must show the same start: fix the estimate now. */
-	st->start_ns = start_of(st, min_rtt);
-	st->flags |= TCPSCOPE_ST_START_SET;
-	e->flow_start_ns = st->start_ns;
-	e->family = copy_addresses(sk, e->saddr, e->daddr);
-	e->sport = bpf_ntohs(tp->inet_conn.icsk_inet.inet_sport);
-	e->dport = bpf_ntohs(sk->__sk_common.skc_dport);
-	e->netns = sk->__sk_common.skc_net.net->ns.inum;
-	e->dir = st->dir;
-	e->srtt_us = tp->srtt_us >> 3;
-	e->min_rtt_us = min_rtt;
-	e->cc_rule = st->policy.rule;
-	e->arm = st->policy.arm;
-	bpf_probe_read_kernel_str(e->cc, sizeof(e->cc), tp->inet_conn.icsk_ca_ops->name);
-}
-
-/* The same, at close, from the flow's record just filled: nothing is read
- * from the socket twice. */
-static __always_inline void copy_transfer_common(struct tcpscope_transfer_event *e,
-						 const struct tcpscope_flow_event *f)
-{
-	e->flow_start_ns = f->start_ns;
-	e->family = f->family;
-	__builtin_memcpy(e->saddr, f->saddr, sizeof(e->saddr));
-	__builtin_memcpy(e->daddr, f->daddr, sizeof(e->daddr));
-	e->sport = f->sport;
-	e->dport = f->dport;
-	e->netns = f->netns;
-	e->dir = f->dir;
-	e->srtt_us = f->srtt_us;
-	e->min_rtt_us = f->min_rtt_us;
-	e->cc_rule = f->cc_rule;
-	e->arm = f->arm;
-	__builtin_memcpy(e->cc, f->cc, sizeof(e->cc));
-}
-
-/* What a send transfer ending at end_ns adds to its common part in `e`. */
-static __always_inline void fill_send_transfer(struct tcpscope_transfer_event *e, struct tcp_sock *tp,
-					       const struct flow_state *st, __u64 end_ns)
-{
-	__u64 acked = payload_acked(tp, st);
-	__u32 chrono[3];
-
-	read_chrono(tp, chrono);
-	e->direction = TCPSCOPE_XFER_SEND;
-	e->seq = st->tx_seq;
-	e->start_ns = st->tx_start_ns;
-	e->end_ns = end_ns > st->tx_start_ns ? end_ns : st->tx_start_ns;
-	/* Signed: an end at an ACK lowers the base below 0 for the bytes that
-	 * ACK brings (note_segment()). */
-	e->bytes = (__s64)(acked - st->tx_acked_base) > 0 ? acked - st->tx_acked_base : 0;
-	e->wait_us = st->tx_wait_us;
-	e->retrans_segs = tp->total_retrans - st->tx_retrans_base;
-	e->busy_us = jiffies_to_us(chrono[0] - st->tx_chrono_base[0]);
-	e->rwnd_limited_us = jiffies_to_us(chrono[1] - st->tx_chrono_base[1]);
-	e->sndbuf_limited_us = jiffies_to_us(chrono[2] - st->tx_chrono_base[2]);
-}
-
-/* What a receive transfer adds to its common part in `e`; `received` is the
- * payload received before the arrival that ends it. */
-static __always_inline void fill_recv_transfer(struct tcpscope_transfer_event *e,
-					       const struct flow_state *st, __u64 received)
-{
-	e->direction = TCPSCOPE_XFER_RECV;
-	e->seq = st->rx_seq;
-	e->start_ns = st->rx_start_ns;
-	e->end_ns = st->last_rx_ns > st->rx_start_ns ? st->last_rx_ns : st->rx_start_ns;
-	e->bytes = received > st->rx_received_base ? received - st->rx_received_base : 0;
-	e->wait_us = st->rx_wait_us;
-	e->retrans_segs = 0; /* the sender's retransmissions are not counted here */
-	e->busy_us = 0;
-	e->rwnd_limited_us = 0;
-	e->sndbuf_limited_us = 0;
-}
-
-/* A transfer that ends while the flow goes on gets a record of its own. `at`:
- * a send transfer's end, or the payload received before the arrival that
- * ends a receive transfer. */
-static __always_inline void end_transfer(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st,
-					 __u8 direction, __u64 at)
-{
-	struct tcpscope_transfer_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-
-	st->flags &= direction == TCPSCOPE_XFER_SEND ? ~TCPSCOPE_ST_TX_OPEN : ~TCPSCOPE_ST_RX_OPEN;
-	if (!e) {
-		count(TCPSCOPE_CNT_TRANSFERS_LOST);
-		return;
-	}
-	fill_transfer_common(e, sk, tp, st);
-	if (direction == TCPSCOPE_XFER_SEND)
-		fill_send_transfer(e, tp, st, at);
-	else
-		fill_recv_transfer(e, st, at);
-	submit(e);
-}
-
-/* A send transfer with nothing in flight this long is over even if no data
- * arrived: a writer that pauses a second is not writing one object. */
-#define TRANSFER_IDLE_NS (1000ULL * NSEC_PER_MSEC)
-
-/* Everything sent is acknowledged and the running send transfer (if any)
- * cannot be extended by a write at `now`: see "Transfers". */
-static __always_inline bool send_transfer_over(struct tcp_sock *tp, const struct flow_state *st, __u64 now)
-{
-	__u64 idle_since = tp->delivered_mstamp * NSEC_PER_USEC;
-
-	if (tp->snd_una != tp->write_seq)
-		return false;
-	if (!(st->flags & TCPSCOPE_ST_TX_OPEN))
-		return true;
-	return st->last_rx_ns > st->tx_start_ns || now >= idle_since + TRANSFER_IDLE_NS;
-}
-
-/* A send transfer starting at start_ns, everything sent before it being
- * acknowledged: from tcp_sendmsg_locked or, before 6.16, from the ACKs. */
-static __always_inline void begin_send_transfer(struct tcp_sock *tp, struct flow_state *st, __u64 start_ns)
-{
-	st->tx_seq = next_transfer_seq(st);
-	st->tx_start_ns = start_ns;
-	st->tx_acked_base = payload_acked(tp, st);
-	st->tx_wait_us = us_between(st->last_rx_ns, start_ns);
-	st->tx_retrans_base = tp->total_retrans;
-	read_chrono(tp, st->tx_chrono_base);
-	st->flags |= TCPSCOPE_ST_TX_OPEN;
-}
-
-/* tcp_sendmsg_locked, before this call's data is queued. */
-static __always_inline void note_send(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st)
-{
-	__u64 now;
-
-	if (!(st->flags & TCPSCOPE_F_ESTABLISHED))
-		return; /* a Fast Open SYN's data: the flow's only */
-	now = bpf_ktime_get_ns();
-	if (!send_transfer_over(tp, st, now))
-		return; /* joins the running transfer */
-	if (st->flags & TCPSCOPE_ST_TX_OPEN)
-		end_transfer(sk, tp, st, TCPSCOPE_XFER_SEND, tp->delivered_mstamp * NSEC_PER_USEC);
-	begin_send_transfer(tp, st, now);
-}
-
-/*
- * Send transfers from the ACKs, on kernels without tcp_sendmsg_locked (before
- * 6.16): tcp_probe runs for every segment an established socket receives,
- * before the segment's ACK is processed, and the kernel's delivery-rate
- * bookkeeping says when a flight began from nothing in flight: sending with
- * no packet out sets first_tx_mstamp and delivered_mstamp both to that
- * segment's departure (tcp_rate_skb_sent), and they stay equal until its
- * first delivery. Data handed over while everything is acknowledged leaves
- * as such a flight, so "the application wrote with nothing outstanding" is
- * "a flight from idle", and the rule of "Transfers" applies to it at the
- * first segment received after it left, with the flight's departure as the
- * start (the write's time on the 6.16 path: the same but for the time from
- * the write to the first segment's departure).
- *
- * delivered_mstamp, the 6.16 path's end, is gone by then (that flight's
- * send overwrote it), so the end is taken when it happens: the segment
- * whose ACK covers everything written is the last byte's ACK, and the
- * transfer is over there if data came in since it began (this segment's
- * or an earlier one's). Without such data it ends only when a flight from
- * idle leaves TRANSFER_IDLE_NS after that ACK, whose time tx_end_ns keeps
- * (it is free until our FIN: check_tx_done() owns it from then on).
- *
- * A flight still undelivered when we close leaves ESTABLISHED, where
- * tcp_probe runs, before its first ACK: the state change looks for it.
- */
-static __always_inline void note_flight(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st)
-{
-	__u64 flight_ns = tp->first_tx_mstamp * NSEC_PER_USEC;
-
-	if (tp->snd_una == tp->snd_nxt || tp->first_tx_mstamp != tp->delivered_mstamp ||
-	    flight_ns <= st->tx_start_ns)
-		return; /* no flight from idle, or one already seen */
-	/* A flight that left before the last transfer ended is that
-	 * transfer's: the first program ended it at this very segment, whose
-	 * ACK is not processed yet when the second program looks again. (A
-	 * new flight from idle leaves after the ACK that ended the transfer,
-	 * or within the µs its departure stamp is rounded to.) */
-	if (!(st->flags & TCPSCOPE_ST_TX_OPEN) && flight_ns + NSEC_PER_USEC <= st->tx_end_ns)
-		return;
-	if (st->flags & TCPSCOPE_ST_TX_OPEN) {
-		/* Not all it was handed acknowledged since it began: this flight
-		 * is data that waited in the queue (a stretched ACK emptied the
-		 * network first), written while earlier data was outstanding. */
-		if (st->tx_end_ns <= st->tx_start_ns)
-			return;
-		if (st->last_rx_ns <= st->tx_start_ns && flight_ns < st->tx_end_ns + TRANSFER_IDLE_NS)
-			return; /* joins the running transfer */
-		end_transfer(sk, tp, st, TCPSCOPE_XFER_SEND, st->tx_end_ns);
-	}
-	begin_send_transfer(tp, st, flight_ns);
-}
-
-static __always_inline void note_segment(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st,
-					 struct sk_buff *skb)
-{
-	struct tcp_skb_cb *cb = (void *)skb->cb;
-	__u32 una = tp->snd_una, ack = 0, seq, end_seq;
-	__u8 tcp_flags = 0;
-	bool acks_all = false, data;
-
-	if (st->flags & TCPSCOPE_F_FIN_SENT)
-		return; /* no data can follow: close and check_tx_done() end it */
-	note_flight(sk, tp, st);
-	/* The segment is read only when it can end something: not while data
-	 * waits unsent (a bulk sender's ACKs), nor, with nothing outstanding,
-	 * outside a transfer (a bulk receiver's data). */
-	if (tp->snd_nxt != tp->write_seq)
-		return;
-	if (una != tp->snd_nxt) {
-		/* Only the ACK of the last byte sent can end it: a peer that
-		 * sends while it receives (HTTP/2's WINDOW_UPDATEs) acknowledges
-		 * part of the data in segments that carry payload. */
-		tcp_flags = BPF_CORE_READ(cb, tcp_flags);
-		ack = BPF_CORE_READ(cb, ack_seq);
-		acks_all = (tcp_flags & TCPHDR_ACK) && ack == tp->snd_nxt;
-		if (!acks_all)
-			return; /* data still outstanding */
-		st->tx_end_ns = bpf_ktime_get_ns();
-	}
-	if (!(st->flags & TCPSCOPE_ST_TX_OPEN))
-		return;
-	if (st->last_rx_ns <= st->tx_start_ns) {
-		/* Payload beyond what we had (a bare FIN's sequence number is not). */
-		if (!acks_all)
-			tcp_flags = BPF_CORE_READ(cb, tcp_flags);
-		seq = BPF_CORE_READ(cb, seq);
-		end_seq = BPF_CORE_READ(cb, end_seq);
-		data = end_seq - seq > (tcp_flags & TCPHDR_FIN ? 1u : 0u) && !seq_geq(tp->rcv_nxt, end_seq);
-		if (!data)
-			return;
-	}
-	/* bytes_acked does not have this ACK's bytes yet: the base, not read
-	 * again before the next start, makes up for them (below 0 if nothing
-	 * was acknowledged before: fill_send_transfer() subtracts signed). */
-	if (acks_all)
-		st->tx_acked_base -= ack - una;
-	end_transfer(sk, tp, st, TCPSCOPE_XFER_SEND, st->tx_end_ns);
-}
-
-/* A send transfer after the latest arrival, min_rtt/2 or longer before `at`:
- * an arrival at `at` may be its reply. */
-static __always_inline bool reply_possible(struct tcp_sock *tp, const struct flow_state *st, __u64 at)
-{
-	__u64 half_rtt = (__u64)min_rtt_of(tp) * NSEC_PER_USEC / 2;
-
-	return st->tx_start_ns > st->last_rx_ns && at >= st->tx_start_ns + half_rtt;
-}
-
-/* A payload arrival at `now`, `grew` bytes, before last_rx_ns moves to it. */
-static __always_inline void note_arrival(const struct sock *sk, struct tcp_sock *tp,
-					 struct flow_state *st, __u64 now, __u32 grew)
-{
-	__u64 before;
-
-	/* Most arrivals join the running transfer: they need nothing more. */
-	if ((st->flags & TCPSCOPE_ST_RX_OPEN) && !reply_possible(tp, st, now))
-		return;
-	before = payload_received(sk, tp) - grew;
-	if (st->flags & TCPSCOPE_ST_RX_OPEN)
-		end_transfer(sk, tp, st, TCPSCOPE_XFER_RECV, before);
-	st->rx_seq = next_transfer_seq(st);
-	st->rx_start_ns = now;
-	st->rx_received_base = before;
-	st->rx_wait_us = st->tx_start_ns > st->last_rx_ns ? us_between(st->tx_start_ns, now)
-							  : TCPSCOPE_NO_WAIT;
-	st->flags |= TCPSCOPE_ST_RX_OPEN;
-}
-
-/* The open-flow sweep (the socket iterator, under the socket's lock): hands
- * over the transfers that no later event can extend. */
-static __always_inline void sweep_transfers(const struct sock *sk, struct tcp_sock *tp,
-					    struct flow_state *st, __u64 now)
-{
-	if ((st->flags & TCPSCOPE_ST_TX_OPEN) && !(st->flags & TCPSCOPE_F_FIN_SENT) &&
-	    send_transfer_over(tp, st, now))
-		end_transfer(sk, tp, st, TCPSCOPE_XFER_SEND, tp->delivered_mstamp * NSEC_PER_USEC);
-	if ((st->flags & TCPSCOPE_ST_RX_OPEN) && reply_possible(tp, st, now))
-		end_transfer(sk, tp, st, TCPSCOPE_XFER_RECV, payload_received(sk, tp));
-}
+#include "transfer.h"
 
 /* At CLOSE: the flow's record, with the transfers still open in the same
  * reservation. A send transfer whose data was not all acknowledged ends at
@@ -768,6 +415,7 @@ static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
 	}
 	/* The flow first: its transfers share its identity and start. Constant
 	 * offsets only: the verifier checks each against the record. */
+	set_kind(&c->common, TCPSCOPE_RECORD_CLOSE);
 	fill_event(&c->flow, sk, tp, st, now, true);
 	if (tx) {
 		copy_transfer_common(&c->transfers[0], &c->flow);

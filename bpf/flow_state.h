@@ -45,7 +45,7 @@ struct flow_state {
 	 * here rather than in a storage of its own so that a socket costs one
 	 * storage allocation, not two (bench/README.md). */
 	struct tcpscope_sock_policy policy;
-	/* The latest transfer each way (flow.bpf.c, "Transfers"); open while
+	/* The latest transfer each way (transfer.h, "Transfers"); open while
 	 * TCPSCOPE_ST_TX_OPEN / TCPSCOPE_ST_RX_OPEN is set. */
 	__u64 tx_start_ns;
 	__u64 tx_acked_base;    /* payload acknowledged before it began */

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import time
 
-RECORD_BYTES = 256 + 8  # struct tcpscope_flow_event + the ring buffer's record header
+RECORD_BYTES = 272 + 8  # struct tcpscope_flow_event + the ring buffer's record header
 
 
 class WaitTimeout(AssertionError):

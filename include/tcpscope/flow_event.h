@@ -40,6 +40,26 @@ enum tcpscope_outcome {
 	TCPSCOPE_OUTCOME_ERROR = 4,
 };
 
+/* What a ring record is, named by the kind byte of the header it starts
+ * with; the reader dispatches on it. */
+enum tcpscope_record_kind {
+	TCPSCOPE_RECORD_FLOW = 1,     /* struct tcpscope_flow_event */
+	TCPSCOPE_RECORD_TRANSFER = 2, /* struct tcpscope_transfer_event */
+	TCPSCOPE_RECORD_CLOSE = 3,    /* struct tcpscope_close_event */
+};
+
+/* The first bytes of every ring record (and of the records a close record
+ * embeds). Eight bytes, so the fields after it keep their alignment. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wpadded"
+struct tcpscope_record_header {
+	__u8 kind; /* enum tcpscope_record_kind */
+	__u8 pad[7];
+};
+
+TCPSCOPE_ASSERT_SIZE(tcpscope_record_header, 8);
+#pragma GCC diagnostic pop
+
 /* flags */
 #define TCPSCOPE_F_ESTABLISHED   (1u << 0) /* the handshake completed */
 #define TCPSCOPE_F_PARTIAL       (1u << 1) /* first seen mid-flow (opened before we attached) */
@@ -56,8 +76,25 @@ enum tcpscope_outcome {
  * compile error, with gcc and clang alike. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic error "-Wpadded"
-struct tcpscope_flow_event {
+/* Which flow a record is of: the same in a flow's record and in its
+ * transfers' records (bpf/flow.bpf.c fills it in one place, fill_identity()). */
+struct tcpscope_flow_identity {
 	__u64 start_ns;       /* first SYN sent (active) / first SYN received (passive) */
+	__u8 saddr[16];       /* network order; IPv4 in the first 4 bytes */
+	__u8 daddr[16];
+	__u32 netns;
+	__u16 sport;          /* host order */
+	__u16 dport;
+	__u8 family;          /* 4 or 6 */
+	__u8 dir;             /* enum tcpscope_dir */
+	__u8 pad[6];
+};
+
+TCPSCOPE_ASSERT_SIZE(tcpscope_flow_identity, 56);
+
+struct tcpscope_flow_event {
+	struct tcpscope_record_header common; /* TCPSCOPE_RECORD_FLOW */
+	struct tcpscope_flow_identity id;
 	__u64 established_ns; /* handshake completed; 0 if it never did */
 	__u64 data_end_ns;    /* last data byte acknowledged, either direction; 0 if no data */
 	__u64 end_ns;         /* the socket reaching CLOSE */
@@ -67,9 +104,6 @@ struct tcpscope_flow_event {
 	__u64 pacing_rate;    /* bytes per second */
 	__u64 cgroup_id;
 	__u64 ca_state_ns[TCPSCOPE_CA_STATES]; /* time in Open, Disorder, CWR, Recovery, Loss */
-	__u8 saddr[16];       /* network order; IPv4 in the first 4 bytes */
-	__u8 daddr[16];
-	__u32 netns;
 	__u32 pid;
 	__u32 srtt_us;
 	__u32 min_rtt_us;
@@ -87,17 +121,14 @@ struct tcpscope_flow_event {
 	__u32 flags;            /* TCPSCOPE_F_* */
 	__s32 sk_err;           /* positive errno the socket ended with, 0 if none */
 	__u32 cc_rule;          /* (policy install id << 16) | (rule index + 1); 0: no rule chose */
-	__u16 sport;            /* host order */
-	__u16 dport;
-	__u8 family;            /* 4 or 6 */
-	__u8 dir;               /* enum tcpscope_dir */
 	__u8 outcome;           /* enum tcpscope_outcome */
 	__u8 arm;               /* experiment arm: TCPSCOPE_ARM_TAG(index), 0 when none */
+	__u8 pad[2];
 	char cc[TCPSCOPE_CC_NAME_LEN];
 	char comm[TCPSCOPE_COMM_LEN];
 };
 
-TCPSCOPE_ASSERT_SIZE(tcpscope_flow_event, 256);
+TCPSCOPE_ASSERT_SIZE(tcpscope_flow_event, 272);
 #pragma GCC diagnostic pop
 
 enum tcpscope_transfer_direction {
@@ -108,19 +139,16 @@ enum tcpscope_transfer_direction {
 /* wait_us when no data went the other way before the transfer. */
 #define TCPSCOPE_NO_WAIT 0xffffffffU
 
-/* One transfer: a run of data in one direction of a flow (bpf/flow.bpf.c,
- * "Transfers", has the rule). It shares the ring with the flow records and is
- * told from them by its size, which differs from theirs. */
+/* One transfer: a run of data in one direction of a flow (bpf/transfer.h,
+ * "Transfers", has the rule). It shares the ring with the flow records. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic error "-Wpadded"
 struct tcpscope_transfer_event {
-	__u64 flow_start_ns;  /* the flow record's start_ns */
+	struct tcpscope_record_header common; /* TCPSCOPE_RECORD_TRANSFER */
+	struct tcpscope_flow_identity id;     /* its flow's, as in that flow's record */
 	__u64 start_ns;       /* send: first byte handed to TCP; recv: first byte arrived */
 	__u64 end_ns;         /* send: last byte acknowledged; recv: last byte arrived */
 	__u64 bytes;          /* payload bytes */
-	__u8 saddr[16];       /* as in tcpscope_flow_event */
-	__u8 daddr[16];
-	__u32 netns;
 	__u32 seq;            /* 0, 1, 2, ... in the order the flow's transfers started */
 	__u32 wait_us;        /* from the other direction's last data to the start; TCPSCOPE_NO_WAIT */
 	__u32 retrans_segs;   /* segments this host retransmitted during it */
@@ -130,16 +158,13 @@ struct tcpscope_transfer_event {
 	__u32 rwnd_limited_us;
 	__u32 sndbuf_limited_us;
 	__u32 cc_rule;        /* as in tcpscope_flow_event */
-	__u16 sport;
-	__u16 dport;
-	__u8 family;
-	__u8 dir;             /* enum tcpscope_dir: the flow's */
 	__u8 direction;       /* enum tcpscope_transfer_direction */
 	__u8 arm;
+	__u8 pad[2];
 	char cc[TCPSCOPE_CC_NAME_LEN];
 };
 
-TCPSCOPE_ASSERT_SIZE(tcpscope_transfer_event, 128);
+TCPSCOPE_ASSERT_SIZE(tcpscope_transfer_event, 144);
 #pragma GCC diagnostic pop
 
 /* A flow's record at close with the transfers still open then (a
@@ -150,13 +175,14 @@ TCPSCOPE_ASSERT_SIZE(tcpscope_transfer_event, 128);
 #pragma GCC diagnostic push
 #pragma GCC diagnostic error "-Wpadded"
 struct tcpscope_close_event {
+	struct tcpscope_record_header common; /* TCPSCOPE_RECORD_CLOSE */
 	struct tcpscope_transfer_event transfers[TCPSCOPE_CLOSE_TRANSFERS];
 	struct tcpscope_flow_event flow;
 	__u32 n_transfers; /* how many of `transfers` are filled, from the first */
 	__u32 reserved;
 };
 
-TCPSCOPE_ASSERT_SIZE(tcpscope_close_event, 520);
+TCPSCOPE_ASSERT_SIZE(tcpscope_close_event, 576);
 #pragma GCC diagnostic pop
 
 /* Indexes into the per-CPU `counters` array map: what user space reports.

@@ -382,7 +382,7 @@ void Aggregator::add(const FlowRecord& f, AsnLabel asn) {
   const uint64_t bytes = f.bytes_acked + f.bytes_received;
   const bool other = asn == AsnLabel::kOther;
 
-  Series* s = series_for(class_ids_.id(f.peer_class), cc_ids_.id(f.cc), other ? 0 : f.asn, other);
+  Series* s = series_for(class_ids_.id(f.enrichment.peer_class), cc_ids_.id(f.cc), other ? 0 : f.enrichment.asn, other);
 
   const size_t d = f.dir == Direction::kPassive ? 1 : 0;
   const size_t o = std::min<size_t>(static_cast<size_t>(f.outcome), kOutcomes - 1);
@@ -433,7 +433,7 @@ void Aggregator::add(const FlowRecord& f, AsnLabel asn) {
 void Aggregator::add(const TransferRecord& t, AsnLabel asn) {
   std::lock_guard<std::mutex> lock(mu_);
   const bool other = asn == AsnLabel::kOther;
-  Series* s = series_for(class_ids_.id(t.peer_class), cc_ids_.id(t.cc), other ? 0 : t.asn, other);
+  Series* s = series_for(class_ids_.id(t.enrichment.peer_class), cc_ids_.id(t.cc), other ? 0 : t.enrichment.asn, other);
 
   const size_t d = t.direction == TransferDirection::kRecv ? 1 : 0;
   const auto direction_labels = [s, &t] { return s->with("direction", to_string(t.direction)); };

@@ -128,10 +128,10 @@ void FlowDistributions::add_record(const Record& r, const MetricInputs& in, AsnL
     values[m] = metric_value(static_cast<CompareMetric>(m), in, metric_options_);
   const uint32_t sc = std::min(size_class_index(in.bytes, options_.size_classes_bytes), kMaxSizeClass);
   rotate_if_due(now);
-  const uint8_t cls = names_.classes.id(r.peer_class);
+  const uint8_t cls = names_.classes.id(r.enrichment.peer_class);
   const uint8_t cc = names_.ccs.id(r.cc);
-  const uint8_t arm = r.arm ? names_.arms.id(*r.arm) : 0;
-  Entry* e = entry_for(pack_key(cls, cc, arm, sc, false, r.asn), pack_key(cls, cc, arm, sc, true, 0), top_asn,
+  const uint8_t arm = r.enrichment.arm ? names_.arms.id(*r.enrichment.arm) : 0;
+  Entry* e = entry_for(pack_key(cls, cc, arm, sc, false, r.enrichment.asn), pack_key(cls, cc, arm, sc, true, 0), top_asn,
                        in.unit);
   if (!e) {
     ++dropped_[unit];

@@ -14,19 +14,16 @@ OpenFlows::StringId OpenFlows::intern(const std::string& s) {
 
 void OpenFlows::add(const tcpscope_flow_event& ev, const FlowRecord& flow) {
   // An optional's id is the string's id + 1, so that 0 stays nullopt.
-  entries_.push_back(Entry{ev, flow.asn, intern(flow.peer_class), intern(flow.as_org), intern(flow.cc_rule),
-                           intern(flow.experiment), intern(flow.arm)});
+  const Enrichment& e = flow.enrichment;
+  entries_.push_back(Entry{ev, e.asn, intern(e.peer_class), intern(e.as_org), intern(e.cc_rule),
+                           intern(e.experiment), intern(e.arm)});
 }
 
 FlowRecord OpenFlows::record(size_t i) const {
   const Entry& e = entries_.at(i);
   FlowRecord r = decode_flow_event(e.ev, clock_);
-  r.asn = e.asn;
-  r.peer_class = text(e.peer_class);
-  r.as_org = text(e.as_org);
-  r.cc_rule = optional_text(e.cc_rule);
-  r.experiment = optional_text(e.experiment);
-  r.arm = optional_text(e.arm);
+  r.enrichment = {text(e.peer_class), e.asn, text(e.as_org), optional_text(e.cc_rule),
+                  optional_text(e.experiment), optional_text(e.arm)};
   return r;
 }
 

@@ -215,8 +215,8 @@ CcController::Cohort* CcController::cohort_of(Rule& r, uint32_t asn, const std::
 // The evidence a record of a controller rule adds to: its cohort's, and
 // while its ASN is pooled, the ASN's own (followed for promotion; only
 // transfers start following an ASN).
-template <class Record, class Add>
-void CcController::add_evidence(const Record& rec, bool may_follow_asn, Add add) {
+template <class Add>
+void CcController::add_evidence(const Enrichment& rec, bool may_follow_asn, Add add) {
   if (!rec.experiment || *rec.experiment != kControllerExperiment || !rec.cc_rule || !rec.arm) return;
   std::lock_guard<std::mutex> lock(mu_);
   auto rit = by_name_.find(*rec.cc_rule);
@@ -239,11 +239,11 @@ void CcController::add_evidence(const Record& rec, bool may_follow_asn, Add add)
 
 void CcController::observe(const TransferRecord& t) {
   if (t.direction != TransferDirection::kSend) return;  // the peer's sending
-  add_evidence(t, true, [&t](ArmEvidence& e, const Rule& r) { e.add_transfer(t, r.throughput_min_bytes); });
+  add_evidence(t.enrichment, true, [&t](ArmEvidence& e, const Rule& r) { e.add_transfer(t, r.throughput_min_bytes); });
 }
 
 void CcController::observe(const FlowRecord& f) {
-  add_evidence(f, false, [&f](ArmEvidence& e, const Rule&) { e.add_flow(f); });
+  add_evidence(f.enrichment, false, [&f](ArmEvidence& e, const Rule&) { e.add_flow(f); });
 }
 
 namespace {

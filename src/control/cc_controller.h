@@ -52,6 +52,7 @@
 #include "config/config.h"
 #include "control/arm_evidence.h"
 #include "policy/cc_policy.h"
+#include "record/enrichment.h"
 
 namespace prometheus {
 class Registry;
@@ -114,8 +115,9 @@ class CcController {
   struct Cohort;
   struct Rule;
   Cohort* cohort_of(Rule& r, uint32_t asn, const std::string& peer_class, bool* pooled);
-  template <class Record, class Add>
-  void add_evidence(const Record& rec, bool may_follow_asn, Add add);
+  // `rec`: the enrichment of the flow or transfer record observed.
+  template <class Add>
+  void add_evidence(const Enrichment& rec, bool may_follow_asn, Add add);
   void test_rule(Rule& r, double now_s, bool* changed);
   void promote_asns(Rule& r, double now_s, bool* changed);
   void ramp(Rule& r, bool* changed);

@@ -331,7 +331,7 @@ void Daemon::on_close(const tcpscope_close_event& ev) {
 }
 
 void Daemon::handle_flow(const FlowRecord& flow) {
-  const AsnRanking::Counted asn = asn_ranking_->add(flow.asn, flow.bytes_acked + flow.bytes_received);
+  const AsnRanking::Counted asn = asn_ranking_->add(flow.enrichment.asn, flow.bytes_acked + flow.bytes_received);
   aggregator_->add(flow, asn.label);
   // Sketches are keyed by the raw ASN (as the flow log); the label only
   // decides whether a new key may still be added when the table is full.
@@ -346,7 +346,7 @@ void Daemon::handle_flow(const FlowRecord& flow) {
 // metrics count every transfer; the outputs carry a sample of the flows'
 // (transfer_sampling_rate), each such flow with all its transfers.
 void Daemon::handle_transfer(TransferRecord transfer) {
-  const AsnLabel label = asn_ranking_->label(transfer.asn);
+  const AsnLabel label = asn_ranking_->label(transfer.enrichment.asn);
   aggregator_->add(transfer, label);
   distributions_->add_at(transfer, label, drain_time_);
   controller_->observe(transfer);
@@ -606,7 +606,7 @@ void Daemon::finish_snapshot() {
   Aggregator::ActiveFlows active;
   for (const auto& ev : snap->flows) {
     const FlowRecord f = pipeline_->record_of(ev);
-    ++active[{f.peer_class, f.cc}];
+    ++active[{f.enrichment.peer_class, f.cc}];
     flows->add(ev, f);
   }
   aggregator_->set_active_flows(active);

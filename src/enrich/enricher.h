@@ -1,6 +1,6 @@
-// Adds what the kernel cannot know to a record (a flow's or a transfer's):
-// the remote's AS number and organisation and its peer class. The lookup
-// tables are immutable and held by shared_ptr, so SIGHUP swaps them in one
+// Adds what the kernel cannot know to a record's Enrichment (a flow's or a
+// transfer's): the remote's AS number and organisation and its peer class.
+// The lookup tables are immutable and held by shared_ptr, so SIGHUP swaps them in one
 // step and readers never see a half-loaded database.
 #pragma once
 
@@ -9,6 +9,8 @@
 
 #include "enrich/asn_db.h"
 #include "enrich/peer_classifier.h"
+#include "net/ip_addr.h"
+#include "record/enrichment.h"
 
 namespace tcpscope {
 
@@ -26,19 +28,18 @@ class Enricher {
   }
   std::shared_ptr<const EnrichmentTables> tables() const { return std::atomic_load(&tables_); }
 
-  // Fills asn, as_org and peer_class from raddr; returns the number of
-  // lookups made. `Record`: FlowRecord or TransferRecord, enriched alike.
-  template <class Record>
-  int enrich(Record* record) const {
+  // Fills asn, as_org and peer_class of a record whose peer is `raddr`;
+  // returns the number of lookups made.
+  int enrich(const IpAddr& raddr, Enrichment* enrichment) const {
     auto t = tables();
     int lookups = 0;
     if (t->asn_db) {
-      AsnInfo info = t->asn_db->lookup(record->raddr);
-      record->asn = info.asn;
-      record->as_org = std::move(info.org);
+      AsnInfo info = t->asn_db->lookup(raddr);
+      enrichment->asn = info.asn;
+      enrichment->as_org = std::move(info.org);
       ++lookups;
     }
-    record->peer_class = t->classifier->classify(record->raddr, record->asn);
+    enrichment->peer_class = t->classifier->classify(raddr, enrichment->asn);
     return lookups + 1;
   }
 

@@ -113,21 +113,19 @@ char* put_endpoints(char* p, const Record& r, uint32_t family, uint32_t laddr, u
 }
 
 // peer_class, asn, as_org, cc_rule, experiment, arm at `first` and after.
-template <class Record>
-char* put_enrichment(char* p, const Record& r, uint32_t first) {
-  p = put_string(p, first, r.peer_class);
-  p = put_uint(p, first + 1, r.asn);
-  p = put_string(p, first + 2, r.as_org);
-  p = put_optional(p, first + 3, r.cc_rule);
-  p = put_optional(p, first + 4, r.experiment);
-  return put_optional(p, first + 5, r.arm);
+char* put_enrichment(char* p, const Enrichment& e, uint32_t first) {
+  p = put_string(p, first, e.peer_class);
+  p = put_uint(p, first + 1, e.asn);
+  p = put_string(p, first + 2, e.as_org);
+  p = put_optional(p, first + 3, e.cc_rule);
+  p = put_optional(p, first + 4, e.experiment);
+  return put_optional(p, first + 5, e.arm);
 }
 
-template <class Record>
-size_t bound(const Record& r, size_t fields, std::initializer_list<const std::string*> strings) {
-  size_t b = r.peer_class.size() + r.as_org.size();
+size_t bound(const Enrichment& e, size_t fields, std::initializer_list<const std::string*> strings) {
+  size_t b = e.peer_class.size() + e.as_org.size();
   for (const std::string* s : strings) b += s->size();
-  for (const auto* o : {&r.cc_rule, &r.experiment, &r.arm})
+  for (const auto* o : {&e.cc_rule, &e.experiment, &e.arm})
     if (*o) b += (*o)->size();
   return kMaxPrefix + fields * kMaxField + kMaxBytesPerByte * b;
 }
@@ -150,7 +148,7 @@ void append_delimited(std::string* out, size_t bound, Body body) {
 }  // namespace
 
 void append_protobuf(const FlowRecord& r, std::string* out) {
-  append_delimited(out, bound(r, 46, {&r.cc, &r.comm}), [&r](char* p) {
+  append_delimited(out, bound(r.enrichment, 46, {&r.cc, &r.comm}), [&r](char* p) {
     p = put_string(p, 1, "flow");
     p = put_int(p, 2, r.start_ns);
     p = put_int(p, 3, r.end_ns);
@@ -175,7 +173,7 @@ void append_protobuf(const FlowRecord& r, std::string* out) {
     p = put_uint(p, 27, r.lost_segs);
     p = put_uint(p, 28, r.delivery_rate_bps);
     p = put_uint(p, 29, r.pacing_rate_bps);
-    p = put_enrichment(p, r, 30);
+    p = put_enrichment(p, r.enrichment, 30);
     p = put_uint(p, 36, r.app_set_cc);
     p = put_uint(p, 37, r.pid);
     p = put_string(p, 38, r.comm);
@@ -188,7 +186,7 @@ void append_protobuf(const FlowRecord& r, std::string* out) {
 }
 
 void append_protobuf(const TransferRecord& r, std::string* out) {
-  append_delimited(out, bound(r, 31, {&r.cc}), [&r](char* p) {
+  append_delimited(out, bound(r.enrichment, 31, {&r.cc}), [&r](char* p) {
     p = put_string(p, 1, "transfer");
     p = put_int(p, 2, r.flow_start_ns);
     p = put_endpoints(p, r, 3, 4, 5, 6, 7, 8);
@@ -208,7 +206,7 @@ void append_protobuf(const TransferRecord& r, std::string* out) {
     p = put_uint(p, 22, r.rwnd_limited_us);
     p = put_uint(p, 23, r.sndbuf_limited_us);
     p = put_string(p, 24, r.cc);
-    p = put_enrichment(p, r, 25);
+    p = put_enrichment(p, r.enrichment, 25);
     return put_uint(p, 31, r.netns);
   });
 }

@@ -55,7 +55,7 @@ class PolicyController {
   FlowProbe& probe_;
   PolicyMaps maps_;
   PolicyMetrics metrics_;
-  RuleNames names_;  // load() and name_flow(): the daemon's thread
+  RuleNames names_;  // load() and RuleNames::name(): the daemon's thread
   LogRateLimiter sysctl_log_{kSysctlLogBurst, kSysctlLogEvery, LogRateLimiter::Clock::now()};
   // Written by load() on the daemon's thread, read there by update_metrics()
   // and by to_json() on HTTP threads: mu_ orders the writes against to_json().

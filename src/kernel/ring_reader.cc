@@ -59,7 +59,7 @@ int RingReader::drain(int budget) {
 
 int RingReader::on_sample(void* ctx, void* data, size_t size) {
   auto* self = static_cast<RingReader*>(ctx);
-  switch (sample_kind(size)) {
+  switch (sample_kind(data, size)) {
     case SampleKind::kFlow: {
       tcpscope_flow_event ev;
       std::memcpy(&ev, data, sizeof(ev));

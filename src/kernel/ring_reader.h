@@ -1,11 +1,13 @@
 // Drains the BPF ring buffer. The kernel side wakes us only when a batch is
 // waiting (BPF_RB_NO_WAKEUP otherwise), so the daemon also drains on a timer.
-// The ring holds two kinds of record, told apart by their size
-// (tcpscope/flow_event.h): finished flows and transfers.
+// The ring holds three kinds of record, each starting with a header that
+// names its kind (tcpscope/flow_event.h): finished flows, transfers, and a
+// flow's close record carrying its last transfers.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -16,16 +18,25 @@ struct ring_buffer;
 
 namespace tcpscope {
 
-// What a ring sample of `size` bytes holds. Transfer and close records are
-// exactly their size; a flow record at least its own (a newer kernel side may
-// append fields; it is read up to what this daemon knows); anything else is
-// malformed.
+// What a ring sample of `size` bytes at `data` holds: the kind its header
+// names, if the sample has at least that kind's size (a newer kernel side may
+// append fields; a record is read up to what this daemon knows). An unknown
+// kind or a shorter sample is malformed.
 enum class SampleKind { kFlow, kTransfer, kClose, kMalformed };
-constexpr SampleKind sample_kind(size_t size) {
-  if (size == sizeof(tcpscope_transfer_event)) return SampleKind::kTransfer;
-  if (size == sizeof(tcpscope_close_event)) return SampleKind::kClose;
-  if (size >= sizeof(tcpscope_flow_event)) return SampleKind::kFlow;
-  return SampleKind::kMalformed;
+inline SampleKind sample_kind(const void* data, size_t size) {
+  tcpscope_record_header header;
+  if (size < sizeof(header)) return SampleKind::kMalformed;
+  std::memcpy(&header, data, sizeof(header));
+  switch (header.kind) {
+    case TCPSCOPE_RECORD_FLOW:
+      return size >= sizeof(tcpscope_flow_event) ? SampleKind::kFlow : SampleKind::kMalformed;
+    case TCPSCOPE_RECORD_TRANSFER:
+      return size >= sizeof(tcpscope_transfer_event) ? SampleKind::kTransfer : SampleKind::kMalformed;
+    case TCPSCOPE_RECORD_CLOSE:
+      return size >= sizeof(tcpscope_close_event) ? SampleKind::kClose : SampleKind::kMalformed;
+    default:
+      return SampleKind::kMalformed;
+  }
 }
 
 class RingReader {

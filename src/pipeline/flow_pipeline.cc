@@ -6,8 +6,8 @@ namespace tcpscope {
 
 template <class Record>
 void FlowPipeline::enrich_and_name(Record* record, uint32_t rule_tag, uint8_t arm_tag) {
-  lookups_ += static_cast<uint64_t>(enricher_.enrich(record));
-  rule_names_.name_flow(rule_tag, arm_tag, record);
+  lookups_ += static_cast<uint64_t>(enricher_.enrich(record->raddr, &record->enrichment));
+  rule_names_.name(rule_tag, arm_tag, &record->enrichment);
 }
 
 FlowRecord FlowPipeline::record_of(const tcpscope_flow_event& ev) {
@@ -24,12 +24,7 @@ TransferRecord FlowPipeline::record_of(const tcpscope_transfer_event& ev) {
 
 TransferRecord FlowPipeline::record_of(const tcpscope_transfer_event& ev, const FlowRecord& flow) const {
   TransferRecord transfer = decode_transfer_event(ev, clock_, sends_);
-  transfer.peer_class = flow.peer_class;
-  transfer.asn = flow.asn;
-  transfer.as_org = flow.as_org;
-  transfer.cc_rule = flow.cc_rule;
-  transfer.experiment = flow.experiment;
-  transfer.arm = flow.arm;
+  transfer.enrichment = flow.enrichment;
   return transfer;
 }
 

@@ -31,8 +31,8 @@ class FlowPipeline {
   FlowRecord record_of(const tcpscope_flow_event& ev);
   TransferRecord record_of(const tcpscope_transfer_event& ev);
   // A transfer handed over with its flow's record (at close): same socket,
-  // same peer, same rule, so the flow's enrichment and names are copied
-  // instead of looked up again.
+  // same peer, same rule, so it takes the flow's enrichment instead of
+  // looking it up again.
   TransferRecord record_of(const tcpscope_transfer_event& ev, const FlowRecord& flow) const;
 
   // Peer class and ASN lookups made so far (tcpscope_enrichment_lookups_total).

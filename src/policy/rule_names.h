@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "policy/cc_policy.h"
+#include "record/enrichment.h"
 #include "tcpscope/policy.h"
 
 namespace tcpscope {
@@ -33,16 +34,14 @@ class RuleNames {
   // cc_rule / experiment / arm of a record of a flow whose socket the kernel
   // tagged `rule_tag` and `arm_tag` (the cc_rule and arm of its
   // tcpscope_flow_event or tcpscope_transfer_event); left unset when no rule
-  // chose it or its install is no longer kept. `Record`: FlowRecord or
-  // TransferRecord, named alike.
-  template <class Record>
-  void name_flow(uint32_t rule_tag, uint8_t arm_tag, Record* record) const {
+  // chose it or its install is no longer kept.
+  void name(uint32_t rule_tag, uint8_t arm_tag, Enrichment* enrichment) const {
     const RuleLabel* rule = rule_of(rule_tag);
     if (!rule) return;
-    record->cc_rule = rule->name;
+    enrichment->cc_rule = rule->name;
     if (rule->experiment) {
-      record->experiment = rule->experiment;
-      if (arm_tag && arm_tag <= rule->arms.size()) record->arm = rule->arms[TCPSCOPE_ARM_TAG_INDEX(arm_tag)];
+      enrichment->experiment = rule->experiment;
+      if (arm_tag && arm_tag <= rule->arms.size()) enrichment->arm = rule->arms[TCPSCOPE_ARM_TAG_INDEX(arm_tag)];
     }
   }
 

@@ -63,8 +63,8 @@ int64_t MonotonicToRealtime::to_realtime(uint64_t mono_ns) const {
 int64_t flow_completion_us(const tcpscope_flow_event& ev) {
   uint64_t end = ev.data_end_ns;
   if (end == 0) end = ev.established_ns ? ev.established_ns : ev.end_ns;
-  if (end < ev.start_ns) return 0;
-  return static_cast<int64_t>((end - ev.start_ns) / 1000);
+  if (end < ev.id.start_ns) return 0;
+  return static_cast<int64_t>((end - ev.id.start_ns) / 1000);
 }
 
 IpAddr event_address(const __u8 bytes[16], uint8_t family) {
@@ -77,16 +77,13 @@ Direction event_direction(uint8_t dir) { return dir == TCPSCOPE_DIR_PASSIVE ? Di
 
 FlowRecord decode_flow_event(const tcpscope_flow_event& ev, const MonotonicToRealtime& clock) {
   FlowRecord r;
-  r.start_ns = clock.to_realtime(ev.start_ns);
+  const uint64_t start_ns = ev.id.start_ns;
+  r.start_ns = clock.to_realtime(start_ns);
   r.end_ns = clock.to_realtime(ev.end_ns);
-  r.duration_us = ev.end_ns > ev.start_ns ? static_cast<int64_t>((ev.end_ns - ev.start_ns) / 1000) : 0;
+  r.duration_us = ev.end_ns > start_ns ? static_cast<int64_t>((ev.end_ns - start_ns) / 1000) : 0;
   r.fct_us = flow_completion_us(ev);
 
-  r.laddr = event_address(ev.saddr, ev.family);
-  r.raddr = event_address(ev.daddr, ev.family);
-  r.lport = ev.sport;
-  r.rport = ev.dport;
-  r.dir = event_direction(ev.dir);
+  decode_identity(ev.id, &r);
   switch (ev.outcome) {
     case TCPSCOPE_OUTCOME_OK: r.outcome = Outcome::kOk; break;
     case TCPSCOPE_OUTCOME_RESET: r.outcome = Outcome::kReset; break;
@@ -119,7 +116,6 @@ FlowRecord decode_flow_event(const tcpscope_flow_event& ev, const MonotonicToRea
   r.pid = ev.pid;
   r.comm = event_string(ev.comm, sizeof(ev.comm));
   r.cgroup_id = ev.cgroup_id;
-  r.netns = ev.netns;
   return r;
 }
 

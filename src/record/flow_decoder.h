@@ -54,8 +54,19 @@ FlowRecord decode_flow_event(const tcpscope_flow_event& ev, const MonotonicToRea
 IpAddr event_address(const __u8 bytes[16], uint8_t family);
 // a NUL-terminated kernel string that may fill its whole buffer (cc, comm),
 std::string event_string(const char* s, size_t capacity);
-// the flow's direction (enum tcpscope_dir).
+// the flow's direction (enum tcpscope_dir),
 Direction event_direction(uint8_t dir);
+// and the flow's identity (but its start, which each record names its own
+// way): endpoints, direction and network namespace.
+template <class Record>
+void decode_identity(const tcpscope_flow_identity& id, Record* r) {
+  r->laddr = event_address(id.saddr, id.family);
+  r->raddr = event_address(id.daddr, id.family);
+  r->lport = id.sport;
+  r->rport = id.dport;
+  r->dir = event_direction(id.dir);
+  r->netns = id.netns;
+}
 
 // Flow completion time: first SYN to the last data byte acknowledged in
 // either direction. A flow that moved no data completes with its handshake;

@@ -14,8 +14,9 @@ bool FlowIdentity::operator<(const FlowIdentity& o) const {
 }
 
 FlowIdentity identity_of(const tcpscope_flow_event& ev) {
-  return FlowIdentity{ev.netns, ev.dir == TCPSCOPE_DIR_PASSIVE ? Direction::kPassive : Direction::kActive,
-                      event_address(ev.saddr, ev.family), ev.sport, event_address(ev.daddr, ev.family), ev.dport};
+  const tcpscope_flow_identity& id = ev.id;
+  return FlowIdentity{id.netns, event_direction(id.dir), event_address(id.saddr, id.family), id.sport,
+                      event_address(id.daddr, id.family), id.dport};
 }
 
 std::string identity_text(const FlowIdentity& id) {

@@ -16,7 +16,7 @@ constexpr size_t kFixedBound = 2048;
 }  // namespace
 
 void append_flow_json(const FlowRecord& r, std::string* out) {
-  const size_t bound = kFixedBound + json_string_bound(r.cc) + json_string_bound(r.comm) + enrichment_bound(r);
+  const size_t bound = kFixedBound + json_string_bound(r.cc) + json_string_bound(r.comm) + enrichment_bound(r.enrichment);
   const size_t old = out->size();
   out->resize(old + bound);
   char* const begin = out->data() + old;
@@ -66,7 +66,7 @@ void append_flow_json(const FlowRecord& r, std::string* out) {
   p = put_int(p, r.delivery_rate_bps);
   p = put(p, ",\"pacing_rate_bps\":");
   p = put_int(p, r.pacing_rate_bps);
-  p = put_enrichment(p, r);
+  p = put_enrichment(p, r.enrichment);
   p = put(p, ",\"app_set_cc\":");
   p = put_bool(p, r.app_set_cc);
   p = put(p, ",\"pid\":");

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "net/ip_addr.h"
+#include "record/enrichment.h"
 #include "tcpscope/flow_event.h"
 
 namespace tcpscope {
@@ -42,13 +43,8 @@ struct FlowRecord {
   // order: Open, Disorder, CWR, Recovery, Loss.
   std::array<uint64_t, TCPSCOPE_CA_STATES> ca_state_us{};
 
-  // Filled in by the enricher (empty / 0 / nullopt until then).
-  std::string peer_class;
-  uint32_t asn = 0;
-  std::string as_org;
-  std::optional<std::string> cc_rule;
-  std::optional<std::string> experiment;
-  std::optional<std::string> arm;
+  // Filled in by the pipeline (empty / 0 / nullopt until then).
+  Enrichment enrichment;
 
   uint32_t pid = 0;
   std::string comm;

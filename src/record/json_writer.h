@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "net/ip_addr.h"
+#include "record/enrichment.h"
 #include "record/flow_record.h"
 #include "text/json_text.h"
 
@@ -75,27 +76,25 @@ char* put_endpoints(char* p, const Record& r) {
 }
 
 // What the pipeline added: peer_class, asn, as_org, cc_rule, experiment, arm.
-template <class Record>
-char* put_enrichment(char* p, const Record& r) {
+inline char* put_enrichment(char* p, const Enrichment& e) {
   p = put(p, ",\"peer_class\":");
-  p = put_json_string(p, r.peer_class);
+  p = put_json_string(p, e.peer_class);
   p = put(p, ",\"asn\":");
-  p = put_int(p, r.asn);
+  p = put_int(p, e.asn);
   p = put(p, ",\"as_org\":");
-  p = put_json_string(p, r.as_org);
+  p = put_json_string(p, e.as_org);
   p = put(p, ",\"cc_rule\":");
-  p = put_opt(p, r.cc_rule);
+  p = put_opt(p, e.cc_rule);
   p = put(p, ",\"experiment\":");
-  p = put_opt(p, r.experiment);
+  p = put_opt(p, e.experiment);
   p = put(p, ",\"arm\":");
-  return put_opt(p, r.arm);
+  return put_opt(p, e.arm);
 }
 
 // The most bytes put_enrichment's strings take.
-template <class Record>
-size_t enrichment_bound(const Record& r) {
-  size_t bound = json_string_bound(r.peer_class) + json_string_bound(r.as_org);
-  for (const auto* o : {&r.cc_rule, &r.experiment, &r.arm})
+inline size_t enrichment_bound(const Enrichment& e) {
+  size_t bound = json_string_bound(e.peer_class) + json_string_bound(e.as_org);
+  for (const auto* o : {&e.cc_rule, &e.experiment, &e.arm})
     if (*o) bound += json_string_bound(**o);
   return bound;
 }

@@ -17,13 +17,8 @@ uint32_t within(uint32_t part_us, int64_t whole_us) {
 TransferRecord decode_transfer_event(const tcpscope_transfer_event& ev, const MonotonicToRealtime& clock,
                                      TransferDelimiter sends) {
   TransferRecord r;
-  r.flow_start_ns = clock.to_realtime(ev.flow_start_ns);
-  r.laddr = event_address(ev.saddr, ev.family);
-  r.raddr = event_address(ev.daddr, ev.family);
-  r.lport = ev.sport;
-  r.rport = ev.dport;
-  r.dir = event_direction(ev.dir);
-  r.netns = ev.netns;
+  r.flow_start_ns = clock.to_realtime(ev.id.start_ns);
+  decode_identity(ev.id, &r);
 
   r.seq = ev.seq;
   r.direction = ev.direction == TCPSCOPE_XFER_RECV ? TransferDirection::kRecv : TransferDirection::kSend;

@@ -16,7 +16,7 @@ constexpr size_t kFixedBound = 1024;
 }  // namespace
 
 void append_transfer_json(const TransferRecord& r, std::string* out) {
-  const size_t bound = kFixedBound + json_string_bound(r.cc) + enrichment_bound(r);
+  const size_t bound = kFixedBound + json_string_bound(r.cc) + enrichment_bound(r.enrichment);
   const size_t old = out->size();
   out->resize(old + bound);
   char* const begin = out->data() + old;
@@ -56,7 +56,7 @@ void append_transfer_json(const TransferRecord& r, std::string* out) {
   p = put_int(p, r.sndbuf_limited_us);
   p = put(p, ",\"cc\":");
   p = put_json_string(p, r.cc);
-  p = put_enrichment(p, r);
+  p = put_enrichment(p, r.enrichment);
   // Extension beyond SPEC.md, as in the flow line: which namespace's flow it is.
   p = put(p, ",\"netns\":");
   p = put_int(p, r.netns);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "net/ip_addr.h"
+#include "record/enrichment.h"
 #include "record/flow_record.h"
 
 namespace tcpscope {
@@ -53,13 +54,8 @@ struct TransferRecord {
   uint32_t busy_us = 0, rwnd_limited_us = 0, sndbuf_limited_us = 0;
   std::string cc;
 
-  // Filled in by the enricher, as for flows.
-  std::string peer_class;
-  uint32_t asn = 0;
-  std::string as_org;
-  std::optional<std::string> cc_rule;
-  std::optional<std::string> experiment;
-  std::optional<std::string> arm;
+  // Filled in by the pipeline, as for flows.
+  Enrichment enrichment;
 
   int family() const { return raddr.family; }
   // The receiver's window limited it for most of its time: its throughput

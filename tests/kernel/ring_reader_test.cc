@@ -66,10 +66,10 @@ TEST_F(RealProbe, DrainStopsAtItsBudgetAndTheNextDrainContinues) {
   int transfers = 0;
   auto make_reader = [&](std::string* error) {
     RingReader::Handlers handlers;
-    handlers.flow = [&](const tcpscope_flow_event& ev) { (ev.netns == netns ? ours : others)++; };
+    handlers.flow = [&](const tcpscope_flow_event& ev) { (ev.id.netns == netns ? ours : others)++; };
     handlers.transfer = [&](const tcpscope_transfer_event&) { ++transfers; };
     handlers.close = [&](const tcpscope_close_event& ev) {
-      (ev.flow.netns == netns ? ours : others)++;
+      (ev.flow.id.netns == netns ? ours : others)++;
       transfers += ev.n_transfers;
     };
     return RingReader::create(probe_->ring_buffer_fd(), probe_->ring_buffer_bytes(), std::move(handlers), error);
@@ -104,14 +104,25 @@ TEST_F(RealProbe, DrainStopsAtItsBudgetAndTheNextDrainContinues) {
 }
 
 // The one rule for telling the ring's records apart; no kernel needed.
-TEST(RingSamples, TransfersByTheirExactSizeFlowsByAtLeastTheirsTheRestMalformed) {
-  EXPECT_EQ(sample_kind(sizeof(tcpscope_transfer_event)), SampleKind::kTransfer);
-  EXPECT_EQ(sample_kind(sizeof(tcpscope_close_event)), SampleKind::kClose);
-  EXPECT_EQ(sample_kind(sizeof(tcpscope_flow_event)), SampleKind::kFlow);
-  EXPECT_EQ(sample_kind(sizeof(tcpscope_flow_event) + 8), SampleKind::kFlow);  // a newer kernel side's longer record
-  for (size_t size : {size_t{0}, size_t{8}, sizeof(tcpscope_transfer_event) - 8, sizeof(tcpscope_transfer_event) + 8,
-                      sizeof(tcpscope_flow_event) - 8})
-    EXPECT_EQ(sample_kind(size), SampleKind::kMalformed) << size;
+TEST(RingSamples, ByTheKindInTheirHeaderAtLeastThatKindsSizeTheRestMalformed) {
+  std::vector<unsigned char> sample(sizeof(tcpscope_close_event) + 8);
+  auto kind_of = [&sample](unsigned kind, size_t size) {
+    sample[0] = static_cast<unsigned char>(kind);
+    return sample_kind(sample.data(), size);
+  };
+  EXPECT_EQ(kind_of(TCPSCOPE_RECORD_TRANSFER, sizeof(tcpscope_transfer_event)), SampleKind::kTransfer);
+  EXPECT_EQ(kind_of(TCPSCOPE_RECORD_CLOSE, sizeof(tcpscope_close_event)), SampleKind::kClose);
+  EXPECT_EQ(kind_of(TCPSCOPE_RECORD_FLOW, sizeof(tcpscope_flow_event)), SampleKind::kFlow);
+  // A newer kernel side's longer records.
+  EXPECT_EQ(kind_of(TCPSCOPE_RECORD_FLOW, sizeof(tcpscope_flow_event) + 8), SampleKind::kFlow);
+  EXPECT_EQ(kind_of(TCPSCOPE_RECORD_TRANSFER, sizeof(tcpscope_flow_event)), SampleKind::kTransfer);
+  // Shorter than its kind's record, or of a kind this daemon does not know.
+  for (unsigned kind : {TCPSCOPE_RECORD_FLOW, TCPSCOPE_RECORD_TRANSFER, TCPSCOPE_RECORD_CLOSE})
+    for (size_t size : {size_t{0}, size_t{8}, sizeof(tcpscope_transfer_event) - 8})
+      EXPECT_EQ(kind_of(kind, size), SampleKind::kMalformed) << kind << " " << size;
+  EXPECT_EQ(kind_of(TCPSCOPE_RECORD_CLOSE, sizeof(tcpscope_flow_event)), SampleKind::kMalformed);
+  for (unsigned kind : {0u, 4u, 255u})
+    EXPECT_EQ(kind_of(kind, sizeof(tcpscope_close_event)), SampleKind::kMalformed) << kind;
 }
 
 TEST(RingSamples, AReaderNeedsBothHandlers) {

@@ -128,7 +128,7 @@ class TransferProbe : public AttachedProbe {
 
   static int on_sample(void* ctx, void* data, size_t size) {
     auto* self = static_cast<TransferProbe*>(ctx);
-    switch (sample_kind(size)) {
+    switch (sample_kind(data, size)) {
       case SampleKind::kTransfer: {
         tcpscope_transfer_event t;
         std::memcpy(&t, data, sizeof(t));
@@ -160,7 +160,7 @@ class TransferProbe : public AttachedProbe {
   // the child's exit), at most 5 s; returns how many it has.
   long wait_for_both_ends(uint32_t netns) {
     auto ours = [&] {
-      return std::count_if(flows_.begin(), flows_.end(), [&](const auto& f) { return f.netns == netns; });
+      return std::count_if(flows_.begin(), flows_.end(), [&](const auto& f) { return f.id.netns == netns; });
     };
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     // The kernel wakes readers only for a filling ring: consume, do not poll.
@@ -175,7 +175,7 @@ class TransferProbe : public AttachedProbe {
   std::vector<tcpscope_transfer_event> of(uint32_t netns, uint16_t lport) const {
     std::vector<tcpscope_transfer_event> out;
     for (const auto& t : transfers_)
-      if (t.netns == netns && t.sport == lport) out.push_back(t);
+      if (t.id.netns == netns && t.id.sport == lport) out.push_back(t);
     std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.seq < y.seq; });
     return out;
   }
@@ -193,8 +193,8 @@ TEST_F(TransferProbe, KeptAliveRequestsAndResponsesAreOneTransferEach) {
   const tcpscope_flow_event* server = nullptr;
   const tcpscope_flow_event* client = nullptr;
   for (const auto& f : flows_)
-    if (f.netns == netns) {
-      (f.dir == TCPSCOPE_DIR_PASSIVE ? server : client) = &f;
+    if (f.id.netns == netns) {
+      (f.id.dir == TCPSCOPE_DIR_PASSIVE ? server : client) = &f;
     }
   ASSERT_TRUE(server && client);
 
@@ -202,7 +202,7 @@ TEST_F(TransferProbe, KeptAliveRequestsAndResponsesAreOneTransferEach) {
   for (const auto* flow : {server, client}) {
     const bool is_server = flow == server;
     SCOPED_TRACE(is_server ? "server" : "client");
-    auto ts = of(netns, flow->sport);
+    auto ts = of(netns, flow->id.sport);
     std::string seen;
     for (const auto& t : ts)
       seen += std::to_string(t.seq) + (t.direction == TCPSCOPE_XFER_SEND ? " send " : " recv ") +
@@ -212,10 +212,10 @@ TEST_F(TransferProbe, KeptAliveRequestsAndResponsesAreOneTransferEach) {
     for (size_t i = 0; i < ts.size(); ++i) {
       const auto& t = ts[i];
       EXPECT_EQ(t.seq, i);
-      EXPECT_EQ(t.flow_start_ns, flow->start_ns) << "the flow record's start";
-      EXPECT_EQ(t.dir, flow->dir);
+      EXPECT_EQ(t.id.start_ns, flow->id.start_ns) << "the flow record's start";
+      EXPECT_EQ(t.id.dir, flow->id.dir);
       EXPECT_LE(t.start_ns, t.end_ns);
-      EXPECT_GE(t.start_ns, flow->start_ns);
+      EXPECT_GE(t.start_ns, flow->id.start_ns);
       EXPECT_LE(t.end_ns, flow->end_ns);
       if (i > 0) {
         EXPECT_GE(t.start_ns, ts[i - 1].end_ns) << "request and response alternate";
@@ -259,8 +259,8 @@ TEST_F(TransferProbe, AResponseWrittenInPiecesIsOneTransfer) {
   const uint32_t netns = run_in_private_netns(response_in_pieces);
   ASSERT_EQ(wait_for_both_ends(netns), 2);
   for (const auto& f : flows_) {
-    if (f.netns != netns || f.dir != TCPSCOPE_DIR_PASSIVE) continue;
-    auto ts = of(netns, f.sport);
+    if (f.id.netns != netns || f.id.dir != TCPSCOPE_DIR_PASSIVE) continue;
+    auto ts = of(netns, f.id.sport);
     ASSERT_EQ(ts.size(), 2u);
     EXPECT_EQ(ts[0].direction, TCPSCOPE_XFER_RECV);
     EXPECT_EQ(ts[1].direction, TCPSCOPE_XFER_SEND);

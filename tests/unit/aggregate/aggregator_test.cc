@@ -99,9 +99,9 @@ Labels with(Labels l, const std::string& k, const std::string& v) {
 
 FlowRecord good_flow(uint32_t asn, uint64_t bytes_acked, int64_t fct_us) {
   FlowRecord f;
-  f.peer_class = "client";
+  f.enrichment.peer_class = "client";
   f.cc = "cubic";
-  f.asn = asn;
+  f.enrichment.asn = asn;
   f.dir = Direction::kPassive;
   f.outcome = Outcome::kOk;
   f.bytes_acked = bytes_acked;
@@ -115,9 +115,9 @@ FlowRecord good_flow(uint32_t asn, uint64_t bytes_acked, int64_t fct_us) {
 
 TransferRecord transfer(uint32_t asn, TransferDirection direction, uint64_t bytes, int64_t xfer_us) {
   TransferRecord t;
-  t.peer_class = "client";
+  t.enrichment.peer_class = "client";
   t.cc = "cubic";
-  t.asn = asn;
+  t.enrichment.asn = asn;
   t.direction = direction;
   t.bytes = bytes;
   t.xfer_us = xfer_us;
@@ -138,12 +138,12 @@ class RankedAggregator {
       : ranking(o.ranking), agg(std::move(registry), o.series) {}
   // Whether the flow's ASN has a label of its own after it.
   bool add(const FlowRecord& f) {
-    const AsnRanking::Counted c = ranking.add(f.asn, f.bytes_acked + f.bytes_received);
+    const AsnRanking::Counted c = ranking.add(f.enrichment.asn, f.bytes_acked + f.bytes_received);
     agg.add(f, c.label);
     if (c.reranked) agg.retire_series(ranking);
-    return ranking.label(f.asn) == AsnLabel::kOwn;
+    return ranking.label(f.enrichment.asn) == AsnLabel::kOwn;
   }
-  void add(const TransferRecord& t) { agg.add(t, ranking.label(t.asn)); }
+  void add(const TransferRecord& t) { agg.add(t, ranking.label(t.enrichment.asn)); }
   void recompute_top_asns() {
     ranking.recompute();
     agg.retire_series(ranking);
@@ -362,7 +362,7 @@ TEST_F(AggregatorTest, LabelsSeparatePeerClassAndCc) {
   RankedAggregator agg(registry_, no_warmup());
   FlowRecord a = good_flow(0, 1000, 1000);
   FlowRecord b = a;
-  b.peer_class = "origin";
+  b.enrichment.peer_class = "origin";
   FlowRecord c = a;
   c.cc = "bbr";
   agg.add(a);
@@ -688,7 +688,7 @@ std::vector<FlowRecord> flows_filling_every_series(uint32_t asn, const std::stri
   for (auto dir : {Direction::kActive, Direction::kPassive})
     for (auto outcome : {Outcome::kOk, Outcome::kReset, Outcome::kRefused, Outcome::kTimeout, Outcome::kError}) {
       FlowRecord f = good_flow(asn, 1000 * bytes_scale, 2000);
-      f.peer_class = cls;
+      f.enrichment.peer_class = cls;
       f.cc = cc;
       f.dir = dir;
       f.outcome = outcome;
@@ -699,7 +699,7 @@ std::vector<FlowRecord> flows_filling_every_series(uint32_t asn, const std::stri
     }
   for (uint64_t bytes : {50000, 500000, 2000000, 5000000}) {
     FlowRecord f = good_flow(asn, bytes, 100000);
-    f.peer_class = cls;
+    f.enrichment.peer_class = cls;
     f.cc = cc;
     out.push_back(f);
   }
@@ -718,7 +718,7 @@ std::vector<TransferRecord> transfers_filling_every_series(uint32_t asn, const s
   limited.rwnd_limited_us = 100000;
   out.push_back(limited);
   for (auto& t : out) {
-    t.peer_class = cls;
+    t.enrichment.peer_class = cls;
     t.cc = cc;
   }
   return out;
@@ -905,7 +905,7 @@ std::vector<FlowRecord> mixed_flows(size_t n, uint32_t seed) {
   std::vector<FlowRecord> out;
   for (size_t i = 0; i < n; ++i) {
     FlowRecord f = good_flow(rng() % 4 ? 64500 + rng() % 12 : 0, rng() % 2 ? 1000 : 4000000, fcts[rng() % 7]);
-    f.peer_class = rng() % 3 ? "client" : "origin";
+    f.enrichment.peer_class = rng() % 3 ? "client" : "origin";
     f.cc = rng() % 2 ? "bbr" : "cubic";
     f.dir = rng() % 2 ? Direction::kActive : Direction::kPassive;
     f.outcome = rng() % 5 ? Outcome::kOk : Outcome::kReset;
@@ -926,9 +926,9 @@ std::vector<TransferRecord> mixed_transfers(const std::vector<FlowRecord>& flows
   const uint64_t sizes[] = {1000, 200000, 2000000, 4000000};
   std::vector<TransferRecord> out;
   for (const auto& f : flows) {
-    TransferRecord t = transfer(f.asn, rng() % 3 ? TransferDirection::kSend : TransferDirection::kRecv,
+    TransferRecord t = transfer(f.enrichment.asn, rng() % 3 ? TransferDirection::kSend : TransferDirection::kRecv,
                                 sizes[rng() % 4], static_cast<int64_t>(rng() % 2000000));
-    t.peer_class = f.peer_class;
+    t.enrichment.peer_class = f.enrichment.peer_class;
     t.cc = f.cc;
     t.rwnd_limited_us = rng() % 4 ? 0 : static_cast<uint32_t>(t.xfer_us);
     out.push_back(t);

@@ -18,13 +18,13 @@ tcpscope_flow_event random_event(std::mt19937_64& rng) {
   tcpscope_flow_event ev{};
   auto* bytes = reinterpret_cast<unsigned char*>(&ev);
   for (size_t i = 0; i < sizeof(ev); ++i) bytes[i] = static_cast<unsigned char>(rng());
-  ev.family = (rng() & 1) ? 4 : 6;
-  ev.dir = (rng() & 1) ? TCPSCOPE_DIR_ACTIVE : TCPSCOPE_DIR_PASSIVE;
+  ev.id.family = (rng() & 1) ? 4 : 6;
+  ev.id.dir = (rng() & 1) ? TCPSCOPE_DIR_ACTIVE : TCPSCOPE_DIR_PASSIVE;
   ev.outcome = static_cast<uint8_t>(rng() % 5);
-  ev.start_ns = 1'000'000'000 + rng() % 1'000'000'000;
-  ev.established_ns = (rng() & 3) ? ev.start_ns + rng() % 1'000'000 : 0;
-  ev.end_ns = ev.start_ns + rng() % 10'000'000'000;
-  ev.data_end_ns = (rng() & 3) ? ev.start_ns + rng() % (ev.end_ns - ev.start_ns + 1) : 0;
+  ev.id.start_ns = 1'000'000'000 + rng() % 1'000'000'000;
+  ev.established_ns = (rng() & 3) ? ev.id.start_ns + rng() % 1'000'000 : 0;
+  ev.end_ns = ev.id.start_ns + rng() % 10'000'000'000;
+  ev.data_end_ns = (rng() & 3) ? ev.id.start_ns + rng() % (ev.end_ns - ev.id.start_ns + 1) : 0;
   std::strcpy(ev.cc, (rng() & 1) ? "bbr" : "cubic");
   std::strcpy(ev.comm, "nginx");
   return ev;
@@ -40,13 +40,13 @@ TEST(OpenFlows, GivesBackEveryFlowAsAdded) {
   for (int i = 0; i < 500; ++i) {
     const tcpscope_flow_event ev = random_event(rng);
     FlowRecord f = decode_flow_event(ev, clock);
-    f.asn = static_cast<uint32_t>(rng() % 4);
-    f.as_org = f.asn ? "Org " + std::to_string(f.asn) : "";
-    f.peer_class = classes[rng() % classes.size()];
+    f.enrichment.asn = static_cast<uint32_t>(rng() % 4);
+    f.enrichment.as_org = f.enrichment.asn ? "Org " + std::to_string(f.enrichment.asn) : "";
+    f.enrichment.peer_class = classes[rng() % classes.size()];
     // nullopt and "" must stay apart: the JSON prints null for one.
-    f.cc_rule = names[rng() % names.size()];
-    f.experiment = names[rng() % names.size()];
-    f.arm = names[rng() % names.size()];
+    f.enrichment.cc_rule = names[rng() % names.size()];
+    f.enrichment.experiment = names[rng() % names.size()];
+    f.enrichment.arm = names[rng() % names.size()];
     table.add(ev, f);
     added.push_back(f);
   }
@@ -57,7 +57,7 @@ TEST(OpenFlows, GivesBackEveryFlowAsAdded) {
     append_flow_json(table.record(i), &got_line);
     append_flow_json(added[i], &want_line);
     ASSERT_EQ(got_line, want_line) << "flow " << i;
-    EXPECT_EQ(table.record(i).cc_rule, added[i].cc_rule);
+    EXPECT_EQ(table.record(i).enrichment.cc_rule, added[i].enrichment.cc_rule);
     want += (i ? "," : "") + want_line.substr(0, want_line.size() - 1);
   }
   EXPECT_EQ(table.to_json(), want + "]\n");

@@ -147,9 +147,9 @@ FlowRecord open_flow(const std::string& cc, uint32_t srtt_us, uint64_t bytes, in
   static uint16_t next_rport = 50000;  // each flow its own connection
   f.rport = next_rport++;
   f.dir = Direction::kPassive;
-  f.peer_class = "client";
-  f.asn = 64501;
-  f.as_org = "Test Wireless";
+  f.enrichment.peer_class = "client";
+  f.enrichment.asn = 64501;
+  f.enrichment.as_org = "Test Wireless";
   f.cwnd = 10;
   f.comm = "nginx";
   f.pid = 42;
@@ -225,10 +225,10 @@ std::vector<FlowRecord> finished_flows() {
   for (int i = 0; i < 6000; ++i) {
     FlowRecord f;
     f.cc = i % 2 ? "bbr" : "cubic";
-    f.asn = i % 3 ? 64501 : 64502;
-    f.peer_class = "client";
+    f.enrichment.asn = i % 3 ? 64501 : 64502;
+    f.enrichment.peer_class = "client";
     f.bytes_acked = 20000 + static_cast<uint64_t>(i % 7) * 300000;  // all three fct size classes
-    f.fct_us = static_cast<int64_t>(fct(rng) * (f.cc == "bbr" && f.asn == 64501 ? 0.9 : 1.0));
+    f.fct_us = static_cast<int64_t>(fct(rng) * (f.cc == "bbr" && f.enrichment.asn == 64501 ? 0.9 : 1.0));
     f.srtt_us = 20000;
     f.segs_out = 30;
     f.laddr = *IpAddr::parse("198.18.0.1");
@@ -364,8 +364,8 @@ TEST(CompareCommand, UnitDefaultsToTransfersForFctAndThroughput) {
       f << send << "\"bytes\": 3950000, \"xfer_us\": " << 400000 + i << ", \"rwnd_limited_us\": 0}\n";
       TransferRecord t;
       t.cc = cc;
-      t.peer_class = "client";
-      t.asn = 64501;
+      t.enrichment.peer_class = "client";
+      t.enrichment.asn = 64501;
       t.bytes = 50000;
       t.xfer_us = 1000 + i;
       dist.add(t, AsnLabel::kOwn);

@@ -22,8 +22,8 @@ namespace {
 std::string one_flow_json() {
   FlowRecord f;
   f.cc = "bbr";
-  f.peer_class = "client";
-  f.asn = 64501;
+  f.enrichment.peer_class = "client";
+  f.enrichment.asn = 64501;
   f.bytes_acked = 123456;
   f.srtt_us = 20000;
   f.laddr = *IpAddr::parse("198.18.0.1");

@@ -60,8 +60,8 @@ TEST(Selection, RejectsMalformedText) {
 FlowRecord flow(const std::string& cc, uint32_t asn, uint64_t bytes, int64_t fct_us) {
   FlowRecord f;
   f.cc = cc;
-  f.asn = asn;
-  f.peer_class = "client";
+  f.enrichment.asn = asn;
+  f.enrichment.peer_class = "client";
   f.bytes_acked = bytes;
   f.bytes_received = 0;
   f.fct_us = fct_us;
@@ -150,7 +150,7 @@ TEST(FlowLogCollector, GroupsAndSelectsOnAnyFieldIncludingNullAndSizeClass) {
   const Selection a = sel(o.a), b = sel(o.b);
   FlowLogCollector c(o, a, b);
   FlowRecord with_arm = flow("bbr", 1, 50000, 1000);
-  with_arm.arm = "bbr";
+  with_arm.enrichment.arm = "bbr";
   c.add_line(line(with_arm));
   c.add_line(line(flow("bbr", 1, 500000, 1000)));
   const FlowLogScan scan = c.finish();

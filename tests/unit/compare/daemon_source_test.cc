@@ -45,9 +45,9 @@ std::vector<FlowRecord> traffic(uint64_t seed) {
       for (int i = 0; i < n; ++i) {
         FlowRecord f;
         f.cc = cc;
-        f.asn = asn;
-        f.peer_class = i % 3 ? "client" : "pop-to-pop";
-        f.arm = i % 2 ? std::optional<std::string>(cc) : std::nullopt;
+        f.enrichment.asn = asn;
+        f.enrichment.peer_class = i % 3 ? "client" : "pop-to-pop";
+        f.enrichment.arm = i % 2 ? std::optional<std::string>(cc) : std::nullopt;
         f.bytes_acked = static_cast<uint64_t>(size(rng)) + 1;
         f.bytes_received = 300;
         if (i % 10 == 0) f.bytes_acked += 3000000;  // large objects for throughput
@@ -198,9 +198,9 @@ TEST(FlowDistributions, QueriesOnlyTheFieldsItKeeps) {
 
 FlowRecord small_flow(uint32_t asn, const std::string& cc, int64_t fct_us) {
   FlowRecord f;
-  f.asn = asn;
+  f.enrichment.asn = asn;
   f.cc = cc;
-  f.peer_class = "client";
+  f.enrichment.peer_class = "client";
   f.bytes_acked = 1000;
   f.fct_us = fct_us;
   f.srtt_us = 1000;
@@ -257,14 +257,14 @@ TEST(FlowDistributions, AsnGroupsAgreeWithTheFlowLogBeyondTheTopN) {
       FlowRecord f = small_flow(asn, i % 2 ? "bbr" : "cubic", static_cast<int64_t>(fct(rng)));
       f.bytes_acked = 50000;
       flows.push_back(f);
-      ranking.add(f.asn, f.bytes_acked + f.bytes_received);
+      ranking.add(f.enrichment.asn, f.bytes_acked + f.bytes_received);
     }
   }
   ranking.recompute();
   FlowDistributions d{FlowDistributionsOptions{}};
   size_t other_labels = 0;
   for (const auto& f : flows) {
-    const AsnLabel label = ranking.label(f.asn);
+    const AsnLabel label = ranking.label(f.enrichment.asn);
     other_labels += label == AsnLabel::kOther;
     d.add(f, label);
   }
@@ -313,7 +313,7 @@ TEST(FlowDistributions, OneLongFlowDoesNotMoveTheServerQuantilesOrVerdict) {
   flows.push_back(longest);
   // The same in another key (another peer class): merged at query time.
   FlowRecord other_key = flows[3];
-  other_key.peer_class = "pop-to-pop";
+  other_key.enrichment.peer_class = "pop-to-pop";
   other_key.fct_us = 7100LL * 1000000;
   flows.push_back(other_key);
 

@@ -44,10 +44,10 @@ TransferRecord transfer(const std::string& cc, uint32_t asn, TransferDirection d
   t.min_rtt_us = 15000;
   t.busy_us = static_cast<uint32_t>(xfer_us);
   t.cc = cc;
-  t.peer_class = "client";
-  t.asn = asn;
-  t.arm = cc;
-  t.experiment = "bbr-vs-cubic";
+  t.enrichment.peer_class = "client";
+  t.enrichment.asn = asn;
+  t.enrichment.arm = cc;
+  t.enrichment.experiment = "bbr-vs-cubic";
   return t;
 }
 
@@ -77,12 +77,12 @@ std::string transfer_line(const TransferRecord& t) {
   j["rwnd_limited_us"] = t.rwnd_limited_us;
   j["sndbuf_limited_us"] = t.sndbuf_limited_us;
   j["cc"] = t.cc;
-  j["peer_class"] = t.peer_class;
-  j["asn"] = t.asn;
-  j["as_org"] = t.as_org;
-  j["cc_rule"] = t.cc_rule ? nlohmann::ordered_json(*t.cc_rule) : nlohmann::ordered_json(nullptr);
-  j["experiment"] = t.experiment ? nlohmann::ordered_json(*t.experiment) : nlohmann::ordered_json(nullptr);
-  j["arm"] = t.arm ? nlohmann::ordered_json(*t.arm) : nlohmann::ordered_json(nullptr);
+  j["peer_class"] = t.enrichment.peer_class;
+  j["asn"] = t.enrichment.asn;
+  j["as_org"] = t.enrichment.as_org;
+  j["cc_rule"] = t.enrichment.cc_rule ? nlohmann::ordered_json(*t.enrichment.cc_rule) : nlohmann::ordered_json(nullptr);
+  j["experiment"] = t.enrichment.experiment ? nlohmann::ordered_json(*t.enrichment.experiment) : nlohmann::ordered_json(nullptr);
+  j["arm"] = t.enrichment.arm ? nlohmann::ordered_json(*t.enrichment.arm) : nlohmann::ordered_json(nullptr);
   j["netns"] = t.netns;
   return j.dump();
 }
@@ -342,7 +342,7 @@ std::vector<TransferRecord> transfers(uint64_t seed) {
         const int64_t us = static_cast<int64_t>(xfer(rng) * scale * (bytes > 3000000 ? 30 : 1)) + 1;
         TransferRecord t = transfer(cc, asn, dir, bytes, us);
         t.seq = static_cast<uint32_t>(i % 5);
-        t.peer_class = i % 3 ? "client" : "pop-to-pop";
+        t.enrichment.peer_class = i % 3 ? "client" : "pop-to-pop";
         if (i % 16 == 0) t.rwnd_limited_us = static_cast<uint32_t>(us);
         out.push_back(std::move(t));
       }

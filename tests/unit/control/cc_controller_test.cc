@@ -56,11 +56,11 @@ TransferRecord transfer(const std::string& arm, uint32_t asn, const std::string&
   t.xfer_us = std::max<int64_t>(1, std::llround(seconds * 1e6));
   t.srtt_us = srtt_us;
   t.min_rtt_us = min_rtt_us;
-  t.asn = asn;
-  t.peer_class = peer_class;
-  t.cc_rule = "auto";
-  t.experiment = kControllerExperiment;
-  t.arm = arm;
+  t.enrichment.asn = asn;
+  t.enrichment.peer_class = peer_class;
+  t.enrichment.cc_rule = "auto";
+  t.enrichment.experiment = kControllerExperiment;
+  t.enrichment.arm = arm;
   t.cc = arm.substr(0, arm.find('#'));
   return t;
 }
@@ -169,7 +169,7 @@ TEST(CcController, CountsOnlyItsOwnRulesSendTransfers) {
   TransferRecord recv = transfer("bbr", 0, "client", 1000, 0.1);
   recv.direction = TransferDirection::kRecv;
   TransferRecord other = transfer("bbr", 0, "client", 1000, 0.1);
-  other.experiment = "bbr-vs-cubic";
+  other.enrichment.experiment = "bbr-vs-cubic";
   TransferRecord unknown_arm = transfer("vegas", 0, "client", 1000, 0.1);
   TransferRecord unknown_class = transfer("bbr", 0, "martian", 1000, 0.1);
   for (const auto* t : {&recv, &other, &unknown_arm, &unknown_class}) c.observe(*t);
@@ -340,14 +340,14 @@ TEST(CcController, AGuardBlocksAWinner) {
   feed_large(&c, &rng, "cubic", 0, "client", 20, 150);
   // BBR's flows retransmit 25 % of their segments, CUBIC's 1 %: beyond the 20-point guard.
   FlowRecord f;
-  f.cc_rule = "auto";
-  f.experiment = kControllerExperiment;
-  f.peer_class = "client";
+  f.enrichment.cc_rule = "auto";
+  f.enrichment.experiment = kControllerExperiment;
+  f.enrichment.peer_class = "client";
   f.segs_out = 10000;
-  f.arm = "bbr";
+  f.enrichment.arm = "bbr";
   f.retrans_segs = 2500;
   c.observe(f);
-  f.arm = "cubic";
+  f.enrichment.arm = "cubic";
   f.retrans_segs = 100;
   c.observe(f);
   c.step(10);

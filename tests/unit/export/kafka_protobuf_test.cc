@@ -133,12 +133,9 @@ FlowRecord full_flow() {
   r.segs_out = 3, r.segs_in = 4, r.retrans_segs = 5, r.lost_segs = 6;
   r.delivery_rate_bps = 7, r.pacing_rate_bps = 8;
   r.ca_state_us = {9, 10, 11, 12, 13};
-  r.peer_class = "pop-to-pop";
-  r.asn = 4294967295u;
-  r.as_org = "Example \"Wireless\" \\ Net \xE4\xB8\xAD\xE5\x9B\xBD";
-  r.cc_rule = "wireless-bbr";
-  r.experiment = "bbr-vs-cubic";
-  r.arm = "";  // present though empty: not null
+  // The arm present though empty: not null.
+  r.enrichment = {"pop-to-pop", 4294967295u, "Example \"Wireless\" \\ Net \xE4\xB8\xAD\xE5\x9B\xBD", "wireless-bbr",
+                  "bbr-vs-cubic", ""};
   r.pid = 4242;
   r.comm = "we\x01ird\xFF";  // a control character as it is, the invalid byte as U+FFFD
   r.cgroup_id = 1ull << 40;
@@ -168,12 +165,7 @@ TransferRecord full_transfer() {
   r.srtt_us = 21000, r.min_rtt_us = 20000;
   r.busy_us = 250000, r.rwnd_limited_us = 1000, r.sndbuf_limited_us = 2000;
   r.cc = "cubic";
-  r.peer_class = "client";
-  r.asn = 64501;
-  r.as_org = "Telef\xC3\xB3nica";
-  r.cc_rule = "client-ab";
-  r.experiment = "bbr-vs-cubic";
-  r.arm = "cubic";
+  r.enrichment = {"client", 64501, "Telef\xC3\xB3nica", "client-ab", "bbr-vs-cubic", "cubic"};
   return r;
 }
 
@@ -236,7 +228,7 @@ TEST(KafkaProtobuf, TransferEveryFieldAsTheJsonLineHasIt) {
 TEST(KafkaProtobuf, TransferNullWaitAndRuleAbsent) {
   TransferRecord r = full_transfer();
   r.wait_us.reset();
-  r.cc_rule.reset();
+  r.enrichment.cc_rule.reset();
   const auto fields = decoded_as_its_json_line(r);
   EXPECT_FALSE(fields.count("wait_us"));
   EXPECT_FALSE(fields.count("cc_rule"));
@@ -247,7 +239,7 @@ TEST(KafkaProtobuf, TransferNullWaitAndRuleAbsent) {
 // takes a two-byte length prefix.
 TEST(KafkaProtobuf, MessagesAppendLengthDelimited) {
   FlowRecord big = full_flow();
-  big.as_org.assign(300, 'a');
+  big.enrichment.as_org.assign(300, 'a');
   std::string out;
   append_protobuf(full_flow(), &out);
   const size_t first = out.size();
@@ -255,7 +247,7 @@ TEST(KafkaProtobuf, MessagesAppendLengthDelimited) {
   EXPECT_EQ(unframed(out.substr(0, first)), flow_message(full_flow()));
   const std::string second = out.substr(first);
   EXPECT_TRUE(static_cast<unsigned char>(second[0]) & 0x80) << "more than 127 bytes: a 2-byte varint";
-  EXPECT_EQ(protoc_decode("FlowRecord", unframed(second)).at("as_org"), big.as_org);
+  EXPECT_EQ(protoc_decode("FlowRecord", unframed(second)).at("as_org"), big.enrichment.as_org);
 }
 
 // Every string all invalid bytes (each becomes U+FFFD, three bytes), every
@@ -269,8 +261,8 @@ TEST(KafkaProtobuf, LongestEncodingFitsAndDecodes) {
   FlowRecord f = full_flow();
   f.start_ns = f.end_ns = f.fct_us = f.duration_us = INT64_MIN;
   f.laddr = f.raddr = *IpAddr::parse("ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe");
-  for (std::string* s : {&f.cc, &f.peer_class, &f.as_org, &f.comm}) *s = invalid;
-  f.cc_rule = f.experiment = f.arm = invalid;
+  for (std::string* s : {&f.cc, &f.enrichment.peer_class, &f.enrichment.as_org, &f.comm}) *s = invalid;
+  f.enrichment.cc_rule = f.enrichment.experiment = f.enrichment.arm = invalid;
   const auto flow = protoc_decode("FlowRecord", flow_message(f));
   for (const char* k : {"cc", "peer_class", "as_org", "comm", "cc_rule", "experiment", "arm"})
     EXPECT_EQ(flow.at(k), replaced) << k;
@@ -280,8 +272,8 @@ TEST(KafkaProtobuf, LongestEncodingFitsAndDecodes) {
   TransferRecord t = full_transfer();
   t.flow_start_ns = t.start_ns = t.end_ns = t.xfer_us = INT64_MIN;
   t.wait_us = INT64_MIN;
-  for (std::string* s : {&t.cc, &t.peer_class, &t.as_org}) *s = invalid;
-  t.cc_rule = t.experiment = t.arm = invalid;
+  for (std::string* s : {&t.cc, &t.enrichment.peer_class, &t.enrichment.as_org}) *s = invalid;
+  t.enrichment.cc_rule = t.enrichment.experiment = t.enrichment.arm = invalid;
   const auto transfer = protoc_decode("TransferRecord", transfer_message(t));
   for (const char* k : {"cc", "peer_class", "as_org", "cc_rule", "experiment", "arm"})
     EXPECT_EQ(transfer.at(k), replaced) << k;

@@ -31,7 +31,7 @@ constexpr uint64_t kBytes = 2000000;
 FlowRecord completed_flow() {
   FlowRecord f;
   f.cc = "cubic";
-  f.peer_class = "client";
+  f.enrichment.peer_class = "client";
   f.bytes_acked = kBytes;
   f.fct_us = 1000000;
   f.srtt_us = 20000;
@@ -42,7 +42,7 @@ FlowRecord completed_flow() {
 TransferRecord sent_transfer() {
   TransferRecord t;
   t.cc = "cubic";
-  t.peer_class = "client";
+  t.enrichment.peer_class = "client";
   t.bytes = kBytes;
   t.xfer_us = 1000000;
   return t;

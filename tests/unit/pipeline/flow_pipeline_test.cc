@@ -10,14 +10,14 @@ namespace {
 
 tcpscope_flow_event event_to(const char* raddr) {
   tcpscope_flow_event ev{};
-  ev.family = 4;
-  ev.dir = TCPSCOPE_DIR_PASSIVE;
+  ev.id.family = 4;
+  ev.id.dir = TCPSCOPE_DIR_PASSIVE;
   ev.outcome = TCPSCOPE_OUTCOME_OK;
-  inet_pton(AF_INET, "198.18.0.1", ev.saddr);
-  inet_pton(AF_INET, raddr, ev.daddr);
-  ev.sport = 443;
-  ev.dport = 50000;
-  ev.start_ns = 1'000'000'000;
+  inet_pton(AF_INET, "198.18.0.1", ev.id.saddr);
+  inet_pton(AF_INET, raddr, ev.id.daddr);
+  ev.id.sport = 443;
+  ev.id.dport = 50000;
+  ev.id.start_ns = 1'000'000'000;
   ev.end_ns = 3'000'000'000;
   std::strcpy(ev.cc, "cubic");
   return ev;
@@ -61,11 +61,11 @@ TEST(FlowPipeline, DecodesEnrichesAndNamesTheRule) {
   const FlowRecord f = pipeline.record_of(ev);
   EXPECT_EQ(f.start_ns, 6'000'000'000);  // the clock's offset applied
   EXPECT_EQ(f.raddr.to_string(), "8.8.8.8");
-  EXPECT_EQ(f.asn, 15169u);
-  EXPECT_EQ(f.peer_class, "origin");
-  EXPECT_EQ(f.cc_rule, "wan");
-  EXPECT_EQ(f.experiment, "bbr-trial");
-  EXPECT_EQ(f.arm, "bbr");
+  EXPECT_EQ(f.enrichment.asn, 15169u);
+  EXPECT_EQ(f.enrichment.peer_class, "origin");
+  EXPECT_EQ(f.enrichment.cc_rule, "wan");
+  EXPECT_EQ(f.enrichment.experiment, "bbr-trial");
+  EXPECT_EQ(f.enrichment.arm, "bbr");
   EXPECT_EQ(pipeline.lookups(), 2u);  // ASN, then peer class
 }
 
@@ -74,34 +74,34 @@ TEST(FlowPipeline, AFlowNoRuleChoseHasNoRuleNames) {
   Enricher enricher(fx.tables);
   FlowPipeline pipeline(fx.clock, enricher, fx.names, TransferDelimiter::kWrite);
   const FlowRecord f = pipeline.record_of(event_to("198.18.0.2"));
-  EXPECT_EQ(f.asn, 0u);
-  EXPECT_EQ(f.peer_class, "client");
-  EXPECT_FALSE(f.cc_rule);
-  EXPECT_FALSE(f.experiment);
-  EXPECT_FALSE(f.arm);
+  EXPECT_EQ(f.enrichment.asn, 0u);
+  EXPECT_EQ(f.enrichment.peer_class, "client");
+  EXPECT_FALSE(f.enrichment.cc_rule);
+  EXPECT_FALSE(f.enrichment.experiment);
+  EXPECT_FALSE(f.enrichment.arm);
 }
 
 TEST(FlowPipeline, SeesTheTablesAReloadSwappedIn) {
   Fixture fx;
   Enricher enricher(fx.tables);
   FlowPipeline pipeline(fx.clock, enricher, fx.names, TransferDelimiter::kWrite);
-  EXPECT_EQ(pipeline.record_of(event_to("8.8.8.8")).peer_class, "origin");
+  EXPECT_EQ(pipeline.record_of(event_to("8.8.8.8")).enrichment.peer_class, "origin");
   EnrichmentTables reloaded = fx.tables;
   reloaded.classifier = std::make_shared<const PeerClassifier>(std::vector<PeerClassSpec>{}, "client");
   enricher.replace(reloaded);
-  EXPECT_EQ(pipeline.record_of(event_to("8.8.8.8")).peer_class, "client");
+  EXPECT_EQ(pipeline.record_of(event_to("8.8.8.8")).enrichment.peer_class, "client");
 }
 
 tcpscope_transfer_event transfer_to(const char* raddr) {
   tcpscope_transfer_event ev{};
-  ev.family = 4;
-  ev.dir = TCPSCOPE_DIR_PASSIVE;
+  ev.id.family = 4;
+  ev.id.dir = TCPSCOPE_DIR_PASSIVE;
   ev.direction = TCPSCOPE_XFER_SEND;
-  inet_pton(AF_INET, "198.18.0.1", ev.saddr);
-  inet_pton(AF_INET, raddr, ev.daddr);
-  ev.sport = 443;
-  ev.dport = 50000;
-  ev.flow_start_ns = 1'000'000'000;
+  inet_pton(AF_INET, "198.18.0.1", ev.id.saddr);
+  inet_pton(AF_INET, raddr, ev.id.daddr);
+  ev.id.sport = 443;
+  ev.id.dport = 50000;
+  ev.id.start_ns = 1'000'000'000;
   ev.start_ns = 1'500'000'000;
   ev.end_ns = 1'750'000'000;
   ev.wait_us = TCPSCOPE_NO_WAIT;
@@ -137,12 +137,12 @@ TEST(FlowPipeline, ATransferIsDecodedEnrichedAndNamedAsItsFlow) {
   EXPECT_FALSE(t.wait_us);
   EXPECT_EQ(t.raddr.to_string(), "8.8.8.8");
   EXPECT_EQ(t.cc, "bbr");
-  EXPECT_EQ(t.asn, 15169u);
-  EXPECT_EQ(t.peer_class, "origin");
-  EXPECT_EQ(t.as_org, f.as_org);
-  EXPECT_EQ(t.cc_rule, "wan");
-  EXPECT_EQ(t.experiment, "bbr-trial");
-  EXPECT_EQ(t.arm, "bbr");
+  EXPECT_EQ(t.enrichment.asn, 15169u);
+  EXPECT_EQ(t.enrichment.peer_class, "origin");
+  EXPECT_EQ(t.enrichment.as_org, f.enrichment.as_org);
+  EXPECT_EQ(t.enrichment.cc_rule, "wan");
+  EXPECT_EQ(t.enrichment.experiment, "bbr-trial");
+  EXPECT_EQ(t.enrichment.arm, "bbr");
   EXPECT_EQ(pipeline.lookups(), 4u);  // ASN and peer class, for each record
 }
 
@@ -163,12 +163,12 @@ TEST(FlowPipeline, ATransferClosedWithItsFlowTakesTheFlowsEnrichmentWithoutLooku
   EXPECT_EQ(with_flow.xfer_us, alone.xfer_us);
   EXPECT_EQ(with_flow.bytes, alone.bytes);
   EXPECT_EQ(with_flow.cc, alone.cc);
-  EXPECT_EQ(with_flow.asn, alone.asn);
-  EXPECT_EQ(with_flow.as_org, alone.as_org);
-  EXPECT_EQ(with_flow.peer_class, alone.peer_class);
-  EXPECT_EQ(with_flow.cc_rule, alone.cc_rule);
-  EXPECT_EQ(with_flow.experiment, alone.experiment);
-  EXPECT_EQ(with_flow.arm, alone.arm);
+  EXPECT_EQ(with_flow.enrichment.asn, alone.enrichment.asn);
+  EXPECT_EQ(with_flow.enrichment.as_org, alone.enrichment.as_org);
+  EXPECT_EQ(with_flow.enrichment.peer_class, alone.enrichment.peer_class);
+  EXPECT_EQ(with_flow.enrichment.cc_rule, alone.enrichment.cc_rule);
+  EXPECT_EQ(with_flow.enrichment.experiment, alone.enrichment.experiment);
+  EXPECT_EQ(with_flow.enrichment.arm, alone.enrichment.arm);
 }
 
 TEST(FlowPipeline, ATransferNoRuleChoseHasNoRuleNames) {
@@ -176,11 +176,11 @@ TEST(FlowPipeline, ATransferNoRuleChoseHasNoRuleNames) {
   Enricher enricher(fx.tables);
   FlowPipeline pipeline(fx.clock, enricher, fx.names, TransferDelimiter::kWrite);
   const TransferRecord t = pipeline.record_of(transfer_to("198.18.0.2"));
-  EXPECT_EQ(t.asn, 0u);
-  EXPECT_EQ(t.peer_class, "client");
-  EXPECT_FALSE(t.cc_rule);
-  EXPECT_FALSE(t.experiment);
-  EXPECT_FALSE(t.arm);
+  EXPECT_EQ(t.enrichment.asn, 0u);
+  EXPECT_EQ(t.enrichment.peer_class, "client");
+  EXPECT_FALSE(t.enrichment.cc_rule);
+  EXPECT_FALSE(t.enrichment.experiment);
+  EXPECT_FALSE(t.enrichment.arm);
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "record/flow_record.h"
+#include "record/enrichment.h"
 
 namespace tcpscope {
 namespace {
@@ -37,10 +37,10 @@ uint16_t install(RuleNames& names, const CompiledPolicy& p) {
   return id;
 }
 
-FlowRecord named(const RuleNames& names, uint32_t rule_tag, uint8_t arm_tag = 0) {
-  FlowRecord f;
-  names.name_flow(rule_tag, arm_tag, &f);
-  return f;
+Enrichment named(const RuleNames& names, uint32_t rule_tag, uint8_t arm_tag = 0) {
+  Enrichment e;
+  names.name(rule_tag, arm_tag, &e);
+  return e;
 }
 
 TEST(RuleNames, NamesTheRuleExperimentAndArmOfTheTag) {
@@ -48,7 +48,7 @@ TEST(RuleNames, NamesTheRuleExperimentAndArmOfTheTag) {
   const uint16_t id = install(names, policy_of({plain("lan", "cubic"), experiment("wan", "bbr-trial", {"cubic", "bbr"})}));
   EXPECT_EQ(id, 1u);
 
-  FlowRecord f = named(names, TCPSCOPE_RULE_TAG(id, 0));
+  Enrichment f = named(names, TCPSCOPE_RULE_TAG(id, 0));
   EXPECT_EQ(f.cc_rule, "lan");
   EXPECT_FALSE(f.experiment);
   EXPECT_FALSE(f.arm);
@@ -62,7 +62,7 @@ TEST(RuleNames, NamesTheRuleExperimentAndArmOfTheTag) {
 TEST(RuleNames, NoTagNoNames) {
   RuleNames names;
   install(names, policy_of({plain("lan", "cubic")}));
-  FlowRecord f = named(names, 0, 1);
+  Enrichment f = named(names, 0, 1);
   EXPECT_FALSE(f.cc_rule);
   EXPECT_FALSE(f.experiment);
   EXPECT_FALSE(f.arm);
@@ -125,7 +125,7 @@ TEST(RuleNames, OutOfRangeRuleAndArmIndexes) {
   EXPECT_FALSE(named(names, TCPSCOPE_RULE_TAG(id + 1, 0), 1).cc_rule);
 
   // The rule is known but the arm is not: rule and experiment, no arm.
-  FlowRecord f = named(names, TCPSCOPE_RULE_TAG(id, 0), 3);
+  Enrichment f = named(names, TCPSCOPE_RULE_TAG(id, 0), 3);
   EXPECT_EQ(f.cc_rule, "exp");
   EXPECT_EQ(f.experiment, "trial");
   EXPECT_FALSE(f.arm);
@@ -138,7 +138,7 @@ TEST(RuleNames, OutOfRangeRuleAndArmIndexes) {
 TEST(RuleNames, APlainRuleHasNoArmWhateverTheTag) {
   RuleNames names;
   const uint16_t id = install(names, policy_of({plain("lan", "cubic")}));
-  FlowRecord f = named(names, TCPSCOPE_RULE_TAG(id, 0), 1);
+  Enrichment f = named(names, TCPSCOPE_RULE_TAG(id, 0), 1);
   EXPECT_EQ(f.cc_rule, "lan");
   EXPECT_FALSE(f.experiment);
   EXPECT_FALSE(f.arm);

@@ -10,14 +10,14 @@ namespace {
 
 tcpscope_flow_event base_event() {
   tcpscope_flow_event ev{};
-  ev.family = 4;
-  ev.dir = TCPSCOPE_DIR_ACTIVE;
+  ev.id.family = 4;
+  ev.id.dir = TCPSCOPE_DIR_ACTIVE;
   ev.outcome = TCPSCOPE_OUTCOME_OK;
-  inet_pton(AF_INET, "198.18.0.1", ev.saddr);
-  inet_pton(AF_INET, "198.18.0.2", ev.daddr);
-  ev.sport = 40000;
-  ev.dport = 443;
-  ev.start_ns = 1'000'000'000;
+  inet_pton(AF_INET, "198.18.0.1", ev.id.saddr);
+  inet_pton(AF_INET, "198.18.0.2", ev.id.daddr);
+  ev.id.sport = 40000;
+  ev.id.dport = 443;
+  ev.id.start_ns = 1'000'000'000;
   ev.established_ns = 1'000'100'000;
   ev.data_end_ns = 1'250'000'000;
   ev.end_ns = 2'000'000'000;
@@ -73,7 +73,7 @@ TEST(FlowDecoder, FctWithoutDataEndsAtHandshakeOrClose) {
   EXPECT_EQ(flow_completion_us(ev), 100);  // no data: the handshake
   ev.established_ns = 0;
   EXPECT_EQ(flow_completion_us(ev), 1'000'000);  // never established: until close
-  ev.end_ns = ev.start_ns - 1;
+  ev.end_ns = ev.id.start_ns - 1;
   ev.data_end_ns = 0;
   EXPECT_EQ(flow_completion_us(ev), 0);  // never negative
 }
@@ -92,17 +92,17 @@ TEST(FlowDecoder, AddressesPortsAndStrings) {
 
 TEST(FlowDecoder, Ipv4MappedPeerIsReportedAsIpv4) {
   auto ev = base_event();
-  ev.family = 6;
-  std::memset(ev.saddr, 0, 16);
-  std::memset(ev.daddr, 0, 16);
-  inet_pton(AF_INET6, "::ffff:198.18.0.1", ev.saddr);
-  inet_pton(AF_INET6, "::ffff:203.0.113.9", ev.daddr);
+  ev.id.family = 6;
+  std::memset(ev.id.saddr, 0, 16);
+  std::memset(ev.id.daddr, 0, 16);
+  inet_pton(AF_INET6, "::ffff:198.18.0.1", ev.id.saddr);
+  inet_pton(AF_INET6, "::ffff:203.0.113.9", ev.id.daddr);
   FlowRecord r = decode_flow_event(ev, MonotonicToRealtime(0));
   EXPECT_EQ(r.family(), 4);
   EXPECT_EQ(r.raddr.to_string(), "203.0.113.9");
   EXPECT_EQ(r.laddr.to_string(), "198.18.0.1");
 
-  inet_pton(AF_INET6, "fd00::2", ev.daddr);
+  inet_pton(AF_INET6, "fd00::2", ev.id.daddr);
   r = decode_flow_event(ev, MonotonicToRealtime(0));
   EXPECT_EQ(r.family(), 6);
   EXPECT_EQ(r.raddr.to_string(), "fd00::2");
@@ -129,7 +129,7 @@ TEST(FlowDecoder, OutcomesDirectionsAndFlags) {
     ev.outcome = raw;
     EXPECT_EQ(decode_flow_event(ev, MonotonicToRealtime(0)).outcome, want);
   }
-  ev.dir = TCPSCOPE_DIR_PASSIVE;
+  ev.id.dir = TCPSCOPE_DIR_PASSIVE;
   ev.flags = TCPSCOPE_F_PARTIAL | TCPSCOPE_F_APP_SET_CC;
   FlowRecord r = decode_flow_event(ev, MonotonicToRealtime(0));
   EXPECT_EQ(r.dir, Direction::kPassive);

@@ -21,10 +21,10 @@ FlowRecord sample() {
   r.outcome = Outcome::kReset;
   r.cc = "bbr";
   r.bytes_acked = 18446744073709551615ULL;  // u64 max survives
-  r.peer_class = "pop-to-pop";
-  r.asn = 64501;
-  r.as_org = "Example \"Wireless\" \\ Net";
-  r.cc_rule = "wireless-bbr";
+  r.enrichment.peer_class = "pop-to-pop";
+  r.enrichment.asn = 64501;
+  r.enrichment.as_org = "Example \"Wireless\" \\ Net";
+  r.enrichment.cc_rule = "wireless-bbr";
   r.comm = std::string("we\x01ird\xff", 7);
   r.pid = 4242;
   return r;
@@ -68,13 +68,13 @@ TEST(FlowJson, TextIsUtf8InvalidBytesReplacedControlsEscaped) {
 
   FlowRecord r = sample();
   r.comm = "cl\xC3\xAF" "ent-\xC3\xBCtf8";
-  r.as_org = "\xE4\xB8\xAD\xE5\x9B\xBD\xE7\x94\xB5\xE4\xBF\xA1";
+  r.enrichment.as_org = "\xE4\xB8\xAD\xE5\x9B\xBD\xE7\x94\xB5\xE4\xBF\xA1";
   out.clear();
   append_flow_json(r, &out);
   EXPECT_NE(out.find("\"comm\":\"cl\xC3\xAF" "ent-\xC3\xBCtf8\""), std::string::npos) << out;
   j = nlohmann::json::parse(out);
   EXPECT_EQ(j["comm"], r.comm);
-  EXPECT_EQ(j["as_org"], r.as_org);
+  EXPECT_EQ(j["as_org"], r.enrichment.as_org);
 
   r.comm = "cut-name-abcd\xE4\xB8";  // 15 bytes, the kernel's cut inside a 3-byte character
   out.clear();

@@ -10,15 +10,15 @@ namespace {
 
 tcpscope_transfer_event base_event() {
   tcpscope_transfer_event ev{};
-  ev.family = 4;
-  ev.dir = TCPSCOPE_DIR_PASSIVE;
+  ev.id.family = 4;
+  ev.id.dir = TCPSCOPE_DIR_PASSIVE;
   ev.direction = TCPSCOPE_XFER_SEND;
-  inet_pton(AF_INET, "198.18.0.1", ev.saddr);
-  inet_pton(AF_INET, "198.18.0.2", ev.daddr);
-  ev.sport = 443;
-  ev.dport = 50000;
-  ev.netns = 4026531840u;
-  ev.flow_start_ns = 1'000'000'000;
+  inet_pton(AF_INET, "198.18.0.1", ev.id.saddr);
+  inet_pton(AF_INET, "198.18.0.2", ev.id.daddr);
+  ev.id.sport = 443;
+  ev.id.dport = 50000;
+  ev.id.netns = 4026531840u;
+  ev.id.start_ns = 1'000'000'000;
   ev.start_ns = 1'200'000'000;
   ev.end_ns = 1'450'000'000;
   ev.seq = 3;
@@ -106,18 +106,18 @@ TEST(TransferDecoder, Ipv4AddressesAndPorts) {
 
 TEST(TransferDecoder, Ipv6AndIpv4MappedPeers) {
   auto ev = base_event();
-  ev.family = 6;
-  std::memset(ev.saddr, 0, 16);
-  std::memset(ev.daddr, 0, 16);
-  inet_pton(AF_INET6, "fd00::1", ev.saddr);
-  inet_pton(AF_INET6, "fd00::2", ev.daddr);
+  ev.id.family = 6;
+  std::memset(ev.id.saddr, 0, 16);
+  std::memset(ev.id.daddr, 0, 16);
+  inet_pton(AF_INET6, "fd00::1", ev.id.saddr);
+  inet_pton(AF_INET6, "fd00::2", ev.id.daddr);
   TransferRecord r = decode_transfer_event(ev, MonotonicToRealtime(0), TransferDelimiter::kWrite);
   EXPECT_EQ(r.family(), 6);
   EXPECT_EQ(r.laddr.to_string(), "fd00::1");
   EXPECT_EQ(r.raddr.to_string(), "fd00::2");
 
-  inet_pton(AF_INET6, "::ffff:198.18.0.1", ev.saddr);
-  inet_pton(AF_INET6, "::ffff:203.0.113.9", ev.daddr);
+  inet_pton(AF_INET6, "::ffff:198.18.0.1", ev.id.saddr);
+  inet_pton(AF_INET6, "::ffff:203.0.113.9", ev.id.daddr);
   r = decode_transfer_event(ev, MonotonicToRealtime(0), TransferDelimiter::kWrite);
   EXPECT_EQ(r.family(), 4);  // as the flow record reports it
   EXPECT_EQ(r.raddr.to_string(), "203.0.113.9");
@@ -130,7 +130,7 @@ TEST(TransferDecoder, DirectionsOfTheTransferAndItsFlow) {
   EXPECT_STREQ(to_string(r.direction), "send");
   EXPECT_EQ(r.dir, Direction::kPassive);
   ev.direction = TCPSCOPE_XFER_RECV;
-  ev.dir = TCPSCOPE_DIR_ACTIVE;
+  ev.id.dir = TCPSCOPE_DIR_ACTIVE;
   r = decode_transfer_event(ev, MonotonicToRealtime(0), TransferDelimiter::kWrite);
   EXPECT_EQ(r.direction, TransferDirection::kRecv);
   EXPECT_STREQ(to_string(r.direction), "recv");

@@ -32,12 +32,7 @@ TransferRecord sample() {
   r.rwnd_limited_us = 1000;
   r.sndbuf_limited_us = 2000;
   r.cc = "bbr";
-  r.peer_class = "pop-to-pop";
-  r.asn = 64501;
-  r.as_org = "Example \"Wireless\" \\ Net";
-  r.cc_rule = "client-ab";
-  r.experiment = "bbr-vs-cubic";
-  r.arm = "bbr";
+  r.enrichment = {"pop-to-pop", 64501, "Example \"Wireless\" \\ Net", "client-ab", "bbr-vs-cubic", "bbr"};
   return r;
 }
 
@@ -103,9 +98,9 @@ TEST(TransferJson, Values) {
 TEST(TransferJson, NoWaitAndNoRuleAreNull) {
   TransferRecord r = sample();
   r.wait_us.reset();
-  r.cc_rule.reset();
-  r.experiment.reset();
-  r.arm.reset();
+  r.enrichment.cc_rule.reset();
+  r.enrichment.experiment.reset();
+  r.enrichment.arm.reset();
   r.direction = TransferDirection::kRecv;
   auto j = line_of(r);
   ASSERT_TRUE(j.contains("wait_us"));
