@@ -1,11 +1,11 @@
 // The quantiles `tcpscope compare` reports per arm (--quantiles 50,90,99,99.9).
 //
 // A quantile q is the order statistic of rank floor(q (n - 1)) of the arm's n
-// values (compare_stats.h). It exists only when the arm holds at least one
-// value above it, n >= 1 / (1 - q): p99.99 needs 10,000 values. A smaller arm
-// reports none for it (n/a in the table, null in JSON): below that count the
-// order statistic is the sample's maximum or next to it, a number about the
-// sample and not about the tail it is named after.
+// values (compare_stats.h). An arm tells it only when it is expected to hold
+// a value above it, n (1 - q) >= 1: p99.99 needs 10,000 values. A smaller arm
+// reports none (n/a in the table, null in JSON): there the order statistic is
+// one of the sample's few largest values, a number about those values and
+// not about the tail it would be named after.
 #pragma once
 
 #include <cstdint>
@@ -16,9 +16,9 @@
 namespace tcpscope {
 
 struct ReportedQuantile {
-  double q = 0;           // in (0, 1): 0.999
-  std::string key;        // "p99.9": the table's column and the JSON key
-  uint64_t min_count = 0; // the fewest values that hold it: ceil(1 / (1 - q)), exact
+  double q = 0;            // in (0, 1): 0.999
+  std::string key;         // "p99.9": the table's column and the JSON key
+  uint64_t min_count = 0;  // the fewest values that hold it: ceil(1 / (1 - q)), exact
 };
 
 // p50, p90, p99.
