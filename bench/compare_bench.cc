@@ -10,9 +10,9 @@
 
 #include "aggregate/flow_distributions.h"
 #include "compare/compare.h"
-#include "compare/compare_selection.h"
 #include "compare/flow_log_source.h"
-#include "compare/flow_sketch.h"
+#include "measure/flow_sketch.h"
+#include "measure/selection.h"
 #include "record/flow_json.h"
 #include "record/flow_record.h"
 

@@ -12,7 +12,7 @@
 #include <set>
 
 #include "config/config.h"
-#include "record/size_class.h"
+#include "measure/size_class.h"
 
 namespace tcpscope {
 
@@ -271,7 +271,7 @@ struct Aggregator::Series {
 };
 
 Aggregator::Aggregator(std::shared_ptr<prometheus::Registry> registry, AggregatorOptions options)
-    : registry_(std::move(registry)), options_(std::move(options)) {
+    : registry_(std::move(registry)), options_(std::move(options)), metric_options_(options_.metric_options()) {
   auto& r = *registry_;
   flows_total_ = &prometheus::BuildCounter()
                       .Name("tcpscope_flows_total")
@@ -407,20 +407,21 @@ void Aggregator::add(const FlowRecord& f, AsnLabel asn) {
   // Distributions only describe flows that did their job: a refused or reset
   // flow has no meaningful completion time, and a partial flow (opened before
   // the daemon attached) has an unknown start.
-  if (f.outcome == Outcome::kOk && bytes > 0 && !f.partial) {
+  const MetricInputs in = metric_inputs(f);
+  if (in_population(completed_population(), in, metric_options_)) {
     const uint32_t sc = size_class_index(bytes, options_.size_classes_bytes);
     const uint64_t fct_us = f.fct_us > 0 ? static_cast<uint64_t>(f.fct_us) : 0;
     s->fct->add(sc, size_class_names_[sc], [s] { return s->base(); }, us_to_seconds(fct_us));
 
-    if (bytes >= options_.throughput_min_bytes && fct_us > 0) {
+    if (in_population(metric_population(CompareMetric::kThroughput), in, metric_options_)) {
       if (!s->throughput) s->throughput = &throughput_->Add(s->base(), throughput_buckets_bytes_per_second());
       p.throughput.add(throughput_buckets_bytes_per_second(), static_cast<double>(bytes) / us_to_seconds(fct_us));
     }
-    // 0 means no RTT sample; the kernel's "no min_rtt yet" is ~0U.
-    if (f.srtt_us) {
+    if (in_population(metric_population(CompareMetric::kRtt), in, metric_options_)) {
       if (!s->srtt) s->srtt = &srtt_->Add(s->base(), rtt_buckets_seconds());
       p.srtt.add(rtt_buckets_seconds(), us_to_seconds(f.srtt_us));
     }
+    // The kernel's "no min_rtt yet" is ~0U.
     if (f.min_rtt_us && f.min_rtt_us != UINT32_MAX) {
       if (!s->min_rtt) s->min_rtt = &min_rtt_->Add(s->base(), rtt_buckets_seconds());
       p.min_rtt.add(rtt_buckets_seconds(), us_to_seconds(f.min_rtt_us));
@@ -443,20 +444,21 @@ void Aggregator::add(const TransferRecord& t, AsnLabel asn) {
   const uint64_t xfer_us = t.xfer_us > 0 ? static_cast<uint64_t>(t.xfer_us) : 0;
   s->transfer_seconds[d]->add(sc, size_class_names_[sc], direction_labels, us_to_seconds(xfer_us));
 
-  // What the path carried: only what this host sent (a received transfer's
-  // time includes the sender's pauses), large enough to leave slow start,
-  // and not held back by the receiver's window; those that were are counted
-  // so the histogram's share of them shows.
-  if (t.direction == TransferDirection::kSend && t.bytes >= options_.throughput_min_bytes && xfer_us > 0) {
-    if (t.rwnd_limited()) {
-      if (!s->transfer_throughput_excluded)
-        s->transfer_throughput_excluded = &transfer_throughput_excluded_->Add(s->with("reason", "rwnd_limited"));
-      p.transfer_throughput_excluded += 1;
-    } else {
-      if (!s->transfer_throughput)
-        s->transfer_throughput = &transfer_throughput_->Add(s->base(), throughput_buckets_bytes_per_second());
-      p.transfer_throughput.add(throughput_buckets_bytes_per_second(), t.throughput_bytes_per_second());
-    }
+  // What the path carried: throughput's population per transfer
+  // (measure/metric.h). The transfers only the receiver's window kept out
+  // of it are counted, so the histogram's share of them shows.
+  const Population& throughput = metric_population(CompareMetric::kThroughput);
+  const MetricInputs in = metric_inputs(t);
+  MetricInputs unlimited = in;
+  unlimited.rwnd_limited = false;
+  if (in_population(throughput, in, metric_options_)) {
+    if (!s->transfer_throughput)
+      s->transfer_throughput = &transfer_throughput_->Add(s->base(), throughput_buckets_bytes_per_second());
+    p.transfer_throughput.add(throughput_buckets_bytes_per_second(), t.throughput_bytes_per_second());
+  } else if (in_population(throughput, unlimited, metric_options_)) {
+    if (!s->transfer_throughput_excluded)
+      s->transfer_throughput_excluded = &transfer_throughput_excluded_->Add(s->with("reason", "rwnd_limited"));
+    p.transfer_throughput_excluded += 1;
   }
   if (!batching_) publish_locked();
 }
@@ -590,6 +592,7 @@ void Aggregator::update_options(AggregatorOptions options) {
   publish_locked();  // pending FCT and transfer-time observations are per size class of the old options
   const bool classes_changed = options.size_classes_bytes != options_.size_classes_bytes;
   options_ = std::move(options);
+  metric_options_ = options_.metric_options();
   if (classes_changed) {
     // Histograms of the old size classes keep their values under their old
     // labels for stale_asn_seconds (a scrape sees no counter vanish at the

@@ -50,6 +50,7 @@
 
 #include "aggregate/asn_ranking.h"
 #include "aggregate/label_ids.h"
+#include "measure/metric.h"
 #include "record/flow_record.h"
 #include "record/transfer_record.h"
 
@@ -77,6 +78,8 @@ struct AggregatorOptions {
   size_t max_stale_asns = 50;
 
   static AggregatorOptions from_config(const Config& config);
+  // The part the metrics' populations read (measure/metric.h).
+  MetricOptions metric_options() const { return {size_classes_bytes, throughput_min_bytes}; }
 };
 
 // Histogram bucket upper bounds (seconds, bytes/s), documented in aggregator.cc.
@@ -160,6 +163,7 @@ class Aggregator {
 
   std::shared_ptr<prometheus::Registry> registry_;
   AggregatorOptions options_;
+  MetricOptions metric_options_;  // options_.metric_options()
   std::vector<std::string> size_class_names_;
 
   prometheus::Family<prometheus::Counter>* flows_total_;

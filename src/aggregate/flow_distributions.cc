@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config.h"
+#include "measure/size_class.h"
 #include "record/flow_record.h"
-#include "record/size_class.h"
 #include "record/transfer_record.h"
 #include "text/json_text.h"
 #include "text/url_query.h"

@@ -2,7 +2,7 @@
 // without a flow log: one FlowSketch (1 % relative error) per unit, metric
 // and key (peer_class, asn label, cc, arm, size_class) of finished flows and
 // of transfers, over a sliding window. Flows feed every metric; transfers
-// the ones compare_metric.h defines per transfer (fct, throughput), keyed
+// the ones measure/metric.h defines per transfer (fct, throughput), keyed
 // by the same fields (size_class by the transfer's bytes), so a key's flows
 // and transfers share its entry. A compare query merges the sketches of the keys that match
 // its A and B selections into one pair per group and returns them; the
@@ -63,9 +63,9 @@
 
 #include "aggregate/asn_ranking.h"
 #include "aggregate/label_ids.h"
-#include "compare/compare_metric.h"
-#include "compare/compare_selection.h"
-#include "compare/flow_sketch.h"
+#include "measure/flow_sketch.h"
+#include "measure/metric.h"
+#include "measure/selection.h"
 
 namespace tcpscope {
 

@@ -18,15 +18,15 @@
 #include <vector>
 
 #include "cli/command_line.h"
-#include "compare/compare.h"
-#include "compare/compare_selection.h"
-#include "compare/compare_source.h"
 #include "compare/clickhouse_source.h"
+#include "compare/compare.h"
+#include "compare/compare_source.h"
 #include "compare/daemon_source.h"
 #include "compare/flow_log_source.h"
 #include "compare/prometheus_source.h"
 #include "compare/svg_plot.h"
 #include "config/config.h"
+#include "measure/selection.h"
 #include "os/congestion_controls.h"
 #include "os/owned_file.h"
 #include "text/json_text.h"

@@ -19,7 +19,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "compare/compare_selection.h"
+#include "measure/selection.h"
 
 namespace tcpscope {
 

@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "compare/flow_sketch.h"
+#include "measure/flow_sketch.h"
+#include "measure/size_class.h"
 #include "net/http_client.h"
-#include "record/size_class.h"
 #include "text/url_query.h"
 
 namespace tcpscope {
@@ -43,61 +43,124 @@ const ClickHouseColumn* find_column(const std::vector<ClickHouseColumn>& columns
   return nullptr;
 }
 
-// What the query computes per record, in the words of compare_metric.h.
-struct Population {
+// A MetricInput as the shipped tables (packaging/clickhouse/*.sql) hold it:
+// an expression (parenthesized when it is not one term) and the columns it
+// reads. None: the unit's records fix the input (metric_inputs(): a
+// transfer is a finished run, a flow is neither sent nor received).
+struct InputColumns {
+  std::string expr;
+  std::vector<std::string> columns;
+};
+
+std::optional<InputColumns> input_columns(MetricInput i, CompareUnit u) {
+  const bool transfer = u == CompareUnit::kTransfer;
+  switch (i) {
+    case MetricInput::kOk:
+      if (transfer) return std::nullopt;
+      return InputColumns{"(`outcome` = 'ok')", {"outcome"}};
+    case MetricInput::kPartial:
+      if (transfer) return std::nullopt;
+      return InputColumns{"`partial`", {"partial"}};
+    case MetricInput::kRecv:
+      if (!transfer) return std::nullopt;
+      // As the flow-log reader: anything but "send" is not data this host sent.
+      return InputColumns{"(`direction` != 'send')", {"direction"}};
+    case MetricInput::kBytes:
+      if (transfer) return InputColumns{"`bytes`", {"bytes"}};
+      return InputColumns{"(`bytes_acked` + `bytes_received`)", {"bytes_acked", "bytes_received"}};
+    case MetricInput::kTime:
+      if (transfer) return InputColumns{"`xfer_us`", {"xfer_us"}};
+      return InputColumns{"`fct_us`", {"fct_us"}};
+    case MetricInput::kSrtt: return InputColumns{"`srtt_us`", {"srtt_us"}};
+    case MetricInput::kRetransSegs: return InputColumns{"`retrans_segs`", {"retrans_segs"}};
+    case MetricInput::kSegsOut:
+      if (transfer) return std::nullopt;
+      return InputColumns{"`segs_out`", {"segs_out"}};
+    case MetricInput::kRwndLimited:
+      if (!transfer) return std::nullopt;
+      // TransferRecord::rwnd_limited(): held back for more than half its time.
+      return InputColumns{"(`xfer_us` > 0 AND 2 * toInt64(`rwnd_limited_us`) > `xfer_us`)",
+                          {"xfer_us", "rwnd_limited_us"}};
+  }
+  return std::nullopt;
+}
+
+// The inputs every record of the unit has, whatever its fields.
+MetricInputs fixed_inputs(CompareUnit u) {
+  MetricInputs in;
+  in.unit = u;
+  in.ok = u == CompareUnit::kTransfer;
+  return in;
+}
+
+// One term of a population (measure/metric.h) as SQL; "" when the unit's
+// records always meet it.
+std::string term_sql(const PopulationTerm& t, CompareUnit u, uint64_t throughput_min_bytes) {
+  const std::optional<InputColumns> in = input_columns(t.input, u);
+  if (!in) return term_holds(t, fixed_inputs(u), MetricOptions{{}, throughput_min_bytes}) ? "" : "0";
+  const std::string tmin = std::to_string(throughput_min_bytes);
+  switch (t.test) {
+    case MetricTest::kTrue: return in->expr;
+    case MetricTest::kFalse: return in->expr + " = 0";
+    case MetricTest::kPositive: return in->expr + " > 0";
+    case MetricTest::kBelowThroughputMin: return in->expr + " < " + tmin;
+    case MetricTest::kAtLeastThroughputMin: return in->expr + " >= " + tmin;
+  }
+  return "0";
+}
+
+std::string input_value_sql(MetricInput i, CompareUnit u) {
+  const std::optional<InputColumns> in = input_columns(i, u);
+  return in ? "toFloat64(" + in->expr + ")" : sql_double(input_value(i, fixed_inputs(u)));
+}
+
+// What the query computes per record: metric_population() and
+// metric_formula() written as SQL.
+struct PopulationSql {
   std::string bytes;      // payload bytes (the size class is taken from it)
   std::string condition;  // the record counts for the metric
   std::string value;      // the metric's value, Float64
 };
 
-Population population_of(const CompareOptions& o, uint64_t throughput_min_bytes) {
-  const std::string t = std::to_string(throughput_min_bytes);
-  Population p;
-  if (o.unit == CompareUnit::kTransfer) {
-    // Transfers are records of finished runs; only what this host sent.
-    p.bytes = "`bytes`";
-    const std::string sent = "`direction` = 'send' AND `bytes` > 0 AND `xfer_us` > 0";
-    if (o.metric == CompareMetric::kFct) {
-      p.condition = sent + " AND `bytes` < " + t;
-      p.value = "toFloat64(`xfer_us`)";
-    } else {
-      // Not rwnd-limited: the receiver's window held it back for at most half its time.
-      p.condition = sent + " AND `bytes` >= " + t + " AND 2 * toInt64(`rwnd_limited_us`) <= `xfer_us`";
-      p.value = "8.0 * toFloat64(`bytes`) / (toFloat64(`xfer_us`) / 1e6)";
-    }
-    return p;
+PopulationSql population_of(const CompareOptions& o, uint64_t throughput_min_bytes) {
+  PopulationSql p;
+  p.bytes = input_columns(MetricInput::kBytes, o.unit)->expr;
+  for (const PopulationTerm& t : metric_population(o.metric)) {
+    const std::string term = term_sql(t, o.unit, throughput_min_bytes);
+    if (!term.empty()) p.condition += (p.condition.empty() ? "" : " AND ") + term;
   }
-  p.bytes = "(`bytes_acked` + `bytes_received`)";
-  const std::string done = "`outcome` = 'ok' AND `partial` = 0 AND " + p.bytes + " > 0";
-  switch (o.metric) {
-    case CompareMetric::kFct:
-      p.condition = done + " AND " + p.bytes + " < " + t + " AND `fct_us` > 0";
-      p.value = "toFloat64(`fct_us`)";
-      break;
-    case CompareMetric::kThroughput:
-      p.condition = done + " AND " + p.bytes + " >= " + t + " AND `fct_us` > 0";
-      p.value = "8.0 * toFloat64(" + p.bytes + ") / (toFloat64(`fct_us`) / 1e6)";
-      break;
-    case CompareMetric::kRtt:
-      p.condition = done + " AND `srtt_us` > 0";
-      p.value = "toFloat64(`srtt_us`)";
-      break;
-    case CompareMetric::kRetrans:
-      p.condition = done + " AND `segs_out` > 0";
-      p.value = "toFloat64(`retrans_segs`) / toFloat64(`segs_out`)";
-      break;
+  if (p.condition.empty()) p.condition = "1";
+  const MetricFormula& f = metric_formula(o.metric);
+  p.value = input_value_sql(f.numerator, o.unit);
+  if (f.scale != 1) p.value = sql_double(f.scale) + " * " + p.value;
+  if (f.denominator) {
+    std::string denominator = input_value_sql(*f.denominator, o.unit);
+    if (f.denominator_scale != 1) denominator = "(" + denominator + " / " + sql_double(f.denominator_scale) + ")";
+    p.value += " / " + denominator;
   }
   return p;
 }
 
-// Which of what the query needs the table lacks ("" when it has all).
+// Which of what the query needs the table lacks ("" when it has all): the
+// columns of every metric the unit compares, so a table is a tcpscope table
+// or not whichever metric is asked.
 std::string missing_columns(const std::vector<ClickHouseColumn>& columns, const CompareOptions& o) {
   std::vector<std::string> need = {"end_ns"};
-  if (o.unit == CompareUnit::kTransfer) {
-    need.insert(need.end(), {"direction", "bytes", "xfer_us", "rwnd_limited_us"});
-  } else {
-    need.insert(need.end(), {"outcome", "partial", "bytes_acked", "bytes_received", "fct_us", "srtt_us",
-                             "retrans_segs", "segs_out"});
+  for (int i = 0; i < kMetricInputCount; ++i) {
+    const auto input = static_cast<MetricInput>(i);
+    bool read = false;
+    for (int m = 0; m < kCompareMetricCount; ++m) {
+      const auto metric = static_cast<CompareMetric>(m);
+      if (!unit_supported(metric, o.unit)) continue;
+      const Population& p = metric_population(metric);
+      const MetricFormula& f = metric_formula(metric);
+      read = read || f.numerator == input || f.denominator == input ||
+             std::any_of(p.begin(), p.end(), [&](const PopulationTerm& t) { return t.input == input; });
+    }
+    if (!read) continue;
+    if (const auto in = input_columns(input, o.unit))
+      for (const auto& c : in->columns)
+        if (std::find(need.begin(), need.end(), c) == need.end()) need.push_back(c);
   }
   std::string missing;
   for (const auto& n : need)
@@ -178,7 +241,7 @@ namespace {
 
 // One arm's records: which rows (where), and their group and size class.
 struct ArmRows {
-  Population population;
+  PopulationSql population;
   std::string size_class, group, where;
 };
 

@@ -6,7 +6,7 @@
 // buckets of the daemon's sketches (flow_sketch.h: 1 % relative accuracy),
 // and the exact smallest and largest value of each. tcpscope turns them into
 // sketches and computes the statistics as for every other source. The
-// population is the one compare_metric.h defines, written as SQL, so the
+// population is the one measure/metric.h defines, written as SQL, so the
 // counts equal `--flows` on the same records exactly and the quantiles agree
 // within the sketches' 1 %.
 //
@@ -23,8 +23,8 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "compare/compare.h"
-#include "compare/compare_selection.h"
 #include "compare/compare_source.h"
+#include "measure/selection.h"
 
 namespace tcpscope {
 

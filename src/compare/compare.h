@@ -16,9 +16,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "compare/compare_metric.h"
 #include "compare/compare_quantiles.h"
 #include "compare/compare_stats.h"
+#include "measure/metric.h"
 
 namespace tcpscope {
 
@@ -28,7 +28,7 @@ struct CompareOptions {
   // flow so that a caller naming only the metric gets what it always got.
   CompareUnit unit = CompareUnit::kFlow;
   std::string by = "peer_class";  // a record field, "size_class" or "all"
-  std::string a, b;               // selection texts (compare_selection.h)
+  std::string a, b;               // selection texts (measure/selection.h)
   double alpha = 0.05;            // false discovery rate for verdicts
   uint64_t min_sample = 20;       // samples (flows or transfers) per arm below which: insufficient data
   uint32_t resamples = 10000;     // bootstrap resamples per group

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "compare/compare.h"
-#include "compare/compare_selection.h"
+#include "measure/selection.h"
 
 namespace tcpscope {
 

@@ -6,7 +6,7 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "compare/flow_sketch.h"
+#include "measure/flow_sketch.h"
 
 namespace tcpscope {
 

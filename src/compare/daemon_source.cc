@@ -4,9 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "compare/flow_sketch.h"
+#include "measure/flow_sketch.h"
+#include "measure/size_class.h"
 #include "net/http_client.h"
-#include "record/size_class.h"
 #include "text/unit_text.h"
 #include "text/url_query.h"
 

@@ -15,7 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "record/size_class.h"
+#include "measure/size_class.h"
+#include "record/flow_record.h"
 #include "record/transfer_record.h"
 #include "record/transfer_sampling.h"
 
@@ -279,21 +280,24 @@ std::optional<CompareUnit> record_unit(const Access& rec) {
 
 uint32_t to_u32(uint64_t v) { return static_cast<uint32_t>(std::min<uint64_t>(v, UINT32_MAX)); }
 
+// Through the records the daemon has, so that what counts for a metric
+// (measure/metric.h) is decided from the same fields as there: a line's
+// fields into the record's, and nothing more.
 template <class Access>
 MetricInputs flow_inputs(const Access& rec) {
-  MetricInputs in;
-  in.ok = rec.string_is("outcome", "ok");
-  in.partial = rec.is_true("partial");
-  in.bytes = rec.uint("bytes_acked") + rec.uint("bytes_received");
-  in.fct_us = rec.int64("fct_us");
-  in.srtt_us = rec.uint("srtt_us");
-  in.retrans_segs = rec.uint("retrans_segs");
-  in.segs_out = rec.uint("segs_out");
-  return in;
+  FlowRecord f;
+  // Any other outcome is not one that did its job.
+  f.outcome = rec.string_is("outcome", "ok") ? Outcome::kOk : Outcome::kError;
+  f.partial = rec.is_true("partial");
+  f.bytes_acked = rec.uint("bytes_acked");
+  f.bytes_received = rec.uint("bytes_received");
+  f.fct_us = rec.int64("fct_us");
+  f.srtt_us = to_u32(rec.uint("srtt_us"));
+  f.retrans_segs = to_u32(rec.uint("retrans_segs"));
+  f.segs_out = to_u32(rec.uint("segs_out"));
+  return metric_inputs(f);
 }
 
-// Through TransferRecord, so that which transfers count (direction, receiver
-// window) is decided where the daemon decides it.
 template <class Access>
 MetricInputs transfer_inputs(const Access& rec) {
   TransferRecord t;

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "compare/compare.h"
-#include "compare/compare_selection.h"
 #include "compare/compare_source.h"
+#include "measure/selection.h"
 
 namespace tcpscope {
 

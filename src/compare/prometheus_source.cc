@@ -92,6 +92,19 @@ std::string rfc3339(double unix_s) {
   return buf;
 }
 
+// Whether fct's population takes records of `bytes` payload bytes, as far
+// as a size class can tell: its terms that weigh bytes against
+// throughput_min_bytes (measure/metric.h).
+bool fct_takes_bytes(uint64_t bytes, const MetricOptions& mo) {
+  MetricInputs in;
+  in.bytes = bytes;
+  const Population& p = metric_population(CompareMetric::kFct);
+  return std::all_of(p.begin(), p.end(), [&](const PopulationTerm& t) {
+    const bool by_threshold = t.test == MetricTest::kBelowThroughputMin || t.test == MetricTest::kAtLeastThroughputMin;
+    return !by_threshold || term_holds(t, in, mo);
+  });
+}
+
 }  // namespace
 
 std::optional<PrometheusHistogram> prometheus_histogram(CompareMetric m, CompareUnit u, std::string* why) {
@@ -396,8 +409,8 @@ bool PrometheusSource::collect(const CompareOptions& options, const Selection& a
   std::set<std::pair<std::string, std::string>> keys;
   for (const auto& arm : arms)
     for (const auto& [key, cumulative] : arm) keys.insert(key);
-  // Size classes by their lower byte bound; those at or above the
-  // throughput threshold are not in fct's population.
+  // Size classes by their lower byte bound; those whose bytes fct's
+  // population does not take are left out.
   std::map<std::string, uint64_t> class_lo;
   std::set<std::string> excluded, straddling;
   std::set<uint64_t> bounds;
@@ -408,9 +421,9 @@ bool PrometheusSource::collect(const CompareOptions& options, const Selection& a
     if (!range) continue;
     if (range->first) bounds.insert(range->first);
     if (range->second != UINT64_MAX) bounds.insert(range->second);
-    if (range->first >= tmin)
+    if (!fct_takes_bytes(range->first, options_.metric_options))
       excluded.insert(size_class);
-    else if (range->second > tmin)
+    else if (!fct_takes_bytes(range->second - 1, options_.metric_options))
       straddling.insert(size_class);
   }
   std::vector<std::string> classes;

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "compare/compare_metric.h"
+#include "measure/metric.h"
 #include "record/flow_record.h"
 #include "record/transfer_record.h"
 

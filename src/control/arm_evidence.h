@@ -7,8 +7,8 @@
 // smaller than throughput_min_bytes by their completion time, larger ones by
 // their throughput, the ones the receiver's window limited left out (their
 // rate is the reader's). Which transfers count and in what unit is the
-// transfer unit of compare's fct and throughput metrics (metric_of() below,
-// compare_metric.h): the evidence takes both from there, so its moments and
+// transfer unit of the fct and throughput metrics (metric_of() below,
+// measure/metric.h): the evidence takes both from there, so its moments and
 // sketches hold the same values as `compare --server` and the distributions.
 // Guards: the retransmit share of the arm's flows (retrans_segs / segs_out,
 // exact at close) and the RTT inflation of its send transfers (srtt /
@@ -20,9 +20,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "compare/compare_metric.h"
-#include "compare/flow_sketch.h"
 #include "control/sequential_test.h"
+#include "measure/flow_sketch.h"
+#include "measure/metric.h"
 
 namespace tcpscope {
 

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compare/compare.h"
-#include "compare/flow_sketch.h"
+#include "measure/flow_sketch.h"
 
 namespace tcpscope {
 namespace {

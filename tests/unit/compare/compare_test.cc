@@ -14,9 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "compare/compare_selection.h"
 #include "compare/compare_source.h"
 #include "compare/flow_log_source.h"
+#include "measure/selection.h"
 #include "record/flow_json.h"
 #include "record/flow_record.h"
 #include "text/utf8_text.h"

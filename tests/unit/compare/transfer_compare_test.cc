@@ -15,9 +15,9 @@
 
 #include "aggregate/flow_distributions.h"
 #include "compare/compare.h"
-#include "compare/compare_metric.h"
 #include "compare/daemon_source.h"
 #include "compare/flow_log_source.h"
+#include "measure/metric.h"
 #include "record/transfer_record.h"
 #include "record/transfer_sampling.h"
 

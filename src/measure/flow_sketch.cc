@@ -1,4 +1,4 @@
-#include "compare/flow_sketch.h"
+#include "measure/flow_sketch.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "record/size_class.h"
+#include "measure/size_class.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "compare/compare_selection.h"
+#include "measure/selection.h"
 
 #include <algorithm>
 

@@ -1,6 +1,9 @@
-// What `tcpscope compare` measures per flow or per transfer, in one place so
-// that the flow-log mode, the daemon's sketches (--server mode) and the
-// Prometheus histograms pick the same records for the same metric.
+// The metrics of flows and transfers: which records count for each (its
+// population), its value and unit, in one place so that every reader of
+// records picks the same ones: the Prometheus histograms (aggregate/
+// aggregator.h), the daemon's sketches (--server mode), the controller's
+// evidence (control/arm_evidence.h), and compare's flow-log reader and
+// ClickHouse query.
 //
 // Unit flow (whole connections):
 //   fct         fct_us (microseconds) of completed flows (outcome ok, not
@@ -114,8 +117,49 @@ struct MetricInputs {
 MetricInputs metric_inputs(const FlowRecord& flow);
 MetricInputs metric_inputs(const TransferRecord& transfer);
 
-// The record's value for the metric, or nullopt when it does not count for
-// it (see the tables above; in.unit says which applies).
+// Which records count for a metric, as data rather than code, so that every
+// reader of records (the aggregator, the controller, the daemon's
+// distributions, the flow-log reader) evaluates it and the ClickHouse query
+// writes it as SQL: one rule, read by all.
+//
+// A MetricInputs field a population tests or a value reads (kTime: fct_us,
+// a transfer's xfer_us).
+enum class MetricInput { kOk, kPartial, kRecv, kBytes, kTime, kSrtt, kRetransSegs, kSegsOut, kRwndLimited };
+constexpr int kMetricInputCount = 9;
+// kTrue / kFalse for the flags, kPositive for the counts; the last two
+// compare the input with MetricOptions::throughput_min_bytes.
+enum class MetricTest { kTrue, kFalse, kPositive, kBelowThroughputMin, kAtLeastThroughputMin };
+struct PopulationTerm {
+  MetricInput input;
+  MetricTest test;
+};
+// A record is in a population when every term holds.
+using Population = std::vector<PopulationTerm>;
+
+// Flows that did their job (outcome ok), with a known start (not partial),
+// that moved data: where every metric's population starts, and the
+// population of the Prometheus distributions (aggregator.h).
+const Population& completed_population();
+// The records that count for `m`, per flow and per transfer (the tables
+// above; the unit's records fix the inputs they lack, metric_inputs()).
+const Population& metric_population(CompareMetric m);
+// The input's value as a number (flags 0 or 1).
+double input_value(MetricInput i, const MetricInputs& in);
+bool term_holds(const PopulationTerm& t, const MetricInputs& in, const MetricOptions& opts);
+bool in_population(const Population& p, const MetricInputs& in, const MetricOptions& opts);
+
+// A metric's value: scale * numerator / (denominator / denominator_scale),
+// or scale * numerator without a denominator.
+struct MetricFormula {
+  MetricInput numerator;
+  std::optional<MetricInput> denominator;
+  double scale = 1;
+  double denominator_scale = 1;
+};
+const MetricFormula& metric_formula(CompareMetric m);
+
+// The record's value for the metric (metric_formula), or nullopt when it
+// does not count for it (metric_population, unit_supported).
 std::optional<double> metric_value(CompareMetric m, const MetricInputs& in, const MetricOptions& opts);
 
 // The realistic range of the metric's values, which the daemon's sketches

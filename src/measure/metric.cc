@@ -1,4 +1,4 @@
-#include "compare/compare_metric.h"
+#include "measure/metric.h"
 
 #include <algorithm>
 #include <cmath>
@@ -19,22 +19,28 @@ const char* to_string(CompareMetric m) {
   return "?";
 }
 
-std::optional<CompareMetric> parse_compare_metric(const std::string& name) {
-  for (int i = 0; i < kCompareMetricCount; ++i) {
-    auto m = static_cast<CompareMetric>(i);
-    if (name == to_string(m)) return m;
+namespace {
+
+// The value of an enum of `count` values whose to_string() is `name`.
+template <class Enum>
+std::optional<Enum> parse_by_name(const std::string& name, int count) {
+  for (int i = 0; i < count; ++i) {
+    const auto e = static_cast<Enum>(i);
+    if (name == to_string(e)) return e;
   }
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<CompareMetric> parse_compare_metric(const std::string& name) {
+  return parse_by_name<CompareMetric>(name, kCompareMetricCount);
 }
 
 const char* to_string(CompareUnit u) { return u == CompareUnit::kTransfer ? "transfer" : "flow"; }
 
 std::optional<CompareUnit> parse_compare_unit(const std::string& name) {
-  for (int i = 0; i < kCompareUnitCount; ++i) {
-    auto u = static_cast<CompareUnit>(i);
-    if (name == to_string(u)) return u;
-  }
-  return std::nullopt;
+  return parse_by_name<CompareUnit>(name, kCompareUnitCount);
 }
 
 const char* unit_plural(CompareUnit u) { return u == CompareUnit::kTransfer ? "transfers" : "flows"; }
@@ -160,29 +166,95 @@ MetricInputs metric_inputs(const TransferRecord& t) {
   return in;
 }
 
-std::optional<double> metric_value(CompareMetric m, const MetricInputs& in, const MetricOptions& opts) {
-  // The same population as the Prometheus distributions: flows that did
-  // their job, with a known start, that moved data.
-  if (!in.ok || in.partial || in.bytes == 0) return std::nullopt;
-  if (!unit_supported(m, in.unit)) return std::nullopt;
-  switch (m) {
-    case CompareMetric::kFct:
-      if (in.bytes >= opts.throughput_min_bytes || in.fct_us <= 0) return std::nullopt;
-      if (in.recv) return std::nullopt;  // transfers: see the table in the header
-      return static_cast<double>(in.fct_us);
-    case CompareMetric::kThroughput:
-      if (in.bytes < opts.throughput_min_bytes || in.fct_us <= 0) return std::nullopt;
-      if (in.recv || in.rwnd_limited) return std::nullopt;  // transfers: see the table in the header
-      return 8.0 * static_cast<double>(in.bytes) / (static_cast<double>(in.fct_us) / 1e6);
-    case CompareMetric::kRtt:
-      // 0 means the kernel has no RTT sample.
-      if (in.srtt_us == 0) return std::nullopt;
-      return static_cast<double>(in.srtt_us);
-    case CompareMetric::kRetrans:
-      if (in.segs_out == 0) return std::nullopt;
-      return static_cast<double>(in.retrans_segs) / static_cast<double>(in.segs_out);
+const Population& completed_population() {
+  static const Population p = {{MetricInput::kOk, MetricTest::kTrue},
+                               {MetricInput::kPartial, MetricTest::kFalse},
+                               {MetricInput::kBytes, MetricTest::kPositive}};
+  return p;
+}
+
+namespace {
+
+struct MetricDefinition {
+  Population population;
+  MetricFormula formula;
+};
+
+// Per CompareMetric, in its order.
+const MetricDefinition& definition(CompareMetric m) {
+  const auto completed_and = [](std::initializer_list<PopulationTerm> terms) {
+    Population p = completed_population();
+    p.insert(p.end(), terms);
+    return p;
+  };
+  // Transfers: only what this host sent (received ones follow the peer's
+  // congestion control), and for throughput not what the receiver's window
+  // held back; see the tables in the header. srtt_us 0: the kernel has no
+  // RTT sample.
+  static const MetricDefinition table[kCompareMetricCount] = {
+      // fct
+      {completed_and({{MetricInput::kBytes, MetricTest::kBelowThroughputMin},
+                      {MetricInput::kTime, MetricTest::kPositive},
+                      {MetricInput::kRecv, MetricTest::kFalse}}),
+       {MetricInput::kTime}},
+      // throughput: bytes per µs to bit/s
+      {completed_and({{MetricInput::kBytes, MetricTest::kAtLeastThroughputMin},
+                      {MetricInput::kTime, MetricTest::kPositive},
+                      {MetricInput::kRecv, MetricTest::kFalse},
+                      {MetricInput::kRwndLimited, MetricTest::kFalse}}),
+       {MetricInput::kBytes, MetricInput::kTime, 8, 1e6}},
+      // rtt
+      {completed_and({{MetricInput::kSrtt, MetricTest::kPositive}}), {MetricInput::kSrtt}},
+      // retrans
+      {completed_and({{MetricInput::kSegsOut, MetricTest::kPositive}}),
+       {MetricInput::kRetransSegs, MetricInput::kSegsOut}},
+  };
+  return table[static_cast<int>(m)];
+}
+
+}  // namespace
+
+const Population& metric_population(CompareMetric m) { return definition(m).population; }
+
+const MetricFormula& metric_formula(CompareMetric m) { return definition(m).formula; }
+
+double input_value(MetricInput i, const MetricInputs& in) {
+  switch (i) {
+    case MetricInput::kOk: return in.ok;
+    case MetricInput::kPartial: return in.partial;
+    case MetricInput::kRecv: return in.recv;
+    case MetricInput::kBytes: return static_cast<double>(in.bytes);
+    case MetricInput::kTime: return static_cast<double>(in.fct_us);
+    case MetricInput::kSrtt: return static_cast<double>(in.srtt_us);
+    case MetricInput::kRetransSegs: return static_cast<double>(in.retrans_segs);
+    case MetricInput::kSegsOut: return static_cast<double>(in.segs_out);
+    case MetricInput::kRwndLimited: return in.rwnd_limited;
   }
-  return std::nullopt;
+  return 0;
+}
+
+bool term_holds(const PopulationTerm& t, const MetricInputs& in, const MetricOptions& opts) {
+  const double v = input_value(t.input, in);
+  switch (t.test) {
+    case MetricTest::kTrue: return v != 0;
+    case MetricTest::kFalse: return v == 0;
+    case MetricTest::kPositive: return v > 0;
+    case MetricTest::kBelowThroughputMin: return v < static_cast<double>(opts.throughput_min_bytes);
+    case MetricTest::kAtLeastThroughputMin: return v >= static_cast<double>(opts.throughput_min_bytes);
+  }
+  return false;
+}
+
+bool in_population(const Population& p, const MetricInputs& in, const MetricOptions& opts) {
+  return std::all_of(p.begin(), p.end(), [&](const PopulationTerm& t) { return term_holds(t, in, opts); });
+}
+
+std::optional<double> metric_value(CompareMetric m, const MetricInputs& in, const MetricOptions& opts) {
+  if (!unit_supported(m, in.unit) || !in_population(metric_population(m), in, opts)) return std::nullopt;
+  const MetricFormula& f = metric_formula(m);
+  const double numerator = f.scale * input_value(f.numerator, in);
+  if (!f.denominator) return numerator;
+  return numerator / (input_value(*f.denominator, in) / f.denominator_scale);
 }
 
 MetricSpan metric_sketch_span(CompareMetric m) {

@@ -14,7 +14,7 @@
 // seen, at most `max_buckets` long.
 //
 // Span. Each sketch has a span [min_value, max_value] (metric_sketch_span in
-// compare_metric.h gives every metric its realistic one, 10 decades: fct
+// metric.h gives every metric its realistic one, 10 decades: fct
 // and rtt 1 us to 10^4 s, throughput 1 kbit/s to 10 Tbit/s, retrans 1e-9 to
 // 10) and by
 // default max_buckets covers that span (1153 buckets at a = 0.01, 4.6 KB

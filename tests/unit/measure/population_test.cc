@@ -1,0 +1,158 @@
+// Which records count for a metric is measure/metric.h's rule, and every
+// reader of records takes it from there: moving the rule's threshold
+// (throughput_min_bytes) in one place moves the aggregator's histogram, the
+// controller's evidence, the flow-log reader and the ClickHouse SQL
+// together.
+#include "measure/metric.h"
+
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../temp_dir.h"
+#include "aggregate/aggregator.h"
+#include "compare/clickhouse_source.h"
+#include "compare/flow_log_source.h"
+#include "control/arm_evidence.h"
+#include "measure/flow_sketch.h"
+#include "measure/selection.h"
+#include "record/flow_json.h"
+#include "record/flow_record.h"
+#include "record/transfer_record.h"
+
+namespace tcpscope {
+namespace {
+
+constexpr uint64_t kBytes = 2000000;
+
+FlowRecord completed_flow() {
+  FlowRecord f;
+  f.cc = "cubic";
+  f.peer_class = "client";
+  f.bytes_acked = kBytes;
+  f.fct_us = 1000000;
+  f.srtt_us = 20000;
+  f.segs_out = 1400;
+  return f;
+}
+
+TransferRecord sent_transfer() {
+  TransferRecord t;
+  t.cc = "cubic";
+  t.peer_class = "client";
+  t.bytes = kBytes;
+  t.xfer_us = 1000000;
+  return t;
+}
+
+uint64_t histogram_samples(const prometheus::Registry& registry, const std::string& family) {
+  uint64_t n = 0;
+  for (const auto& f : registry.Collect())
+    if (f.name == family)
+      for (const auto& m : f.metric) n += m.histogram.sample_count;
+  return n;
+}
+
+// Throughput samples the aggregator's histograms got from one flow and one
+// transfer: {flow, transfer}.
+std::pair<uint64_t, uint64_t> aggregated(const MetricOptions& mo) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  AggregatorOptions options;
+  options.size_classes_bytes = mo.size_classes_bytes;
+  options.throughput_min_bytes = mo.throughput_min_bytes;
+  Aggregator aggregator(registry, options);
+  aggregator.add(completed_flow(), AsnLabel::kOwn);
+  aggregator.add(sent_transfer(), AsnLabel::kOwn);
+  return {histogram_samples(*registry, "tcpscope_flow_throughput_bytes_per_second"),
+          histogram_samples(*registry, "tcpscope_transfer_throughput_bytes_per_second")};
+}
+
+uint64_t evidence(const MetricOptions& mo) {
+  ArmEvidence e;
+  e.add_transfer(sent_transfer(), mo.throughput_min_bytes);
+  return e.objective(Objective::kThroughput).n;
+}
+
+uint64_t read_from_flow_log(const MetricOptions& mo) {
+  TempDir dir;
+  std::string line;
+  append_flow_json(completed_flow(), &line);
+  FlowLogSource source(dir.write("flows.ndjson", line), mo);
+  CompareOptions o;
+  o.metric = CompareMetric::kThroughput;
+  o.by = "all";
+  std::string why, error;
+  const Selection cubic = *Selection::parse("cc=cubic", &why);
+  CompareSamples samples;
+  EXPECT_TRUE(source.collect(o, cubic, cubic, &samples, &error)) << error;
+  uint64_t n = 0;
+  for (const auto& g : samples.groups) n += g.a.count();
+  return n;
+}
+
+std::string clickhouse_where(const MetricOptions& mo, CompareUnit unit) {
+  CompareOptions o;
+  o.metric = CompareMetric::kThroughput;
+  o.unit = unit;
+  o.by = "all";
+  o.metric_options = mo;
+  std::string why;
+  const std::string sql = clickhouse_arm_sql(ClickHouseQuery{}, "records", {}, o, *Selection::parse("cc=cubic", &why),
+                                             FlowSketch().inv_log_gamma(), 1);
+  return sql.substr(sql.find(" WHERE "));
+}
+
+TEST(Population, EveryReaderFollowsTheRule) {
+  for (const uint64_t tmin : {kBytes + 1, kBytes}) {
+    SCOPED_TRACE("throughput_min_bytes " + std::to_string(tmin));
+    MetricOptions mo;
+    mo.throughput_min_bytes = tmin;
+    const bool counts = in_population(metric_population(CompareMetric::kThroughput),
+                                      metric_inputs(completed_flow()), mo);
+    EXPECT_EQ(counts, tmin <= kBytes);
+    EXPECT_EQ(counts, in_population(metric_population(CompareMetric::kThroughput),
+                                    metric_inputs(sent_transfer()), mo));
+
+    EXPECT_EQ(aggregated(mo), (std::pair<uint64_t, uint64_t>(counts, counts)));
+    EXPECT_EQ(evidence(mo), counts ? 1u : 0u);
+    EXPECT_EQ(read_from_flow_log(mo), counts ? 1u : 0u);
+    const std::string t = std::to_string(tmin);
+    EXPECT_NE(clickhouse_where(mo, CompareUnit::kFlow).find("(`bytes_acked` + `bytes_received`) >= " + t),
+              std::string::npos);
+    EXPECT_NE(clickhouse_where(mo, CompareUnit::kTransfer).find("`bytes` >= " + t), std::string::npos);
+  }
+}
+
+// The ClickHouse query writes every term of a metric's population, and
+// nothing of another metric's.
+TEST(Population, ClickHouseWritesEachTerm) {
+  MetricOptions mo;
+  const auto where = [&](CompareMetric m, CompareUnit u) {
+    CompareOptions o;
+    o.metric = m;
+    o.unit = u;
+    o.by = "all";
+    o.metric_options = mo;
+    std::string why;
+    const std::string sql = clickhouse_arm_sql(ClickHouseQuery{}, "records", {}, o,
+                                               *Selection::parse("cc=cubic", &why), FlowSketch().inv_log_gamma(), 1);
+    return sql.substr(sql.find(" WHERE "));
+  };
+  EXPECT_NE(where(CompareMetric::kRtt, CompareUnit::kFlow).find("`srtt_us` > 0"), std::string::npos);
+  EXPECT_EQ(where(CompareMetric::kFct, CompareUnit::kFlow).find("`srtt_us`"), std::string::npos);
+  EXPECT_NE(where(CompareMetric::kRetrans, CompareUnit::kFlow).find("`segs_out` > 0"), std::string::npos);
+  const std::string fct = where(CompareMetric::kFct, CompareUnit::kFlow);
+  for (const char* term : {"(`outcome` = 'ok')", "`partial` = 0", "`fct_us` > 0", "< 3000000"})
+    EXPECT_NE(fct.find(term), std::string::npos) << term << " in " << fct;
+  const std::string sent = where(CompareMetric::kThroughput, CompareUnit::kTransfer);
+  for (const char* term : {"(`direction` != 'send') = 0", "`xfer_us` > 0", "2 * toInt64(`rwnd_limited_us`)"})
+    EXPECT_NE(sent.find(term), std::string::npos) << term << " in " << sent;
+  // A transfer is a finished run: no outcome, no partial.
+  EXPECT_EQ(sent.find("`outcome`"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tcpscope
