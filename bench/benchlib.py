@@ -9,7 +9,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from testlib import WaitTimeout, metric_value, proc_mem_kib, remove_netns, wait_for  # noqa: E402,F401  (shared with the tests; proc_mem_kib for the benchmarks)
+from testlib import WaitTimeout, metric_value, proc_mem_kib, remove_netns, stop_process, wait_for  # noqa: E402,F401  (shared with the tests; proc_mem_kib for the benchmarks)
 BUILD = Path(os.environ.get("TCPSCOPE_BUILD", ROOT / "build"))
 RESULTS = Path(os.environ.get("TCPSCOPE_BENCH_RESULTS", ROOT / "bench" / "results"))
 TICK = os.sysconf("SC_CLK_TCK")
@@ -96,17 +95,6 @@ _TRACEFS_SETUP = (
 def with_tracefs(argv):
     """argv, run where tracefs and debugfs are mounted (exit code 97 if they cannot be)."""
     return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _TRACEFS_SETUP, argv[0], *argv]
-
-
-def stop_process(p, sig=signal.SIGTERM, timeout=20):
-    if p.poll() is None:
-        p.send_signal(sig)
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    return p.returncode
 
 
 def wait_cpu_idle(pid, limit_s=60):

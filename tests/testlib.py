@@ -1,7 +1,7 @@
 """What the benchmarks (bench/), the integration tests and the lab share:
-waiting for a condition, reading a Prometheus exposition, a process's memory,
-removing a network namespace with everything in it, and the size of one flow
-record in the ring.
+waiting for a condition, stopping a process, reading a Prometheus exposition,
+a process's memory, removing a network namespace with everything in it, and
+the size of one flow record in the ring.
 
 Imported by path (bench/benchlib.py, tests/integration/conftest.py,
 tests/package/test_deb.py put tests/ on sys.path); nothing here depends on
@@ -29,6 +29,19 @@ def wait_for(pred, timeout, what="condition", interval=0.05):
             return v
         time.sleep(interval)
     raise WaitTimeout(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
+
+
+def stop_process(p, sig=signal.SIGTERM, timeout=20):
+    """Stops a Popen child that may have exited already: `sig`, then SIGKILL
+    when it has not exited within `timeout` seconds. Returns its exit code."""
+    if p.poll() is None:
+        p.send_signal(sig)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return p.returncode
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)$")

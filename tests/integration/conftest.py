@@ -22,7 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from testlib import RECORD_BYTES, metric_value, remove_netns, wait_for  # noqa: E402,F401  (shared with bench/ and tests/lab)
+from testlib import RECORD_BYTES, metric_value, remove_netns, stop_process, wait_for  # noqa: E402,F401  (shared with bench/ and tests/lab)
 BUILD = Path(os.environ.get("TCPSCOPE_BUILD", ROOT / "build"))
 TCPSCOPE = BUILD / "tcpscope"
 TRAFFIC = Path(__file__).with_name("traffic.py")
@@ -140,13 +140,7 @@ class Daemon:
         return metric_value(self.metrics(), name, labels)
 
     def stop(self, sig=signal.SIGTERM, timeout=20):
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, sig, timeout)
         self.stderr.close()
         if self.stdout:
             self.stdout.close()

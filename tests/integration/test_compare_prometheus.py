@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TCPSCOPE, free_port, wait_for
+from conftest import TCPSCOPE, free_port, stop_process, wait_for
 from test_compare import PORTS, lab, run_traffic, tcpscope  # noqa: F401  (lab: a fixture)
 
 PROMETHEUS = Path("/usr/bin/prometheus")
@@ -67,12 +67,7 @@ scrape_configs:
         assert proc.poll() is None, (tmp_path / "prometheus.log").read_text()[-2000:]
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=15)
         log.close()
 
 

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernel/flow_probe.h"
+#include "attached_probe.h"
 #include "kernel/ring_reader.h"
 #include "netns_child.h"
 
@@ -42,24 +42,11 @@ int connect_and_close(int n) {
   return 0;
 }
 
-class RealProbe : public ::testing::Test {
+class RealProbe : public AttachedProbe {
  protected:
-  void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "loading BPF programs needs root";
-    if (access("/sys/kernel/btf/vmlinux", R_OK) != 0) GTEST_SKIP() << "no kernel BTF";
-    FlowProbeOptions opts;
-    opts.ring_buffer_bytes = 4u << 20;
-    opts.remote_trie_entries = 1024;
-    std::string error, details;
-    probe_ = FlowProbe::open_and_attach(opts, &error, &details);
-    ASSERT_TRUE(probe_) << error << "\n" << details;
-  }
-
   uint32_t make_connections(int n) {
     return run_in_private_netns([n] { return connect_and_close(n); });
   }
-
-  std::unique_ptr<FlowProbe> probe_;
 };
 
 TEST_F(RealProbe, BothStateChangeProgramsAreAttachedAndReportRecursionMisses) {

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernel/flow_probe.h"
+#include "attached_probe.h"
 #include "kernel/ring_reader.h"
 #include "netns_child.h"
 
@@ -114,17 +114,11 @@ int response_in_pieces() {
   return ok ? 0 : 4;
 }
 
-class TransferProbe : public ::testing::Test {
+class TransferProbe : public AttachedProbe {
  protected:
   void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "loading BPF programs needs root";
-    if (access("/sys/kernel/btf/vmlinux", R_OK) != 0) GTEST_SKIP() << "no kernel BTF";
-    FlowProbeOptions opts;
-    opts.ring_buffer_bytes = 4u << 20;
-    opts.remote_trie_entries = 1024;
-    std::string error, details;
-    probe_ = FlowProbe::open_and_attach(opts, &error, &details);
-    ASSERT_TRUE(probe_) << error << "\n" << details;
+    AttachedProbe::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     ring_ = ring_buffer__new(probe_->ring_buffer_fd(), &TransferProbe::on_sample, this, nullptr);
     ASSERT_TRUE(ring_) << "ring_buffer__new: " << strerror(errno);
   }
@@ -186,7 +180,6 @@ class TransferProbe : public ::testing::Test {
     return out;
   }
 
-  std::unique_ptr<FlowProbe> probe_;
   ring_buffer* ring_ = nullptr;
   std::vector<tcpscope_transfer_event> transfers_;
   std::vector<tcpscope_flow_event> flows_;

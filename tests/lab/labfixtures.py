@@ -32,7 +32,6 @@ import re
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -59,6 +58,7 @@ _spec.loader.exec_module(integration)
 
 Daemon = integration.Daemon
 wait_for = integration.wait_for
+stop_process = integration.stop_process
 TRAFFIC = integration.TRAFFIC          # request/response client and server with ground truth
 TCPSCOPE = integration.TCPSCOPE
 PROBE = HERE / "probe.py"
@@ -180,13 +180,7 @@ class SynArrivals:
         return self
 
     def _stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc, signal.SIGINT, timeout=10)
         self._out.close()
         self._err.close()
 

@@ -82,8 +82,8 @@ import pytest
 
 from labfixtures import (HERE, KERNEL_PROFILES, TCPSCOPE, delayline_checked, kernel_profiles,  # noqa: F401
                          lab_suite, lab_test, labmod, need_root_and_build, need_tool, send_handoff_us,
-                         start_daemon, wait_for, wait_record)
-from traffic_mix import Nginx, object_name
+                         start_daemon, stop_process, wait_for, wait_record)
+from traffic_mix import Nginx, nginx_conf, object_name
 
 Lab, Path, Direction = labmod.Lab, labmod.Path, labmod.Direction
 ASN0 = 4_100_000_000 + random.randrange(0, 90_000_000)
@@ -95,6 +95,11 @@ SEGMENTS = [2_000_000, 3_000_000, 4_000_000, 2_500_000]
 H2_SIZES = [200_000, 500_000, 1_000_000]
 DELAY_MS = 200
 UPLOADS = [1_000_000, 2_000_000, 3_000_000]
+XFER_LOG_FIELDS = ('"remote_addr":"$remote_addr"', '"remote_port":$remote_port', '"server_port":$server_port',
+                   '"connection":$connection', '"connection_requests":$connection_requests',
+                   '"bytes_sent":$bytes_sent', '"body_bytes_sent":$body_bytes_sent',
+                   '"request_length":$request_length', '"status":$status', '"uri":"$uri"',
+                   '"protocol":"$server_protocol"', '"msec":$msec')
 
 TOL_SEND_US = 3_000        # the client's send clock vs the request's handoff, beyond the measured sendall()
 TOL_READ_US = 10_000      # a read after a repair copies all the hole held back (<= 1 MB): 2.9 ms seen
@@ -142,47 +147,14 @@ def check_delimiters(daemon, transfers):
 
 class KeepAliveNginx(Nginx):
     """traffic_mix's nginx, but kept alive: HTTP/1.1 on `port`, h2c (prior
-    knowledge) on port + 1, and a per-request log of what it sent."""
+    knowledge) on port + 1, and a per-request log of what it sent. One
+    worker, so that $connection names one connection."""
 
-    def _write_files(self):
-        super()._write_files()
-        d = self.dir
+    def _conf(self):
         eps = list(self.lab.endpoints.values())
-        h1 = "\n".join(f"    listen {ep.server_v4}:{self.port};" for ep in eps)
-        h2 = "\n".join(f"    listen {ep.server_v4}:{self.port + 1} http2;" for ep in eps)
-        log = (f'''log_format xfer escape=json '{{"remote_addr":"$remote_addr","remote_port":$remote_port,'
-      '"server_port":$server_port,"connection":$connection,"connection_requests":$connection_requests,'
-      '"bytes_sent":$bytes_sent,"body_bytes_sent":$body_bytes_sent,"request_length":$request_length,'
-      '"status":$status,"uri":"$uri","protocol":"$server_protocol","msec":$msec}}';''')
-        (d / "nginx.conf").write_text(f"""
-user root;
-worker_processes 1;
-pid {d}/nginx.pid;
-lock_file {d}/nginx.lock;
-error_log {d}/logs/error.log warn;
-events {{ worker_connections 1024; }}
-http {{
-  access_log off;
-  {log}
-  client_body_temp_path {d}/tmp/body;
-  proxy_temp_path {d}/tmp/proxy;
-  fastcgi_temp_path {d}/tmp/fastcgi;
-  uwsgi_temp_path {d}/tmp/uwsgi;
-  scgi_temp_path {d}/tmp/scgi;
-  sendfile on;
-  tcp_nopush on;
-  keepalive_timeout 120s;
-  keepalive_requests 1000;
-  types {{ }}
-  default_type application/octet-stream;
-  server {{
-{h1}
-{h2}
-    root {d}/www;
-    access_log {d}/logs/access.jsonl xfer;
-  }}
-}}
-""")
+        listens = ([f"{ep.server_v4}:{self.port}" for ep in eps] +
+                   [f"{ep.server_v4}:{self.port + 1} http2" for ep in eps])
+        return nginx_conf(self.dir, listens, XFER_LOG_FIELDS, keepalive=True, workers=1)
 
 
 @pytest.fixture(scope="module")
@@ -210,12 +182,7 @@ def upstream(lab, tmp_path_factory):
         assert p.poll() is None, p.stderr.read()
         yield log
     finally:
-        p.terminate()
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        stop_process(p, timeout=5)
 
 
 def read_jsonl(path):

@@ -39,6 +39,8 @@ from pathlib import Path as FsPath
 from urllib.parse import urlsplit
 
 HERE = FsPath(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from testlib import stop_process  # noqa: E402  (shared with bench/ and tests/integration)
 
 # Object sizes of the mix (bytes). Small objects stay under 100 kB (web
 # objects, API responses); medium ones are ~3 MB (video segments), at least
@@ -54,6 +56,51 @@ DEFAULT_MIX = {"small": 0.80, "medium": 0.17, "large": 0.03}
 
 def object_name(size):
     return f"obj-{size}.bin"
+
+
+# The access log's fields, one JSON object per request: "key":$variable, the
+# variable quoted where nginx's value is text. $request_time starts when nginx
+# reads the request's first bytes: the proxy-log clock.
+ACCESS_LOG_FIELDS = ('"remote_addr":"$remote_addr"', '"remote_port":$remote_port', '"request_time":$request_time',
+                     '"bytes_sent":$bytes_sent', '"status":$status', '"uri":"$uri"',
+                     '"connection_requests":$connection_requests')
+
+
+def nginx_conf(d, listens, log_fields, keepalive, workers):
+    """nginx.conf of an instance whose files are all under `d` (www/ served,
+    tmp/, logs/): one server on `listens` (the listen directives' arguments),
+    logs/access.jsonl with `log_fields` per request; kept-alive connections
+    serve up to 1000 requests, otherwise each serves one."""
+    listen_lines = "\n".join(f"    listen {l};" for l in listens)
+    keepalive_lines = ("keepalive_timeout 120s;\n  keepalive_requests 1000;" if keepalive
+                       else "keepalive_timeout 0;")
+    return f"""
+user root;
+worker_processes {workers};
+pid {d}/nginx.pid;
+lock_file {d}/nginx.lock;
+error_log {d}/logs/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  log_format access escape=json '{{{",".join(log_fields)}}}';
+  client_body_temp_path {d}/tmp/body;
+  proxy_temp_path {d}/tmp/proxy;
+  fastcgi_temp_path {d}/tmp/fastcgi;
+  uwsgi_temp_path {d}/tmp/uwsgi;
+  scgi_temp_path {d}/tmp/scgi;
+  sendfile on;
+  tcp_nopush on;
+  {keepalive_lines}
+  types {{ }}
+  default_type application/octet-stream;
+  server {{
+{listen_lines}
+    root {d}/www;
+    access_log {d}/logs/access.jsonl access;
+  }}
+}}
+"""
 
 
 class Nginx:
@@ -81,46 +128,16 @@ class Nginx:
                             left -= len(block)
         for d in ("tmp", "logs"):
             (self.dir / d).mkdir(exist_ok=True)
+        (self.dir / "nginx.conf").write_text(self._conf())
+
+    def _conf(self):
+        """Two workers; one connection per object unless keepalive=True."""
         listens = []
         for ep in self.lab.endpoints.values():
-            listens.append(f"    listen {ep.server_v4}:{self.port};")
+            listens.append(f"{ep.server_v4}:{self.port}")
             if self.lab.ipv6:
-                listens.append(f"    listen [{ep.server_v6}]:{self.port};")
-        d = self.dir
-        # One connection per object (no keep-alive) unless keepalive=True;
-        # $request_time starts when nginx reads the request's first bytes: the
-        # proxy-log clock.
-        keepalive = ("keepalive_timeout 120s;\n  keepalive_requests 1000;" if self.keepalive
-                     else "keepalive_timeout 0;")
-        (d / "nginx.conf").write_text(f"""
-user root;
-worker_processes 2;
-pid {d}/nginx.pid;
-lock_file {d}/nginx.lock;
-error_log {d}/logs/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-  access_log off;
-  log_format flows escape=json '{{"remote_addr":"$remote_addr","remote_port":$remote_port,'
-      '"request_time":$request_time,"bytes_sent":$bytes_sent,"status":$status,"uri":"$uri",'
-      '"connection_requests":$connection_requests}}';
-  client_body_temp_path {d}/tmp/body;
-  proxy_temp_path {d}/tmp/proxy;
-  fastcgi_temp_path {d}/tmp/fastcgi;
-  uwsgi_temp_path {d}/tmp/uwsgi;
-  scgi_temp_path {d}/tmp/scgi;
-  sendfile on;
-  tcp_nopush on;
-  {keepalive}
-  types {{ }}
-  default_type application/octet-stream;
-  server {{
-{chr(10).join(listens)}
-    root {d}/www;
-    access_log {d}/logs/access.jsonl flows;
-  }}
-}}
-""")
+                listens.append(f"[{ep.server_v6}]:{self.port}")
+        return nginx_conf(self.dir, listens, ACCESS_LOG_FIELDS, self.keepalive, workers=2)
 
     def start(self):
         self._write_files()
@@ -143,13 +160,8 @@ http {{
         raise RuntimeError("nginx did not answer within 10 s")
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGQUIT)   # graceful: finish open requests
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc:
+            stop_process(self.proc, signal.SIGQUIT, timeout=15)   # graceful: finish open requests
         self.proc = None
 
     def access_log(self):

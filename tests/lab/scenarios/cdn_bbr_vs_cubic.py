@@ -60,6 +60,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import lab as labmod  # noqa: E402
 import traffic_mix  # noqa: E402
+from testlib import stop_process  # noqa: E402  (lab put tests/ on the path)
 
 TCPSCOPE = labmod.BUILD / "tcpscope"
 
@@ -131,13 +132,7 @@ class Daemon:
                 [r for r in lines if r.get("kind") == "transfer"])
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.stderr.close()
         return self.proc.returncode
 

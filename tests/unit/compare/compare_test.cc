@@ -21,15 +21,10 @@
 #include "record/flow_record.h"
 #include "text/utf8_text.h"
 
+#include "compare_options.h"
+
 namespace tcpscope {
 namespace {
-
-Selection sel(const std::string& text) {
-  std::string why;
-  auto s = Selection::parse(text, &why);
-  EXPECT_TRUE(s) << text << ": " << why;
-  return *s;
-}
 
 Selection::FieldGetter getter(std::map<std::string, std::string> fields) {
   return [fields](const std::string& f) -> std::optional<std::string> {

@@ -24,17 +24,12 @@
 #include "record/flow_json.h"
 #include "record/flow_record.h"
 
+#include "compare_options.h"
+
 namespace tcpscope {
 namespace {
 
 using Clock = FlowDistributions::Clock;
-
-Selection sel(const std::string& text) {
-  std::string why;
-  auto s = Selection::parse(text, &why);
-  EXPECT_TRUE(s) << why;
-  return *s;
-}
 
 // Synthetic traffic with known effects: in AS 64501 BBR finishes 12 % faster
 // and moves 12 % more; in 64502 nothing differs; 64503 has a handful of
@@ -72,13 +67,10 @@ std::vector<FlowRecord> traffic(uint64_t seed) {
   return out;
 }
 
-CompareOptions opts(CompareMetric m, const std::string& by, const std::string& a, const std::string& b) {
-  CompareOptions o;
-  o.metric = m;
-  o.by = by;
-  o.a = a;
-  o.b = b;
-  // The tails too: a sketch holds every rank within its accuracy.
+// compare_options.h's opts() with the tails too: a sketch holds every rank
+// within its accuracy.
+CompareOptions tail_opts(CompareMetric m, const std::string& by, const std::string& a, const std::string& b) {
+  CompareOptions o = opts(m, by, a, b);
   o.quantiles = *parse_quantiles("50,90,99,99.9,99.99", nullptr);
   return o;
 }
@@ -143,7 +135,7 @@ TEST(FlowDistributions, ServerModeAgreesWithFlowLogOnTheSameTraffic) {
   uint64_t tails = 0;  // arms holding p99.9 (n >= 1000)
   for (const Case& c : cases) {
     const std::string what = std::string(to_string(c.metric)) + " by " + c.by + " " + c.a + " vs " + c.b;
-    const CompareOptions o = opts(c.metric, c.by, c.a, c.b);
+    const CompareOptions o = tail_opts(c.metric, c.by, c.a, c.b);
     const CompareResult exact = via_flow_log(flows, o);
     const CompareResult sketched = via_server(&d, o);
     ASSERT_EQ(exact.groups.size(), sketched.groups.size()) << what;
@@ -187,7 +179,7 @@ TEST(FlowDistributions, ServerModeAgreesWithFlowLogOnTheSameTraffic) {
   }
   EXPECT_GT(tails, 0u);
   // The known effects come out in both modes.
-  const auto fct = via_server(&d, opts(CompareMetric::kFct, "asn", "cc=cubic", "cc=bbr"));
+  const auto fct = via_server(&d, tail_opts(CompareMetric::kFct, "asn", "cc=cubic", "cc=bbr"));
   for (const auto& g : fct.groups) {
     if (g.group == "64501" && g.size_class == std::string("lt_100k")) {
       EXPECT_EQ(g.verdict, Verdict::kBBetter);
@@ -300,7 +292,7 @@ TEST(FlowDistributions, AsnGroupsAgreeWithTheFlowLogBeyondTheTopN) {
   ASSERT_GT(other_labels, 0u) << "the test needs ASNs outside the top-N";
   EXPECT_EQ(ranking.label_text(65059), "other");
 
-  const CompareOptions o = opts(CompareMetric::kFct, "asn", "cc=cubic", "cc=bbr");
+  const CompareOptions o = tail_opts(CompareMetric::kFct, "asn", "cc=cubic", "cc=bbr");
   const CompareResult exact = via_flow_log(flows, o);
   const CompareResult sketched = via_server(&d, o);
   ASSERT_EQ(exact.groups.size(), 60u);
@@ -312,7 +304,7 @@ TEST(FlowDistributions, AsnGroupsAgreeWithTheFlowLogBeyondTheTopN) {
     expect_close(exact.groups[i].a, sketched.groups[i].a, 0.01, exact.groups[i].group);
   }
   // A non-top ASN selected by number.
-  const CompareOptions one = opts(CompareMetric::kFct, "all", "asn=65059", "asn=65058");
+  const CompareOptions one = tail_opts(CompareMetric::kFct, "all", "asn=65059", "asn=65058");
   const CompareResult e1 = via_flow_log(flows, one), s1 = via_server(&d, one);
   ASSERT_EQ(e1.groups.size(), 1u);
   ASSERT_EQ(s1.groups.size(), 1u);
@@ -348,7 +340,7 @@ TEST(FlowDistributions, OneLongFlowDoesNotMoveTheServerQuantilesOrVerdict) {
 
   FlowDistributions d{FlowDistributionsOptions{}};
   for (const auto& f : flows) d.add(f, AsnLabel::kOwn);
-  const CompareOptions o = opts(CompareMetric::kFct, "asn", "cc=cubic", "cc=bbr");
+  const CompareOptions o = tail_opts(CompareMetric::kFct, "asn", "cc=cubic", "cc=bbr");
   const CompareResult exact = via_flow_log(flows, o);
   const CompareResult sketched = via_server(&d, o);
   ASSERT_EQ(exact.groups.size(), 1u);

@@ -16,17 +16,12 @@
 #include "export/http_server.h"
 #include "text/url_query.h"
 
+#include "compare_options.h"
+
 namespace tcpscope {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-Selection sel(const std::string& text) {
-  std::string why;
-  auto s = Selection::parse(text, &why);
-  EXPECT_TRUE(s) << why;
-  return *s;
-}
 
 PrometheusHistogram histogram(CompareMetric m, CompareUnit u) {
   std::string why;

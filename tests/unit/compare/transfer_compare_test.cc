@@ -21,26 +21,10 @@
 #include "record/transfer_record.h"
 #include "record/transfer_sampling.h"
 
+#include "compare_options.h"
+
 namespace tcpscope {
 namespace {
-
-Selection sel(const std::string& text) {
-  std::string why;
-  auto s = Selection::parse(text, &why);
-  EXPECT_TRUE(s) << text << ": " << why;
-  return *s;
-}
-
-CompareOptions opts(CompareMetric m, CompareUnit u, const std::string& by, const std::string& a,
-                    const std::string& b) {
-  CompareOptions o;
-  o.metric = m;
-  o.unit = u;
-  o.by = by;
-  o.a = a;
-  o.b = b;
-  return o;
-}
 
 TransferRecord transfer(const std::string& cc, uint32_t asn, TransferDirection direction, uint64_t bytes,
                         int64_t xfer_us) {

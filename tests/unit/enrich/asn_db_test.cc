@@ -1,5 +1,6 @@
 #include "enrich/asn_db.h"
 
+#include "../ip_text.h"
 #include "../temp_dir.h"
 
 #include <gtest/gtest.h>
@@ -22,12 +23,6 @@ namespace tcpscope {
 namespace {
 
 const std::string kData = std::string(TCPSCOPE_TEST_DATA) + "/asn";
-
-IpAddr ip(const std::string& text) {
-  std::optional<IpAddr> a = IpAddr::parse(text);
-  EXPECT_TRUE(a.has_value()) << text;
-  return a.value_or(IpAddr{});
-}
 
 std::vector<std::string> strings(const std::vector<Prefix>& ps) {
   std::vector<std::string> out;

@@ -1,17 +1,13 @@
 #include "enrich/peer_classifier.h"
 
+#include "../ip_text.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
 
 namespace tcpscope {
 namespace {
-
-IpAddr ip(const char* text) {
-  std::optional<IpAddr> a = IpAddr::parse(text);
-  EXPECT_TRUE(a.has_value()) << text;
-  return a.value_or(IpAddr{});
-}
 
 Prefix pfx(const char* text) {
   std::optional<Prefix> p = Prefix::parse(text);

@@ -192,12 +192,26 @@ std::string transfer_message(const TransferRecord& r) {
   return unframed(out);
 }
 
-TEST(KafkaProtobuf, FlowEveryFieldAsTheJsonLineHasIt) {
-  const FlowRecord r = full_flow();
+// The record's message as protoc reads it, once expect_same_record has held
+// it against the record's JSON line.
+std::map<std::string, std::string> decoded_as_its_json_line(const FlowRecord& r) {
   std::string line;
   append_flow_json(r, &line);
   const auto fields = protoc_decode("FlowRecord", flow_message(r));
   expect_same_record(line, fields, kNullable);
+  return fields;
+}
+
+std::map<std::string, std::string> decoded_as_its_json_line(const TransferRecord& r) {
+  std::string line;
+  append_transfer_json(r, &line);
+  const auto fields = protoc_decode("TransferRecord", transfer_message(r));
+  expect_same_record(line, fields, kTransferNullable);
+  return fields;
+}
+
+TEST(KafkaProtobuf, FlowEveryFieldAsTheJsonLineHasIt) {
+  const auto fields = decoded_as_its_json_line(full_flow());
   EXPECT_EQ(fields.at("kind"), "flow");
   EXPECT_EQ(fields.at("arm"), "");
   EXPECT_EQ(fields.at("duration_us"), "-5");
@@ -206,21 +220,14 @@ TEST(KafkaProtobuf, FlowEveryFieldAsTheJsonLineHasIt) {
 }
 
 TEST(KafkaProtobuf, FlowDefaultsLeftOutNullsAbsent) {
-  FlowRecord r;  // everything 0, "", false, unset addresses, no enrichment
-  std::string line;
-  append_flow_json(r, &line);
-  const auto fields = protoc_decode("FlowRecord", flow_message(r));
-  expect_same_record(line, fields, kNullable);
+  // Everything 0, "", false, unset addresses, no enrichment.
+  const auto fields = decoded_as_its_json_line(FlowRecord{});
   // What is left: the strings that are never empty.
   EXPECT_EQ(fields, (std::map<std::string, std::string>{{"kind", "flow"}, {"dir", "active"}, {"outcome", "ok"}}));
 }
 
 TEST(KafkaProtobuf, TransferEveryFieldAsTheJsonLineHasIt) {
-  const TransferRecord r = full_transfer();
-  std::string line;
-  append_transfer_json(r, &line);
-  const auto fields = protoc_decode("TransferRecord", transfer_message(r));
-  expect_same_record(line, fields, kTransferNullable);
+  const auto fields = decoded_as_its_json_line(full_transfer());
   EXPECT_EQ(fields.at("wait_us"), "0");
   EXPECT_EQ(fields.at("sampling_rate"), "64");
   EXPECT_EQ(fields.size(), 31u) << "every field of the schema was written";
@@ -230,10 +237,7 @@ TEST(KafkaProtobuf, TransferNullWaitAndRuleAbsent) {
   TransferRecord r = full_transfer();
   r.wait_us.reset();
   r.cc_rule.reset();
-  std::string line;
-  append_transfer_json(r, &line);
-  const auto fields = protoc_decode("TransferRecord", transfer_message(r));
-  expect_same_record(line, fields, kTransferNullable);
+  const auto fields = decoded_as_its_json_line(r);
   EXPECT_FALSE(fields.count("wait_us"));
   EXPECT_FALSE(fields.count("cc_rule"));
 }

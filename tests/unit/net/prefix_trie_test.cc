@@ -1,5 +1,7 @@
 #include "net/prefix_trie.h"
 
+#include "../ip_text.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,12 +14,6 @@
 
 namespace tcpscope {
 namespace {
-
-IpAddr ip(const char* text) {
-  std::optional<IpAddr> a = IpAddr::parse(text);
-  EXPECT_TRUE(a.has_value()) << text;
-  return a.value_or(IpAddr{});
-}
 
 // Value found for `text`, or -1 when nothing matches.
 int find_value(const PrefixTrie<int>& t, const char* text, int* len = nullptr) {
