@@ -113,6 +113,7 @@ struct KafkaConfig {
 
 struct ExportConfig {
   KafkaConfig kafka;
+  bool operator==(const ExportConfig& o) const { return kafka == o.kafka; }
 };
 
 struct Config {
@@ -148,6 +149,21 @@ struct ConfigError {
 
 // The keys a config file may have at its top level (each a Config member).
 const std::vector<std::string>& config_top_level_keys();
+
+// One key of the config reference (README "Config reference"), from the
+// tables the parser reads the file with: a key inside a section is
+// "section.key", one inside a list's items "list[].key".
+struct ConfigKeyDoc {
+  std::string key;
+  std::string type;          // with the accepted range or values
+  std::string default_text;  // "" where there is none (a section, a required key)
+  std::string reload;        // on SIGHUP: "applied", "next start", "each key says", "refused"
+  std::string doc;
+};
+// Every key, in the order of the tables.
+const std::vector<ConfigKeyDoc>& config_reference();
+// The reference as the README's Markdown table.
+std::string config_reference_markdown();
 
 
 // Parse YAML text. `available_cc` is the set a CC name must belong to.

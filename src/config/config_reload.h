@@ -1,11 +1,12 @@
 // What a SIGHUP does with each config key: applied to the running daemon, or
-// only at the next start (what was bound, mapped or attached at start). One
-// table, one row per key, so that no key is copied by hand or forgotten: a
-// unit test checks that the rows cover every key the parser knows
-// (config_top_level_keys()), and the reload logs every next-start key whose
-// value changed instead of saying "reloaded" over it.
+// only at the next start (what was bound, mapped or attached at start). It is
+// a column of the keys' tables (config_table.h), so no key is copied by hand
+// or forgotten: a unit test checks that the rules cover every key the parser
+// knows (config_top_level_keys()), and the reload logs every next-start key
+// whose value changed instead of saying "reloaded" over it.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,14 +14,16 @@
 
 namespace tcpscope {
 
-struct ReloadRule {
-  // A top-level key, or "key.field" where a key's fields differ in effect.
-  const char* key;
+template <class T>
+struct ConfigReloadRule {
+  std::string key;  // a top-level key, or "key.field" where a key's fields differ in effect
   // Applied: copies the key's value from the fresh config into the running one.
-  void (*apply)(Config& running, const Config& fresh);
+  std::function<void(T& running, const T& fresh)> apply;
   // Next start (apply is null): whether the two configs differ in it.
-  bool (*differs)(const Config& running, const Config& fresh);
+  std::function<bool(const T& running, const T& fresh)> differs;
 };
+
+using ReloadRule = ConfigReloadRule<Config>;
 
 const std::vector<ReloadRule>& reload_rules();
 

@@ -1,0 +1,20 @@
+// The sections of the config file, a file each (config_table.h says how a
+// section declares its keys). config.cc's top-level table puts them together.
+#pragma once
+
+#include "config/config.h"
+#include "config/config_table.h"
+
+namespace tcpscope {
+
+const ConfigSection<Config>& top_level_section();            // config.cc
+const ConfigSection<AsnConfig>& asn_section();               // asn_config.cc
+ConfigKey<Config> peer_classes_key();                        // peer_class_config.cc
+// Overlaps between classes and references to undefined ones, once the whole
+// file is read (rules may come before the classes they name).
+void check_peer_classes(ConfigReader& reader, const Config& config);
+const ConfigSection<CcPolicy>& cc_policy_section();          // policy_config.cc
+const ConfigSection<HttpConfig>& http_section();             // http_config.cc
+const ConfigSection<ExportConfig>& export_section();         // kafka_config.cc
+
+}  // namespace tcpscope
