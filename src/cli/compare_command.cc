@@ -14,6 +14,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "cli/command_line.h"
@@ -37,7 +38,7 @@ const char* const kCompareUsage =
     "usage: tcpscope compare (--flows FILE | --server URL | --clickhouse URL | --prometheus URL)\n"
     "                        --a SEL --b SEL\n"
     "                        [--by FIELD] [--metric fct|throughput|rtt|retrans] [--unit transfer|flow]\n"
-    "                        [--json] [--plot FILE.svg]\n"
+    "                        [--quantiles 50,90,99] [--json] [--plot FILE.svg]\n"
     "                        [--config FILE] [--size-classes B1,B2,..] [--throughput-min-bytes N]\n"
     "                        [--alpha 0.05] [--min-sample 20] [--resamples 10000] [--seed 1] [--top N]\n"
     "                        [--timeout-ms 10000] [--range 1h] [--time RFC3339|UNIX]\n"
@@ -63,7 +64,12 @@ const char* const kCompareUsage =
     "                 (default peer_class); fct is always split by size class as well\n"
     "  --config FILE  size classes and throughput_min_bytes for --flows and --clickhouse (default: the\n"
     "                 built-in config); --prometheus: throughput_min_bytes, the size classes fct leaves out\n"
-    "  --plot FILE    CDFs of A and B per group: FILE.svg, or FILE.png through rsvg-convert (librsvg2-bin)\n";
+    "  --quantiles P,..  percentages in (0, 100) to report per arm (default 50,90,99), e.g.\n"
+    "                 50,90,99,99.9,99.99: exact order statistics from --flows, within 1 % from --server and\n"
+    "                 --clickhouse, the bucket they lie in from --prometheus; an arm of fewer than\n"
+    "                 1/(1 - q) samples has none (p99.9 needs 1000, p99.99 10000): n/a, null in JSON\n"
+    "  --plot FILE    CDFs of A and B per group, the quantiles marked: FILE.svg, or FILE.png through\n"
+    "                 rsvg-convert (librsvg2-bin)\n";
 
 namespace {
 
@@ -85,6 +91,7 @@ struct Args {
   uint64_t seed = 1;
   size_t top = 0;
   int timeout_ms = 10000;
+  std::vector<ReportedQuantile> quantiles = default_quantiles();
 };
 
 // Returns an error message, or "" when the arguments are fine.
@@ -115,6 +122,13 @@ std::string parse_args(const std::vector<std::string>& args, Args* a) {
         a->alpha = std::strtod(v.c_str(), &end);
         if (end == v.c_str() || *end || !(a->alpha > 0 && a->alpha < 1))
           return "--alpha wants a number in (0, 1), got \"" + v + "\"";
+        return "";
+      })
+      .option("--quantiles", [a](const std::string& v) -> std::string {
+        std::string why;
+        auto q = parse_quantiles(v, &why);
+        if (!q) return why;
+        a->quantiles = std::move(*q);
         return "";
       });
   auto integer = [&cl](const std::string& spelling, uint64_t lo, uint64_t hi, std::function<void(uint64_t)> set) {
@@ -293,12 +307,22 @@ bool write_plot(const std::string& path, const CompareResult& r,
     p.b = std::move(c.second);
     p.a.label = "A: " + o.a;
     p.b.label = "B: " + o.b;
+    for (const auto& [curve, arm, name] : {std::tuple{&p.a, &g.a, "A "}, std::tuple{&p.b, &g.b, "B "}}) {
+      for (size_t i = 0; i < o.quantiles.size(); ++i) {
+        const ReportedQuantile& q = o.quantiles[i];
+        if (const auto& v = arm->quantiles[i].value)
+          curve->marks.push_back({q.key, q.q, *v, name + q.key + " = " + format_metric_value(o.metric, *v)});
+      }
+    }
     panels.push_back(std::move(p));
   }
   CdfPlotOptions po;
   po.title = std::string(to_string(o.metric)) + " per " + to_string(o.unit) + ": A " + o.a + " vs B " + o.b +
              " by " + o.by + " (" + r.source + ")";
   po.x_label = metric_axis_label(o.metric, o.unit);
+  std::string keys;
+  for (const ReportedQuantile& q : o.quantiles) keys += (keys.empty() ? "" : ", ") + q.key;
+  po.note = "dots: " + keys + " (where an arm holds them)";
   const CompareMetric m = o.metric;
   po.format_x = [m](double x) { return format_metric_tick(m, x); };
   const std::string svg = render_cdf_svg(panels, po);
@@ -348,6 +372,7 @@ int compare_command(const std::vector<std::string>& argv, std::ostream& out, std
   o.resamples = args.resamples;
   o.seed = args.seed;
   o.top = args.top;
+  o.quantiles = args.quantiles;
 
   // The source the options name; everything after collect() is the same for every source.
   std::unique_ptr<CompareSource> source;

@@ -15,18 +15,17 @@ namespace tcpscope {
 
 namespace {
 
-ArmSummary summarize(const ArmDistribution& d) {
+ArmSummary summarize(const ArmDistribution& d, const std::vector<ReportedQuantile>& quantiles) {
   ArmSummary s;
   s.n = d.count();
-  if (!s.n) return s;
-  s.p50 = d.quantile(0.5);
-  s.p90 = d.quantile(0.9);
-  s.p99 = d.quantile(0.99);
   s.mean = d.mean();
-  if (d.binned()) {
-    s.p50_bucket = d.quantile_bucket(0.5);
-    s.p90_bucket = d.quantile_bucket(0.9);
-    s.p99_bucket = d.quantile_bucket(0.99);
+  for (const ReportedQuantile& rq : quantiles) {
+    ArmQuantile q;
+    if (s.n >= rq.min_count) {
+      q.value = d.quantile(rq.q);
+      if (d.binned()) q.bucket = d.quantile_bucket(rq.q);
+    }
+    s.quantiles.push_back(q);
   }
   return s;
 }
@@ -118,6 +117,15 @@ std::string bucket_resolution_note() {
          "never get one: 'unresolved at bucket resolution'.";
 }
 
+std::string quantile_note(const CompareOptions& o) {
+  std::string needs;
+  for (const ReportedQuantile& q : o.quantiles)
+    needs += (needs.empty() ? "" : ", ") + q.key + ": " + std::to_string(q.min_count);
+  return std::string("Quantiles: the q-quantile is the order statistic of rank floor(q (n - 1)) of an arm's n ") +
+         unit_plural(o.unit) + " (no interpolation). An arm of fewer than 1/(1 - q) of them (" + needs +
+         ") cannot hold it: n/a (null in JSON), never estimated.";
+}
+
 std::string test_method_note(const CompareOptions& o) {
   const std::string one = to_string(o.unit);
   return "p: two-sided Mann-Whitney U test (normal approximation with tie and continuity correction); "
@@ -162,8 +170,8 @@ CompareResult compare_groups(std::vector<GroupSamples> groups, const CompareOpti
     GroupResult res;
     res.group = g.group;
     res.size_class = g.size_class;
-    res.a = summarize(g.a);
-    res.b = summarize(g.b);
+    res.a = summarize(g.a, options.quantiles);
+    res.b = summarize(g.b, options.quantiles);
     const bool enough = res.a.n >= options.min_sample && res.b.n >= options.min_sample;
     // The point estimate is shown whenever both arms have flows; the
     // interval and the test only when the sample is large enough.
@@ -269,19 +277,13 @@ nlohmann::ordered_json compare_result_json(const CompareResult& r) {
     return nlohmann::ordered_json::array({b->lo, num(b->hi)});  // +Inf: null
   };
   auto arm = [&](const ArmSummary& s) {
-    nlohmann::ordered_json j;
-    if (s.n) {
-      j["p50"] = num(s.p50);
-      j["p90"] = num(s.p90);
-      j["p99"] = num(s.p99);
-      j["mean"] = num(s.mean);
-    } else {
-      j["p50"] = j["p90"] = j["p99"] = j["mean"] = nullptr;
+    nlohmann::ordered_json j, buckets;
+    for (size_t i = 0; i < o.quantiles.size(); ++i) {
+      j[o.quantiles[i].key] = num(s.quantiles[i].value);
+      buckets[o.quantiles[i].key] = bucket(s.quantiles[i].bucket);
     }
-    if (binned) {
-      j["bucket_bounds"] = {{"p50", bucket(s.p50_bucket)}, {"p90", bucket(s.p90_bucket)},
-                            {"p99", bucket(s.p99_bucket)}};
-    }
+    j["mean"] = s.n ? num(s.mean) : nullptr;
+    if (binned) j["bucket_bounds"] = std::move(buckets);
     return j;
   };
   for (const auto& g : r.groups) {
@@ -335,12 +337,17 @@ nlohmann::ordered_json compare_result_json(const CompareResult& r) {
   out["throughput_min_bytes"] = o.metric_options.throughput_min_bytes;
   out["alpha"] = o.alpha;
   out["min_sample"] = o.min_sample;
+  nlohmann::ordered_json quantiles = nlohmann::ordered_json::array();
+  for (const ReportedQuantile& q : o.quantiles)
+    quantiles.push_back({{"key", q.key}, {"q", q.q}, {"min_n", q.min_count}});
+  out["quantiles"] = std::move(quantiles);
   out["groups_tested"] = r.groups_tested;
   out["groups_total"] = r.groups_total;
   out["ci_method"] = ci_method_note(o);
   out["test_method"] = test_method_note(o);
   out["fdr_note"] = fdr_note(r);
   out["min_sample_note"] = min_sample_note(o);
+  out["quantile_note"] = quantile_note(o);
   out["diff_statistic_note"] = share_statistic_note();
   if (binned) out["bucket_resolution_note"] = bucket_resolution_note();
   out["notes"] = r.notes;
@@ -358,10 +365,14 @@ std::string format_compare_table(const CompareResult& r) {
   }
   std::vector<std::string> header = {o.by == "all" ? "group" : o.by};
   if (sized) header.push_back("size_class");
-  for (const char* h : {"n_a", "n_b", "A p50", "A p90", "A p99", "B p50", "B p90", "B p99"}) header.push_back(h);
+  header.push_back("n_a");
+  header.push_back("n_b");
+  for (const char* arm : {"A ", "B "})
+    for (const ReportedQuantile& q : o.quantiles) header.push_back(arm + q.key);
   if (any_share) header.push_back("diff of");
   for (const char* h : {"diff", "95% CI", "p", "q", "P(B better)", "verdict"}) header.push_back(h);
   std::vector<std::vector<std::string>> rows;
+  bool unavailable = false;  // a quantile an arm is too small to hold
   for (const auto& g : r.groups) {
     // A group may be a process or AS name: shown, never obeyed by the terminal.
     std::vector<std::string> row = {printable_text(g.group)};
@@ -369,11 +380,13 @@ std::string format_compare_table(const CompareResult& r) {
     row.push_back(std::to_string(g.a.n));
     row.push_back(std::to_string(g.b.n));
     for (const ArmSummary* s : {&g.a, &g.b}) {
-      if (s->p50_bucket) {
-        for (const auto* b : {&s->p50_bucket, &s->p90_bucket, &s->p99_bucket}) row.push_back(bucket_text(m, **b));
-        continue;
+      for (const ArmQuantile& q : s->quantiles) {
+        unavailable = unavailable || (s->n && !q.value);
+        row.push_back(!s->n       ? "-"
+                      : !q.value  ? "n/a"
+                      : q.bucket  ? bucket_text(m, *q.bucket)
+                                  : format_metric_value(m, *q.value));
       }
-      for (double v : {s->p50, s->p90, s->p99}) row.push_back(s->n ? format_metric_value(m, v) : "-");
     }
     if (any_share) row.push_back(g.change.statistic == ChangeStatistic::kShareNonzero ? "share>0" : "median");
     row.push_back(g.change.diff ? percent_change_text(*g.change.diff) : "-");
@@ -398,7 +411,7 @@ std::string format_compare_table(const CompareResult& r) {
     for (const auto& row : rows) width[c] = std::max(width[c], display_width(row[c]));
   }
   // Text columns (group, size class, verdict) left-aligned, numbers right.
-  const size_t stat_col = any_share ? (sized ? 10 : 9) : SIZE_MAX;
+  const size_t stat_col = any_share ? (sized ? 4 : 3) + 2 * o.quantiles.size() : SIZE_MAX;
   auto left = [&](size_t c) {
     return c == 0 || (sized && c == 1) || c == stat_col || c + 1 == header.size();
   };
@@ -431,6 +444,7 @@ std::string format_compare_table(const CompareResult& r) {
               ci_method_note(o));
   if (any_share) out << wrap(share_statistic_note());
   if (binned) out << wrap(bucket_resolution_note());
+  if (unavailable) out << wrap(quantile_note(o));
   out << wrap(test_method_note(o));
   out << wrap(fdr_note(r));
   out << wrap(min_sample_note(o));

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "compare/compare_quantiles.h"
 #include "compare/compare_stats.h"
 #include "measure/metric.h"
 
@@ -33,6 +34,7 @@ struct CompareOptions {
   uint32_t resamples = 10000;     // bootstrap resamples per group
   uint64_t seed = 1;              // mixed with each group's name
   size_t top = 0;                 // report only the first N groups (by flows); 0 = all
+  std::vector<ReportedQuantile> quantiles = default_quantiles();  // per arm, ascending
   MetricOptions metric_options;
 };
 
@@ -55,12 +57,19 @@ struct CompareSamples {
   std::vector<std::string> notes;         // about the data (counts read, coverage, warnings)
 };
 
+// One of CompareOptions::quantiles in one arm.
+struct ArmQuantile {
+  // None when the arm holds fewer than the quantile's min_count values.
+  std::optional<double> value;
+  // Binned samples (histograms): the bucket the quantile lies in; value is
+  // that bucket's representative point.
+  std::optional<BucketBounds> bucket;
+};
+
 struct ArmSummary {
   uint64_t n = 0;
-  double p50 = 0, p90 = 0, p99 = 0, mean = 0;
-  // Binned samples (histograms): the buckets the quantiles lie in; the
-  // values above are those buckets' representative points.
-  std::optional<BucketBounds> p50_bucket, p90_bucket, p99_bucket;
+  double mean = 0;
+  std::vector<ArmQuantile> quantiles;  // one per CompareOptions::quantiles, in its order
 };
 
 struct GroupResult {
@@ -116,5 +125,6 @@ std::string fdr_note(const CompareResult& r);
 std::string min_sample_note(const CompareOptions& o);
 std::string share_statistic_note();
 std::string bucket_resolution_note();
+std::string quantile_note(const CompareOptions& o);
 
 }  // namespace tcpscope

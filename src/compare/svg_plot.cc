@@ -73,6 +73,21 @@ void curve_path(std::ostringstream& out, const CdfCurve& c, const Axis& ax, doub
   out << "/>\n";
 }
 
+void quantile_marks(std::ostringstream& out, const CdfCurve& c, const Axis& ax, double top, double ph,
+                    const char* cls, const char* color) {
+  const double bottom = top + ph;
+  for (const CdfMark& m : c.marks) {
+    const double x = ax.px(m.x), y = top + (1 - std::clamp(m.q, 0.0, 1.0)) * ph;
+    out << "<line x1=\"" << fmt(x) << "\" y1=\"" << fmt(y) << "\" x2=\"" << fmt(x) << "\" y2=\"" << fmt(bottom)
+        << "\" stroke=\"" << color << "\" stroke-width=\"1\" stroke-dasharray=\"1,3\"/>\n";
+    char value[32];
+    std::snprintf(value, sizeof(value), "%.17g", m.x);
+    out << "<circle class=\"" << cls << "\" data-quantile=\"" << xml_escape(m.key) << "\" data-value=\"" << value
+        << "\" cx=\"" << fmt(x) << "\" cy=\"" << fmt(y) << "\" r=\"3\" fill=\"" << color << "\"><title>"
+        << xml_escape(m.text) << "</title></circle>\n";
+  }
+}
+
 }  // namespace
 
 std::string xml_escape(const std::string& s) {
@@ -176,6 +191,8 @@ std::string render_cdf_svg(const std::vector<CdfPanel>& panels, const CdfPlotOpt
 
     curve_path(out, p.a, ax, top, ph, "cdf-a", kColorA, "");
     curve_path(out, p.b, ax, top, ph, "cdf-b", kColorB, "6,3");
+    quantile_marks(out, p.a, ax, top, ph, "quantile-a", kColorA);
+    quantile_marks(out, p.b, ax, top, ph, "quantile-b", kColorB);
 
     // Legend in the upper left, where a CDF has no ink (high F only comes
     // with large x).
@@ -200,9 +217,11 @@ std::string render_cdf_svg(const std::vector<CdfPanel>& panels, const CdfPlotOpt
   }
   if (panels.empty())
     out << "<text x=\"12\" y=\"" << fmt(kHeader + 20) << "\">no groups with flows</text>\n";
+  std::string footer = o.note;
   if (any_nonpositive)
-    out << "<text x=\"12\" y=\"" << fmt(height - 8) << "\" fill=\"#444\">values of 0 are drawn at the left edge of "
-        << "the log axis</text>\n";
+    footer += (footer.empty() ? "" : "; ") + std::string("values of 0 are drawn at the left edge of the log axis");
+  if (!footer.empty())
+    out << "<text x=\"12\" y=\"" << fmt(height - 8) << "\" fill=\"#444\">" << xml_escape(footer) << "</text>\n";
   out << "</svg>\n";
   return out.str();
 }

@@ -12,11 +12,22 @@
 
 namespace tcpscope {
 
+// A quantile marked on a curve: a dot at (x, q) and a dotted line down to
+// the x axis, where tail quantiles, crowded together at the top of a CDF,
+// still read apart.
+struct CdfMark {
+  std::string key;   // "p99.9"
+  double q = 0;      // its height, F
+  double x = 0;      // its value
+  std::string text;  // the dot's tooltip, e.g. "A p99.9 = 12.3ms"
+};
+
 struct CdfCurve {
   std::string label;  // legend text, e.g. "A: cc=cubic"
   // (x, F(x)) after each distinct value, x ascending, F rising to 1.
   std::vector<std::pair<double, double>> points;
   uint64_t n = 0;
+  std::vector<CdfMark> marks;
 };
 
 struct CdfPanel {
@@ -30,6 +41,7 @@ struct CdfPlotOptions {
   std::string x_label;
   std::function<std::string(double)> format_x;  // tick labels; plain %g when empty
   int columns = 0;                              // 0: up to 3 per row
+  std::string note;                             // under the figure, e.g. what the marks are
 };
 
 // Step-CDF points of a sample given as ascending distinct values and the
@@ -39,7 +51,9 @@ std::vector<std::pair<double, double>> cdf_points(const std::vector<double>& val
                                                   const std::vector<uint64_t>& cumulative, size_t max_points = 500);
 
 // The whole figure. Each curve is one <path> with class "cdf-a" / "cdf-b"
-// and data-n (its sample size), so tests and scripts can find them. Values
+// and data-n (its sample size), each mark a <circle> with class
+// "quantile-a" / "quantile-b", data-quantile (its key) and data-value, so
+// tests and scripts can find them. Values
 // <= 0 cannot sit on a log axis; they are drawn at the left edge (the note
 // under the figure says so when it happens).
 std::string render_cdf_svg(const std::vector<CdfPanel>& panels, const CdfPlotOptions& options);

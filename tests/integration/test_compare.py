@@ -500,3 +500,81 @@ def test_units_on_a_hand_written_mixed_log(tmp_path):
     nothing = compare_json("--flows", str(old), *sel[2:])
     assert nothing["groups"] == []
     assert any("--unit flow" in n for n in nothing["notes"]), nothing["notes"]
+
+
+# A known tail: A (cubic) holds 20,000 flows, the body 20,000..39,969 us of
+# srtt and 30 outliers of 1, 2, .. 30 s; B (bbr) holds 5,000, the body
+# 20,000..24,989 us and 10 outliers of 1 .. 10 s. Lines shuffled.
+TAIL = {"cubic": (20_000, 30), "bbr": (5_000, 10)}
+
+
+def tail_log(path):
+    """A flow log of TAIL, and the sorted srtt_us of each cc."""
+    import random
+    values = {cc: sorted([20_000 + i for i in range(n - k)] + [1_000_000 * (j + 1) for j in range(k)])
+              for cc, (n, k) in TAIL.items()}
+    start = time.time_ns() - 3_600_000_000_000  # within ClickHouse's TTL
+    lines = []
+    for cc, vs in values.items():
+        for i, v in enumerate(vs):
+            s = start + i * 1_000_000
+            lines.append({"kind": "flow", "start_ns": s, "end_ns": s + 2_000_000_000, "fct_us": 50_000,
+                          "duration_us": 2_000_000, "family": 4, "laddr": "198.18.0.2", "lport": 443,
+                          "raddr": "198.18.0.1", "rport": 1024 + i % 60000, "dir": "passive", "outcome": "ok",
+                          "cc": cc, "srtt_us": v, "min_rtt_us": 15_000, "rttvar_us": 1000, "bytes_acked": 20_000,
+                          "bytes_received": 300, "segs_out": 20, "segs_in": 10, "retrans_segs": 0, "lost_segs": 0,
+                          "peer_class": "client", "asn": 64501, "as_org": "", "cc_rule": None,
+                          "experiment": None, "arm": None})
+    random.Random(7).shuffle(lines)
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return values
+
+
+def order_statistic(values, q):
+    """compare's q-quantile: the order statistic of rank floor(q (n - 1))."""
+    return values[int(q * (len(values) - 1))]
+
+
+def test_quantiles_on_a_flow_log_with_a_known_tail(tmp_path):
+    log = tmp_path / "tail.ndjson"
+    values = tail_log(log)
+    args = ["--flows", str(log), "--a", "cc=cubic", "--b", "cc=bbr", "--by", "all", "--metric", "rtt"]
+    r = compare_json(*args, "--quantiles", "99.99,99.9")
+    [g] = r["groups"]
+    assert (g["n_a"], g["n_b"]) == (20_000, 5_000)
+    # The exact order statistics: ranks 19979 and 19997 of A are outliers 10 and 28.
+    assert g["a"]["p99.9"] == order_statistic(values["cubic"], 0.999) == 10_000_000
+    assert g["a"]["p99.99"] == order_statistic(values["cubic"], 0.9999) == 28_000_000
+    assert g["b"]["p99.9"] == order_statistic(values["bbr"], 0.999) == 5_000_000
+    # 5,000 flows cannot hold p99.99 (it needs 10,000): null, not a number.
+    assert g["b"]["p99.99"] is None
+    assert set(g["a"]) == {"p99.9", "p99.99", "mean"}
+    assert r["quantiles"] == [{"key": "p99.9", "q": 0.999, "min_n": 1000},
+                              {"key": "p99.99", "q": 0.9999, "min_n": 10000}]
+    # The default keeps p50, p90, p99.
+    default = compare_json(*args)
+    assert [q["key"] for q in default["quantiles"]] == ["p50", "p90", "p99"]
+    assert default["groups"][0]["a"]["p99"] == order_statistic(values["cubic"], 0.99) == 20_000 + 19_799
+
+    # The table: a column per quantile and arm, n/a and its reason.
+    plot = tmp_path / "rtt.svg"
+    table = tcpscope("compare", *args, "--quantiles", "50,99.9,99.99", "--plot", str(plot))
+    assert table.returncode == 0, table.stderr
+    header = next(line for line in table.stdout.splitlines() if line.startswith("group"))
+    assert header.split()[:9] == ["group", "n_a", "n_b", "A", "p50", "A", "p99.9", "A", "p99.99"], header
+    row = table.stdout.splitlines()[table.stdout.splitlines().index(header) + 1]
+    assert "28.00s" in row and "n/a" in row, row
+    assert "p99.99: 10000) cannot hold it: n/a" in " ".join(table.stdout.split()), table.stdout
+    # The plot marks each quantile an arm holds: 3 in A, 2 in B.
+    root = ET.parse(plot).getroot()
+    marks = [(c.get("class"), c.get("data-quantile"), float(c.get("data-value")))
+             for c in root.iter("{http://www.w3.org/2000/svg}circle")]
+    assert sorted(marks) == sorted([("quantile-a", "p50", order_statistic(values["cubic"], 0.5)),
+                                    ("quantile-a", "p99.9", 10_000_000), ("quantile-a", "p99.99", 28_000_000),
+                                    ("quantile-b", "p50", order_statistic(values["bbr"], 0.5)),
+                                    ("quantile-b", "p99.9", 5_000_000)]), marks
+
+    # A bad value is named, exit 2.
+    r = tcpscope("compare", *args, "--quantiles", "50,100")
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[0].endswith('"100" is not one'), r.stderr

@@ -19,7 +19,7 @@ import json
 import sys
 
 from conftest import ROOT, wait_for
-from test_compare import lab, run_traffic, tcpscope  # noqa: F401  (lab: the fixture)
+from test_compare import RELATIVE_ACCURACY, lab, run_traffic, tail_log, tcpscope  # noqa: F401  (lab: the fixture)
 from test_fleet_export import assert_clickhouse_agrees_with_flow_log, assert_stored_as_logged
 from test_flow_records import sampled
 
@@ -111,3 +111,34 @@ def test_shipped_sql_and_compare_on_current_clickhouse(lab, net, tmp_path, click
     r = tcpscope("compare", "--clickhouse", ch.http_url.replace("http://", f"http://{ch.user}:wrong@"), *sel)
     assert r.returncode == 1
     assert r.stderr.count("\n") == 1 and "HTTP 403" in r.stderr and "AUTHENTICATION_FAILED" in r.stderr, r.stderr
+
+
+def test_compare_quantiles_on_current_clickhouse(tmp_path, clickhouse_current):  # noqa: F811
+    """--quantiles from ClickHouse: test_compare's log with a known tail, the
+    tail quantiles within the sketches' 1 % of --flows' exact ones, and null
+    where an arm is too small to hold one."""
+    ch = clickhouse_current
+    apply_shipped_sql(ch)
+    log = tmp_path / "tail.ndjson"
+    values = tail_log(log)
+    ch.query("TRUNCATE TABLE tcpscope.flows")
+    try:
+        ch.query("INSERT INTO tcpscope.flows_kafka FORMAT JSONEachRow", data=log.read_bytes())
+        assert int(ch.query("SELECT count() FROM tcpscope.flows")) == sum(len(v) for v in values.values())
+        url = ch.http_url.replace("http://", f"http://{ch.user}:{ch.password}@")
+        args = ["--a", "cc=cubic", "--b", "cc=bbr", "--by", "all", "--metric", "rtt",
+                "--quantiles", "50,99.9,99.99", "--json"]
+        exact, fleet = (json.loads(r.stdout) for r in (tcpscope("compare", "--flows", str(log), *args),
+                                                       tcpscope("compare", "--clickhouse", url, *args)))
+        [e], [c] = exact["groups"], fleet["groups"]
+        assert (c["n_a"], c["n_b"]) == (e["n_a"], e["n_b"]) == (20_000, 5_000)
+        for arm in ("a", "b"):
+            for q in ("p50", "p99.9", "p99.99"):
+                x, y = e[arm][q], c[arm][q]
+                if x is None:
+                    assert y is None, (arm, q)
+                else:
+                    assert abs(y - x) / x <= RELATIVE_ACCURACY + 1e-9, (arm, q, x, y)
+        assert e["a"]["p99.99"] == 28_000_000 and e["b"]["p99.99"] is None
+    finally:
+        ch.query("TRUNCATE TABLE tcpscope.flows")

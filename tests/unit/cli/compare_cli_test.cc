@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 
@@ -21,6 +23,7 @@
 #include "record/flow_record.h"
 #include "record/transfer_record.h"
 #include "text/url_query.h"
+#include "../temp_dir.h"
 
 namespace tcpscope {
 namespace {
@@ -238,35 +241,50 @@ std::vector<FlowRecord> finished_flows() {
   return out;
 }
 
-TEST(CompareCommand, ServerAndFlowLogGiveTheSameAnswer) {
-  const auto flows = finished_flows();
-  char dir[] = "/tmp/tcpscope-compare-cli-XXXXXX";
-  ASSERT_TRUE(mkdtemp(dir));
-  const std::string log = std::string(dir) + "/flows.ndjson";
-  const std::string plot = std::string(dir) + "/cdf.svg";
-  {
-    std::ofstream f(log);
-    std::string lines;
-    for (const auto& r : flows) append_flow_json(r, &lines);
-    f << lines;
-  }
+// finished_flows() twice: as a flow log in a scratch directory, and in a
+// daemon's distributions served on a loopback port.
+struct LogAndDaemon {
+  TempDir dir;
+  std::string log = dir.file("flows.ndjson"), plot = dir.file("cdf.svg");
   FlowDistributions dist{FlowDistributionsOptions{}};
-  for (const auto& r : flows) dist.add(r, AsnLabel::kOwn);
-  auto server = start_server();
-  ASSERT_TRUE(server);
-  server->handle_json("/api/v1/distributions", [&](const std::string& q) { return dist.handle_query(q); });
+  std::unique_ptr<HttpServer> server = start_server();
 
+  LogAndDaemon() {
+    std::string lines;
+    for (const auto& r : finished_flows()) {
+      append_flow_json(r, &lines);
+      dist.add(r, AsnLabel::kOwn);
+    }
+    dir.write("flows.ndjson", lines);
+    EXPECT_TRUE(server);
+    if (server)
+      server->handle_json("/api/v1/distributions", [this](const std::string& q) { return dist.handle_query(q); });
+  }
+  // compare's JSON (`args` end with --json) from the log, drawing `plot`, and from the daemon.
+  std::pair<nlohmann::json, nlohmann::json> compare_both(const std::vector<std::string>& args) {
+    std::string out, err;
+    std::vector<std::string> from_log = {"--flows", log, "--plot", plot};
+    from_log.insert(from_log.end(), args.begin(), args.end());
+    EXPECT_EQ(run(compare_command, from_log, &out, &err), 0) << err;
+    auto exact = nlohmann::json::parse(out);
+    std::vector<std::string> from_server = {"--server", base(*server)};
+    from_server.insert(from_server.end(), args.begin(), args.end());
+    EXPECT_EQ(run(compare_command, from_server, &out, &err), 0) << err;
+    return {std::move(exact), nlohmann::json::parse(out)};
+  }
+  std::string plot_svg() const {
+    std::ifstream p(plot);
+    return std::string((std::istreambuf_iterator<char>(p)), std::istreambuf_iterator<char>());
+  }
+};
+
+TEST(CompareCommand, ServerAndFlowLogGiveTheSameAnswer) {
+  LogAndDaemon both;
+  ASSERT_TRUE(both.server);
+  const auto& server = both.server;
+  const auto [exact, sketched] =
+      both.compare_both({"--a", "cc=cubic", "--b", "cc=bbr", "--by", "asn", "--unit", "flow", "--json"});
   std::string out, err;
-  const std::vector<std::string> common = {"--a", "cc=cubic", "--b", "cc=bbr", "--by", "asn",
-                                           "--unit", "flow", "--json"};
-  std::vector<std::string> from_log = {"--flows", log, "--plot", plot};
-  from_log.insert(from_log.end(), common.begin(), common.end());
-  ASSERT_EQ(run(compare_command, from_log, &out, &err), 0) << err;
-  const auto exact = nlohmann::json::parse(out);
-  std::vector<std::string> from_server = {"--server", base(*server)};
-  from_server.insert(from_server.end(), common.begin(), common.end());
-  ASSERT_EQ(run(compare_command, from_server, &out, &err), 0) << err;
-  const auto sketched = nlohmann::json::parse(out);
 
   ASSERT_EQ(exact["groups"].size(), sketched["groups"].size());
   ASSERT_GE(exact["groups"].size(), 6u);  // 2 ASNs x 3 size classes
@@ -288,8 +306,7 @@ TEST(CompareCommand, ServerAndFlowLogGiveTheSameAnswer) {
   EXPECT_EQ(sketched["relative_accuracy"], 0.01);
 
   // The plot: an SVG with an A and a B curve per group.
-  std::ifstream p(plot);
-  const std::string svg((std::istreambuf_iterator<char>(p)), std::istreambuf_iterator<char>());
+  const std::string svg = both.plot_svg();
   EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
   size_t curves_a = 0, curves_b = 0;
   for (size_t at = 0; (at = svg.find("class=\"cdf-a\"", at)) != std::string::npos; ++at) ++curves_a;
@@ -309,10 +326,76 @@ TEST(CompareCommand, ServerAndFlowLogGiveTheSameAnswer) {
   EXPECT_EQ(run(compare_command, {"--server", base(*server), "--a", "comm=nginx", "--b", "cc=bbr"}, &out, &err), 1);
   EXPECT_NE(err.find("400"), std::string::npos) << err;
   EXPECT_NE(err.find("use the flow log"), std::string::npos) << err;
+}
 
-  std::remove(log.c_str());
-  std::remove(plot.c_str());
-  rmdir(dir);
+// --quantiles through the CLI: the flow log's exact tail, the daemon's within
+// its sketches' 1 %, null in both for an arm too small to hold it, and the
+// plot marks what it has.
+TEST(CompareCommand, QuantilesFromTheFlowLogAndTheServer) {
+  LogAndDaemon both;
+  ASSERT_TRUE(both.server);
+  const auto [exact, sketched] = both.compare_both({"--a", "cc=cubic", "--b", "cc=bbr", "--by", "all", "--unit",
+                                                    "flow", "--metric", "fct", "--quantiles", "99.99,99.9,50",
+                                                    "--json"});
+
+  // The 100k_1m flows of each cc (3000 flows each, 3 of 7 sizes), sorted: the exact order statistics.
+  std::map<std::string, std::vector<double>> fct;
+  for (const auto& r : finished_flows())
+    if (r.bytes_acked >= 100000 && r.bytes_acked < 1000000) fct[r.cc].push_back(static_cast<double>(r.fct_us));
+  const auto& e = exact["groups"];
+  ASSERT_EQ(e.size(), 3u);  // the size classes below throughput_min_bytes
+  ASSERT_EQ(e[1]["size_class"], "100k_1m");
+  ASSERT_EQ(sketched["groups"].size(), 3u);
+  for (const auto& [arm, cc] : {std::pair{"a", "cubic"}, {"b", "bbr"}}) {
+    auto& v = fct[cc];
+    std::sort(v.begin(), v.end());
+    ASSERT_GE(v.size(), 1000u);
+    ASSERT_LT(v.size(), 10000u);
+    const auto at = [&v](double q) { return v[static_cast<size_t>(std::floor(q * static_cast<double>(v.size() - 1)))]; };
+    EXPECT_EQ(e[1][arm]["p50"], at(0.5));
+    EXPECT_EQ(e[1][arm]["p99.9"], at(0.999));
+    EXPECT_TRUE(e[1][arm]["p99.99"].is_null());
+    EXPECT_TRUE(e[0][arm]["p99.9"].is_null());  // lt_100k: about 430 flows
+    EXPECT_FALSE(e[1][arm].contains("p90"));
+    for (size_t i = 0; i < e.size(); ++i) {
+      for (const char* q : {"p50", "p99.9", "p99.99"}) {
+        const auto& x = e[i][arm][q];
+        const auto& y = sketched["groups"][i][arm][q];
+        ASSERT_EQ(x.is_null(), y.is_null()) << i << arm << q;
+        if (!x.is_null()) {
+          EXPECT_LE(std::abs(x.get<double>() - y.get<double>()) / x.get<double>(), 0.01 + 1e-12) << i << arm << q;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(exact["quantiles"][2]["key"], "p99.99");
+  EXPECT_EQ(exact["quantiles"][2]["min_n"], 10000);
+
+  // The plot marks every quantile an arm holds, never one it does not.
+  const std::string svg = both.plot_svg();
+  size_t held = 0;
+  for (const auto& g : e)
+    for (const char* arm : {"a", "b"})
+      for (const char* q : {"p50", "p99.9", "p99.99"}) held += !g[arm][q].is_null();
+  size_t marks = 0;
+  for (size_t at = 0; (at = svg.find("<circle class=\"quantile-", at)) != std::string::npos; ++at) ++marks;
+  EXPECT_EQ(marks, held);
+  EXPECT_EQ(svg.find("data-quantile=\"p99.99\""), std::string::npos);
+
+  // The table says n/a and why.
+  std::string out, err;
+  ASSERT_EQ(run(compare_command,
+                {"--flows", both.log, "--a", "cc=cubic", "--b", "cc=bbr", "--by", "all", "--unit", "flow", "--quantiles",
+                 "50,99.99"},
+                &out, &err),
+            0)
+      << err;
+  EXPECT_NE(out.find("A p99.99"), std::string::npos) << out;
+  EXPECT_NE(out.find("n/a"), std::string::npos) << out;
+  std::istringstream words(out);  // the notes are wrapped: one space between words
+  std::string w, text;
+  while (words >> w) text += w + " ";
+  EXPECT_NE(text.find("p99.99: 10000) cannot hold it"), std::string::npos) << out;
 }
 
 TEST(CompareCommand, PlotsPngThroughRsvgConvert) {
@@ -446,6 +529,14 @@ TEST(CompareCommand, UsageErrors) {
   EXPECT_NE(err.find("/nonexistent/f.ndjson: No such file or directory"), std::string::npos) << err;
   EXPECT_EQ(run(compare_command, {"--help"}, &out, &err), 0);
   EXPECT_NE(out.find("usage: tcpscope compare"), std::string::npos);
+  EXPECT_NE(out.find("--quantiles"), std::string::npos);
+  EXPECT_EQ(run(compare_command, {"--flows", "x", "--a", "cc=a", "--b", "cc=b", "--quantiles", "50,100"}, &out, &err),
+            2);
+  EXPECT_EQ(err.substr(0, err.find('\n')),
+            "tcpscope compare: --quantiles wants percentages in (0, 100) with at most 9 decimals, separated by "
+            "commas (e.g. 50,90,99,99.9,99.99): \"100\" is not one");
+  EXPECT_EQ(run(compare_command, {"--flows", "x", "--a", "cc=a", "--b", "cc=b", "--quantiles", "p99"}, &out, &err), 2);
+  EXPECT_NE(err.find("\"p99\" is not one"), std::string::npos) << err;
 }
 
 }  // namespace

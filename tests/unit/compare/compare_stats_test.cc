@@ -291,7 +291,7 @@ TEST(Compare, ZeroMediansGetTheShareOfNonzeroFlowsAsTheirEffectSize) {
   groups.push_back(exact_group("all", a, b));
   const CompareResult r = compare_groups(std::move(groups), o);
   const GroupResult& g = r.groups[0];
-  EXPECT_EQ(g.a.p50, 0.0);
+  EXPECT_EQ(g.a.quantiles[0].value, 0.0);  // p50
   EXPECT_EQ(g.change.statistic, ChangeStatistic::kShareNonzero);
   ASSERT_TRUE(g.change.diff && g.change.lo && g.change.hi) << g.change.ci_reason;
   const double share_a = 1 - static_cast<double>(std::count(a.begin(), a.end(), 0.0)) / a.size();

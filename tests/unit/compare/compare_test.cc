@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -380,8 +381,12 @@ TEST(CompareOutput, JsonHasTheShapeSpecFixes) {
       EXPECT_TRUE(g.contains(k)) << k;
     EXPECT_TRUE(g["group"].is_string());
     EXPECT_TRUE(g["n_a"].is_number_integer());
-    for (const char* arm : {"a", "b"})
-      for (const char* q : {"p50", "p90", "p99"}) EXPECT_TRUE(g[arm][q].is_number()) << arm << q;
+    // Numbers where the arm holds the quantile (p99: 100 values), null where it does not.
+    for (const char* arm : {"a", "b"}) {
+      const uint64_t n = g[std::string("n_") + arm];
+      for (const auto& [q, min_n] : {std::pair{"p50", 2u}, {"p90", 10u}, {"p99", 100u}})
+        EXPECT_EQ(g[arm][q].is_number(), n >= min_n) << arm << q;
+    }
     const std::string v = g["verdict"];
     EXPECT_TRUE(v == "b better" || v == "a better" || v == "no significant difference" || v == "insufficient data");
   }
@@ -399,6 +404,54 @@ TEST(CompareOutput, JsonHasTheShapeSpecFixes) {
   EXPECT_EQ(j["groups_tested"], 2);
   EXPECT_NE(j["fdr_note"].get<std::string>().find("Benjamini-Hochberg"), std::string::npos);
   EXPECT_NE(j["ci_method"].get<std::string>().find("bootstrap"), std::string::npos);
+}
+
+// 20,000 values 1..20,000 in A and 5,000 in B, shuffled: the q-quantile of A
+// is 1 + floor(q (n - 1)); B is too small for p99.99.
+TEST(CompareOutput, AskedQuantilesAreExactOrNotAvailable) {
+  std::vector<double> a, b;
+  for (int i = 1; i <= 20000; ++i) a.push_back(i);
+  for (int i = 1; i <= 5000; ++i) b.push_back(2 * i);
+  std::mt19937_64 rng(5);
+  std::shuffle(a.begin(), a.end(), rng);
+  std::vector<GroupSamples> groups(1);
+  groups[0].group = "all";
+  groups[0].a = ArmDistribution::exact(a);
+  groups[0].b = ArmDistribution::exact(b);
+  CompareOptions o = options(CompareMetric::kRtt, "all");
+  o.quantiles = *parse_quantiles("99.99,50,99.9", nullptr);
+  const CompareResult r = compare_groups(std::move(groups), o);
+  const GroupResult& g = r.groups[0];
+  ASSERT_EQ(g.a.quantiles.size(), 3u);
+  EXPECT_EQ(g.a.quantiles[0].value, 10000.0);  // rank floor(0.5 * 19999) = 9999
+  EXPECT_EQ(g.a.quantiles[1].value, 19980.0);  // rank floor(0.999 * 19999) = 19979
+  EXPECT_EQ(g.a.quantiles[2].value, 19998.0);  // rank floor(0.9999 * 19999) = 19997
+  EXPECT_EQ(g.b.quantiles[1].value, 9990.0);   // 2 * (1 + floor(0.999 * 4999))
+  EXPECT_FALSE(g.b.quantiles[2].value);        // 5000 < 10000
+
+  const auto j = nlohmann::json::parse(compare_result_json(r).dump());
+  const auto& arm_a = j["groups"][0]["a"];
+  EXPECT_EQ(arm_a["p50"], 10000);
+  EXPECT_EQ(arm_a["p99.9"], 19980);
+  EXPECT_EQ(arm_a["p99.99"], 19998);
+  EXPECT_FALSE(arm_a.contains("p90"));
+  EXPECT_TRUE(j["groups"][0]["b"]["p99.99"].is_null());
+  EXPECT_EQ(j["groups"][0]["b"]["p99.9"], 9990);
+  EXPECT_EQ(j["quantiles"], nlohmann::json::parse(R"([{"key": "p50", "q": 0.5, "min_n": 2},
+      {"key": "p99.9", "q": 0.999, "min_n": 1000}, {"key": "p99.99", "q": 0.9999, "min_n": 10000}])"));
+  EXPECT_NE(j["quantile_note"].get<std::string>().find("p99.99: 10000"), std::string::npos) << j["quantile_note"];
+
+  const std::string t = format_compare_table(r);
+  for (const char* h : {"A p50", "A p99.9", "A p99.99", "B p50", "B p99.9", "B p99.99"})
+    EXPECT_NE(t.find(h), std::string::npos) << h << "\n" << t;
+  EXPECT_EQ(t.find("A p90"), std::string::npos) << t;
+  EXPECT_NE(t.find("n/a"), std::string::npos) << t;
+  EXPECT_NE(t.find("\nQuantiles: the q-quantile is the order statistic"), std::string::npos) << t;
+  // The default quantiles on arms that hold them all: no n/a, no note.
+  const std::string full = format_compare_table(compare_groups(
+      {GroupSamples{"all", std::nullopt, 0, ArmDistribution::exact(a), ArmDistribution::exact(b)}},
+      options(CompareMetric::kRtt, "all")));
+  EXPECT_EQ(full.find("n/a"), std::string::npos) << full;
 }
 
 TEST(CompareOutput, TableIsAlignedAndExplainsItself) {

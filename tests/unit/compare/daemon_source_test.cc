@@ -67,6 +67,14 @@ std::vector<FlowRecord> traffic(uint64_t seed) {
   return out;
 }
 
+// compare_options.h's opts() with the tails too: a sketch holds every rank
+// within its accuracy.
+CompareOptions tail_opts(CompareMetric m, const std::string& by, const std::string& a, const std::string& b) {
+  CompareOptions o = opts(m, by, a, b);
+  o.quantiles = *parse_quantiles("50,90,99,99.9,99.99", nullptr);
+  return o;
+}
+
 CompareResult via_flow_log(const std::vector<FlowRecord>& flows, const CompareOptions& o) {
   const Selection a = sel(o.a), b = sel(o.b);
   FlowLogCollector c(o, a, b);
@@ -97,6 +105,17 @@ void expect_close(double exact, double sketched, double rel, const std::string& 
                                                                        << sketched;
 }
 
+// Every reported quantile: none in both (too few values) or within rel.
+void expect_close(const ArmSummary& exact, const ArmSummary& sketched, double rel, const std::string& what) {
+  ASSERT_EQ(exact.quantiles.size(), sketched.quantiles.size()) << what;
+  for (size_t i = 0; i < exact.quantiles.size(); ++i) {
+    const auto& x = exact.quantiles[i].value;
+    const auto& y = sketched.quantiles[i].value;
+    ASSERT_EQ(x.has_value(), y.has_value()) << what << " quantile " << i;
+    if (x) expect_close(*x, *y, rel, what + " quantile " + std::to_string(i));
+  }
+}
+
 TEST(FlowDistributions, ServerModeAgreesWithFlowLogOnTheSameTraffic) {
   const auto flows = traffic(17);
   FlowDistributions d{FlowDistributionsOptions{}};
@@ -113,9 +132,10 @@ TEST(FlowDistributions, ServerModeAgreesWithFlowLogOnTheSameTraffic) {
       {CompareMetric::kRetrans, "asn", "arm=cubic", "arm=bbr"},
       {CompareMetric::kFct, "size_class", "asn=64501", "asn=64502"},
   };
+  uint64_t tails = 0;  // arms holding p99.9 (n >= 1000)
   for (const Case& c : cases) {
     const std::string what = std::string(to_string(c.metric)) + " by " + c.by + " " + c.a + " vs " + c.b;
-    const CompareOptions o = opts(c.metric, c.by, c.a, c.b);
+    const CompareOptions o = tail_opts(c.metric, c.by, c.a, c.b);
     const CompareResult exact = via_flow_log(flows, o);
     const CompareResult sketched = via_server(&d, o);
     ASSERT_EQ(exact.groups.size(), sketched.groups.size()) << what;
@@ -130,9 +150,9 @@ TEST(FlowDistributions, ServerModeAgreesWithFlowLogOnTheSameTraffic) {
       // Counts are exact; quantiles within the sketch's 1 %.
       EXPECT_EQ(e.a.n, s.a.n) << g;
       EXPECT_EQ(e.b.n, s.b.n) << g;
-      for (auto [x, y] : {std::pair{e.a.p50, s.a.p50}, {e.a.p90, s.a.p90}, {e.a.p99, s.a.p99}, {e.b.p50, s.b.p50},
-                          {e.b.p90, s.b.p90}, {e.b.p99, s.b.p99}})
-        expect_close(x, y, 0.01, g);
+      expect_close(e.a, s.a, 0.01, g + " A");
+      expect_close(e.b, s.b, 0.01, g + " B");
+      tails += e.a.quantiles[3].value.has_value() + e.b.quantiles[3].value.has_value();
       // 1 + diff is a ratio of two medians, each within 1 %: within a
       // factor 1.01 / 0.99 (2.02 %). The bootstrap draws the same ranks in
       // both modes (same seed, same n), so its bounds obey the same limit.
@@ -157,8 +177,9 @@ TEST(FlowDistributions, ServerModeAgreesWithFlowLogOnTheSameTraffic) {
       }
     }
   }
+  EXPECT_GT(tails, 0u);
   // The known effects come out in both modes.
-  const auto fct = via_server(&d, opts(CompareMetric::kFct, "asn", "cc=cubic", "cc=bbr"));
+  const auto fct = via_server(&d, tail_opts(CompareMetric::kFct, "asn", "cc=cubic", "cc=bbr"));
   for (const auto& g : fct.groups) {
     if (g.group == "64501" && g.size_class == std::string("lt_100k")) {
       EXPECT_EQ(g.verdict, Verdict::kBBetter);
@@ -271,7 +292,7 @@ TEST(FlowDistributions, AsnGroupsAgreeWithTheFlowLogBeyondTheTopN) {
   ASSERT_GT(other_labels, 0u) << "the test needs ASNs outside the top-N";
   EXPECT_EQ(ranking.label_text(65059), "other");
 
-  const CompareOptions o = opts(CompareMetric::kFct, "asn", "cc=cubic", "cc=bbr");
+  const CompareOptions o = tail_opts(CompareMetric::kFct, "asn", "cc=cubic", "cc=bbr");
   const CompareResult exact = via_flow_log(flows, o);
   const CompareResult sketched = via_server(&d, o);
   ASSERT_EQ(exact.groups.size(), 60u);
@@ -280,10 +301,10 @@ TEST(FlowDistributions, AsnGroupsAgreeWithTheFlowLogBeyondTheTopN) {
     EXPECT_EQ(exact.groups[i].group, sketched.groups[i].group);
     EXPECT_EQ(exact.groups[i].a.n, sketched.groups[i].a.n) << exact.groups[i].group;
     EXPECT_EQ(exact.groups[i].b.n, sketched.groups[i].b.n) << exact.groups[i].group;
-    expect_close(exact.groups[i].a.p50, sketched.groups[i].a.p50, 0.01, exact.groups[i].group);
+    expect_close(exact.groups[i].a, sketched.groups[i].a, 0.01, exact.groups[i].group);
   }
   // A non-top ASN selected by number.
-  const CompareOptions one = opts(CompareMetric::kFct, "all", "asn=65059", "asn=65058");
+  const CompareOptions one = tail_opts(CompareMetric::kFct, "all", "asn=65059", "asn=65058");
   const CompareResult e1 = via_flow_log(flows, one), s1 = via_server(&d, one);
   ASSERT_EQ(e1.groups.size(), 1u);
   ASSERT_EQ(s1.groups.size(), 1u);
@@ -319,7 +340,7 @@ TEST(FlowDistributions, OneLongFlowDoesNotMoveTheServerQuantilesOrVerdict) {
 
   FlowDistributions d{FlowDistributionsOptions{}};
   for (const auto& f : flows) d.add(f, AsnLabel::kOwn);
-  const CompareOptions o = opts(CompareMetric::kFct, "asn", "cc=cubic", "cc=bbr");
+  const CompareOptions o = tail_opts(CompareMetric::kFct, "asn", "cc=cubic", "cc=bbr");
   const CompareResult exact = via_flow_log(flows, o);
   const CompareResult sketched = via_server(&d, o);
   ASSERT_EQ(exact.groups.size(), 1u);
@@ -328,15 +349,14 @@ TEST(FlowDistributions, OneLongFlowDoesNotMoveTheServerQuantilesOrVerdict) {
   const GroupResult& s = sketched.groups[0];
   EXPECT_FALSE(s.sketch_collapsed);
   EXPECT_EQ(s.sketch_clamped, 0u);
-  for (auto [x, y] : {std::pair{e.a.p50, s.a.p50}, {e.b.p50, s.b.p50}, {e.a.p90, s.a.p90}, {e.b.p90, s.b.p90},
-                      {e.a.p99, s.a.p99}, {e.b.p99, s.b.p99}})
-    expect_close(x, y, 0.01, "outlier");
+  expect_close(e.a, s.a, 0.01, "outlier A");
+  expect_close(e.b, s.b, 0.01, "outlier B");
   ASSERT_TRUE(e.change.diff && s.change.diff);
   EXPECT_NEAR(*s.change.diff, *e.change.diff, 0.0203 * (1 + std::abs(*e.change.diff)));
   EXPECT_EQ(e.verdict, Verdict::kBBetter);
   EXPECT_EQ(s.verdict, e.verdict);
   std::printf("one 2-hour flow: p50 B exact %.0f us, sketch %.0f us; diff exact %+.4f, sketch %+.4f; %s / %s\n",
-              e.b.p50, s.b.p50, *e.change.diff, *s.change.diff, to_string(e.verdict), to_string(s.verdict));
+              *e.b.quantiles[0].value, *s.b.quantiles[0].value, *e.change.diff, *s.change.diff, to_string(e.verdict), to_string(s.verdict));
 
   // A sketch that did collapse (a max_buckets below the span) is flagged in
   // the results and the output warns.

@@ -176,8 +176,8 @@ TEST(PromResolution, MediansInOneBucketNeverGetAVerdict) {
   ASSERT_TRUE(g.change.lo && g.change.hi);
   EXPECT_LE(*g.change.lo, -0.5);
   EXPECT_GE(*g.change.hi, 1.0);
-  EXPECT_EQ(g.a.p50_bucket->lo, 10000);
-  EXPECT_EQ(g.b.p50_bucket->hi, 20000);
+  EXPECT_EQ(g.a.quantiles[0].bucket->lo, 10000);  // p50
+  EXPECT_EQ(g.b.quantiles[0].bucket->hi, 20000);
 
   const auto j = compare_result_json(r);
   EXPECT_EQ(j["groups"][0]["verdict"], "no significant difference");
@@ -289,6 +289,38 @@ TEST(PromSource, CollectsGroupsFromCannedAnswers) {
   EXPECT_NE(notes.find("left out: ge_3m"), std::string::npos) << notes;
   EXPECT_NE(notes.find("asn \\\"other\\\""), std::string::npos) << notes;
   EXPECT_NE(notes.find("over the 5m ending at 2025-11-25T10:00:00Z"), std::string::npos) << notes;
+}
+
+// --quantiles from histograms: the bucket each lies in, with the same rule
+// for an arm too small to hold one.
+TEST(PromSource, AskedQuantilesAreTheBucketsTheyLieIn) {
+  FakePrometheus fake;
+  nlohmann::json a = nlohmann::json::array(), b = nlohmann::json::array();
+  // A: 2000 transfers; rank floor(0.999 * 1999) = 1997 lies in (20ms, 50ms]. B: 500, too few for p99.9.
+  add_group(&a, "64501", "lt_100k", {{"0.01", 1000}, {"0.02", 1990}, {"0.05", 1999}, {"+Inf", 2000}});
+  add_group(&b, "64501", "lt_100k", {{"0.01", 400}, {"0.02", 500}, {"0.05", 500}, {"+Inf", 500}});
+  fake.answer_a = vector_answer(a);
+  fake.answer_b = vector_answer(b);
+  const std::vector<std::string> args = {"--prometheus", fake.url(), "--a", "cc=cubic", "--b", "cc=bbr",
+                                         "--by", "asn", "--quantiles", "99.9,50"};
+  std::string out, err;
+  auto with = [&args](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), args.begin(), args.end());
+    return extra;
+  };
+  ASSERT_EQ(run(with({"--json"}), &out, &err), 0) << err;
+  const auto j = nlohmann::json::parse(out);
+  const auto& g = j["groups"][0];
+  EXPECT_EQ(g["a"]["bucket_bounds"]["p50"], nlohmann::json::array({0.0, 10000.0}));
+  EXPECT_EQ(g["a"]["bucket_bounds"]["p99.9"], nlohmann::json::array({20000.0, 50000.0}));
+  EXPECT_DOUBLE_EQ(g["a"]["p99.9"].get<double>(), std::sqrt(20000.0 * 50000.0));  // the bucket's point
+  EXPECT_TRUE(g["b"]["bucket_bounds"]["p99.9"].is_null());
+  EXPECT_TRUE(g["b"]["p99.9"].is_null());
+  EXPECT_FALSE(g["a"].contains("p90"));
+  ASSERT_EQ(run(args, &out, &err), 0) << err;
+  EXPECT_NE(out.find("A p99.9"), std::string::npos) << out;
+  EXPECT_NE(out.find("(20.0ms, 50.0ms]"), std::string::npos) << out;
+  EXPECT_NE(out.find("n/a"), std::string::npos) << out;
 }
 
 TEST(PromSource, FailuresAreOneLineNamingTheUrl) {

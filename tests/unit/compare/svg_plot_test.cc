@@ -157,6 +157,41 @@ TEST(SvgPlot, RendersAValidImageWithBothCurvesPerPanel) {
   EXPECT_LT(x_at_half(vb, y_half), x_at_half(va, y_half));
 }
 
+// Each mark a dot on its curve at (value, q), in the arm's colour, with its
+// key and value for scripts and a tooltip for readers, and its line down to
+// the x axis.
+TEST(SvgPlot, MarksTheQuantilesOnEachCurve) {
+  CdfPanel p = panel("asn 64501", 0.9);
+  p.a.marks = {{"p50", 0.5, 50000, "A p50 = 50.0ms"}, {"p99.9", 0.999, 100000, "A p99.9 = 100ms"}};
+  p.b.marks = {{"p50", 0.5, 45000, "B p50 = 45.0ms"}};
+  CdfPlotOptions o;
+  o.note = "dots: p50, p99.9 of each arm";
+  const std::string svg = render_cdf_svg({p}, o);
+  std::string why;
+  ASSERT_TRUE(well_formed_xml(svg, &why)) << why;
+  std::regex re("<circle class=\"(quantile-[ab])\" data-quantile=\"([^\"]*)\" data-value=\"([^\"]*)\" "
+                "cx=\"([-0-9.]+)\" cy=\"([-0-9.]+)\"[^>]*><title>([^<]*)</title>");
+  std::vector<std::vector<std::string>> marks;
+  for (std::sregex_iterator it(svg.begin(), svg.end(), re), end; it != end; ++it)
+    marks.push_back({(*it)[1], (*it)[2], (*it)[3], (*it)[4], (*it)[5], (*it)[6]});
+  ASSERT_EQ(marks.size(), 3u) << svg;
+  EXPECT_EQ(marks[0][0], "quantile-a");
+  EXPECT_EQ(marks[0][1], "p50");
+  EXPECT_EQ(std::stod(marks[0][2]), 50000);
+  EXPECT_EQ(marks[1][1], "p99.9");
+  EXPECT_EQ(marks[1][5], "A p99.9 = 100ms");
+  EXPECT_EQ(marks[2][0], "quantile-b");
+  // Heights: p50 halfway up the plot, p99.9 at the top; the tail's x right of the median's.
+  const auto v = vertices(cdf_paths(svg)[0].d);
+  const double y0 = v.front().second, y1 = v.back().second;
+  EXPECT_NEAR(std::stod(marks[0][4]), (y0 + y1) / 2, 0.1);
+  EXPECT_NEAR(std::stod(marks[1][4]), y1 + 0.001 * (y0 - y1), 0.1);
+  EXPECT_GT(std::stod(marks[1][3]), std::stod(marks[0][3]));
+  EXPECT_LT(std::stod(marks[2][3]), std::stod(marks[0][3]));  // B's median left of A's
+  EXPECT_NE(svg.find("stroke-dasharray=\"1,3\""), std::string::npos);
+  EXPECT_NE(svg.find("dots: p50, p99.9 of each arm"), std::string::npos);
+}
+
 TEST(SvgPlot, ThinsLongCurvesAndMarksZeros) {
   std::vector<double> values;
   std::vector<uint64_t> cum;
