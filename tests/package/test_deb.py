@@ -342,7 +342,8 @@ def test_package_contents(deb, tmp_path):
     man = gzip.decompress((root / "usr/share/man/man8/tcpscope.8.gz").read_bytes()).decode()
     for cmd in ("run", r"check\-config", "flows", "compare", "policy show", "version"):
         assert re.search(rf"^\.SS \"?{re.escape(cmd)}\b", man, re.M), f"tcpscope.8 has no section for {cmd}"
-    for flag in ("config", "listen", r"flow\-log", "cgroup", "json", "server", "flows", "by", "metric"):
+    for flag in ("config", "listen", r"flow\-log", "cgroup", "json", "server", "flows", "by", "metric", "quantiles",
+                 r"transfer\-sampling\-rate"):
         assert f"\\-\\-{flag}" in man, f"tcpscope.8 does not mention --{flag}"
     warn = sh("man", "--warnings", "-l", str(root / "usr/share/man/man8/tcpscope.8.gz"),
               check=False, env={**os.environ, "MANWIDTH": "80", "MAN_KEEP_FORMATTING": "0"})
