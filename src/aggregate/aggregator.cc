@@ -413,11 +413,11 @@ void Aggregator::add(const FlowRecord& f, AsnLabel asn) {
     const uint64_t fct_us = f.fct_us > 0 ? static_cast<uint64_t>(f.fct_us) : 0;
     s->fct->add(sc, size_class_names_[sc], [s] { return s->base(); }, us_to_seconds(fct_us));
 
-    if (in_population(metric_population(CompareMetric::kThroughput), in, metric_options_)) {
+    if (in_population(metric_population(Measure::kThroughput), in, metric_options_)) {
       if (!s->throughput) s->throughput = &throughput_->Add(s->base(), throughput_buckets_bytes_per_second());
       p.throughput.add(throughput_buckets_bytes_per_second(), static_cast<double>(bytes) / us_to_seconds(fct_us));
     }
-    if (in_population(metric_population(CompareMetric::kRtt), in, metric_options_)) {
+    if (in_population(metric_population(Measure::kRtt), in, metric_options_)) {
       if (!s->srtt) s->srtt = &srtt_->Add(s->base(), rtt_buckets_seconds());
       p.srtt.add(rtt_buckets_seconds(), us_to_seconds(f.srtt_us));
     }
@@ -445,9 +445,9 @@ void Aggregator::add(const TransferRecord& t, AsnLabel asn) {
   s->transfer_seconds[d]->add(sc, size_class_names_[sc], direction_labels, us_to_seconds(xfer_us));
 
   // What the path carried: throughput's population per transfer
-  // (measure/metric.h). The transfers only the receiver's window kept out
+  // (measure/measure.h). The transfers only the receiver's window kept out
   // of it are counted, so the histogram's share of them shows.
-  const Population& throughput = metric_population(CompareMetric::kThroughput);
+  const Population& throughput = metric_population(Measure::kThroughput);
   const MetricInputs in = metric_inputs(t);
   MetricInputs unlimited = in;
   unlimited.rwnd_limited = false;

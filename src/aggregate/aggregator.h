@@ -50,7 +50,7 @@
 
 #include "aggregate/asn_ranking.h"
 #include "aggregate/label_ids.h"
-#include "measure/metric.h"
+#include "measure/measure.h"
 #include "record/flow_record.h"
 #include "record/transfer_record.h"
 
@@ -78,7 +78,7 @@ struct AggregatorOptions {
   size_t max_stale_asns = 50;
 
   static AggregatorOptions from_config(const Config& config);
-  // The part the metrics' populations read (measure/metric.h).
+  // The part the metrics' populations read (measure/measure.h).
   MetricOptions metric_options() const { return {size_classes_bytes, throughput_min_bytes}; }
 };
 

@@ -46,7 +46,7 @@ FlowDistributionsOptions FlowDistributionsOptions::from_config(const Config& con
 }
 
 struct FlowDistributions::Entry {
-  std::unique_ptr<FlowSketch> sketch[kCompareUnitCount][kCompareMetricCount];
+  std::unique_ptr<FlowSketch> sketch[kSampleUnitCount][kMeasureCount];
 };
 
 struct FlowDistributions::Generation {
@@ -54,8 +54,8 @@ struct FlowDistributions::Generation {
   Clock::time_point start;
   uint64_t serial;
   std::unordered_map<uint64_t, Entry> entries;
-  uint64_t records[kCompareUnitCount] = {};  // flows, transfers
-  uint64_t folded[kCompareUnitCount] = {};   // counted under asn "other": key table full
+  uint64_t records[kSampleUnitCount] = {};  // flows, transfers
+  uint64_t folded[kSampleUnitCount] = {};   // counted under asn "other": key table full
 };
 
 FlowDistributions::FlowDistributions(FlowDistributionsOptions options)
@@ -77,7 +77,7 @@ void FlowDistributions::rotate_if_due(Clock::time_point now) {
 }
 
 FlowDistributions::Entry* FlowDistributions::entry_for(uint64_t key, uint64_t folded_key, bool top_asn,
-                                                       CompareUnit unit) {
+                                                       SampleUnit unit) {
   auto& entries = current_->entries;
   auto it = entries.find(key);
   if (it != entries.end()) return &it->second;
@@ -123,9 +123,9 @@ void FlowDistributions::add_record(const Record& r, const MetricInputs& in, AsnL
   const int unit = static_cast<int>(in.unit);
 
   std::lock_guard<std::mutex> lock(mu_);  // options_ may change on reload
-  std::optional<double> values[kCompareMetricCount];
-  for (int m = 0; m < kCompareMetricCount; ++m)
-    values[m] = metric_value(static_cast<CompareMetric>(m), in, metric_options_);
+  std::optional<double> values[kMeasureCount];
+  for (int m = 0; m < kMeasureCount; ++m)
+    values[m] = metric_value(static_cast<Measure>(m), in, metric_options_);
   const uint32_t sc = std::min(size_class_index(in.bytes, options_.size_classes_bytes), kMaxSizeClass);
   rotate_if_due(now);
   const uint8_t cls = names_.classes.id(r.enrichment.peer_class);
@@ -137,16 +137,16 @@ void FlowDistributions::add_record(const Record& r, const MetricInputs& in, AsnL
     ++dropped_[unit];
     return;
   }
-  for (int m = 0; m < kCompareMetricCount; ++m) {
+  for (int m = 0; m < kMeasureCount; ++m) {
     if (!values[m]) continue;
     auto& s = e->sketch[unit][m];
-    if (!s) s = std::make_unique<FlowSketch>(new_sketch(static_cast<CompareMetric>(m)));
+    if (!s) s = std::make_unique<FlowSketch>(new_sketch(static_cast<Measure>(m)));
     s->add(*values[m]);
   }
   ++current_->records[unit];
 }
 
-FlowSketch FlowDistributions::new_sketch(CompareMetric m) const {
+FlowSketch FlowDistributions::new_sketch(Measure m) const {
   const MetricSpan span = metric_sketch_span(m);
   return FlowSketch(options_.relative_accuracy, options_.max_buckets, span.lo, span.hi);
 }
@@ -179,13 +179,13 @@ std::string FlowDistributions::KeyNames::field(uint64_t key, const std::string& 
   return "";
 }
 
-FlowDistributions::QueryResult FlowDistributions::query(CompareMetric metric, CompareUnit unit,
+FlowDistributions::QueryResult FlowDistributions::query(Measure metric, SampleUnit unit,
                                                         const std::string& by, const Selection& a,
                                                         const Selection& b) {
   return query_at(metric, unit, by, a, b, Clock::now());
 }
 
-FlowDistributions::QueryResult FlowDistributions::query_at(CompareMetric metric, CompareUnit unit,
+FlowDistributions::QueryResult FlowDistributions::query_at(Measure metric, SampleUnit unit,
                                                            const std::string& by, const Selection& a,
                                                            const Selection& b, Clock::time_point now) {
   if (const std::string why = unit_unsupported_reason(metric, unit); !why.empty())
@@ -287,10 +287,10 @@ std::string FlowDistributions::handle_query(const std::string& query_string) {
                                 "\" (e.g. ?metric=fct&by=asn&a=cc%3Dcubic&b=cc%3Dbbr)");
   };
   const std::string metric_name = param("metric", "fct");
-  const auto metric = parse_compare_metric(metric_name);
+  const auto metric = parse_measure(metric_name);
   if (!metric) throw std::invalid_argument("unknown metric \"" + metric_name + "\" (fct, throughput, rtt, retrans)");
   const std::string unit_name = param("unit", "flow");
-  const auto unit = parse_compare_unit(unit_name);
+  const auto unit = parse_sample_unit(unit_name);
   if (!unit) throw std::invalid_argument("unknown unit \"" + unit_name + "\" (flow, transfer)");
   const std::string by = param("by", "peer_class");
   std::string why;
@@ -325,7 +325,7 @@ std::string FlowDistributions::handle_query(const std::string& query_string) {
   }
   const MetricSpan span = metric_sketch_span(*metric);
   const std::string units = unit_plural(*unit);
-  const bool transfers = *unit == CompareUnit::kTransfer;
+  const bool transfers = *unit == SampleUnit::kTransfer;
   nlohmann::json out{{"metric", to_string(*metric)},
                      {"unit", to_string(*unit)},
                      {"by", by},
@@ -350,7 +350,7 @@ std::string FlowDistributions::handle_query(const std::string& query_string) {
 FlowDistributions::Stats FlowDistributions::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   Stats st;
-  constexpr int kFlow = static_cast<int>(CompareUnit::kFlow), kTransfer = static_cast<int>(CompareUnit::kTransfer);
+  constexpr int kFlow = static_cast<int>(SampleUnit::kFlow), kTransfer = static_cast<int>(SampleUnit::kTransfer);
   st.dropped_flows = dropped_[kFlow];
   st.dropped_transfers = dropped_[kTransfer];
   for (const Generation* gen : {previous_.get(), current_.get()}) {

@@ -2,7 +2,7 @@
 // without a flow log: one FlowSketch (1 % relative error) per unit, metric
 // and key (peer_class, asn label, cc, arm, size_class) of finished flows and
 // of transfers, over a sliding window. Flows feed every metric; transfers
-// the ones measure/metric.h defines per transfer (fct, throughput), keyed
+// the ones measure/measure.h defines per transfer (fct, throughput), keyed
 // by the same fields (size_class by the transfer's bytes), so a key's flows
 // and transfers share its entry. A compare query merges the sketches of the keys that match
 // its A and B selections into one pair per group and returns them; the
@@ -64,7 +64,7 @@
 #include "aggregate/asn_ranking.h"
 #include "aggregate/label_ids.h"
 #include "measure/flow_sketch.h"
-#include "measure/metric.h"
+#include "measure/measure.h"
 #include "measure/selection.h"
 
 namespace tcpscope {
@@ -126,9 +126,9 @@ class FlowDistributions {
   // keys matching a and b. Throws std::invalid_argument when `by` or a
   // selection names a field the distributions do not keep, or the metric is
   // not compared per that unit (unit_unsupported_reason).
-  QueryResult query(CompareMetric metric, CompareUnit unit, const std::string& by, const Selection& a,
+  QueryResult query(Measure metric, SampleUnit unit, const std::string& by, const Selection& a,
                     const Selection& b);
-  QueryResult query_at(CompareMetric metric, CompareUnit unit, const std::string& by, const Selection& a,
+  QueryResult query_at(Measure metric, SampleUnit unit, const std::string& by, const Selection& a,
                        const Selection& b, Clock::time_point now);
   // Terms a selection of a query may have (past it: 400).
   static constexpr size_t kMaxSelectionTerms = 32;
@@ -162,9 +162,9 @@ class FlowDistributions {
   void rotate_if_due(Clock::time_point now);
   // The entry for `key`, or its "other" key's (counting a folded record of
   // `unit`), or null when the table is full.
-  Entry* entry_for(uint64_t key, uint64_t folded_key, bool top_asn, CompareUnit unit);
+  Entry* entry_for(uint64_t key, uint64_t folded_key, bool top_asn, SampleUnit unit);
   size_t reserve_keys() const;
-  FlowSketch new_sketch(CompareMetric m) const;
+  FlowSketch new_sketch(Measure m) const;
   // A key's fields as text. Queries copy them, and match keys against
   // selections, outside mu_.
   struct KeyNames {
@@ -181,7 +181,7 @@ class FlowDistributions {
   KeyNames names_;
   uint64_t generations_made_ = 0;  // a generation's serial: a query finds its keys' again by it
   std::unique_ptr<Generation> current_, previous_;
-  uint64_t dropped_[kCompareUnitCount] = {};
+  uint64_t dropped_[kSampleUnitCount] = {};
 };
 
 }  // namespace tcpscope

@@ -161,10 +161,10 @@ std::string parse_args(const std::vector<std::string>& args, Args* a) {
     return "--time wants RFC 3339 (2026-11-25T10:00:00Z) or unix seconds, not \"" + a->time + "\"";
   if (a->a.empty() || a->b.empty()) return "--a SEL and --b SEL are both required (e.g. --a cc=cubic --b cc=bbr)";
   if (a->by != "all" && !valid_field_name(a->by)) return "--by \"" + a->by + "\" is not a field name";
-  const auto metric = parse_compare_metric(a->metric);
+  const auto metric = parse_measure(a->metric);
   if (!metric) return "--metric must be fct, throughput, rtt or retrans, not \"" + a->metric + "\"";
   if (!a->unit.empty()) {
-    const auto unit = parse_compare_unit(a->unit);
+    const auto unit = parse_sample_unit(a->unit);
     if (!unit) return "--unit must be transfer or flow, not \"" + a->unit + "\"";
     if (const std::string why = unit_unsupported_reason(*metric, *unit); !why.empty())
       return "--unit " + a->unit + ": " + why;
@@ -323,7 +323,7 @@ bool write_plot(const std::string& path, const CompareResult& r,
   std::string keys;
   for (const ReportedQuantile& q : o.quantiles) keys += (keys.empty() ? "" : ", ") + q.key;
   po.note = "dots: " + keys + " (where an arm holds them)";
-  const CompareMetric m = o.metric;
+  const Measure m = o.metric;
   po.format_x = [m](double x) { return format_metric_tick(m, x); };
   const std::string svg = render_cdf_svg(panels, po);
   const bool png = path.size() > 4 && path.compare(path.size() - 4, 4, ".png") == 0;
@@ -362,8 +362,8 @@ int compare_command(const std::vector<std::string>& argv, std::ostream& out, std
   }
 
   CompareOptions o;
-  o.metric = *parse_compare_metric(args.metric);
-  o.unit = args.unit.empty() ? default_unit(o.metric) : *parse_compare_unit(args.unit);
+  o.metric = *parse_measure(args.metric);
+  o.unit = args.unit.empty() ? default_unit(o.metric) : *parse_sample_unit(args.unit);
   o.by = args.by;
   o.a = args.a;
   o.b = args.b;

@@ -52,8 +52,8 @@ struct InputColumns {
   std::vector<std::string> columns;
 };
 
-std::optional<InputColumns> input_columns(MetricInput i, CompareUnit u) {
-  const bool transfer = u == CompareUnit::kTransfer;
+std::optional<InputColumns> input_columns(MetricInput i, SampleUnit u) {
+  const bool transfer = u == SampleUnit::kTransfer;
   switch (i) {
     case MetricInput::kOk:
       if (transfer) return std::nullopt;
@@ -86,16 +86,16 @@ std::optional<InputColumns> input_columns(MetricInput i, CompareUnit u) {
 }
 
 // The inputs every record of the unit has, whatever its fields.
-MetricInputs fixed_inputs(CompareUnit u) {
+MetricInputs fixed_inputs(SampleUnit u) {
   MetricInputs in;
   in.unit = u;
-  in.ok = u == CompareUnit::kTransfer;
+  in.ok = u == SampleUnit::kTransfer;
   return in;
 }
 
-// One term of a population (measure/metric.h) as SQL; "" when the unit's
+// One term of a population (measure/measure.h) as SQL; "" when the unit's
 // records always meet it.
-std::string term_sql(const PopulationTerm& t, CompareUnit u, uint64_t throughput_min_bytes) {
+std::string term_sql(const PopulationTerm& t, SampleUnit u, uint64_t throughput_min_bytes) {
   const std::optional<InputColumns> in = input_columns(t.input, u);
   if (!in) return term_holds(t, fixed_inputs(u), MetricOptions{{}, throughput_min_bytes}) ? "" : "0";
   const std::string tmin = std::to_string(throughput_min_bytes);
@@ -109,7 +109,7 @@ std::string term_sql(const PopulationTerm& t, CompareUnit u, uint64_t throughput
   return "0";
 }
 
-std::string input_value_sql(MetricInput i, CompareUnit u) {
+std::string input_value_sql(MetricInput i, SampleUnit u) {
   const std::optional<InputColumns> in = input_columns(i, u);
   return in ? "toFloat64(" + in->expr + ")" : sql_double(input_value(i, fixed_inputs(u)));
 }
@@ -149,8 +149,8 @@ std::string missing_columns(const std::vector<ClickHouseColumn>& columns, const 
   for (int i = 0; i < kMetricInputCount; ++i) {
     const auto input = static_cast<MetricInput>(i);
     bool read = false;
-    for (int m = 0; m < kCompareMetricCount; ++m) {
-      const auto metric = static_cast<CompareMetric>(m);
+    for (int m = 0; m < kMeasureCount; ++m) {
+      const auto metric = static_cast<Measure>(m);
       if (!unit_supported(metric, o.unit)) continue;
       const Population& p = metric_population(metric);
       const MetricFormula& f = metric_formula(metric);
@@ -297,9 +297,9 @@ std::string clickhouse_arm_sql(const ClickHouseQuery& q, const std::string& tabl
 ClickHouseSource::ClickHouseSource(ClickHouseQuery query, MetricOptions metric_options)
     : query_(std::move(query)), metric_options_(std::move(metric_options)) {}
 
-std::string ClickHouseSource::table_for(CompareUnit unit) const {
+std::string ClickHouseSource::table_for(SampleUnit unit) const {
   if (!query_.table.empty()) return query_.table;
-  return unit == CompareUnit::kTransfer ? "transfers" : "flows";
+  return unit == SampleUnit::kTransfer ? "transfers" : "flows";
 }
 
 std::string ClickHouseSource::description() const {
@@ -358,7 +358,7 @@ bool ClickHouseSource::collect(const CompareOptions& options_in, const Selection
   // Transfers of one flow in sampling_rate: of records of several rates only
   // the flows the largest rate keeps count, so that every flow weighs the same.
   uint32_t min_rate = 1, max_rate = 1;
-  if (options.unit == CompareUnit::kTransfer && find_column(columns, "sampling_rate")) {
+  if (options.unit == SampleUnit::kTransfer && find_column(columns, "sampling_rate")) {
     if (!run(clickhouse_sampling_sql(query_, table, columns, options, a, b), &rows, error)) return false;
     try {
       if (!rows.empty() && !rows.at(0).at(0).is_null()) {

@@ -6,7 +6,7 @@
 // buckets of the daemon's sketches (flow_sketch.h: 1 % relative accuracy),
 // and the exact smallest and largest value of each. tcpscope turns them into
 // sketches and computes the statistics as for every other source. The
-// population is the one measure/metric.h defines, written as SQL, so the
+// population is the one measure/measure.h defines, written as SQL, so the
 // counts equal `--flows` on the same records exactly and the quantiles agree
 // within the sketches' 1 %.
 //
@@ -65,7 +65,7 @@ class ClickHouseSource : public CompareSource {
                std::string* error) override;
 
  private:
-  std::string table_for(CompareUnit unit) const;
+  std::string table_for(SampleUnit unit) const;
   // GETs `sql` (a SELECT or DESCRIBE ... FORMAT JSONCompact) and returns the
   // "data" rows of the answer.
   bool run(const std::string& sql, nlohmann::json* rows, std::string* error) const;

@@ -31,13 +31,13 @@ ArmSummary summarize(const ArmDistribution& d, const std::vector<ReportedQuantil
 }
 
 // "(a, b]" in the metric's units, for the buckets of binned samples.
-std::string bucket_text(CompareMetric m, const BucketBounds& b) {
+std::string bucket_text(Measure m, const BucketBounds& b) {
   return "(" + format_metric_value(m, b.lo) + ", " + (std::isinf(b.hi) ? "+Inf" : format_metric_value(m, b.hi)) +
          "]";
 }
 
 // Why a binned group's verdict is limited by its buckets, or "".
-std::string resolution_note_of(const GroupResult& g, CompareMetric m) {
+std::string resolution_note_of(const GroupResult& g, Measure m) {
   const MedianChange& c = g.change;
   if (!c.binned || g.verdict != Verdict::kNoDifference || !(c.binned_lo <= 0 && c.binned_hi >= 0)) return "";
   const bool same = c.a_bucket.lo == c.b_bucket.lo;
@@ -356,7 +356,7 @@ nlohmann::ordered_json compare_result_json(const CompareResult& r) {
 
 std::string format_compare_table(const CompareResult& r) {
   const CompareOptions& o = r.options;
-  const CompareMetric m = o.metric;
+  const Measure m = o.metric;
   const bool sized = split_by_size_class(m);
   bool any_share = false, binned = false;
   for (const auto& g : r.groups) {

@@ -18,15 +18,15 @@
 
 #include "compare/compare_quantiles.h"
 #include "compare/compare_stats.h"
-#include "measure/metric.h"
+#include "measure/measure.h"
 
 namespace tcpscope {
 
 struct CompareOptions {
-  CompareMetric metric = CompareMetric::kFct;
+  Measure metric = Measure::kFct;
   // What a sample is. The CLI's default is default_unit(metric); here it is
   // flow so that a caller naming only the metric gets what it always got.
-  CompareUnit unit = CompareUnit::kFlow;
+  SampleUnit unit = SampleUnit::kFlow;
   std::string by = "peer_class";  // a record field, "size_class" or "all"
   std::string a, b;               // selection texts (measure/selection.h)
   double alpha = 0.05;            // false discovery rate for verdicts

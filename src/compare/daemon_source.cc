@@ -22,7 +22,7 @@ std::string seconds_text(double s) {
 
 std::string distributions_target(const CompareOptions& o) {
   std::string target = std::string(kDistributionsPath) + "?metric=" + url_encode(to_string(o.metric));
-  if (o.unit != CompareUnit::kFlow) target += "&unit=" + url_encode(to_string(o.unit));
+  if (o.unit != SampleUnit::kFlow) target += "&unit=" + url_encode(to_string(o.unit));
   return target + "&by=" + url_encode(o.by) + "&a=" + url_encode(o.a) + "&b=" + url_encode(o.b);
 }
 
@@ -36,7 +36,7 @@ bool parse_distributions_response(const std::string& body, ServerScan* out, std:
     ServerScan s;
     // A daemon from before transfers names no unit: its sketches are of flows.
     const std::string unit_name = j.value("unit", std::string("flow"));
-    const auto unit = parse_compare_unit(unit_name);
+    const auto unit = parse_sample_unit(unit_name);
     if (!unit) {
       *error = "malformed answer: unknown unit \"" + unit_name + "\"";
       return false;
@@ -91,7 +91,7 @@ bool query_server(const std::string& base_url, const CompareOptions& options, in
     const nlohmann::json j = nlohmann::json::parse(resp.body, nullptr, false);
     if (j.is_object() && j.contains("error") && j["error"].is_string()) reason = j["error"].get<std::string>();
     while (!reason.empty() && (reason.back() == '\n' || reason.back() == '\r')) reason.pop_back();
-    if (options.unit != CompareUnit::kFlow && reason.find("unknown query parameter \"unit\"") != std::string::npos)
+    if (options.unit != SampleUnit::kFlow && reason.find("unknown query parameter \"unit\"") != std::string::npos)
       reason += ": a daemon from before transfers (--unit flow compares its flows)";
     *error = "GET " + shown + ": " + std::to_string(resp.status) + ": " + reason;
     return false;

@@ -14,7 +14,7 @@ namespace tcpscope {
 constexpr const char* kDistributionsPath = "/api/v1/distributions";
 
 struct ServerScan {
-  CompareUnit unit = CompareUnit::kFlow;  // what the daemon answered for
+  SampleUnit unit = SampleUnit::kFlow;  // what the daemon answered for
   std::vector<GroupSamples> groups;
   double relative_accuracy = 0;
   double window_s = 0;

@@ -272,16 +272,16 @@ namespace {
 // "flow", or no kind: logs written before transfers existed). nullopt for a
 // kind this version does not know.
 template <class Access>
-std::optional<CompareUnit> record_unit(const Access& rec) {
-  if (rec.string_is("kind", "transfer")) return CompareUnit::kTransfer;
-  if (rec.string_is("kind", "flow") || !rec.text("kind")) return CompareUnit::kFlow;
+std::optional<SampleUnit> record_unit(const Access& rec) {
+  if (rec.string_is("kind", "transfer")) return SampleUnit::kTransfer;
+  if (rec.string_is("kind", "flow") || !rec.text("kind")) return SampleUnit::kFlow;
   return std::nullopt;
 }
 
 uint32_t to_u32(uint64_t v) { return static_cast<uint32_t>(std::min<uint64_t>(v, UINT32_MAX)); }
 
 // Through the records the daemon has, so that what counts for a metric
-// (measure/metric.h) is decided from the same fields as there: a line's
+// (measure/measure.h) is decided from the same fields as there: a line's
 // fields into the record's, and nothing more.
 template <class Access>
 MetricInputs flow_inputs(const Access& rec) {
@@ -315,13 +315,13 @@ MetricInputs transfer_inputs(const Access& rec) {
 
 template <class Access>
 void FlowLogCollector::add_record(const Access& rec) {
-  const std::optional<CompareUnit> unit = record_unit(rec);
+  const std::optional<SampleUnit> unit = record_unit(rec);
   if (unit != options_.unit) {
     ++(unit ? scan_.other_unit : scan_.unknown_kind);
     return;
   }
   ++scan_.records;
-  const MetricInputs in = *unit == CompareUnit::kTransfer ? transfer_inputs(rec) : flow_inputs(rec);
+  const MetricInputs in = *unit == SampleUnit::kTransfer ? transfer_inputs(rec) : flow_inputs(rec);
   const std::optional<double> value = metric_value(options_.metric, in, options_.metric_options);
   if (!value) return;
   const uint32_t sc = size_class_index(in.bytes, options_.metric_options.size_classes_bytes);
@@ -336,7 +336,7 @@ void FlowLogCollector::add_record(const Access& rec) {
   std::string group = "all";
   if (options_.by != "all") group = get(options_.by).value_or("(none)");
   Arms& arms = slots_[{group, split_by_size_class(options_.metric) ? sc : 0}];
-  const bool transfer = *unit == CompareUnit::kTransfer;
+  const bool transfer = *unit == SampleUnit::kTransfer;
   uint8_t level = 0;
   if (transfer) {
     const uint32_t rate = to_u32(std::max<uint64_t>(rec.uint("sampling_rate"), 1));
@@ -484,7 +484,7 @@ bool FlowLogSource::collect(const CompareOptions& options, const Selection& a, c
                     unit + " records among them; " + std::to_string(scan.matched_a) + " " + units + " in A and " +
                     std::to_string(scan.matched_b) + " in B have a value for " + to_string(o.metric) + ".");
   if (scan.records == 0 && scan.other_unit > 0)
-    s.notes.push_back(o.unit == CompareUnit::kTransfer
+    s.notes.push_back(o.unit == SampleUnit::kTransfer
                           ? "warning: the log has flow records but no transfer records (written with "
                             "flow_log_transfers: false, or before tcpscope recorded transfers): compare its flows "
                             "with --unit flow."

@@ -94,11 +94,11 @@ std::string rfc3339(double unix_s) {
 
 // Whether fct's population takes records of `bytes` payload bytes, as far
 // as a size class can tell: its terms that weigh bytes against
-// throughput_min_bytes (measure/metric.h).
+// throughput_min_bytes (measure/measure.h).
 bool fct_takes_bytes(uint64_t bytes, const MetricOptions& mo) {
   MetricInputs in;
   in.bytes = bytes;
-  const Population& p = metric_population(CompareMetric::kFct);
+  const Population& p = metric_population(Measure::kFct);
   return std::all_of(p.begin(), p.end(), [&](const PopulationTerm& t) {
     const bool by_threshold = t.test == MetricTest::kBelowThroughputMin || t.test == MetricTest::kAtLeastThroughputMin;
     return !by_threshold || term_holds(t, in, mo);
@@ -107,19 +107,19 @@ bool fct_takes_bytes(uint64_t bytes, const MetricOptions& mo) {
 
 }  // namespace
 
-std::optional<PrometheusHistogram> prometheus_histogram(CompareMetric m, CompareUnit u, std::string* why) {
-  const bool transfer = u == CompareUnit::kTransfer;
+std::optional<PrometheusHistogram> prometheus_histogram(Measure m, SampleUnit u, std::string* why) {
+  const bool transfer = u == SampleUnit::kTransfer;
   switch (m) {
-    case CompareMetric::kFct:
+    case Measure::kFct:
       if (transfer) return PrometheusHistogram{"tcpscope_transfer_seconds", "direction=\"send\"", 1e6, kSizedLabels};
       return PrometheusHistogram{"tcpscope_flow_completion_seconds", "", 1e6, kSizedLabels};
-    case CompareMetric::kThroughput:
+    case Measure::kThroughput:
       // bytes/s -> bit/s
       if (transfer) return PrometheusHistogram{"tcpscope_transfer_throughput_bytes_per_second", "", 8, kLabels};
       return PrometheusHistogram{"tcpscope_flow_throughput_bytes_per_second", "", 8, kLabels};
-    case CompareMetric::kRtt:
+    case Measure::kRtt:
       return PrometheusHistogram{"tcpscope_srtt_seconds", "", 1e6, kLabels};
-    case CompareMetric::kRetrans:
+    case Measure::kRetrans:
       break;
   }
   *why = "--metric retrans is not available from Prometheus: the daemon keeps no histogram of the per-flow "

@@ -48,7 +48,7 @@ struct PrometheusHistogram {
 };
 
 // The histogram for a metric and unit, or nullopt and *why.
-std::optional<PrometheusHistogram> prometheus_histogram(CompareMetric m, CompareUnit u, std::string* why);
+std::optional<PrometheusHistogram> prometheus_histogram(Measure m, SampleUnit u, std::string* why);
 
 // A PromQL string literal: "text" with \, " and control characters escaped.
 std::string promql_string(const std::string& text);

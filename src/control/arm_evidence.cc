@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "measure/metric.h"
+#include "measure/measure.h"
 #include "record/flow_record.h"
 #include "record/transfer_record.h"
 
@@ -16,7 +16,7 @@ namespace {
 
 constexpr Objective kObjectives[] = {Objective::kFct, Objective::kThroughput};
 
-FlowSketch sketch_for(CompareMetric m) {
+FlowSketch sketch_for(Measure m) {
   const MetricSpan span = metric_sketch_span(m);
   return FlowSketch(FlowSketch::kDefaultRelativeAccuracy, 0, span.lo, span.hi);
 }
@@ -29,7 +29,7 @@ double version1_scale(Objective o) { return o == Objective::kFct ? 1e6 /* s -> Â
 
 const char* objective_name(Objective o) { return o == Objective::kFct ? "fct" : "throughput"; }
 
-CompareMetric metric_of(Objective o) { return o == Objective::kFct ? CompareMetric::kFct : CompareMetric::kThroughput; }
+Measure metric_of(Objective o) { return o == Objective::kFct ? Measure::kFct : Measure::kThroughput; }
 
 ArmEvidence::ArmEvidence()
     : sketch_{sketch_for(metric_of(Objective::kFct)), sketch_for(metric_of(Objective::kThroughput))} {}

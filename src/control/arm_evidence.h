@@ -8,7 +8,7 @@
 // their throughput, the ones the receiver's window limited left out (their
 // rate is the reader's). Which transfers count and in what unit is the
 // transfer unit of the fct and throughput metrics (metric_of() below,
-// measure/metric.h): the evidence takes both from there, so its moments and
+// measure/measure.h): the evidence takes both from there, so its moments and
 // sketches hold the same values as `compare --server` and the distributions.
 // Guards: the retransmit share of the arm's flows (retrans_segs / segs_out,
 // exact at close) and the RTT inflation of its send transfers (srtt /
@@ -22,7 +22,7 @@
 
 #include "control/sequential_test.h"
 #include "measure/flow_sketch.h"
-#include "measure/metric.h"
+#include "measure/measure.h"
 
 namespace tcpscope {
 
@@ -36,7 +36,7 @@ const char* objective_name(Objective o);
 inline bool lower_is_better(Objective o) { return o == Objective::kFct; }
 // The metric an objective is judged by, per transfer: its population, its
 // value and its unit (fct in µs, throughput in bit/s).
-CompareMetric metric_of(Objective o);
+Measure metric_of(Objective o);
 
 class ArmEvidence {
  public:

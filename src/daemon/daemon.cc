@@ -40,7 +40,7 @@
 #include "kernel/capabilities.h"
 #include "kernel/flow_probe.h"
 #include "kernel/flow_snapshot.h"
-#include "kernel/policy_controller.h"
+#include "kernel/installed_policy.h"
 #include "kernel/ring_reader.h"
 #include "os/background_job.h"
 #include "os/cgroup_path.h"
@@ -200,7 +200,7 @@ class Daemon {
   std::unique_ptr<HttpServer> http_;
   std::unique_ptr<FlowProbe> probe_;
   std::unique_ptr<RingReader> ring_;
-  std::unique_ptr<PolicyController> policy_;
+  std::unique_ptr<InstalledPolicy> policy_;
   std::unique_ptr<CcController> controller_;
   ControllerStore controller_store_;
   std::string controller_store_error_;  // the last one logged, so a lasting one is logged once
@@ -266,7 +266,7 @@ int Daemon::start() {
   std::string details;
   probe_ = FlowProbe::open_and_attach(popts, &error, &details);
   if (!probe_) return fail(details.empty() ? error : error + "; " + save_load_log(details));
-  policy_ = std::make_unique<PolicyController>(*probe_, registry_);
+  policy_ = std::make_unique<InstalledPolicy>(*probe_, registry_);
   controller_ = std::make_unique<CcController>(registry_, [](const std::string& line) {
     std::fprintf(stderr, "%s\n", line.c_str());
   });
@@ -555,12 +555,12 @@ void Daemon::apply_reload(PreparedReload& r) {
 void Daemon::apply_cohorts() {
   std::string error;
   switch (policy_->set_cohorts(controller_->cohort_asns(), controller_->cohort_weights(), &error)) {
-    case PolicyController::CohortUpdate::kApplied:
+    case InstalledPolicy::CohortUpdate::kApplied:
       return;
-    case PolicyController::CohortUpdate::kNeedsInstall:
+    case InstalledPolicy::CohortUpdate::kNeedsInstall:
       if (policy_->load(config_, enricher_->tables()->asn_db.get(), &error)) return;
       break;
-    case PolicyController::CohortUpdate::kFailed:
+    case InstalledPolicy::CohortUpdate::kFailed:
       break;
   }
   log_line("controller: applying cohort weights failed: " + error + "; the kernel keeps the previous ones");

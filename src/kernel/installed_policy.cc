@@ -1,4 +1,4 @@
-#include "kernel/policy_controller.h"
+#include "kernel/installed_policy.h"
 
 #include <cstdio>
 
@@ -8,10 +8,10 @@
 
 namespace tcpscope {
 
-PolicyController::PolicyController(FlowProbe& probe, std::shared_ptr<prometheus::Registry> registry)
+InstalledPolicy::InstalledPolicy(FlowProbe& probe, std::shared_ptr<prometheus::Registry> registry)
     : probe_(probe), maps_(probe), metrics_(std::move(registry)) {}
 
-bool PolicyController::load(const Config& config, const AsnDatabase* asn_db, std::string* error) {
+bool InstalledPolicy::load(const Config& config, const AsnDatabase* asn_db, std::string* error) {
   auto compiled = compile_policy(config, asn_db, error, cohort_asns_);
   if (!compiled) return false;
   if (!compiled->rules.empty() && probe_.cgroup_path().empty()) {
@@ -41,7 +41,7 @@ bool PolicyController::load(const Config& config, const AsnDatabase* asn_db, std
   return true;
 }
 
-PolicyController::CohortUpdate PolicyController::set_cohorts(const std::vector<uint32_t>& asns,
+InstalledPolicy::CohortUpdate InstalledPolicy::set_cohorts(const std::vector<uint32_t>& asns,
                                                              const std::vector<CohortWeights>& weights,
                                                              std::string* error) {
   cohort_weights_ = weights;
@@ -54,7 +54,7 @@ PolicyController::CohortUpdate PolicyController::set_cohorts(const std::vector<u
                                                                                         : CohortUpdate::kFailed;
 }
 
-void PolicyController::sync_cc_names() {
+void InstalledPolicy::sync_cc_names() {
   auto loaded = loaded_congestion_controls();
   auto allowed = allowed_congestion_controls();
   // to_json() on an HTTP thread names the kernel's CC ids with these lists.
@@ -62,7 +62,7 @@ void PolicyController::sync_cc_names() {
   maps_.sync_cc_names(loaded, allowed);
 }
 
-void PolicyController::update_metrics() {
+void InstalledPolicy::update_metrics() {
   for (uint32_t gen = 0; gen < by_gen_.size(); ++gen)
     if (const auto& policy = by_gen_[gen]) metrics_.set_rule_counts(gen, *policy, maps_.rule_counts(gen, *policy));
   // A module an application loaded since (setsockopt autoloads for
@@ -80,7 +80,7 @@ void PolicyController::update_metrics() {
   if (uint64_t n = sysctl_log_.take_suppressed()) std::fputs(sysctl_suppressed_line(n).c_str(), stderr);
 }
 
-std::string PolicyController::to_json() const {
+std::string InstalledPolicy::to_json() const {
   PolicyStatus status;
   status.cgroup = probe_.cgroup_path();
   {

@@ -25,9 +25,9 @@ namespace tcpscope {
 class AsnDatabase;
 class FlowProbe;
 
-class PolicyController {
+class InstalledPolicy {
  public:
-  PolicyController(FlowProbe& probe, std::shared_ptr<prometheus::Registry> registry);
+  InstalledPolicy(FlowProbe& probe, std::shared_ptr<prometheus::Registry> registry);
 
   // Compiles and installs, with the controllers' cohorts as last set; on
   // failure the previous policy stays in force.

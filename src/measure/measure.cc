@@ -1,4 +1,4 @@
-#include "measure/metric.h"
+#include "measure/measure.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,12 +9,12 @@
 
 namespace tcpscope {
 
-const char* to_string(CompareMetric m) {
+const char* to_string(Measure m) {
   switch (m) {
-    case CompareMetric::kFct: return "fct";
-    case CompareMetric::kThroughput: return "throughput";
-    case CompareMetric::kRtt: return "rtt";
-    case CompareMetric::kRetrans: return "retrans";
+    case Measure::kFct: return "fct";
+    case Measure::kThroughput: return "throughput";
+    case Measure::kRtt: return "rtt";
+    case Measure::kRetrans: return "retrans";
   }
   return "?";
 }
@@ -33,110 +33,110 @@ std::optional<Enum> parse_by_name(const std::string& name, int count) {
 
 }  // namespace
 
-std::optional<CompareMetric> parse_compare_metric(const std::string& name) {
-  return parse_by_name<CompareMetric>(name, kCompareMetricCount);
+std::optional<Measure> parse_measure(const std::string& name) {
+  return parse_by_name<Measure>(name, kMeasureCount);
 }
 
-const char* to_string(CompareUnit u) { return u == CompareUnit::kTransfer ? "transfer" : "flow"; }
+const char* to_string(SampleUnit u) { return u == SampleUnit::kTransfer ? "transfer" : "flow"; }
 
-std::optional<CompareUnit> parse_compare_unit(const std::string& name) {
-  return parse_by_name<CompareUnit>(name, kCompareUnitCount);
+std::optional<SampleUnit> parse_sample_unit(const std::string& name) {
+  return parse_by_name<SampleUnit>(name, kSampleUnitCount);
 }
 
-const char* unit_plural(CompareUnit u) { return u == CompareUnit::kTransfer ? "transfers" : "flows"; }
+const char* unit_plural(SampleUnit u) { return u == SampleUnit::kTransfer ? "transfers" : "flows"; }
 
-CompareUnit default_unit(CompareMetric m) {
-  return m == CompareMetric::kFct || m == CompareMetric::kThroughput ? CompareUnit::kTransfer : CompareUnit::kFlow;
+SampleUnit default_unit(Measure m) {
+  return m == Measure::kFct || m == Measure::kThroughput ? SampleUnit::kTransfer : SampleUnit::kFlow;
 }
 
-bool unit_supported(CompareMetric m, CompareUnit u) {
-  return u == CompareUnit::kFlow || m == CompareMetric::kFct || m == CompareMetric::kThroughput;
+bool unit_supported(Measure m, SampleUnit u) {
+  return u == SampleUnit::kFlow || m == Measure::kFct || m == Measure::kThroughput;
 }
 
-std::string unit_unsupported_reason(CompareMetric m, CompareUnit u) {
+std::string unit_unsupported_reason(Measure m, SampleUnit u) {
   if (unit_supported(m, u)) return "";
   switch (m) {
-    case CompareMetric::kFct:
-    case CompareMetric::kThroughput: return "";
-    case CompareMetric::kRtt:
+    case Measure::kFct:
+    case Measure::kThroughput: return "";
+    case Measure::kRtt:
       // The rank test and the bootstrap assume independent samples; one
       // connection's transfers all read the same smoothed estimate.
       return "rtt is compared per flow only: a transfer's srtt_us is its connection's smoothed RTT, which "
              "the connection's other transfers repeat, so per-transfer samples are not independent (use --unit flow)";
-    case CompareMetric::kRetrans:
+    case Measure::kRetrans:
       return "retrans is compared per flow only: a transfer record has no count of segments sent, so it has "
              "no retransmitted / sent ratio (use --unit flow)";
   }
   return "";
 }
 
-const char* metric_unit(CompareMetric m) {
+const char* metric_unit(Measure m) {
   switch (m) {
-    case CompareMetric::kFct:
-    case CompareMetric::kRtt: return "us";
-    case CompareMetric::kThroughput: return "bit/s";
-    case CompareMetric::kRetrans: return "ratio";
+    case Measure::kFct:
+    case Measure::kRtt: return "us";
+    case Measure::kThroughput: return "bit/s";
+    case Measure::kRetrans: return "ratio";
   }
   return "";
 }
 
-std::string metric_description(CompareMetric m, CompareUnit u, uint64_t throughput_min_bytes) {
+std::string metric_description(Measure m, SampleUnit u, uint64_t throughput_min_bytes) {
   const std::string tmin = std::to_string(throughput_min_bytes);
-  if (u == CompareUnit::kTransfer) {
+  if (u == SampleUnit::kTransfer) {
     switch (m) {
-      case CompareMetric::kFct:
+      case Measure::kFct:
         return "transfer time (xfer_us) of send transfers below " + tmin + " bytes, per size class of the transfer";
-      case CompareMetric::kThroughput:
+      case Measure::kThroughput:
         return "throughput (8 * bytes / xfer_us) of send transfers of at least " + tmin +
                " bytes that the receiver's window did not limit";
-      case CompareMetric::kRtt:
-      case CompareMetric::kRetrans: break;  // unit_unsupported_reason()
+      case Measure::kRtt:
+      case Measure::kRetrans: break;  // unit_unsupported_reason()
     }
   }
   switch (m) {
-    case CompareMetric::kFct:
+    case Measure::kFct:
       return "flow completion time (fct_us) of completed flows below " + tmin + " bytes, per size class";
-    case CompareMetric::kThroughput:
+    case Measure::kThroughput:
       return "throughput (8 * bytes / fct) of completed flows of at least " + tmin + " bytes";
-    case CompareMetric::kRtt: return "smoothed RTT at close (srtt_us) of completed flows that moved data";
-    case CompareMetric::kRetrans: return "retransmitted / sent segments per completed flow";
+    case Measure::kRtt: return "smoothed RTT at close (srtt_us) of completed flows that moved data";
+    case Measure::kRetrans: return "retransmitted / sent segments per completed flow";
   }
   return "";
 }
 
-const char* metric_axis_label(CompareMetric m, CompareUnit u) {
+const char* metric_axis_label(Measure m, SampleUnit u) {
   switch (m) {
-    case CompareMetric::kFct: return u == CompareUnit::kTransfer ? "transfer time" : "flow completion time";
-    case CompareMetric::kThroughput: return "throughput";
-    case CompareMetric::kRtt: return "smoothed RTT";
-    case CompareMetric::kRetrans: return "retransmitted / sent segments";
+    case Measure::kFct: return u == SampleUnit::kTransfer ? "transfer time" : "flow completion time";
+    case Measure::kThroughput: return "throughput";
+    case Measure::kRtt: return "smoothed RTT";
+    case Measure::kRetrans: return "retransmitted / sent segments";
   }
   return "";
 }
 
-bool lower_is_better(CompareMetric m) { return m != CompareMetric::kThroughput; }
+bool lower_is_better(Measure m) { return m != Measure::kThroughput; }
 
-std::string format_metric_value(CompareMetric m, double v) {
+std::string format_metric_value(Measure m, double v) {
   switch (m) {
-    case CompareMetric::kFct:
-    case CompareMetric::kRtt:
+    case Measure::kFct:
+    case Measure::kRtt:
       return unit_text(v, {{1e3, 1, 0, "us"}, {1e4, 1e3, 2, "ms"}, {1e6, 1e3, 1, "ms"}, {kRestOfValues, 1e6, 2, "s"}});
-    case CompareMetric::kThroughput:
+    case Measure::kThroughput:
       return unit_text(v, {{1e6, 1e3, 0, "kbit/s"}, {1e9, 1e6, 1, "Mbit/s"}, {kRestOfValues, 1e9, 2, "Gbit/s"}});
-    case CompareMetric::kRetrans: return percent_text(v, 2);
+    case Measure::kRetrans: return percent_text(v, 2);
   }
   return "";
 }
 
-std::string format_metric_tick(CompareMetric m, double v) {
+std::string format_metric_tick(Measure m, double v) {
   constexpr int g = kShortestDecimals;
   switch (m) {
-    case CompareMetric::kFct:
-    case CompareMetric::kRtt:
+    case Measure::kFct:
+    case Measure::kRtt:
       return unit_text(v, {{1e3, 1, g, "us"}, {1e6, 1e3, g, "ms"}, {kRestOfValues, 1e6, g, "s"}});
-    case CompareMetric::kThroughput:
+    case Measure::kThroughput:
       return unit_text(v, {{1e6, 1e3, g, "kbit/s"}, {1e9, 1e6, g, "Mbit/s"}, {kRestOfValues, 1e9, g, "Gbit/s"}});
-    case CompareMetric::kRetrans: return percent_text(v, g);
+    case Measure::kRetrans: return percent_text(v, g);
   }
   return "";
 }
@@ -155,7 +155,7 @@ MetricInputs metric_inputs(const FlowRecord& f) {
 
 MetricInputs metric_inputs(const TransferRecord& t) {
   MetricInputs in;
-  in.unit = CompareUnit::kTransfer;
+  in.unit = SampleUnit::kTransfer;
   in.ok = true;
   in.bytes = t.bytes;
   in.fct_us = t.xfer_us;
@@ -180,8 +180,8 @@ struct MetricDefinition {
   MetricFormula formula;
 };
 
-// Per CompareMetric, in its order.
-const MetricDefinition& definition(CompareMetric m) {
+// Per Measure, in its order.
+const MetricDefinition& definition(Measure m) {
   const auto completed_and = [](std::initializer_list<PopulationTerm> terms) {
     Population p = completed_population();
     p.insert(p.end(), terms);
@@ -191,7 +191,7 @@ const MetricDefinition& definition(CompareMetric m) {
   // congestion control), and for throughput not what the receiver's window
   // held back; see the tables in the header. srtt_us 0: the kernel has no
   // RTT sample.
-  static const MetricDefinition table[kCompareMetricCount] = {
+  static const MetricDefinition table[kMeasureCount] = {
       // fct
       {completed_and({{MetricInput::kBytes, MetricTest::kBelowThroughputMin},
                       {MetricInput::kTime, MetricTest::kPositive},
@@ -214,9 +214,9 @@ const MetricDefinition& definition(CompareMetric m) {
 
 }  // namespace
 
-const Population& metric_population(CompareMetric m) { return definition(m).population; }
+const Population& metric_population(Measure m) { return definition(m).population; }
 
-const MetricFormula& metric_formula(CompareMetric m) { return definition(m).formula; }
+const MetricFormula& metric_formula(Measure m) { return definition(m).formula; }
 
 double input_value(MetricInput i, const MetricInputs& in) {
   switch (i) {
@@ -249,7 +249,7 @@ bool in_population(const Population& p, const MetricInputs& in, const MetricOpti
   return std::all_of(p.begin(), p.end(), [&](const PopulationTerm& t) { return term_holds(t, in, opts); });
 }
 
-std::optional<double> metric_value(CompareMetric m, const MetricInputs& in, const MetricOptions& opts) {
+std::optional<double> metric_value(Measure m, const MetricInputs& in, const MetricOptions& opts) {
   if (!unit_supported(m, in.unit) || !in_population(metric_population(m), in, opts)) return std::nullopt;
   const MetricFormula& f = metric_formula(m);
   const double numerator = f.scale * input_value(f.numerator, in);
@@ -257,16 +257,16 @@ std::optional<double> metric_value(CompareMetric m, const MetricInputs& in, cons
   return numerator / (input_value(*f.denominator, in) / f.denominator_scale);
 }
 
-MetricSpan metric_sketch_span(CompareMetric m) {
+MetricSpan metric_sketch_span(Measure m) {
   switch (m) {
-    case CompareMetric::kFct:
-    case CompareMetric::kRtt: return {1, 1e10};
-    case CompareMetric::kThroughput: return {1e3, 1e13};
-    case CompareMetric::kRetrans: return {1e-9, 10};
+    case Measure::kFct:
+    case Measure::kRtt: return {1, 1e10};
+    case Measure::kThroughput: return {1e3, 1e13};
+    case Measure::kRetrans: return {1e-9, 10};
   }
   return {1e-9, 1e300};
 }
 
-bool split_by_size_class(CompareMetric m) { return m == CompareMetric::kFct; }
+bool split_by_size_class(Measure m) { return m == Measure::kFct; }
 
 }  // namespace tcpscope

@@ -1,4 +1,4 @@
-// The metrics of flows and transfers: which records count for each (its
+// The measures of flows and transfers (compare --metric): which records count for each (its
 // population), its value and unit, in one place so that every reader of
 // records picks the same ones: the Prometheus histograms (aggregate/
 // aggregator.h), the daemon's sketches (--server mode), the controller's
@@ -57,38 +57,38 @@ namespace tcpscope {
 struct FlowRecord;
 struct TransferRecord;
 
-enum class CompareMetric { kFct, kThroughput, kRtt, kRetrans };
-constexpr int kCompareMetricCount = 4;
+enum class Measure { kFct, kThroughput, kRtt, kRetrans };
+constexpr int kMeasureCount = 4;
 
 // What one sample is: a whole connection or one transfer of it.
-enum class CompareUnit { kFlow, kTransfer };
-constexpr int kCompareUnitCount = 2;
+enum class SampleUnit { kFlow, kTransfer };
+constexpr int kSampleUnitCount = 2;
 
-const char* to_string(CompareUnit u);  // "flow", "transfer"
-std::optional<CompareUnit> parse_compare_unit(const std::string& name);
+const char* to_string(SampleUnit u);  // "flow", "transfer"
+std::optional<SampleUnit> parse_sample_unit(const std::string& name);
 // "flows", "transfers": for counts in reports.
-const char* unit_plural(CompareUnit u);
+const char* unit_plural(SampleUnit u);
 // transfer for fct and throughput, flow for rtt and retrans.
-CompareUnit default_unit(CompareMetric m);
+SampleUnit default_unit(Measure m);
 // Whether `m` is compared per `u`: every metric per flow, fct and
 // throughput per transfer.
-bool unit_supported(CompareMetric m, CompareUnit u);
+bool unit_supported(Measure m, SampleUnit u);
 // Why not (one line for the CLI and the daemon's 400), or "" when it is.
-std::string unit_unsupported_reason(CompareMetric m, CompareUnit u);
+std::string unit_unsupported_reason(Measure m, SampleUnit u);
 
-const char* to_string(CompareMetric m);
-std::optional<CompareMetric> parse_compare_metric(const std::string& name);
+const char* to_string(Measure m);
+std::optional<Measure> parse_measure(const std::string& name);
 // "us", "bit/s", "ratio".
-const char* metric_unit(CompareMetric m);
+const char* metric_unit(Measure m);
 // One line for report headers, e.g. "flow completion time (fct_us) of completed flows below 3000000 bytes".
-std::string metric_description(CompareMetric m, CompareUnit u, uint64_t throughput_min_bytes);
+std::string metric_description(Measure m, SampleUnit u, uint64_t throughput_min_bytes);
 // The plot's x axis: "flow completion time", "transfer time", ...
-const char* metric_axis_label(CompareMetric m, CompareUnit u);
-bool lower_is_better(CompareMetric m);
+const char* metric_axis_label(Measure m, SampleUnit u);
+bool lower_is_better(Measure m);
 // Human-readable value for tables: 850us, 12.3ms, 1.24s; 85.2Mbit/s; 0.12%.
-std::string format_metric_value(CompareMetric m, double v);
+std::string format_metric_value(Measure m, double v);
 // Shortest form for axis ticks (round values): 1ms, 200ms, 5s; 100Mbit/s; 1%.
-std::string format_metric_tick(CompareMetric m, double v);
+std::string format_metric_tick(Measure m, double v);
 
 // Where size classes and the throughput threshold come from: the config
 // (size_classes_bytes, throughput_min_bytes), the same for all modes.
@@ -101,7 +101,7 @@ struct MetricOptions {
 // FlowRecord or TransferRecord (the daemon) or a flow-log line (compare
 // --flows).
 struct MetricInputs {
-  CompareUnit unit = CompareUnit::kFlow;
+  SampleUnit unit = SampleUnit::kFlow;
   bool ok = false;       // outcome == "ok"; transfers: always (they are records of finished runs)
   bool partial = false;  // opened before the daemon attached
   uint64_t bytes = 0;    // bytes_acked + bytes_received; transfers: bytes
@@ -142,7 +142,7 @@ using Population = std::vector<PopulationTerm>;
 const Population& completed_population();
 // The records that count for `m`, per flow and per transfer (the tables
 // above; the unit's records fix the inputs they lack, metric_inputs()).
-const Population& metric_population(CompareMetric m);
+const Population& metric_population(Measure m);
 // The input's value as a number (flags 0 or 1).
 double input_value(MetricInput i, const MetricInputs& in);
 bool term_holds(const PopulationTerm& t, const MetricInputs& in, const MetricOptions& opts);
@@ -156,11 +156,11 @@ struct MetricFormula {
   double scale = 1;
   double denominator_scale = 1;
 };
-const MetricFormula& metric_formula(CompareMetric m);
+const MetricFormula& metric_formula(Measure m);
 
 // The record's value for the metric (metric_formula), or nullopt when it
 // does not count for it (metric_population, unit_supported).
-std::optional<double> metric_value(CompareMetric m, const MetricInputs& in, const MetricOptions& opts);
+std::optional<double> metric_value(Measure m, const MetricInputs& in, const MetricOptions& opts);
 
 // The realistic range of the metric's values, which the daemon's sketches
 // (flow_sketch.h) cover at their stated relative error without collapsing:
@@ -170,9 +170,9 @@ std::optional<double> metric_value(CompareMetric m, const MetricInputs& in, cons
 struct MetricSpan {
   double lo, hi;
 };
-MetricSpan metric_sketch_span(CompareMetric m);
+MetricSpan metric_sketch_span(Measure m);
 
 // Whether comparisons of this metric are split by size class (only fct).
-bool split_by_size_class(CompareMetric m);
+bool split_by_size_class(Measure m);
 
 }  // namespace tcpscope

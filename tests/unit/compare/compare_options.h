@@ -18,7 +18,7 @@ inline Selection sel(const std::string& text) {
   return *s;
 }
 
-inline CompareOptions opts(CompareMetric m, CompareUnit u, const std::string& by, const std::string& a,
+inline CompareOptions opts(Measure m, SampleUnit u, const std::string& by, const std::string& a,
                            const std::string& b) {
   CompareOptions o;
   o.metric = m;
@@ -30,7 +30,7 @@ inline CompareOptions opts(CompareMetric m, CompareUnit u, const std::string& by
 }
 
 // The unit left at CompareOptions' own default.
-inline CompareOptions opts(CompareMetric m, const std::string& by, const std::string& a, const std::string& b) {
+inline CompareOptions opts(Measure m, const std::string& by, const std::string& a, const std::string& b) {
   return opts(m, CompareOptions{}.unit, by, a, b);
 }
 

@@ -57,7 +57,7 @@ NaiveU naive_mann_whitney(const std::vector<double>& a, const std::vector<double
 
 CompareOptions fct_options() {
   CompareOptions o;
-  o.metric = CompareMetric::kFct;
+  o.metric = Measure::kFct;
   o.by = "asn";
   o.a = "cc=cubic";
   o.b = "cc=bbr";
@@ -181,7 +181,7 @@ TEST(Compare, HigherThroughputIsBetter) {
   std::vector<GroupSamples> groups;
   groups.push_back(exact_group("client", std::move(a), std::move(b)));
   CompareOptions o = fct_options();
-  o.metric = CompareMetric::kThroughput;
+  o.metric = Measure::kThroughput;
   const CompareResult r = compare_groups(std::move(groups), o);
   EXPECT_EQ(r.groups[0].verdict, Verdict::kBBetter);
   EXPECT_GT(*r.groups[0].change.diff, 0);
@@ -286,7 +286,7 @@ TEST(Compare, ZeroMediansGetTheShareOfNonzeroFlowsAsTheirEffectSize) {
   for (int i = 0; i < 4000; ++i) a.push_back(u(rng) < 0.1 ? 0.01 + 0.05 * u(rng) : 0.0);
   for (int i = 0; i < 4000; ++i) b.push_back(u(rng) < 0.3 ? 0.01 + 0.05 * u(rng) : 0.0);
   CompareOptions o = fct_options();
-  o.metric = CompareMetric::kRetrans;
+  o.metric = Measure::kRetrans;
   std::vector<GroupSamples> groups;
   groups.push_back(exact_group("all", a, b));
   const CompareResult r = compare_groups(std::move(groups), o);
@@ -375,7 +375,7 @@ TEST(Compare, IntervalIsTwoFiniteNumbersOrNullWithAReason) {
   // Over many seeded shapes near the edge: every interval in the JSON is
   // null (with a reason) or two finite numbers.
   CompareOptions o = fct_options();
-  o.metric = CompareMetric::kRetrans;
+  o.metric = Measure::kRetrans;
   std::vector<GroupSamples> groups;
   std::mt19937_64 rng(9);
   std::uniform_real_distribution<double> u(0, 1);

@@ -81,7 +81,7 @@ std::string line(const FlowRecord& f) {
   return s;
 }
 
-CompareOptions options(CompareMetric m, const std::string& by) {
+CompareOptions options(Measure m, const std::string& by) {
   CompareOptions o;
   o.metric = m;
   o.by = by;
@@ -91,7 +91,7 @@ CompareOptions options(CompareMetric m, const std::string& by) {
 }
 
 TEST(FlowLogCollector, PicksTheFlowsOfEachMetricAndSplitsFctBySizeClass) {
-  const CompareOptions o = options(CompareMetric::kFct, "asn");
+  const CompareOptions o = options(Measure::kFct, "asn");
   const Selection a = sel(o.a), b = sel(o.b);
   FlowLogCollector c(o, a, b);
   c.add_line(line(flow("cubic", 64501, 50000, 1000)));     // lt_100k
@@ -126,7 +126,7 @@ TEST(FlowLogCollector, PicksTheFlowsOfEachMetricAndSplitsFctBySizeClass) {
     }
   }
 
-  const CompareOptions t = options(CompareMetric::kThroughput, "asn");
+  const CompareOptions t = options(Measure::kThroughput, "asn");
   FlowLogCollector tc(t, a, b);
   tc.add_line(line(flow("bbr", 64501, 5000000, 4000000)));  // 5 MB in 4 s = 10 Mbit/s
   tc.add_line(line(flow("cubic", 64501, 50000, 1000)));     // too small
@@ -135,7 +135,7 @@ TEST(FlowLogCollector, PicksTheFlowsOfEachMetricAndSplitsFctBySizeClass) {
   EXPECT_FALSE(ts.groups[0].size_class);
   EXPECT_DOUBLE_EQ(ts.groups[0].b.quantile(0.5), 1e7);
 
-  const CompareOptions r = options(CompareMetric::kRetrans, "peer_class");
+  const CompareOptions r = options(Measure::kRetrans, "peer_class");
   FlowLogCollector rc(r, a, b);
   rc.add_line(line(flow("cubic", 1, 5000000, 4000000)));
   const FlowLogScan rs = rc.finish();
@@ -145,7 +145,7 @@ TEST(FlowLogCollector, PicksTheFlowsOfEachMetricAndSplitsFctBySizeClass) {
 }
 
 TEST(FlowLogCollector, GroupsAndSelectsOnAnyFieldIncludingNullAndSizeClass) {
-  CompareOptions o = options(CompareMetric::kRtt, "arm");
+  CompareOptions o = options(Measure::kRtt, "arm");
   o.a = "size_class=lt_100k";
   o.b = "size_class!=lt_100k,experiment=null";
   const Selection a = sel(o.a), b = sel(o.b);
@@ -174,7 +174,7 @@ TEST(FlowLogCollector, FastScannerAndFullParserReadRecordsAlike) {
       R"({"cc":"cubic","cc":"bbr","asn":64501,"peer_class":"client","outcome":"ok","bytes_acked":100,"fct_us":700})",
       R"({"cc":"cubic","asn":64501,"peer_class":"client","outcome":"ok","bytes_acked":-5,"bytes_received":10,"fct_us":600})",
   };
-  CompareOptions o = options(CompareMetric::kFct, "asn");
+  CompareOptions o = options(Measure::kFct, "asn");
   o.a = "cc=cubic,peer_class=client";
   o.b = "cc=bbr,peer_class=client";
   const Selection a = sel(o.a), b = sel(o.b);
@@ -237,7 +237,7 @@ TEST(ScanFlowLog, ReadsPlainAndGzipFilesAlike) {
   gzwrite(g, text.data(), static_cast<unsigned>(text.size()));
   gzclose(g);
 
-  const CompareOptions o = options(CompareMetric::kFct, "asn");
+  const CompareOptions o = options(Measure::kFct, "asn");
   const Selection a = sel(o.a), b = sel(o.b);
   FlowLogScan from_plain, from_gz;
   std::string error;
@@ -277,7 +277,7 @@ TEST(FlowLogSource, NamesItsFileAndNotesWhatItRead) {
   text += "{\"cut\": \n";
   TempFile log(".ndjson");
   std::ofstream(log.path()) << text;
-  const CompareOptions o = options(CompareMetric::kFct, "asn");
+  const CompareOptions o = options(Measure::kFct, "asn");
   const Selection a = sel("cc=cubic"), b = sel("asn=64501|64502");
   MetricOptions mo;
   mo.size_classes_bytes = {100000, 1000000};
@@ -325,7 +325,7 @@ TEST(CompareSource, ResultNamesTheSourceAndStartsWithItsNotes) {
   FixedSource source;
   CompareSamples samples;
   std::string error;
-  CompareOptions o = options(CompareMetric::kRetrans, "all");
+  CompareOptions o = options(Measure::kRetrans, "all");
   ASSERT_TRUE(source.collect(o, sel(o.a), sel(o.b), &samples, &error));
   const CompareResult r = compare_samples(std::move(samples), o, source.description());
   EXPECT_EQ(r.source, "fixed test data");
@@ -359,7 +359,7 @@ CompareResult sample_result() {
       groups.push_back(std::move(g));
     }
   }
-  CompareResult r = compare_groups(std::move(groups), options(CompareMetric::kFct, "asn"));
+  CompareResult r = compare_groups(std::move(groups), options(Measure::kFct, "asn"));
   r.source = "flows test.ndjson";
   return r;
 }
@@ -418,7 +418,7 @@ TEST(CompareOutput, AskedQuantilesAreExactOrNotAvailable) {
   groups[0].group = "all";
   groups[0].a = ArmDistribution::exact(a);
   groups[0].b = ArmDistribution::exact(b);
-  CompareOptions o = options(CompareMetric::kRtt, "all");
+  CompareOptions o = options(Measure::kRtt, "all");
   o.quantiles = *parse_quantiles("99.99,50,99.9", nullptr);
   const CompareResult r = compare_groups(std::move(groups), o);
   const GroupResult& g = r.groups[0];
@@ -450,7 +450,7 @@ TEST(CompareOutput, AskedQuantilesAreExactOrNotAvailable) {
   // The default quantiles on arms that hold them all: no n/a, no note.
   const std::string full = format_compare_table(compare_groups(
       {GroupSamples{"all", std::nullopt, 0, ArmDistribution::exact(a), ArmDistribution::exact(b)}},
-      options(CompareMetric::kRtt, "all")));
+      options(Measure::kRtt, "all")));
   EXPECT_EQ(full.find("n/a"), std::string::npos) << full;
 }
 
@@ -519,7 +519,7 @@ TEST(CompareOutput, TopKeepsWholeGroupsButTestsEverything) {
     g.b = ArmDistribution::exact(b);
     groups.push_back(std::move(g));
   }
-  CompareOptions o = options(CompareMetric::kRtt, "asn");
+  CompareOptions o = options(Measure::kRtt, "asn");
   o.top = 2;
   const CompareResult r = compare_groups(std::move(groups), o);
   ASSERT_EQ(r.groups.size(), 2u);

@@ -69,7 +69,7 @@ std::vector<FlowRecord> traffic(uint64_t seed) {
 
 // compare_options.h's opts() with the tails too: a sketch holds every rank
 // within its accuracy.
-CompareOptions tail_opts(CompareMetric m, const std::string& by, const std::string& a, const std::string& b) {
+CompareOptions tail_opts(Measure m, const std::string& by, const std::string& a, const std::string& b) {
   CompareOptions o = opts(m, by, a, b);
   o.quantiles = *parse_quantiles("50,90,99,99.9,99.99", nullptr);
   return o;
@@ -122,15 +122,15 @@ TEST(FlowDistributions, ServerModeAgreesWithFlowLogOnTheSameTraffic) {
   for (const auto& f : flows) d.add(f, AsnLabel::kOwn);
 
   struct Case {
-    CompareMetric metric;
+    Measure metric;
     std::string by, a, b;
   };
   const std::vector<Case> cases = {
-      {CompareMetric::kFct, "asn", "cc=cubic", "cc=bbr"},
-      {CompareMetric::kThroughput, "asn", "cc=cubic", "cc=bbr"},
-      {CompareMetric::kRtt, "peer_class", "cc=cubic,asn=64501", "cc=bbr,asn=64501"},
-      {CompareMetric::kRetrans, "asn", "arm=cubic", "arm=bbr"},
-      {CompareMetric::kFct, "size_class", "asn=64501", "asn=64502"},
+      {Measure::kFct, "asn", "cc=cubic", "cc=bbr"},
+      {Measure::kThroughput, "asn", "cc=cubic", "cc=bbr"},
+      {Measure::kRtt, "peer_class", "cc=cubic,asn=64501", "cc=bbr,asn=64501"},
+      {Measure::kRetrans, "asn", "arm=cubic", "arm=bbr"},
+      {Measure::kFct, "size_class", "asn=64501", "asn=64502"},
   };
   uint64_t tails = 0;  // arms holding p99.9 (n >= 1000)
   for (const Case& c : cases) {
@@ -179,7 +179,7 @@ TEST(FlowDistributions, ServerModeAgreesWithFlowLogOnTheSameTraffic) {
   }
   EXPECT_GT(tails, 0u);
   // The known effects come out in both modes.
-  const auto fct = via_server(&d, tail_opts(CompareMetric::kFct, "asn", "cc=cubic", "cc=bbr"));
+  const auto fct = via_server(&d, tail_opts(Measure::kFct, "asn", "cc=cubic", "cc=bbr"));
   for (const auto& g : fct.groups) {
     if (g.group == "64501" && g.size_class == std::string("lt_100k")) {
       EXPECT_EQ(g.verdict, Verdict::kBBetter);
@@ -192,8 +192,8 @@ TEST(FlowDistributions, ServerModeAgreesWithFlowLogOnTheSameTraffic) {
 
 TEST(FlowDistributions, QueriesOnlyTheFieldsItKeeps) {
   FlowDistributions d{FlowDistributionsOptions{}};
-  const CompareMetric fct = CompareMetric::kFct;
-  const CompareUnit flow = CompareUnit::kFlow;
+  const Measure fct = Measure::kFct;
+  const SampleUnit flow = SampleUnit::kFlow;
   EXPECT_THROW(d.query(fct, flow, "comm", sel("cc=bbr"), sel("cc=cubic")), std::invalid_argument);
   EXPECT_THROW(d.query(fct, flow, "asn", sel("dir=active"), sel("cc=cubic")), std::invalid_argument);
   EXPECT_NO_THROW(d.query(fct, flow, "all", sel("arm=bbr"), sel("size_class=lt_100k")));
@@ -248,7 +248,7 @@ TEST(FlowDistributions, KeyTableIsBoundedAndOverflowFoldsIntoOther) {
   d.add(small_flow(57, "bbr", 300), AsnLabel::kOther);  // no "other" key for bbr and no room: dropped
   EXPECT_EQ(d.stats().folded_flows, 25u);
   EXPECT_EQ(d.stats().dropped_flows, 1u);
-  const auto r = d.query(CompareMetric::kFct, CompareUnit::kFlow, "asn", sel("cc=cubic"), sel("cc=bbr"));
+  const auto r = d.query(Measure::kFct, SampleUnit::kFlow, "asn", sel("cc=cubic"), sel("cc=bbr"));
   EXPECT_EQ(r.folded, 25u);
   std::map<std::string, uint64_t> n;
   for (const auto& g : r.groups) n[g.group] += g.a.count();
@@ -292,7 +292,7 @@ TEST(FlowDistributions, AsnGroupsAgreeWithTheFlowLogBeyondTheTopN) {
   ASSERT_GT(other_labels, 0u) << "the test needs ASNs outside the top-N";
   EXPECT_EQ(ranking.label_text(65059), "other");
 
-  const CompareOptions o = tail_opts(CompareMetric::kFct, "asn", "cc=cubic", "cc=bbr");
+  const CompareOptions o = tail_opts(Measure::kFct, "asn", "cc=cubic", "cc=bbr");
   const CompareResult exact = via_flow_log(flows, o);
   const CompareResult sketched = via_server(&d, o);
   ASSERT_EQ(exact.groups.size(), 60u);
@@ -304,7 +304,7 @@ TEST(FlowDistributions, AsnGroupsAgreeWithTheFlowLogBeyondTheTopN) {
     expect_close(exact.groups[i].a, sketched.groups[i].a, 0.01, exact.groups[i].group);
   }
   // A non-top ASN selected by number.
-  const CompareOptions one = tail_opts(CompareMetric::kFct, "all", "asn=65059", "asn=65058");
+  const CompareOptions one = tail_opts(Measure::kFct, "all", "asn=65059", "asn=65058");
   const CompareResult e1 = via_flow_log(flows, one), s1 = via_server(&d, one);
   ASSERT_EQ(e1.groups.size(), 1u);
   ASSERT_EQ(s1.groups.size(), 1u);
@@ -340,7 +340,7 @@ TEST(FlowDistributions, OneLongFlowDoesNotMoveTheServerQuantilesOrVerdict) {
 
   FlowDistributions d{FlowDistributionsOptions{}};
   for (const auto& f : flows) d.add(f, AsnLabel::kOwn);
-  const CompareOptions o = tail_opts(CompareMetric::kFct, "asn", "cc=cubic", "cc=bbr");
+  const CompareOptions o = tail_opts(Measure::kFct, "asn", "cc=cubic", "cc=bbr");
   const CompareResult exact = via_flow_log(flows, o);
   const CompareResult sketched = via_server(&d, o);
   ASSERT_EQ(exact.groups.size(), 1u);
@@ -402,11 +402,11 @@ TEST(FlowDistributions, WindowKeepsBetweenOneAndTwoWindowsOfFlows) {
   d.add_at(small_flow(1, "cubic", 100), AsnLabel::kOwn, t0);
   d.add_at(small_flow(1, "cubic", 200), AsnLabel::kOwn, t0 + std::chrono::seconds(61));  // rotates
   auto count = [&](Clock::time_point t) {
-    const auto r = d.query_at(CompareMetric::kFct, CompareUnit::kFlow, "all", sel("cc=cubic"), sel("cc=bbr"), t);
+    const auto r = d.query_at(Measure::kFct, SampleUnit::kFlow, "all", sel("cc=cubic"), sel("cc=bbr"), t);
     return r.groups.empty() ? uint64_t{0} : r.groups[0].a.count();
   };
   EXPECT_EQ(count(t0 + std::chrono::seconds(62)), 2u);
-  const auto r = d.query_at(CompareMetric::kFct, CompareUnit::kFlow, "all", sel("cc=cubic"), sel("cc=bbr"),
+  const auto r = d.query_at(Measure::kFct, SampleUnit::kFlow, "all", sel("cc=cubic"), sel("cc=bbr"),
                             t0 + std::chrono::seconds(62));
   EXPECT_NEAR(r.covers_s, 62, 1);
   // One more window: the first flow's generation is gone.
@@ -425,7 +425,7 @@ TEST(FlowDistributions, NewSizeClassesResetTheSketches) {
   EXPECT_TRUE(d.update_options(other));
   EXPECT_EQ(d.stats().keys, 0u);
   d.add(small_flow(1, "cubic", 100), AsnLabel::kOwn);
-  const auto r = d.query(CompareMetric::kFct, CompareUnit::kFlow, "asn", sel("cc=cubic"), sel("cc=bbr"));
+  const auto r = d.query(Measure::kFct, SampleUnit::kFlow, "asn", sel("cc=cubic"), sel("cc=bbr"));
   ASSERT_EQ(r.groups.size(), 1u);
   EXPECT_EQ(r.groups[0].size_class, std::string("lt_50k"));
 }

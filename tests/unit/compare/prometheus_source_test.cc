@@ -23,7 +23,7 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-PrometheusHistogram histogram(CompareMetric m, CompareUnit u) {
+PrometheusHistogram histogram(Measure m, SampleUnit u) {
   std::string why;
   auto h = prometheus_histogram(m, u, &why);
   EXPECT_TRUE(h) << why;
@@ -50,7 +50,7 @@ void add_group(nlohmann::json* result, const std::string& asn, const std::string
 }
 
 TEST(PromQuery, BuildsTheIncreaseQueryWithEscapedMatchers) {
-  const auto h = histogram(CompareMetric::kFct, CompareUnit::kTransfer);
+  const auto h = histogram(Measure::kFct, SampleUnit::kTransfer);
   EXPECT_EQ(h.name, "tcpscope_transfer_seconds");
   std::string q, why;
   ASSERT_TRUE(prometheus_arm_query(h, sel("cc=bbr,asn=64501|64502,peer_class!=origin"), "asn", true, 300000, &q, &why))
@@ -59,17 +59,17 @@ TEST(PromQuery, BuildsTheIncreaseQueryWithEscapedMatchers) {
             "sum by (le, asn, size_class) (increase(tcpscope_transfer_seconds_bucket{direction=\"send\", cc=\"bbr\", "
             "asn=~\"64501|64502\", peer_class!=\"origin\"}[5m]))");
   // Several negated values, regex metacharacters and quotes in values.
-  ASSERT_TRUE(prometheus_arm_query(histogram(CompareMetric::kRtt, CompareUnit::kFlow),
+  ASSERT_TRUE(prometheus_arm_query(histogram(Measure::kRtt, SampleUnit::kFlow),
                                    sel("peer_class!=a.b|c\"d"), "all", false, 3600000, &q, &why))
       << why;
   EXPECT_EQ(q, "sum by (le) (increase(tcpscope_srtt_seconds_bucket{peer_class!~\"a\\\\.b|c\\\"d\"}[1h]))");
   // by size_class: the label once.
-  ASSERT_TRUE(prometheus_arm_query(histogram(CompareMetric::kFct, CompareUnit::kFlow), sel("cc=cubic"), "size_class",
+  ASSERT_TRUE(prometheus_arm_query(histogram(Measure::kFct, SampleUnit::kFlow), sel("cc=cubic"), "size_class",
                                    true, 61500, &q, &why));
   EXPECT_EQ(q, "sum by (le, size_class) (increase(tcpscope_flow_completion_seconds_bucket{cc=\"cubic\"}[61500ms]))");
-  EXPECT_EQ(histogram(CompareMetric::kThroughput, CompareUnit::kTransfer).name,
+  EXPECT_EQ(histogram(Measure::kThroughput, SampleUnit::kTransfer).name,
             "tcpscope_transfer_throughput_bytes_per_second");
-  EXPECT_EQ(histogram(CompareMetric::kThroughput, CompareUnit::kFlow).scale, 8);
+  EXPECT_EQ(histogram(Measure::kThroughput, SampleUnit::kFlow).scale, 8);
 }
 
 TEST(PromQuery, EscapesStringsAndRegexes) {
@@ -80,14 +80,14 @@ TEST(PromQuery, EscapesStringsAndRegexes) {
 
 TEST(PromQuery, RefusesFieldsTheHistogramsLack) {
   std::string q, why;
-  const auto h = histogram(CompareMetric::kThroughput, CompareUnit::kTransfer);
+  const auto h = histogram(Measure::kThroughput, SampleUnit::kTransfer);
   EXPECT_FALSE(prometheus_arm_query(h, sel("arm=bbr"), "asn", false, 60, &q, &why));
   EXPECT_EQ(why, "field \"arm\" is not a label of tcpscope_transfer_throughput_bytes_per_second: with --prometheus, "
                  "selections and --by use peer_class, asn, cc only");
   // size_class only where the histogram has it (fct).
   EXPECT_FALSE(prometheus_arm_query(h, sel("cc=bbr"), "size_class", false, 60, &q, &why));
   EXPECT_NE(why.find("\"size_class\""), std::string::npos) << why;
-  EXPECT_FALSE(prometheus_histogram(CompareMetric::kRetrans, CompareUnit::kFlow, &why));
+  EXPECT_FALSE(prometheus_histogram(Measure::kRetrans, SampleUnit::kFlow, &why));
   EXPECT_NE(why.find("retrans is not available from Prometheus"), std::string::npos) << why;
 }
 
@@ -140,8 +140,8 @@ TEST(PromBuckets, BinnedDistributionPlacesValuesInTheirBuckets) {
 
 CompareOptions fct_options() {
   CompareOptions o;
-  o.metric = CompareMetric::kFct;
-  o.unit = CompareUnit::kTransfer;
+  o.metric = Measure::kFct;
+  o.unit = SampleUnit::kTransfer;
   o.by = "asn";
   o.a = "cc=cubic";
   o.b = "cc=bbr";

@@ -17,7 +17,7 @@
 #include "compare/compare.h"
 #include "compare/daemon_source.h"
 #include "compare/flow_log_source.h"
-#include "measure/metric.h"
+#include "measure/measure.h"
 #include "record/transfer_record.h"
 #include "record/transfer_sampling.h"
 
@@ -108,24 +108,24 @@ std::string flow_line(const std::string& kind, const std::string& cc, uint64_t b
   return j.dump();
 }
 
-TEST(CompareUnit, DefaultsToTransfersForFctAndThroughputOnly) {
-  EXPECT_EQ(default_unit(CompareMetric::kFct), CompareUnit::kTransfer);
-  EXPECT_EQ(default_unit(CompareMetric::kThroughput), CompareUnit::kTransfer);
-  EXPECT_EQ(default_unit(CompareMetric::kRtt), CompareUnit::kFlow);
-  EXPECT_EQ(default_unit(CompareMetric::kRetrans), CompareUnit::kFlow);
-  EXPECT_EQ(parse_compare_unit("transfer"), CompareUnit::kTransfer);
-  EXPECT_EQ(parse_compare_unit("flow"), CompareUnit::kFlow);
-  EXPECT_FALSE(parse_compare_unit("transfers"));
-  for (int m = 0; m < kCompareMetricCount; ++m) {
-    const auto metric = static_cast<CompareMetric>(m);
-    EXPECT_TRUE(unit_supported(metric, CompareUnit::kFlow)) << to_string(metric);
+TEST(SampleUnit, DefaultsToTransfersForFctAndThroughputOnly) {
+  EXPECT_EQ(default_unit(Measure::kFct), SampleUnit::kTransfer);
+  EXPECT_EQ(default_unit(Measure::kThroughput), SampleUnit::kTransfer);
+  EXPECT_EQ(default_unit(Measure::kRtt), SampleUnit::kFlow);
+  EXPECT_EQ(default_unit(Measure::kRetrans), SampleUnit::kFlow);
+  EXPECT_EQ(parse_sample_unit("transfer"), SampleUnit::kTransfer);
+  EXPECT_EQ(parse_sample_unit("flow"), SampleUnit::kFlow);
+  EXPECT_FALSE(parse_sample_unit("transfers"));
+  for (int m = 0; m < kMeasureCount; ++m) {
+    const auto metric = static_cast<Measure>(m);
+    EXPECT_TRUE(unit_supported(metric, SampleUnit::kFlow)) << to_string(metric);
     EXPECT_TRUE(unit_supported(metric, default_unit(metric))) << to_string(metric);
   }
-  EXPECT_FALSE(unit_supported(CompareMetric::kRtt, CompareUnit::kTransfer));
-  EXPECT_FALSE(unit_supported(CompareMetric::kRetrans, CompareUnit::kTransfer));
-  EXPECT_NE(unit_unsupported_reason(CompareMetric::kRetrans, CompareUnit::kTransfer).find("--unit flow"),
+  EXPECT_FALSE(unit_supported(Measure::kRtt, SampleUnit::kTransfer));
+  EXPECT_FALSE(unit_supported(Measure::kRetrans, SampleUnit::kTransfer));
+  EXPECT_NE(unit_unsupported_reason(Measure::kRetrans, SampleUnit::kTransfer).find("--unit flow"),
             std::string::npos);
-  EXPECT_EQ(unit_unsupported_reason(CompareMetric::kFct, CompareUnit::kTransfer), "");
+  EXPECT_EQ(unit_unsupported_reason(Measure::kFct, SampleUnit::kTransfer), "");
 }
 
 // One log with new flow lines, transfer lines, a line from before transfers
@@ -140,8 +140,8 @@ TEST(TransferCompare, EachUnitReadsOnlyItsOwnLinesOfAMixedLog) {
       transfer_line(transfer("bbr", 64501, TransferDirection::kSend, 20000, 250)),
       R"({"kind": "probe", "cc": "cubic", "outcome": "ok", "bytes_acked": 10, "fct_us": 5})",
   };
-  for (const CompareUnit unit : {CompareUnit::kFlow, CompareUnit::kTransfer}) {
-    const CompareOptions o = opts(CompareMetric::kFct, unit, "all", "cc=cubic", "cc=bbr");
+  for (const SampleUnit unit : {SampleUnit::kFlow, SampleUnit::kTransfer}) {
+    const CompareOptions o = opts(Measure::kFct, unit, "all", "cc=cubic", "cc=bbr");
     const Selection a = sel(o.a), b = sel(o.b);
     FlowLogCollector c(o, a, b);
     for (const auto& l : log) c.add_line(l);
@@ -152,13 +152,13 @@ TEST(TransferCompare, EachUnitReadsOnlyItsOwnLinesOfAMixedLog) {
     EXPECT_EQ(scan.records, 3u);
     EXPECT_EQ(scan.other_unit, 3u);
     // Matched and measured: a received transfer has no fct sample.
-    EXPECT_EQ(scan.matched_a, unit == CompareUnit::kFlow ? 2u : 1u);
+    EXPECT_EQ(scan.matched_a, unit == SampleUnit::kFlow ? 2u : 1u);
     EXPECT_EQ(scan.matched_b, 1u);
     std::vector<double> a_values;
     for (const auto& g : scan.groups)
       for (double v : g.a.values()) a_values.push_back(v);
     std::sort(a_values.begin(), a_values.end());
-    if (unit == CompareUnit::kFlow)
+    if (unit == SampleUnit::kFlow)
       EXPECT_EQ(a_values, (std::vector<double>{1000, 1100}));
     else
       EXPECT_EQ(a_values, (std::vector<double>{300}));  // fct: what this host sent
@@ -169,7 +169,7 @@ TEST(TransferCompare, EachUnitReadsOnlyItsOwnLinesOfAMixedLog) {
 // flows would outweigh the second's eight to one. Only the flows rate 8 keeps
 // count, from both parts; a log of one rate is read whole.
 TEST(TransferCompare, OfLinesOfSeveralRatesOnlyTheFlowsTheLargestKeepsCount) {
-  const CompareOptions o = opts(CompareMetric::kFct, CompareUnit::kTransfer, "all", "cc=cubic", "cc=bbr");
+  const CompareOptions o = opts(Measure::kFct, SampleUnit::kTransfer, "all", "cc=cubic", "cc=bbr");
   const Selection a = sel(o.a), b = sel(o.b);
   FlowLogCollector mixed(o, a, b), uniform(o, a, b);
   uint64_t kept[2] = {0, 0}, written = 0;
@@ -204,7 +204,7 @@ TEST(TransferCompare, OfLinesOfSeveralRatesOnlyTheFlowsTheLargestKeepsCount) {
 }
 
 TEST(TransferCompare, FctIsSplitByTheTransfersOwnSize) {
-  const CompareOptions o = opts(CompareMetric::kFct, CompareUnit::kTransfer, "asn", "cc=cubic", "cc=bbr");
+  const CompareOptions o = opts(Measure::kFct, SampleUnit::kTransfer, "asn", "cc=cubic", "cc=bbr");
   const Selection a = sel(o.a), b = sel(o.b);
   FlowLogCollector c(o, a, b);
   c.add_line(transfer_line(transfer("cubic", 64501, TransferDirection::kSend, 30000, 1000)));    // lt_100k
@@ -229,7 +229,7 @@ TEST(TransferCompare, FctIsSplitByTheTransfersOwnSize) {
 }
 
 TEST(TransferCompare, ThroughputCountsOnlyLargeSendTransfersTheReceiverDidNotLimit) {
-  const CompareOptions o = opts(CompareMetric::kThroughput, CompareUnit::kTransfer, "all", "cc=cubic", "cc=bbr");
+  const CompareOptions o = opts(Measure::kThroughput, SampleUnit::kTransfer, "all", "cc=cubic", "cc=bbr");
   const Selection a = sel(o.a), b = sel(o.b);
   FlowLogCollector c(o, a, b);
   // 5 MB in 2 s = 20 Mbit/s.
@@ -254,18 +254,18 @@ TEST(TransferCompare, ThroughputCountsOnlyLargeSendTransfersTheReceiverDidNotLim
 
   // The daemon decides the same from the record itself.
   const MetricOptions mo;
-  EXPECT_FALSE(metric_value(CompareMetric::kThroughput, metric_inputs(limited), mo));
-  EXPECT_FALSE(metric_value(CompareMetric::kThroughput,
+  EXPECT_FALSE(metric_value(Measure::kThroughput, metric_inputs(limited), mo));
+  EXPECT_FALSE(metric_value(Measure::kThroughput,
                             metric_inputs(transfer("cubic", 1, TransferDirection::kRecv, 5000000, 1000000)), mo));
-  EXPECT_DOUBLE_EQ(*metric_value(CompareMetric::kThroughput, metric_inputs(half), mo), 3.2e7);
+  EXPECT_DOUBLE_EQ(*metric_value(Measure::kThroughput, metric_inputs(half), mo), 3.2e7);
   // Per transfer, rtt and retrans have no value.
-  EXPECT_FALSE(metric_value(CompareMetric::kRtt, metric_inputs(half), mo));
-  EXPECT_FALSE(metric_value(CompareMetric::kRetrans, metric_inputs(half), mo));
+  EXPECT_FALSE(metric_value(Measure::kRtt, metric_inputs(half), mo));
+  EXPECT_FALSE(metric_value(Measure::kRetrans, metric_inputs(half), mo));
 }
 
 TEST(TransferCompare, SelectionsAndGroupsUseTheTransfersFields) {
   const CompareOptions o =
-      opts(CompareMetric::kThroughput, CompareUnit::kTransfer, "dir", "arm=cubic,dir=passive", "cc=bbr,asn=64502");
+      opts(Measure::kThroughput, SampleUnit::kTransfer, "dir", "arm=cubic,dir=passive", "cc=bbr,asn=64502");
   const Selection a = sel(o.a), b = sel(o.b);
   FlowLogCollector c(o, a, b);
   const uint64_t big = 5000000;
@@ -284,8 +284,8 @@ TEST(TransferCompare, SelectionsAndGroupsUseTheTransfersFields) {
 }
 
 TEST(TransferCompare, ReportAndJsonSayWhichUnitWasCompared) {
-  for (const CompareUnit unit : {CompareUnit::kFlow, CompareUnit::kTransfer}) {
-    const CompareOptions o = opts(CompareMetric::kFct, unit, "all", "cc=cubic", "cc=bbr");
+  for (const SampleUnit unit : {SampleUnit::kFlow, SampleUnit::kTransfer}) {
+    const CompareOptions o = opts(Measure::kFct, unit, "all", "cc=cubic", "cc=bbr");
     GroupSamples g;
     g.group = "all";
     g.size_class = "lt_100k";
@@ -296,7 +296,7 @@ TEST(TransferCompare, ReportAndJsonSayWhichUnitWasCompared) {
     EXPECT_EQ(j["unit"], to_string(unit));
     EXPECT_EQ(j["value_unit"], "us");
     const std::string units = unit_plural(unit);
-    EXPECT_NE(j["description"].get<std::string>().find(unit == CompareUnit::kTransfer ? "xfer_us" : "fct_us"),
+    EXPECT_NE(j["description"].get<std::string>().find(unit == SampleUnit::kTransfer ? "xfer_us" : "fct_us"),
               std::string::npos);
     const std::string table = format_compare_table(r);
     EXPECT_NE(table.find("unit: " + std::string(to_string(unit))), std::string::npos) << table;
@@ -312,7 +312,7 @@ TEST(TransferCompare, AFlowOnlyLogPointsToUnitFlow) {
   const std::string text = flow_line("", "cubic", 50000, 1000) + "\n" + flow_line("flow", "bbr", 50000, 900) + "\n";
   ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
   close(fd);
-  const CompareOptions o = opts(CompareMetric::kFct, CompareUnit::kTransfer, "all", "cc=cubic", "cc=bbr");
+  const CompareOptions o = opts(Measure::kFct, SampleUnit::kTransfer, "all", "cc=cubic", "cc=bbr");
   FlowLogSource source(path, MetricOptions{});
   CompareSamples samples;
   std::string error;
@@ -362,9 +362,9 @@ TEST(FlowDistributionsTransfers, RoundTripAgreesWithTheFlowLog) {
   EXPECT_EQ(d.stats().transfers, ts.size());
   EXPECT_EQ(d.stats().flows, 0u);
 
-  for (const CompareMetric m : {CompareMetric::kFct, CompareMetric::kThroughput}) {
+  for (const Measure m : {Measure::kFct, Measure::kThroughput}) {
     for (const std::string by : {"asn", "peer_class"}) {
-      const CompareOptions o = opts(m, CompareUnit::kTransfer, by, "cc=cubic", "cc=bbr");
+      const CompareOptions o = opts(m, SampleUnit::kTransfer, by, "cc=cubic", "cc=bbr");
       const std::string target = distributions_target(o);
       EXPECT_NE(target.find("&unit=transfer&"), std::string::npos) << target;
       const std::string body = d.handle_query(target.substr(target.find('?') + 1));
@@ -372,7 +372,7 @@ TEST(FlowDistributionsTransfers, RoundTripAgreesWithTheFlowLog) {
       ServerScan scan;
       std::string error;
       ASSERT_TRUE(parse_distributions_response(body, &scan, &error)) << error;
-      EXPECT_EQ(scan.unit, CompareUnit::kTransfer);
+      EXPECT_EQ(scan.unit, SampleUnit::kTransfer);
       const CompareResult sketched = compare_groups(std::move(scan.groups), o);
 
       const Selection a = sel(o.a), b = sel(o.b);
@@ -403,7 +403,7 @@ TEST(FlowDistributionsTransfers, RoundTripAgreesWithTheFlowLog) {
   }
 
   // Flows and transfers are kept apart: a flow query of the same keys finds nothing.
-  const CompareOptions flows = opts(CompareMetric::kFct, CompareUnit::kFlow, "asn", "cc=cubic", "cc=bbr");
+  const CompareOptions flows = opts(Measure::kFct, SampleUnit::kFlow, "asn", "cc=cubic", "cc=bbr");
   const std::string target = distributions_target(flows);
   EXPECT_EQ(target.find("unit="), std::string::npos) << target;  // flow: the endpoint's default
   const auto j = nlohmann::json::parse(d.handle_query(target.substr(target.find('?') + 1)));
@@ -430,7 +430,7 @@ TEST(FlowDistributionsTransfers, RejectsUnitsAMetricIsNotComparedBy) {
   std::string error;
   ASSERT_TRUE(parse_distributions_response(d.handle_query("unit=flow&a=cc%3Dbbr&b=cc%3Dcubic"), &scan, &error))
       << error;
-  EXPECT_EQ(scan.unit, CompareUnit::kFlow);
+  EXPECT_EQ(scan.unit, SampleUnit::kFlow);
 }
 
 // A transfer whose key finds the table full folds into "other" and is

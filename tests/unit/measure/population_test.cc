@@ -1,9 +1,9 @@
-// Which records count for a metric is measure/metric.h's rule, and every
+// Which records count for a metric is measure/measure.h's rule, and every
 // reader of records takes it from there: moving the rule's threshold
 // (throughput_min_bytes) in one place moves the aggregator's histogram, the
 // controller's evidence, the flow-log reader and the ClickHouse SQL
 // together.
-#include "measure/metric.h"
+#include "measure/measure.h"
 
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
@@ -82,7 +82,7 @@ uint64_t read_from_flow_log(const MetricOptions& mo) {
   append_flow_json(completed_flow(), &line);
   FlowLogSource source(dir.write("flows.ndjson", line), mo);
   CompareOptions o;
-  o.metric = CompareMetric::kThroughput;
+  o.metric = Measure::kThroughput;
   o.by = "all";
   std::string why, error;
   const Selection cubic = *Selection::parse("cc=cubic", &why);
@@ -93,9 +93,9 @@ uint64_t read_from_flow_log(const MetricOptions& mo) {
   return n;
 }
 
-std::string clickhouse_where(const MetricOptions& mo, CompareUnit unit) {
+std::string clickhouse_where(const MetricOptions& mo, SampleUnit unit) {
   CompareOptions o;
-  o.metric = CompareMetric::kThroughput;
+  o.metric = Measure::kThroughput;
   o.unit = unit;
   o.by = "all";
   o.metric_options = mo;
@@ -110,19 +110,19 @@ TEST(Population, EveryReaderFollowsTheRule) {
     SCOPED_TRACE("throughput_min_bytes " + std::to_string(tmin));
     MetricOptions mo;
     mo.throughput_min_bytes = tmin;
-    const bool counts = in_population(metric_population(CompareMetric::kThroughput),
+    const bool counts = in_population(metric_population(Measure::kThroughput),
                                       metric_inputs(completed_flow()), mo);
     EXPECT_EQ(counts, tmin <= kBytes);
-    EXPECT_EQ(counts, in_population(metric_population(CompareMetric::kThroughput),
+    EXPECT_EQ(counts, in_population(metric_population(Measure::kThroughput),
                                     metric_inputs(sent_transfer()), mo));
 
     EXPECT_EQ(aggregated(mo), (std::pair<uint64_t, uint64_t>(counts, counts)));
     EXPECT_EQ(evidence(mo), counts ? 1u : 0u);
     EXPECT_EQ(read_from_flow_log(mo), counts ? 1u : 0u);
     const std::string t = std::to_string(tmin);
-    EXPECT_NE(clickhouse_where(mo, CompareUnit::kFlow).find("(`bytes_acked` + `bytes_received`) >= " + t),
+    EXPECT_NE(clickhouse_where(mo, SampleUnit::kFlow).find("(`bytes_acked` + `bytes_received`) >= " + t),
               std::string::npos);
-    EXPECT_NE(clickhouse_where(mo, CompareUnit::kTransfer).find("`bytes` >= " + t), std::string::npos);
+    EXPECT_NE(clickhouse_where(mo, SampleUnit::kTransfer).find("`bytes` >= " + t), std::string::npos);
   }
 }
 
@@ -130,7 +130,7 @@ TEST(Population, EveryReaderFollowsTheRule) {
 // nothing of another metric's.
 TEST(Population, ClickHouseWritesEachTerm) {
   MetricOptions mo;
-  const auto where = [&](CompareMetric m, CompareUnit u) {
+  const auto where = [&](Measure m, SampleUnit u) {
     CompareOptions o;
     o.metric = m;
     o.unit = u;
@@ -141,13 +141,13 @@ TEST(Population, ClickHouseWritesEachTerm) {
                                                *Selection::parse("cc=cubic", &why), FlowSketch().inv_log_gamma(), 1);
     return sql.substr(sql.find(" WHERE "));
   };
-  EXPECT_NE(where(CompareMetric::kRtt, CompareUnit::kFlow).find("`srtt_us` > 0"), std::string::npos);
-  EXPECT_EQ(where(CompareMetric::kFct, CompareUnit::kFlow).find("`srtt_us`"), std::string::npos);
-  EXPECT_NE(where(CompareMetric::kRetrans, CompareUnit::kFlow).find("`segs_out` > 0"), std::string::npos);
-  const std::string fct = where(CompareMetric::kFct, CompareUnit::kFlow);
+  EXPECT_NE(where(Measure::kRtt, SampleUnit::kFlow).find("`srtt_us` > 0"), std::string::npos);
+  EXPECT_EQ(where(Measure::kFct, SampleUnit::kFlow).find("`srtt_us`"), std::string::npos);
+  EXPECT_NE(where(Measure::kRetrans, SampleUnit::kFlow).find("`segs_out` > 0"), std::string::npos);
+  const std::string fct = where(Measure::kFct, SampleUnit::kFlow);
   for (const char* term : {"(`outcome` = 'ok')", "`partial` = 0", "`fct_us` > 0", "< 3000000"})
     EXPECT_NE(fct.find(term), std::string::npos) << term << " in " << fct;
-  const std::string sent = where(CompareMetric::kThroughput, CompareUnit::kTransfer);
+  const std::string sent = where(Measure::kThroughput, SampleUnit::kTransfer);
   for (const char* term : {"(`direction` != 'send') = 0", "`xfer_us` > 0", "2 * toInt64(`rwnd_limited_us`)"})
     EXPECT_NE(sent.find(term), std::string::npos) << term << " in " << sent;
   // A transfer is a finished run: no outcome, no partial.
