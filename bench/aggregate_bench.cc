@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "aggregate/aggregator.h"
-#include "aggregate/asn_ranking.h"
+#include "pipeline/asn_ranking.h"
 
 namespace tcpscope {
 namespace {

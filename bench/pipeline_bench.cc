@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "aggregate/aggregator.h"
-#include "aggregate/asn_ranking.h"
+#include "pipeline/asn_ranking.h"
 #include "aggregate/flow_distributions.h"
 #include "enrich/asn_db.h"
 #include "enrich/enricher.h"

@@ -48,7 +48,7 @@
 #include <utility>
 #include <vector>
 
-#include "aggregate/asn_ranking.h"
+#include "pipeline/asn_ranking.h"
 #include "aggregate/label_ids.h"
 #include "measure/measure.h"
 #include "record/flow_record.h"

@@ -61,7 +61,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "aggregate/asn_ranking.h"
+#include "pipeline/asn_ranking.h"
 #include "aggregate/label_ids.h"
 #include "measure/flow_sketch.h"
 #include "measure/measure.h"

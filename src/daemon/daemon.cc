@@ -22,7 +22,7 @@
 #include <prometheus/registry.h>
 
 #include "aggregate/aggregator.h"
-#include "aggregate/asn_ranking.h"
+#include "pipeline/asn_ranking.h"
 #include "aggregate/flow_distributions.h"
 #include "aggregate/open_flows.h"
 #include "config/config.h"
@@ -33,7 +33,7 @@
 #include "enrich/enricher.h"
 #include "enrich/peer_classifier.h"
 #include "export/flow_log.h"
-#include "export/http_server.h"
+#include "http/http_server.h"
 #include "export/kafka_export.h"
 #include "export/output_status.h"
 #include "export/self_metrics.h"

@@ -1,4 +1,4 @@
-#include "export/http_auth.h"
+#include "http/http_auth.h"
 
 #include <cstring>
 #include <strings.h>

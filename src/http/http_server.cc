@@ -1,4 +1,4 @@
-#include "export/http_server.h"
+#include "http/http_server.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -28,7 +28,7 @@
 #include <new>
 #include <stdexcept>
 
-#include "export/http_request.h"
+#include "http/http_request.h"
 #include "text/json_text.h"
 
 namespace tcpscope {

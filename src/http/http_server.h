@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "config/config.h"
-#include "export/http_auth.h"
+#include "http/http_auth.h"
 
 namespace prometheus {
 class Registry;

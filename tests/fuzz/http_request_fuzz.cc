@@ -25,8 +25,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "export/http_auth.h"
-#include "export/http_server.h"
+#include "http/http_auth.h"
+#include "http/http_server.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 #include "aggregate/aggregator.h"
-#include "aggregate/asn_ranking.h"
+#include "pipeline/asn_ranking.h"
 
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "export/http_server.h"
+#include "http/http_server.h"
 #include "record/flow_json.h"
 #include "record/flow_record.h"
 

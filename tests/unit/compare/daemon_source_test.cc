@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "aggregate/asn_ranking.h"
+#include "pipeline/asn_ranking.h"
 #include "compare/compare.h"
 #include "compare/daemon_source.h"
 #include "compare/flow_log_source.h"

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/compare_command.h"
-#include "export/http_server.h"
+#include "http/http_server.h"
 #include "text/url_query.h"
 
 #include "compare_options.h"

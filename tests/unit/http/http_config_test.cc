@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "config/config.h"
-#include "export/http_auth.h"
+#include "http/http_auth.h"
 
 namespace tcpscope {
 namespace {

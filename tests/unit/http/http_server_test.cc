@@ -1,4 +1,4 @@
-#include "export/http_server.h"
+#include "http/http_server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -1,4 +1,4 @@
-#include "aggregate/asn_ranking.h"
+#include "pipeline/asn_ranking.h"
 
 #include <algorithm>
 #include <cmath>
