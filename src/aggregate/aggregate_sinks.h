@@ -1,0 +1,50 @@
+// The Prometheus series and the distributions as record sinks
+// (pipeline/record_sink.h): each takes every record under its ASN's label,
+// a drain at a time.
+#pragma once
+
+#include "aggregate/aggregator.h"
+#include "aggregate/flow_distributions.h"
+#include "pipeline/record_sink.h"
+
+namespace tcpscope {
+
+class AggregatorSink final : public RecordSink {
+ public:
+  explicit AggregatorSink(Aggregator& aggregator) : aggregator_(aggregator) {}
+
+  // A drain's records reach the registry together (Aggregator::begin_batch).
+  void begin_drain(Clock::time_point) override { aggregator_.begin_batch(); }
+  void add(const RoutedFlow& flow) override { aggregator_.add(flow.record, flow.asn_label); }
+  void add(const RoutedTransfer& transfer) override { aggregator_.add(transfer.record, transfer.asn_label); }
+  void end_drain() override { aggregator_.end_batch(); }
+  void asn_ranking_changed(const AsnRanking& ranking) override { aggregator_.retire_series(ranking); }
+  void apply_config(const Config& config) override;
+
+ private:
+  Aggregator& aggregator_;
+};
+
+class DistributionsSink final : public RecordSink {
+ public:
+  DistributionsSink(FlowDistributions& distributions, LogLine log)
+      : distributions_(distributions), log_(std::move(log)) {}
+
+  void begin_drain(Clock::time_point now) override { drain_time_ = now; }
+  // Keyed by the raw ASN (as the flow log); the label only decides whether
+  // a new key may still be added when the table is full.
+  void add(const RoutedFlow& flow) override {
+    distributions_.add_at(flow.record, flow.asn_label, drain_time_);
+  }
+  void add(const RoutedTransfer& transfer) override {
+    distributions_.add_at(transfer.record, transfer.asn_label, drain_time_);
+  }
+  void apply_config(const Config& config) override;
+
+ private:
+  FlowDistributions& distributions_;
+  LogLine log_;
+  Clock::time_point drain_time_ = Clock::now();
+};
+
+}  // namespace tcpscope

@@ -1,0 +1,55 @@
+// The closed loop in the daemon: the controller (control/cc_controller.h)
+// takes records as evidence, re-tests its cohorts every tick, puts their
+// weights into the policy the kernel enforces (kernel/installed_policy.h),
+// and keeps its state on disk (control/controller_store.h) across restarts.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "control/cc_controller.h"
+#include "control/controller_store.h"
+#include "enrich/enricher.h"
+#include "kernel/installed_policy.h"
+#include "pipeline/record_sink.h"
+
+namespace tcpscope {
+
+class ClosedLoop final : public RecordSink {
+ public:
+  // `config_in_force` is the daemon's config, replaced only after a reload
+  // that succeeded; all four must outlive the loop.
+  ClosedLoop(InstalledPolicy& policy, const Enricher& enricher, const Config& config_in_force,
+             std::shared_ptr<prometheus::Registry> registry, LogLine log);
+
+  // The controller rules of the config in force, their saved state, and the
+  // policy with their cohorts into the kernel.
+  bool start(std::string* error);
+  // SIGHUP: the same for `next` (with the ASN data it comes with). A
+  // controller rule that changed starts afresh, one removed is gone. On
+  // failure the controllers and the policy in force stay.
+  bool reload(const Config& next, const AsnDatabase* asn_db, std::string* error);
+
+  void add(const RoutedFlow& flow) override { controller_.observe(flow.record); }
+  void add(const RoutedTransfer& transfer) override { controller_.observe(transfer.record); }
+  void tick(Clock::time_point now) override;
+  void close(std::chrono::milliseconds timeout) override;
+
+  CcController& controller() { return controller_; }
+
+ private:
+  // The cohorts' weights into the kernel; a new ASN cohort reinstalls the
+  // policy, so the trie names it.
+  void apply_cohorts();
+  void save();
+
+  InstalledPolicy& policy_;
+  const Enricher& enricher_;
+  const Config& config_;
+  LogLine log_;
+  CcController controller_;
+  ControllerStore store_;
+  std::string store_error_;  // the last one logged, so a lasting one is logged once
+};
+
+}  // namespace tcpscope

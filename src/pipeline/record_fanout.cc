@@ -1,0 +1,79 @@
+#include "pipeline/record_fanout.h"
+
+#include "config/config.h"
+#include "record/transfer_sampling.h"
+
+namespace tcpscope {
+
+namespace {
+constexpr auto kRankingEvery = std::chrono::seconds(60);
+}  // namespace
+
+RecordFanout::RecordFanout(FlowPipeline& pipeline, const Config& config)
+    : pipeline_(pipeline),
+      ranking_(AsnRankingOptions::from_config(config)),
+      transfer_sampling_rate_(config.transfer_sampling_rate) {}
+
+void RecordFanout::begin_drain(Clock::time_point now) {
+  for (RecordSink* s : sinks_) s->begin_drain(now);
+}
+
+void RecordFanout::end_drain() {
+  for (RecordSink* s : sinks_) s->end_drain();
+}
+
+void RecordFanout::on_close(const tcpscope_close_event& ev) {
+  const FlowRecord flow = pipeline_.record_of(ev.flow);
+  for (uint32_t i = 0; i < ev.n_transfers; ++i) route(pipeline_.record_of(ev.transfers[i], flow));
+  route(flow);
+}
+
+void RecordFanout::route(const FlowRecord& flow) {
+  const AsnRanking::Counted asn = ranking_.add(flow.enrichment.asn, flow.bytes_acked + flow.bytes_received);
+  const RoutedFlow routed(flow, asn.label, true, &json_);
+  for (RecordSink* s : sinks_) s->add(routed);
+  if (asn.reranked) ranking_changed();
+}
+
+// A transfer's bytes are its flow's: it takes its ASN's label without being
+// counted in the ranking.
+void RecordFanout::route(TransferRecord transfer) {
+  const bool exported = transfer_sampled(transfer.flow_start_ns, transfer_sampling_rate_);
+  if (exported) transfer.sampling_rate = transfer_sampling_rate_;
+  const RoutedTransfer routed(transfer, ranking_.label(transfer.enrichment.asn), exported, &json_);
+  for (RecordSink* s : sinks_) s->add(routed);
+}
+
+void RecordFanout::ranking_changed() {
+  for (RecordSink* s : sinks_) s->asn_ranking_changed(ranking_);
+}
+
+void RecordFanout::tick(Clock::time_point now) {
+  if (now - last_ranking_ >= kRankingEvery) {
+    ranking_.recompute();
+    ranking_changed();
+    last_ranking_ = now;
+  }
+  for (RecordSink* s : sinks_) s->tick(now);
+}
+
+void RecordFanout::apply_config(const Config& config) {
+  for (RecordSink* s : sinks_) s->apply_config(config);
+  transfer_sampling_rate_ = config.transfer_sampling_rate;
+  if (ranking_.update_options(AsnRankingOptions::from_config(config))) ranking_changed();
+}
+
+std::string RecordFanout::failures() const {
+  std::string all;
+  for (const RecordSink* s : sinks_) {
+    const std::string f = s->failure();
+    if (!f.empty()) all += (all.empty() ? "" : "; ") + f;
+  }
+  return all;
+}
+
+void RecordFanout::close(std::chrono::milliseconds timeout) {
+  for (RecordSink* s : sinks_) s->close(timeout);
+}
+
+}  // namespace tcpscope
