@@ -11,7 +11,9 @@ namespace tcpscope {
 
 class AggregatorSink final : public RecordSink {
  public:
-  explicit AggregatorSink(Aggregator& aggregator) : aggregator_(aggregator) {}
+  AggregatorSink(std::shared_ptr<prometheus::Registry> registry, AggregatorOptions options)
+      : aggregator_(std::move(registry), std::move(options)) {}
+  Aggregator& aggregator() { return aggregator_; }
 
   // A drain's records reach the registry together (Aggregator::begin_batch).
   void begin_drain(Clock::time_point) override { aggregator_.begin_batch(); }
@@ -22,13 +24,15 @@ class AggregatorSink final : public RecordSink {
   void apply_config(const Config& config) override;
 
  private:
-  Aggregator& aggregator_;
+  Aggregator aggregator_;
 };
 
 class DistributionsSink final : public RecordSink {
  public:
-  DistributionsSink(FlowDistributions& distributions, LogLine log)
-      : distributions_(distributions), log_(std::move(log)) {}
+  DistributionsSink(FlowDistributionsOptions options, LogLine log)
+      : distributions_(std::move(options)), log_(std::move(log)) {}
+  // For /api/v1/distributions (its queries lock it; any thread).
+  FlowDistributions& distributions() { return distributions_; }
 
   void begin_drain(Clock::time_point now) override { drain_time_ = now; }
   // Keyed by the raw ASN (as the flow log); the label only decides whether
@@ -42,7 +46,7 @@ class DistributionsSink final : public RecordSink {
   void apply_config(const Config& config) override;
 
  private:
-  FlowDistributions& distributions_;
+  FlowDistributions distributions_;
   LogLine log_;
   Clock::time_point drain_time_ = Clock::now();
 };

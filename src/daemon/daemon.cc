@@ -17,8 +17,6 @@
 #include <prometheus/registry.h>
 
 #include "aggregate/aggregate_sinks.h"
-#include "aggregate/aggregator.h"
-#include "aggregate/flow_distributions.h"
 #include "config/config.h"
 #include "config/config_reload.h"
 #include "daemon/closed_loop.h"
@@ -110,10 +108,9 @@ class Daemon {
   MonotonicToRealtime clock_;
   std::unique_ptr<FlowPipeline> pipeline_;  // every record, finished or open, goes through it
   std::unique_ptr<RecordFanout> fanout_;    // and then to every sink
-  std::unique_ptr<Aggregator> aggregator_;
-  std::unique_ptr<FlowDistributions> distributions_;  // for `compare --server`
-  std::unique_ptr<AggregatorSink> aggregator_sink_;
-  std::unique_ptr<DistributionsSink> distributions_sink_;
+  // The sinks, in the order every record reaches them.
+  std::unique_ptr<AggregatorSink> aggregator_;
+  std::unique_ptr<DistributionsSink> distributions_;  // for `compare --server`
   std::unique_ptr<ClosedLoop> loop_;
   std::unique_ptr<FlowLogSink> flow_log_;
   std::unique_ptr<KafkaSink> kafka_;
@@ -137,15 +134,15 @@ int Daemon::start() {
                                         probe_kernel_features().kernel_release);
   if (!config_.flow_log.empty() && !(flow_log_ = FlowLogSink::open(config_, *self_, log_line, &error)))
     return fail(error);
-  aggregator_ = std::make_unique<Aggregator>(registry_, AggregatorOptions::from_config(config_));
-  distributions_ = std::make_unique<FlowDistributions>(FlowDistributionsOptions::from_config(config_));
+  aggregator_ = std::make_unique<AggregatorSink>(registry_, AggregatorOptions::from_config(config_));
+  distributions_ = std::make_unique<DistributionsSink>(FlowDistributionsOptions::from_config(config_), log_line);
 
   http_ = HttpServer::start(config_.listen, config_.http, &error);
   if (!http_) return fail(error);
   http_->serve_metrics(registry_);
   http_->set_health([this] { return health(); });
   http_->handle_json("/api/v1/distributions",
-                     [this](const std::string& q) { return distributions_->handle_query(q); });
+                     [this](const std::string& q) { return distributions_->distributions().handle_query(q); });
   if (int rc = start_kernel()) return rc;
   if (int rc = start_outputs()) return rc;
 
@@ -186,7 +183,7 @@ int Daemon::start_kernel() {
                                              sends.value_or(TransferDelimiter::kWrite));
   fanout_ = std::make_unique<RecordFanout>(*pipeline_, config_);
   snapshots_ = std::make_unique<OpenFlowSnapshots>(config_.snapshot_interval_s ? probe_->snapshot_link_fd() : -1,
-                                                   clock_, *pipeline_, *aggregator_, *self_, log_line);
+                                                   clock_, *pipeline_, aggregator_->aggregator(), *self_, log_line);
   http_->handle_json("/api/v1/flows", [this](const std::string& q) { return snapshots_->json(q); });
   http_->handle_json("/api/v1/policy", [this](const std::string&) { return policy_->to_json(); });
   http_->handle_json("/api/v1/controller",
@@ -209,10 +206,8 @@ int Daemon::start_outputs() {
   if (config_.export_.kafka.enabled() &&
       !(kafka_ = KafkaSink::open(config_.export_.kafka, registry_, log_line, &error)))
     return fail(error);
-  aggregator_sink_ = std::make_unique<AggregatorSink>(*aggregator_);
-  distributions_sink_ = std::make_unique<DistributionsSink>(*distributions_, log_line);
-  for (RecordSink* sink : std::initializer_list<RecordSink*>{aggregator_sink_.get(), distributions_sink_.get(),
-                                                             loop_.get(), flow_log_.get(), kafka_.get()})
+  for (RecordSink* sink : std::initializer_list<RecordSink*>{aggregator_.get(), distributions_.get(), loop_.get(),
+                                                             flow_log_.get(), kafka_.get()})
     if (sink) fanout_->add_sink(sink);
   reloader_ = std::make_unique<ConfigReloader>(opts_, [this](std::string* error) {
     return !flow_log_ || flow_log_->reopen(error);
