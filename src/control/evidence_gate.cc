@@ -1,0 +1,49 @@
+#include "control/evidence_gate.h"
+
+#include <algorithm>
+#include <fstream>
+
+namespace tcpscope {
+
+const char* to_string(EvidenceVerdict v) {
+  switch (v) {
+    case EvidenceVerdict::kCounts:
+      return "counts";
+    case EvidenceVerdict::kOutgoing:
+      return "outgoing";
+    case EvidenceVerdict::kPort:
+      return "port";
+    case EvidenceVerdict::kLocalPeer:
+      return "local_peer";
+  }
+  return "counts";
+}
+
+namespace {
+
+bool loopback(const IpAddr& a) {
+  if (a.family == 4) return a.bytes[0] == 127;
+  static const std::array<uint8_t, 16> kV6Loopback = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  return a.family == 6 && a.bytes == kV6Loopback;
+}
+
+}  // namespace
+
+EvidenceVerdict EvidenceGate::judge(Direction dir, const IpAddr& laddr, uint16_t lport, const IpAddr& raddr) const {
+  if (dir != Direction::kPassive) return EvidenceVerdict::kOutgoing;
+  const bool governed = lports.empty() ? lport < unprivileged_port_start
+                                       : std::find(lports.begin(), lports.end(), lport) != lports.end();
+  if (!governed) return EvidenceVerdict::kPort;
+  if (raddr == laddr || loopback(raddr)) return EvidenceVerdict::kLocalPeer;
+  return EvidenceVerdict::kCounts;
+}
+
+uint16_t unprivileged_port_start() {
+  std::ifstream f("/proc/sys/net/ipv4/ip_unprivileged_port_start");
+  long v = -1;
+  if (!(f >> v) || v < 0 || v > 65536) return 1024;
+  // 0 lets anyone bind any port: then no port is privileged.
+  return static_cast<uint16_t>(std::min<long>(v, 65535));
+}
+
+}  // namespace tcpscope
