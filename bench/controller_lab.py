@@ -119,7 +119,8 @@ def controller_config(lab, path: FsPath, arms=("bbr", "cubic"), min_transfers=40
                       control_percent=10):
     """The lab's classes and ASNs, and one controller rule over its clients'
     prefixes (not the server's addresses: the clients' own sockets, in the
-    same cgroup, are left alone)."""
+    same cgroup, are left alone) on nginx's port: the controller counts only
+    sockets accepted on the rule's ports (control/evidence_gate.h)."""
     prefixes = []
     for ep in lab.endpoints.values():
         prefixes += [ep.class_v4] + ([ep.class_v6] if lab.ipv6 else [])
@@ -127,7 +128,7 @@ def controller_config(lab, path: FsPath, arms=("bbr", "cubic"), min_transfers=40
 cc_policy:
   rules:
     - name: auto
-      match: {{ prefixes: [{", ".join(json.dumps(p) for p in prefixes)}] }}
+      match: {{ prefixes: [{", ".join(json.dumps(p) for p in prefixes)}], lports: [{traffic_mix.Nginx.PORT}] }}
       controller:
         arms: [{", ".join(arms)}]
         cohort: asn

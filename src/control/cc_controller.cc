@@ -1,12 +1,14 @@
 #include "control/cc_controller.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <sstream>
 
 #include "control/controller_metrics.h"
+#include "control/evidence_gate.h"
 #include "record/flow_record.h"
 #include "record/transfer_record.h"
 #include "tcpscope/policy.h"
@@ -102,6 +104,9 @@ struct CcController::Rule {
   std::map<std::string, uint32_t> arm_index;
   std::vector<std::string> class_names;  // as compile_policy numbers them
   uint64_t throughput_min_bytes = 0;
+  EvidenceGate gate;
+  // Records of the rule's sockets that the gate kept out, by verdict.
+  std::array<uint64_t, kEvidenceVerdicts> refused{};
   std::map<std::string, Cohort> pools;    // by peer class
   std::map<uint32_t, Cohort> asns;        // ASN cohorts
   std::map<uint32_t, std::vector<ArmEvidence>> candidates;  // pooled ASNs followed for promotion
@@ -164,6 +169,7 @@ void CcController::configure(const Config& config) {
   std::vector<std::string> class_names;
   for (const auto& c : config.peer_classes) class_names.push_back(c.name);
   class_names.push_back(config.default_peer_class);
+  const uint16_t port_start = unprivileged_port_start();
   for (uint32_t i = 0; i < config.cc_policy.rules.size(); ++i) {
     const CcRule& cr = config.cc_policy.rules[i];
     if (!cr.controller) continue;
@@ -184,6 +190,7 @@ void CcController::configure(const Config& config) {
       r->throughput_min_bytes = config.throughput_min_bytes;
     }
     r->index = i;
+    r->gate = EvidenceGate{cr.match.lports, port_start};
     next.push_back(std::move(r));
   }
   rules_ = std::move(next);
@@ -215,8 +222,9 @@ CcController::Cohort* CcController::cohort_of(Rule& r, uint32_t asn, const std::
 // The evidence a record of a controller rule adds to: its cohort's, and
 // while its ASN is pooled, the ASN's own (followed for promotion; only
 // transfers start following an ASN).
-template <class Add>
-void CcController::add_evidence(const Enrichment& rec, bool may_follow_asn, Add add) {
+template <class Record, class Add>
+void CcController::add_evidence(const Record& record, bool may_follow_asn, Add add) {
+  const Enrichment& rec = record.enrichment;
   if (!rec.experiment || *rec.experiment != kControllerExperiment || !rec.cc_rule || !rec.arm) return;
   std::lock_guard<std::mutex> lock(mu_);
   auto rit = by_name_.find(*rec.cc_rule);
@@ -224,6 +232,11 @@ void CcController::add_evidence(const Enrichment& rec, bool may_follow_asn, Add 
   Rule& r = *rit->second;
   auto ait = r.arm_index.find(*rec.arm);
   if (ait == r.arm_index.end()) return;
+  const EvidenceVerdict verdict = r.gate.judge(record.dir, record.laddr, record.lport, record.raddr);
+  if (verdict != EvidenceVerdict::kCounts) {
+    ++r.refused[static_cast<int>(verdict)];
+    return;
+  }
   bool pooled = false;
   Cohort* c = cohort_of(r, rec.asn, rec.peer_class, &pooled);
   if (!c) return;
@@ -239,11 +252,11 @@ void CcController::add_evidence(const Enrichment& rec, bool may_follow_asn, Add 
 
 void CcController::observe(const TransferRecord& t) {
   if (t.direction != TransferDirection::kSend) return;  // the peer's sending
-  add_evidence(t.enrichment, true, [&t](ArmEvidence& e, const Rule& r) { e.add_transfer(t, r.throughput_min_bytes); });
+  add_evidence(t, true, [&t](ArmEvidence& e, const Rule& r) { e.add_transfer(t, r.throughput_min_bytes); });
 }
 
 void CcController::observe(const FlowRecord& f) {
-  add_evidence(f.enrichment, false, [&f](ArmEvidence& e, const Rule&) { e.add_flow(f); });
+  add_evidence(f, false, [&f](ArmEvidence& e, const Rule&) { e.add_flow(f); });
 }
 
 namespace {
@@ -624,6 +637,9 @@ std::string CcController::status_json() const {
     rj["decisions"] = r->decisions;
     rj["reverts"] = r->reverts;
     rj["pooled_asns"] = r->candidates.size();
+    rj["records_refused"] = nlohmann::json::object();
+    for (int v = 1; v < kEvidenceVerdicts; ++v)
+      rj["records_refused"][to_string(static_cast<EvidenceVerdict>(v))] = r->refused[v];
     rj["cohorts"] = nlohmann::json::array();
     for (const auto& [_, c] : r->pools) rj["cohorts"].push_back(cohort_status(r->arm_names, c));
     for (const auto& [_, c] : r->asns) rj["cohorts"].push_back(cohort_status(r->arm_names, c));
@@ -799,6 +815,8 @@ void CcController::update_metrics() {
     };
     for (const auto& [_, c] : r->pools) add(c);
     for (const auto& [_, c] : r->asns) add(c);
+    for (int v = 1; v < kEvidenceVerdicts; ++v)
+      metrics_->set_refused(r->name, to_string(static_cast<EvidenceVerdict>(v)), r->refused[v]);
   }
   metrics_->set(weights, states);
 }

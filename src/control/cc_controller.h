@@ -115,9 +115,10 @@ class CcController {
   struct Cohort;
   struct Rule;
   Cohort* cohort_of(Rule& r, uint32_t asn, const std::string& peer_class, bool* pooled);
-  // `rec`: the enrichment of the flow or transfer record observed.
-  template <class Add>
-  void add_evidence(const Enrichment& rec, bool may_follow_asn, Add add);
+  // A flow or transfer record of a controller rule's socket, unless the
+  // rule's evidence gate (evidence_gate.h) keeps it out.
+  template <class Record, class Add>
+  void add_evidence(const Record& record, bool may_follow_asn, Add add);
   void test_rule(Rule& r, double now_s, bool* changed);
   void promote_asns(Rule& r, double now_s, bool* changed);
   void ramp(Rule& r, bool* changed);

@@ -42,7 +42,12 @@ ControllerMetrics::ControllerMetrics(std::shared_ptr<prometheus::Registry> regis
       decisions_(&prometheus::BuildCounter()
                       .Name("tcpscope_controller_decisions_total")
                       .Help("Decisions of a controller rule: decided (a winner), reverted (taken back).")
-                      .Register(*registry_)) {}
+                      .Register(*registry_)),
+      refused_(&prometheus::BuildCounter()
+                    .Name("tcpscope_controller_records_refused_total")
+                    .Help("Records of a controller rule's sockets not taken as evidence: outgoing, port (not the "
+                          "rule's or a privileged one), local_peer (a client on this host).")
+                    .Register(*registry_)) {}
 
 void ControllerMetrics::set(const std::vector<CohortWeightsSample>& weights,
                             const std::map<std::pair<std::string, std::string>, uint64_t>& cohorts_by_rule_and_state) {
@@ -55,6 +60,14 @@ void ControllerMetrics::set(const std::vector<CohortWeightsSample>& weights,
                                                       static_cast<double>(n)};
   replace_series(weights_, &weight_series_, w);
   replace_series(cohorts_, &cohort_series_, c);
+}
+
+void ControllerMetrics::set_refused(const std::string& rule, const std::string& reason, uint64_t total) {
+  auto it = refused_series_.find({rule, reason});
+  if (it == refused_series_.end())
+    it = refused_series_.emplace(std::make_pair(rule, reason), TotalCounter(&refused_->Add({{"rule", rule}, {"reason", reason}})))
+             .first;
+  it->second.set(total);
 }
 
 void ControllerMetrics::count_decision(const std::string& rule, const std::string& decision) {

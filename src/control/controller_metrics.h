@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "metrics/total_counter.h"
+
 namespace prometheus {
 class Counter;
 class Gauge;
@@ -33,12 +35,18 @@ class ControllerMetrics {
   void set(const std::vector<CohortWeightsSample>& weights,
            const std::map<std::pair<std::string, std::string>, uint64_t>& cohorts_by_rule_and_state);
   void count_decision(const std::string& rule, const std::string& decision);
+  // tcpscope_controller_records_refused_total{rule, reason}: records of a
+  // rule's sockets its evidence gate kept out, from the rule's cumulative
+  // count (a rule configured afresh starts again from 0).
+  void set_refused(const std::string& rule, const std::string& reason, uint64_t total);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Gauge>* weights_;
   prometheus::Family<prometheus::Gauge>* cohorts_;
   prometheus::Family<prometheus::Counter>* decisions_;
+  prometheus::Family<prometheus::Counter>* refused_;
+  std::map<std::pair<std::string, std::string>, TotalCounter> refused_series_;
   std::map<std::string, prometheus::Gauge*> weight_series_, cohort_series_;
 };
 

@@ -29,7 +29,7 @@ asn:
 cc_policy:
   rules:
     - name: auto
-      match: {{ peer_class: client }}
+      match: {{ peer_class: client, lports: [8080] }}
       controller:
         arms: [bbr, cubic]
         cohort: asn

@@ -107,7 +107,9 @@ class Nginx:
     """Our own nginx instance: config, objects and logs in `workdir`, listening
     only on the server namespace's addresses of the lab's paths."""
 
-    def __init__(self, lab, workdir: FsPath, objects=None, port=8080, keepalive=False):
+    PORT = 8080
+
+    def __init__(self, lab, workdir: FsPath, objects=None, port=PORT, keepalive=False):
         self.lab, self.dir, self.port = lab, FsPath(workdir), port
         self.objects = objects or DEFAULT_OBJECTS
         self.keepalive = keepalive

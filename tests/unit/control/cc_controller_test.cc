@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 #include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
 #include "control/controller_store.h"
 #include "record/flow_record.h"
@@ -48,9 +49,20 @@ Config controller_config(CohortKind cohort, std::vector<std::string> arms = {"bb
   return c;
 }
 
+// A record of a socket the service accepted on 443 from another host: the
+// only kind that counts as evidence (evidence_gate.h).
+template <class Record>
+void served(Record* r) {
+  r->dir = Direction::kPassive;
+  r->laddr = *IpAddr::parse("198.18.0.1");
+  r->raddr = *IpAddr::parse("198.18.1.2");
+  r->lport = 443;
+}
+
 TransferRecord transfer(const std::string& arm, uint32_t asn, const std::string& peer_class, uint64_t bytes,
                         double seconds, uint32_t srtt_us = 55000, uint32_t min_rtt_us = 50000) {
   TransferRecord t;
+  served(&t);
   t.direction = TransferDirection::kSend;
   t.bytes = bytes;
   t.xfer_us = std::max<int64_t>(1, std::llround(seconds * 1e6));
@@ -81,10 +93,15 @@ const nlohmann::json* cohort(const nlohmann::json& s, const std::string& label) 
 }
 
 // Large transfers whose throughput is lognormal around `mbps` per arm.
+// `edit`, if given, changes each record before the controller sees it.
 void feed_large(CcController* c, std::mt19937_64* rng, const std::string& arm, uint32_t asn, const std::string& cls,
-                double mbps, int n) {
+                double mbps, int n, void (*edit)(TransferRecord*) = nullptr) {
   std::lognormal_distribution<double> rate(std::log(mbps * 1e6 / 8), 0.5);
-  for (int i = 0; i < n; ++i) c->observe(transfer(arm, asn, cls, kLarge, kLarge / rate(*rng)));
+  for (int i = 0; i < n; ++i) {
+    TransferRecord t = transfer(arm, asn, cls, kLarge, kLarge / rate(*rng));
+    if (edit) edit(&t);
+    c->observe(t);
+  }
 }
 
 // Configured with `cfg`, 300 large transfers per arm, bbr at 40 Mbit/s and
@@ -340,6 +357,7 @@ TEST(CcController, AGuardBlocksAWinner) {
   feed_large(&c, &rng, "cubic", 0, "client", 20, 150);
   // BBR's flows retransmit 25 % of their segments, CUBIC's 1 %: beyond the 20-point guard.
   FlowRecord f;
+  served(&f);
   f.enrichment.cc_rule = "auto";
   f.enrichment.experiment = kControllerExperiment;
   f.enrichment.peer_class = "client";
@@ -354,6 +372,42 @@ TEST(CcController, AGuardBlocksAWinner) {
   auto s = status(c);
   EXPECT_EQ((*cohort(s, "client"))["state"], "exploring") << s.dump(2);
   EXPECT_EQ((*cohort(s, "client"))["evidence"]["test"]["blocked_by_guard"], "retransmit share 25.00% vs 1.00%");
+}
+
+// A local user's sockets get the rule's arms too, but what they do is no
+// evidence: with only those, a 10x effect decides nothing, and the status
+// and the metric say why each record was kept out.
+TEST(CcController, OnlyTheServicesSocketsAreEvidence) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  CcController c(registry, nullptr);
+  c.configure(controller_config(CohortKind::kPeerClass, {"bbr", "cubic"}, 20));
+  const std::pair<const char*, void (*)(TransferRecord*)> hostile[] = {
+      {"outgoing", [](TransferRecord* t) { t->dir = Direction::kActive; }},
+      {"port", [](TransferRecord* t) { t->lport = 9090; }},
+      {"local_peer", [](TransferRecord* t) { t->raddr = t->laddr; }},
+  };
+  std::mt19937_64 rng(7);
+  for (const auto& [reason, make_hostile] : hostile) {
+    feed_large(&c, &rng, "bbr", 0, "client", 4, 100, make_hostile);
+    feed_large(&c, &rng, "cubic", 0, "client", 40, 100, make_hostile);
+  }
+  const auto step = c.step(100);
+  EXPECT_FALSE(step.changed);
+  auto s = status(c);
+  const auto& rule = s["rules"][0];
+  EXPECT_EQ(rule["decisions"], 0) << s.dump(2);
+  EXPECT_EQ(rule["records_refused"], nlohmann::json({{"outgoing", 200}, {"port", 200}, {"local_peer", 200}}));
+  const auto* pool = cohort(s, "client");
+  EXPECT_TRUE(!pool || (*pool)["evidence"]["arms"]["bbr"]["transfers"] == 0) << s.dump(2);
+  const std::string text = prometheus::TextSerializer().Serialize(registry->Collect());
+  EXPECT_NE(text.find("tcpscope_controller_records_refused_total{reason=\"port\",rule=\"auto\"} 200"),
+            std::string::npos)
+      << text;
+  // The same records from the service's own sockets decide at once.
+  feed_large(&c, &rng, "bbr", 0, "client", 4, 100);
+  feed_large(&c, &rng, "cubic", 0, "client", 40, 100);
+  EXPECT_TRUE(c.step(200).changed);
+  EXPECT_EQ((*cohort(status(c), "client"))["winner"], "cubic");
 }
 
 TEST(CcController, StateSurvivesARestartAndAChangedRuleStartsAfresh) {

@@ -1,0 +1,166 @@
+"""Evidence no one can forge: a local, unprivileged user tries to steer the
+closed loop with connections of their own, each of which learns its arm
+(getsockopt TCP_CONGESTION) and makes BBR look slow (the far end reads a BBR
+transfer slowly, so it takes long to finish):
+  - a listener on a port anyone can bind, with an accomplice connecting in;
+  - outgoing connections to an accomplice;
+  - connections to the service itself, from this host.
+None of them counts: the controller takes evidence only from the service's
+accepted sockets on the rule's ports, from other hosts
+(src/control/evidence_gate.h). The same pattern from a remote client of the
+service does count, and flips the decision: the attack is real, the gate is
+what stops it."""
+import json
+import os
+import sys
+import time
+import urllib.request
+
+from conftest import Daemon, wait_for
+
+# An arm-aware end: `serve ADDR PORT` accepts and, per connection,
+# sends its CC's initial ("b" or "c") and 64 KiB; `fetch ADDR PORT N` opens N
+# connections (8 at a time) and reads a "b" transfer 2 KiB per 5 ms through
+# a 4 KiB receive buffer. `push` and `sink` are the same roles with the
+# connection opened the other way: the pushing end connects and sends.
+ARM_AWARE = r'''
+import socket, sys, threading, time
+TCP_CONGESTION = 13
+BODY = b"x" * 65536
+
+def send_arm_and_body(c):
+    cc = c.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16).split(b"\0")[0]
+    c.sendall(cc[:1] + BODY)
+    c.close()
+
+def read_as_told(c):
+    first = c.recv(1)
+    got = len(first)
+    while True:
+        b = c.recv(2048)
+        if not b:
+            break
+        got += len(b)
+        if first == b"b":
+            time.sleep(0.005)
+    c.close()
+
+def small_buffer_socket():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    return s
+
+def listen(addr, port, handle):
+    s = small_buffer_socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, port))
+    s.listen(128)
+    while True:
+        c, _ = s.accept()
+        threading.Thread(target=handle, args=(c,), daemon=True).start()
+
+def connect_n(addr, port, n, handle):
+    def one():
+        c = small_buffer_socket()
+        c.settimeout(30)
+        c.connect((addr, port))
+        handle(c)
+    for start in range(0, n, 8):
+        ts = [threading.Thread(target=one) for _ in range(min(8, n - start))]
+        for t in ts: t.start()
+        for t in ts: t.join()
+
+role, addr, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if role == "serve": listen(addr, port, send_arm_and_body)
+elif role == "sink": listen(addr, port, read_as_told)
+elif role == "fetch": connect_n(addr, port, int(sys.argv[4]), read_as_told)
+elif role == "push": connect_n(addr, port, int(sys.argv[4]), send_arm_and_body)
+'''
+
+# The service on a privileged port: the rule names no port, so only those count.
+SERVICE_PORT, HOSTILE_PORT, ACCOMPLICE_PORT = 443, 9090, 9091
+NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
+
+
+def config():
+    return f"""
+snapshot_interval_s: 0
+cc_policy:
+  rules:
+    - name: auto
+      match: {{ peer_class: client }}
+      controller:
+        arms: [bbr, cubic]
+        cohort: peer_class
+        control_percent: 10
+        min_transfers: 20
+        interval_s: 1
+"""
+
+
+def status(d):
+    with urllib.request.urlopen(d.url + "/api/v1/controller", timeout=10) as r:
+        return json.loads(r.read())["rules"][0]
+
+
+def client_cohort(d):
+    return next((c for c in status(d)["cohorts"] if c["cohort"] == "client"), None)
+
+
+def evidence_transfers(d):
+    c = client_cohort(d)
+    return 0 if c is None else sum(a["transfers"] for a in c["evidence"]["arms"].values())
+
+
+def start(net, ns, role, addr, port, *prefix):
+    """A listener; ready once the namespace lists its socket (a probe
+    connection would be a record of its own)."""
+    net.spawn(ns, *prefix, sys.executable, "-c", ARM_AWARE, role, addr, str(port))
+    listening = lambda: net.ns(ns, "ss", "-Hltn", f"sport = :{port}").stdout.strip()
+    wait_for(listening, 10, what=f"{role} listening on {addr}:{port}")
+
+
+def test_a_local_user_cannot_steer_the_loop_and_a_remote_client_can(net, tmp_path, test_cgroup):
+    net.cgroup = test_cgroup
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    cfg = tmp_path / "tcpscope.yaml"
+    cfg.write_text(config())
+    home = tmp_path / "daemon"
+    home.mkdir()
+    d = Daemon(home, extra_args=("--config", str(cfg), "--cgroup", str(test_cgroup)),
+               env=dict(os.environ, STATE_DIRECTORY=str(state)))
+    try:
+        # The service: root, on the rule's port.
+        start(net, net.srv, "serve", net.srv_v4, SERVICE_PORT)
+        # The local user's listener, and an accomplice on the client side.
+        start(net, net.srv, "serve", net.srv_v4, HOSTILE_PORT, *NOBODY)
+        start(net, net.cli, "sink", net.cli_v4, ACCOMPLICE_PORT)
+        for _ in range(2):
+            net.ns(net.cli, sys.executable, "-c", ARM_AWARE, "fetch", net.srv_v4, str(HOSTILE_PORT), "60")
+            net.ns(net.srv, *NOBODY, sys.executable, "-c", ARM_AWARE, "push", net.cli_v4, str(ACCOMPLICE_PORT), "60")
+            net.ns(net.srv, *NOBODY, sys.executable, "-c", ARM_AWARE, "fetch", net.srv_v4, str(SERVICE_PORT), "60")
+        refused = lambda: status(d).get("records_refused", {})
+        wait_for(lambda: refused().get("outgoing", 0) and refused().get("port", 0) and refused().get("local_peer", 0),
+                 20, what=lambda: f"every hostile kind refused: {refused()}")
+        time.sleep(3)  # three test intervals (interval_s 1) after 120 connections of each kind
+        rule = status(d)
+        assert rule["decisions"] == 0, rule
+        assert evidence_transfers(d) == 0, client_cohort(d)
+        r = refused()
+        # Each hostile connection is refused at least for its data transfer.
+        assert r["port"] >= 120 and r["outgoing"] >= 120 and r["local_peer"] >= 120, r
+        assert d.metric_value("tcpscope_controller_records_refused_total",
+                              {"rule": "auto", "reason": "local_peer"}) >= 120
+
+        # The same pattern from a remote client of the service is evidence,
+        # and BBR's slow transfers lose it the cohort.
+        decided = lambda: (client_cohort(d) or {}).get("state") == "decided"
+        for _ in range(6):
+            net.ns(net.cli, sys.executable, "-c", ARM_AWARE, "fetch", net.srv_v4, str(SERVICE_PORT), "60")
+            if decided():
+                break
+        wait_for(decided, 20, what=lambda: f"a decision on the remote clients' evidence: {client_cohort(d)}")
+        assert client_cohort(d)["winner"] == "cubic", client_cohort(d)
+    finally:
+        assert d.stop() == 0, d.stderr_text()
