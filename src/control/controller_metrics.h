@@ -11,13 +11,7 @@
 #include <utility>
 #include <vector>
 
-namespace prometheus {
-class Counter;
-class Gauge;
-class Registry;
-template <typename T>
-class Family;
-}  // namespace prometheus
+#include "metrics/prometheus_fwd.h"
 
 namespace tcpscope {
 
