@@ -27,6 +27,17 @@ namespace tcpscope::json_writer {
 // (BM_PipelineFlowJson); the previous append-per-token version spent most
 // of its time in std::string::append and vfprintf.
 
+// Appends what `write` puts in place: *out grows once by `bound`, `write`
+// gets the first free byte and returns the end of what it wrote, and *out is
+// cut there.
+template <class Write>
+void append_in_place(std::string* out, size_t bound, Write write) {
+  const size_t old = out->size();
+  out->resize(old + bound);
+  char* const begin = out->data() + old;
+  out->resize(old + static_cast<size_t>(write(begin) - begin));
+}
+
 template <size_t N>
 char* put(char* p, const char (&literal)[N]) {
   std::memcpy(p, literal, N - 1);
@@ -53,6 +64,18 @@ inline char* put_addr(char* p, const IpAddr& a) {
   p = put_addr_text(p, a);
   *p++ = '"';
   return p;
+}
+
+// One line of the flow log: {"kind":"KIND", the fields `write` puts (each
+// with its leading comma), }\n. `bound`: the most bytes the line can take.
+template <size_t N, class Write>
+void append_json_line(std::string* out, const char (&kind)[N], size_t bound, Write write) {
+  append_in_place(out, bound, [&](char* p) {
+    p = put(p, "{\"kind\":\"");
+    p = put(p, kind);
+    p = write(put(p, "\""));
+    return put(p, "}\n");
+  });
 }
 
 // The field groups the flow line and the transfer line share, in SPEC.md's
