@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "net/ip_addr.h"
 #include "record/enrichment.h"
@@ -56,14 +57,35 @@ char* put_int(char* p, Int v) {
 
 inline char* put_bool(char* p, bool v) { return v ? put(p, "true") : put(p, "false"); }
 
-inline char* put_opt(char* p, const std::optional<std::string>& v) { return v ? put_json_string(p, *v) : put(p, "null"); }
-
 // As IpAddr::to_string(), quoted: dotted quad, inet_ntop's IPv6 text, "" when unset.
 inline char* put_addr(char* p, const IpAddr& a) {
   *p++ = '"';
   p = put_addr_text(p, a);
   *p++ = '"';
   return p;
+}
+
+// A value as the flow log writes it: a number, true or false, a JSON string,
+// an address quoted (put_addr), an optional's value or null.
+template <class T, std::enable_if_t<std::is_arithmetic_v<T>, int> = 0>
+char* put_value(char* p, T v) {
+  if constexpr (std::is_same_v<T, bool>)
+    return put_bool(p, v);
+  else
+    return put_int(p, v);
+}
+inline char* put_value(char* p, std::string_view s) { return put_json_string(p, s); }
+inline char* put_value(char* p, const IpAddr& a) { return put_addr(p, a); }
+template <class T>
+char* put_value(char* p, const std::optional<T>& v) {
+  return v ? put_value(p, *v) : put(p, "null");
+}
+
+// A field after the line's first: `key` is the literal from its comma to its
+// colon (",\"srtt_us\":").
+template <size_t N, class Value>
+char* put_field(char* p, const char (&key)[N], const Value& v) {
+  return put_value(put(p, key), v);
 }
 
 // One line of the flow log: {"kind":"KIND", the fields `write` puts (each
@@ -84,34 +106,22 @@ void append_json_line(std::string* out, const char (&kind)[N], size_t bound, Wri
 // The flow's endpoints: family, laddr, lport, raddr, rport, dir.
 template <class Record>
 char* put_endpoints(char* p, const Record& r) {
-  p = put(p, ",\"family\":");
-  p = put_int(p, r.family());
-  p = put(p, ",\"laddr\":");
-  p = put_addr(p, r.laddr);
-  p = put(p, ",\"lport\":");
-  p = put_int(p, r.lport);
-  p = put(p, ",\"raddr\":");
-  p = put_addr(p, r.raddr);
-  p = put(p, ",\"rport\":");
-  p = put_int(p, r.rport);
-  p = put(p, ",\"dir\":");
-  return put_json_string(p, to_string(r.dir));
+  p = put_field(p, ",\"family\":", r.family());
+  p = put_field(p, ",\"laddr\":", r.laddr);
+  p = put_field(p, ",\"lport\":", r.lport);
+  p = put_field(p, ",\"raddr\":", r.raddr);
+  p = put_field(p, ",\"rport\":", r.rport);
+  return put_field(p, ",\"dir\":", to_string(r.dir));
 }
 
 // What the pipeline added: peer_class, asn, as_org, cc_rule, experiment, arm.
 inline char* put_enrichment(char* p, const Enrichment& e) {
-  p = put(p, ",\"peer_class\":");
-  p = put_json_string(p, e.peer_class);
-  p = put(p, ",\"asn\":");
-  p = put_int(p, e.asn);
-  p = put(p, ",\"as_org\":");
-  p = put_json_string(p, e.as_org);
-  p = put(p, ",\"cc_rule\":");
-  p = put_opt(p, e.cc_rule);
-  p = put(p, ",\"experiment\":");
-  p = put_opt(p, e.experiment);
-  p = put(p, ",\"arm\":");
-  return put_opt(p, e.arm);
+  p = put_field(p, ",\"peer_class\":", e.peer_class);
+  p = put_field(p, ",\"asn\":", e.asn);
+  p = put_field(p, ",\"as_org\":", e.as_org);
+  p = put_field(p, ",\"cc_rule\":", e.cc_rule);
+  p = put_field(p, ",\"experiment\":", e.experiment);
+  return put_field(p, ",\"arm\":", e.arm);
 }
 
 // The most bytes put_enrichment's strings take.
