@@ -82,7 +82,7 @@ char* put_value(char* p, const std::optional<T>& v) {
 }
 
 // A field after the line's first: `key` is the literal from its comma to its
-// colon (",\"srtt_us\":").
+// colon, as put_endpoints' are.
 template <size_t N, class Value>
 char* put_field(char* p, const char (&key)[N], const Value& v) {
   return put_value(put(p, key), v);
