@@ -46,6 +46,15 @@ namespace {
 // Returned by on_sample to make libbpf stop; the sample it was returned for
 // has been handled and libbpf has already moved the consumer past it.
 constexpr int kBudgetSpent = -EAGAIN;
+
+// The sample's first sizeof(Event) bytes as an Event of its own, copied out
+// of the ring rather than read through a cast of the ring's memory.
+template <class Event>
+Event sample_as(const void* data) {
+  Event ev;
+  std::memcpy(&ev, data, sizeof(ev));
+  return ev;
+}
 }  // namespace
 
 int RingReader::drain(int budget) {
@@ -56,17 +65,6 @@ int RingReader::drain(int budget) {
   ring_buffer__consume(rb_);
   return drained_;
 }
-
-namespace {
-// The sample's first sizeof(Event) bytes as an Event of its own, copied out
-// of the ring rather than read through a cast of the ring's memory.
-template <class Event>
-Event sample_as(const void* data) {
-  Event ev;
-  std::memcpy(&ev, data, sizeof(ev));
-  return ev;
-}
-}  // namespace
 
 int RingReader::on_sample(void* ctx, void* data, size_t size) {
   auto* self = static_cast<RingReader*>(ctx);
