@@ -1,6 +1,7 @@
 // The in-place JSON writer the flow log's lines are built with (flow_json.cc,
-// transfer_json.cc). Header-only, so every put is inlined into the writer of
-// a line as it was when the writer was one file.
+// transfer_json.cc); the Kafka messages grow in place by its append_in_place
+// too (export/kafka_protobuf.cc). Header-only, so every put is inlined into
+// the writer of a line as it was when the writer was one file.
 #pragma once
 
 #include <charconv>
