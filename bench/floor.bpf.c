@@ -53,16 +53,26 @@ struct floor_xfer_state {
 	__u8 pad[2];
 };
 
-struct floor_transfer {
+/* A record the size of tcpscope's (`bytes`) of which the floor fills only
+ * `fields`: the rest is reserved and submitted unwritten, so the ring moves as
+ * many bytes as tcpscope's does. */
+#define FLOOR_SIZED(name, bytes, fields)                               \
+	struct name {                                                  \
+		union {                                                \
+			struct fields;                                 \
+			__u8 tcpscope_size[bytes];                     \
+		};                                                     \
+	};                                                             \
+	_Static_assert(sizeof(struct name) == (bytes), #name " size")
+
+FLOOR_SIZED(floor_transfer, FLOOR_TRANSFER_BYTES, {
 	__u64 start_ns;
 	__u64 end_ns;
 	__u64 bytes_mark;
 	__u8 direction;
-	__u8 rest[FLOOR_TRANSFER_BYTES - 25];
-};
-_Static_assert(sizeof(struct floor_transfer) == FLOOR_TRANSFER_BYTES, "transfer size");
+});
 
-struct floor_record {
+FLOOR_SIZED(floor_record, FLOOR_RECORD_BYTES, {
 	__u64 start_ns;
 	__u64 end_ns;
 	__u32 srtt_us;
@@ -71,10 +81,7 @@ struct floor_record {
 	__u64 bytes_received;
 	__u32 total_retrans;
 	__u16 family;
-	__u16 pad;
-	__u8 rest[FLOOR_RECORD_BYTES - 48];
-};
-_Static_assert(sizeof(struct floor_record) == FLOOR_RECORD_BYTES, "record size");
+});
 
 struct floor_close {
 	struct floor_record flow;

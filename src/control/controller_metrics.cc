@@ -5,6 +5,8 @@
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
+#include "metrics/metric_family.h"
+
 namespace tcpscope {
 
 namespace {
@@ -31,23 +33,15 @@ void replace_series(prometheus::Family<prometheus::Gauge>* family, std::map<std:
 
 ControllerMetrics::ControllerMetrics(std::shared_ptr<prometheus::Registry> registry)
     : registry_(std::move(registry)),
-      weights_(&prometheus::BuildGauge()
-                    .Name("tcpscope_controller_weight_percent")
-                    .Help("Share of a cohort's new flows each arm of a controller rule gets, in percent.")
-                    .Register(*registry_)),
-      cohorts_(&prometheus::BuildGauge()
-                    .Name("tcpscope_controller_cohorts")
-                    .Help("Cohorts of a controller rule by state: exploring, decided, reverted.")
-                    .Register(*registry_)),
-      decisions_(&prometheus::BuildCounter()
-                      .Name("tcpscope_controller_decisions_total")
-                      .Help("Decisions of a controller rule: decided (a winner), reverted (taken back).")
-                      .Register(*registry_)),
-      refused_(&prometheus::BuildCounter()
-                    .Name("tcpscope_controller_records_refused_total")
-                    .Help("Records of a controller rule's sockets not taken as evidence: outgoing, port (not the "
-                          "rule's or a privileged one), local_peer (a client on this host).")
-                    .Register(*registry_)) {}
+      weights_(gauge_family(*registry_, "tcpscope_controller_weight_percent",
+                            "Share of a cohort's new flows each arm of a controller rule gets, in percent.")),
+      cohorts_(gauge_family(*registry_, "tcpscope_controller_cohorts",
+                            "Cohorts of a controller rule by state: exploring, decided, reverted.")),
+      decisions_(counter_family(*registry_, "tcpscope_controller_decisions_total",
+                                "Decisions of a controller rule: decided (a winner), reverted (taken back).")),
+      refused_(counter_family(*registry_, "tcpscope_controller_records_refused_total",
+                              "Records of a controller rule's sockets not taken as evidence: outgoing, port (not "
+                              "the rule's or a privileged one), local_peer (a client on this host).")) {}
 
 void ControllerMetrics::set(const std::vector<CohortWeightsSample>& weights,
                             const std::map<std::pair<std::string, std::string>, uint64_t>& cohorts_by_rule_and_state) {

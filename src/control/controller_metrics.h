@@ -11,15 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "metrics/prometheus_fwd.h"
 #include "metrics/total_counter.h"
-
-namespace prometheus {
-class Counter;
-class Gauge;
-class Registry;
-template <typename T>
-class Family;
-}  // namespace prometheus
 
 namespace tcpscope {
 
@@ -45,7 +38,7 @@ class ControllerMetrics {
   prometheus::Family<prometheus::Gauge>* weights_;
   prometheus::Family<prometheus::Gauge>* cohorts_;
   prometheus::Family<prometheus::Counter>* decisions_;
-  prometheus::Family<prometheus::Counter>* refused_;
+  prometheus::Family<prometheus::Counter>* refused_ = nullptr;
   std::map<std::pair<std::string, std::string>, TotalCounter> refused_series_;
   std::map<std::string, prometheus::Gauge*> weight_series_, cohort_series_;
 };

@@ -6,14 +6,15 @@
 #include <optional>
 #include <string_view>
 
+#include "record/json_writer.h"
 #include "text/utf8_text.h"
 
 namespace tcpscope {
 
 namespace {
 
-// Built in place as the flow log's JSON is (record/json_writer.h): the
-// output grows once by an upper bound, fields go through a char pointer,
+// Built in place as the flow log's JSON is (json_writer::append_in_place):
+// the output grows once by an upper bound, fields go through a char pointer,
 // then the string is cut to what was written.
 
 constexpr uint32_t kVarint = 0, kLengthDelimited = 2;
@@ -133,16 +134,15 @@ size_t bound(const Enrichment& e, size_t fields, std::initializer_list<const std
 // Writes the message through `body` at out's end, then its length in front.
 template <class Body>
 void append_delimited(std::string* out, size_t bound, Body body) {
-  const size_t old = out->size();
-  out->resize(old + bound);
-  char* const begin = out->data() + old;
-  char* const message = begin + kMaxPrefix;
-  const size_t length = static_cast<size_t>(body(message) - message);
-  char prefix[kMaxPrefix];
-  const size_t prefix_length = static_cast<size_t>(put_varint(prefix, length) - prefix);
-  std::memmove(begin + prefix_length, message, length);
-  std::memcpy(begin, prefix, prefix_length);
-  out->resize(old + prefix_length + length);
+  json_writer::append_in_place(out, bound, [&body](char* begin) {
+    char* const message = begin + kMaxPrefix;
+    const size_t length = static_cast<size_t>(body(message) - message);
+    char prefix[kMaxPrefix];
+    const size_t prefix_length = static_cast<size_t>(put_varint(prefix, length) - prefix);
+    std::memmove(begin + prefix_length, message, length);
+    std::memcpy(begin, prefix, prefix_length);
+    return begin + prefix_length + length;
+  });
 }
 
 }  // namespace

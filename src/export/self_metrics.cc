@@ -8,16 +8,18 @@
 #include <algorithm>
 #include <cmath>
 
+#include "metrics/metric_family.h"
+
 namespace tcpscope {
 
 namespace {
 
 prometheus::Counter* plain_counter(prometheus::Registry& r, const char* name, const char* help) {
-  return &prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
+  return &counter_family(r, name, help)->Add({});
 }
 
 prometheus::Gauge* plain_gauge(prometheus::Registry& r, const char* name, const char* help) {
-  return &prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
+  return &gauge_family(r, name, help)->Add({});
 }
 
 }  // namespace
@@ -37,11 +39,9 @@ SelfMetrics::SelfMetrics(std::shared_ptr<prometheus::Registry> registry, const s
       r, "tcpscope_state_changes_missed_total",
       "TCP state changes the kernel ran neither state-change program for (recursion on a CPU); "
       "one that was a flow's first or last costs its record."));
-  recursion_misses_family_ = &prometheus::BuildCounter()
-                                  .Name("tcpscope_bpf_recursion_misses_total")
-                                  .Help("Runs of a tcpscope BPF program the kernel skipped because the program "
-                                        "was already running on that CPU.")
-                                  .Register(r);
+  recursion_misses_family_ = counter_family(r, "tcpscope_bpf_recursion_misses_total",
+                                            "Runs of a tcpscope BPF program the kernel skipped because the program "
+                                            "was already running on that CPU.");
   records_ = TotalCounter(plain_counter(r, "tcpscope_records_total", "Flow records read from the ring buffer."));
   transfer_records_ = TotalCounter(
       plain_counter(r, "tcpscope_transfer_records_total", "Transfer records read from the ring buffer."));
@@ -55,38 +55,28 @@ SelfMetrics::SelfMetrics(std::shared_ptr<prometheus::Registry> registry, const s
   snapshot_flows_ = plain_gauge(r, "tcpscope_snapshot_flows", "Open TCP flows in the last snapshot.");
   snapshot_seconds_ = plain_gauge(r, "tcpscope_snapshot_seconds",
                                   "Time the last open-flow snapshot spent reading the kernel, all namespaces.");
-  auto& ns = prometheus::BuildGauge()
-                 .Name("tcpscope_snapshot_namespaces")
-                 .Help("Network namespaces in the last open-flow snapshot: read, empty (no TCP socket), "
-                       "skipped (past its time budget), failed (could not be entered).")
-                 .Register(r);
+  auto& ns = *gauge_family(r, "tcpscope_snapshot_namespaces",
+                           "Network namespaces in the last open-flow snapshot: read, empty (no TCP socket), "
+                           "skipped (past its time budget), failed (could not be entered).");
   ns_read_ = &ns.Add({{"result", "read"}});
   ns_empty_ = &ns.Add({{"result", "empty"}});
   ns_skipped_ = &ns.Add({{"result", "skipped"}});
   ns_failed_ = &ns.Add({{"result", "failed"}});
-  auto& reloads = prometheus::BuildCounter()
-                      .Name("tcpscope_config_reloads_total")
-                      .Help("Config reloads (SIGHUP) by result.")
-                      .Register(r);
+  auto& reloads = *counter_family(r, "tcpscope_config_reloads_total", "Config reloads (SIGHUP) by result.");
   reloads_ok_ = &reloads.Add({{"result", "ok"}});
   reloads_failed_ = &reloads.Add({{"result", "failed"}});
-  prometheus::BuildGauge()
-      .Name("tcpscope_build_info")
-      .Help("Always 1; the labels describe the build and the kernel it runs on.")
-      .Register(r)
-      .Add({{"version", version}, {"libbpf", libbpf_version}, {"kernel", kernel_release}})
+  gauge_family(r, "tcpscope_build_info", "Always 1; the labels describe the build and the kernel it runs on.")
+      ->Add({{"version", version}, {"libbpf", libbpf_version}, {"kernel", kernel_release}})
       .Set(1);
 }
 
-void SelfMetrics::set_records_lost(uint64_t kernel_total) {
+void SelfMetrics::set_total(TotalCounter* counter, uint64_t total) {
   std::lock_guard<std::mutex> lock(mu_);
-  records_lost_.set(kernel_total);
+  counter->set(total);
 }
 
-void SelfMetrics::set_transfer_records_lost(uint64_t kernel_total) {
-  std::lock_guard<std::mutex> lock(mu_);
-  transfer_records_lost_.set(kernel_total);
-}
+void SelfMetrics::set_records_lost(uint64_t kernel_total) { set_total(&records_lost_, kernel_total); }
+void SelfMetrics::set_transfer_records_lost(uint64_t kernel_total) { set_total(&transfer_records_lost_, kernel_total); }
 
 void SelfMetrics::set_recursion_misses(const std::string& program, uint64_t total) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -97,30 +87,11 @@ void SelfMetrics::set_recursion_misses(const std::string& program, uint64_t tota
   it->second.set(total);
 }
 
-void SelfMetrics::set_state_changes_missed(uint64_t total) {
-  std::lock_guard<std::mutex> lock(mu_);
-  state_changes_missed_.set(total);
-}
-
-void SelfMetrics::set_records(uint64_t total) {
-  std::lock_guard<std::mutex> lock(mu_);
-  records_.set(total);
-}
-
-void SelfMetrics::set_transfer_records(uint64_t total) {
-  std::lock_guard<std::mutex> lock(mu_);
-  transfer_records_.set(total);
-}
-
-void SelfMetrics::set_enrichment_lookups(uint64_t total) {
-  std::lock_guard<std::mutex> lock(mu_);
-  lookups_.set(total);
-}
-
-void SelfMetrics::set_flow_log_dropped(uint64_t total) {
-  std::lock_guard<std::mutex> lock(mu_);
-  flow_log_dropped_.set(total);
-}
+void SelfMetrics::set_state_changes_missed(uint64_t total) { set_total(&state_changes_missed_, total); }
+void SelfMetrics::set_records(uint64_t total) { set_total(&records_, total); }
+void SelfMetrics::set_transfer_records(uint64_t total) { set_total(&transfer_records_, total); }
+void SelfMetrics::set_enrichment_lookups(uint64_t total) { set_total(&lookups_, total); }
+void SelfMetrics::set_flow_log_dropped(uint64_t total) { set_total(&flow_log_dropped_, total); }
 
 void SelfMetrics::set_ring_buffer_fill(double ratio) {
   if (std::isnan(ratio)) ratio = 0;

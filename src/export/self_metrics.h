@@ -15,15 +15,8 @@
 #include <mutex>
 #include <string>
 
+#include "metrics/prometheus_fwd.h"
 #include "metrics/total_counter.h"
-
-namespace prometheus {
-class Counter;
-template <typename T>
-class Family;
-class Gauge;
-class Registry;
-}  // namespace prometheus
 
 namespace tcpscope {
 
@@ -68,6 +61,9 @@ class SelfMetrics {
   void count_reload(bool ok);
 
  private:
+  // Advances `counter` to `total` under mu_.
+  void set_total(TotalCounter* counter, uint64_t total);
+
   std::shared_ptr<prometheus::Registry> registry_;
   std::mutex mu_;  // the setters may be called from different threads
   TotalCounter records_lost_, transfer_records_lost_, state_changes_missed_, records_, transfer_records_, lookups_,

@@ -20,10 +20,7 @@ namespace tcpscope {
 namespace {
 
 // Exit codes of the bpf() test child.
-constexpr int kChildOk = 0;
-constexpr int kChildMapRefused = 10;
-constexpr int kChildIterRefused = 11;
-constexpr int kChildOtherError = 12;
+enum ChildExit : int { kChildOk = 0, kChildMapRefused = 10, kChildIterRefused = 11, kChildOtherError = 12 };
 
 // Whether the bpf() calls the running daemon makes (map reads and writes by
 // fd, socket iterators from the snapshot link) work without CAP_BPF,

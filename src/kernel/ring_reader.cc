@@ -46,6 +46,15 @@ namespace {
 // Returned by on_sample to make libbpf stop; the sample it was returned for
 // has been handled and libbpf has already moved the consumer past it.
 constexpr int kBudgetSpent = -EAGAIN;
+
+// The sample's first sizeof(Event) bytes as an Event of its own, copied out
+// of the ring rather than read through a cast of the ring's memory.
+template <class Event>
+Event sample_as(const void* data) {
+  Event ev;
+  std::memcpy(&ev, data, sizeof(ev));
+  return ev;
+}
 }  // namespace
 
 int RingReader::drain(int budget) {
@@ -60,23 +69,16 @@ int RingReader::drain(int budget) {
 int RingReader::on_sample(void* ctx, void* data, size_t size) {
   auto* self = static_cast<RingReader*>(ctx);
   switch (sample_kind(data, size)) {
-    case SampleKind::kFlow: {
-      tcpscope_flow_event ev;
-      std::memcpy(&ev, data, sizeof(ev));
+    case SampleKind::kFlow:
       ++self->records_;
-      self->handlers_.flow(ev);
+      self->handlers_.flow(sample_as<tcpscope_flow_event>(data));
       break;
-    }
-    case SampleKind::kTransfer: {
-      tcpscope_transfer_event ev;
-      std::memcpy(&ev, data, sizeof(ev));
+    case SampleKind::kTransfer:
       ++self->transfers_;
-      self->handlers_.transfer(ev);
+      self->handlers_.transfer(sample_as<tcpscope_transfer_event>(data));
       break;
-    }
     case SampleKind::kClose: {
-      tcpscope_close_event ev;
-      std::memcpy(&ev, data, sizeof(ev));
+      auto ev = sample_as<tcpscope_close_event>(data);
       ev.n_transfers = std::min<uint32_t>(ev.n_transfers, TCPSCOPE_CLOSE_TRANSFERS);
       self->transfers_ += ev.n_transfers;
       ++self->records_;

@@ -5,9 +5,7 @@
 
 #include <cstdint>
 
-namespace prometheus {
-class Counter;
-}  // namespace prometheus
+#include "metrics/prometheus_fwd.h"
 
 namespace tcpscope {
 

@@ -4,28 +4,23 @@
 #include <prometheus/family.h>
 #include <prometheus/registry.h>
 
+#include "metrics/metric_family.h"
+
 namespace tcpscope {
 
 PolicyMetrics::PolicyMetrics(std::shared_ptr<prometheus::Registry> registry)
     : registry_(std::move(registry)),
-      assignments_(&prometheus::BuildCounter()
-                        .Name("tcpscope_cc_assignments_total")
-                        .Help("Flows whose congestion control a cc_policy rule set, by rule, experiment and arm.")
-                        .Register(*registry_)),
-      revoked_(&prometheus::BuildCounter()
-                    .Name("tcpscope_cc_assignments_revoked_total")
-                    .Help("Of tcpscope_cc_assignments_total, the flows whose application then set its own "
-                          "TCP_CONGESTION (app_override: respect): the rule's algorithm did not stay.")
-                    .Register(*registry_)),
-      app_cc_(&prometheus::BuildCounter()
-                   .Name("tcpscope_app_cc_setsockopt_total")
-                   .Help("Applications setting TCP_CONGESTION themselves: observed (every call seen), "
-                         "overridden (the policy kept its own choice).")
-                   .Register(*registry_)),
-      sysctl_(&prometheus::BuildCounter()
-                   .Name("tcpscope_sysctl_writes_total")
-                   .Help("Writes to the congestion-control sysctls, in the host's network namespace or another: observed, or denied by sysctl_guard: deny (the host's only).")
-                   .Register(*registry_)) {}
+      assignments_(counter_family(*registry_, "tcpscope_cc_assignments_total",
+                                  "Flows whose congestion control a cc_policy rule set, by rule, experiment and arm.")),
+      revoked_(counter_family(*registry_, "tcpscope_cc_assignments_revoked_total",
+                              "Of tcpscope_cc_assignments_total, the flows whose application then set its own "
+                              "TCP_CONGESTION (app_override: respect): the rule's algorithm did not stay.")),
+      app_cc_(counter_family(*registry_, "tcpscope_app_cc_setsockopt_total",
+                             "Applications setting TCP_CONGESTION themselves: observed (every call seen), "
+                             "overridden (the policy kept its own choice).")),
+      sysctl_(counter_family(*registry_, "tcpscope_sysctl_writes_total",
+                             "Writes to the congestion-control sysctls, in the host's network namespace or another: "
+                             "observed, or denied by sysctl_guard: deny (the host's only).")) {}
 
 void PolicyMetrics::track(prometheus::Family<prometheus::Counter>* family, const std::string& key,
                           const std::map<std::string, std::string>& labels, uint64_t total) {

@@ -9,16 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "metrics/prometheus_fwd.h"
 #include "metrics/total_counter.h"
 #include "policy/cc_policy.h"
 #include "policy/policy_counters.h"
-
-namespace prometheus {
-class Counter;
-template <typename T>
-class Family;
-class Registry;
-}  // namespace prometheus
 
 namespace tcpscope {
 

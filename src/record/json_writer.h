@@ -1,6 +1,7 @@
 // The in-place JSON writer the flow log's lines are built with (flow_json.cc,
-// transfer_json.cc). Header-only, so every put is inlined into the writer of
-// a line as it was when the writer was one file.
+// transfer_json.cc); the Kafka messages grow in place by its append_in_place
+// too (export/kafka_protobuf.cc). Header-only, so every put is inlined into
+// the writer of a line as it was when the writer was one file.
 #pragma once
 
 #include <charconv>
@@ -10,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "net/ip_addr.h"
 #include "record/enrichment.h"
@@ -26,6 +28,17 @@ namespace tcpscope::json_writer {
 // to the length written. Measured by bench/pipeline_bench.cc
 // (BM_PipelineFlowJson); the previous append-per-token version spent most
 // of its time in std::string::append and vfprintf.
+
+// Appends what `write` puts in place: *out grows once by `bound`, `write`
+// gets the first free byte and returns the end of what it wrote, and *out is
+// cut there.
+template <class Write>
+void append_in_place(std::string* out, size_t bound, Write write) {
+  const size_t old = out->size();
+  out->resize(old + bound);
+  char* const begin = out->data() + old;
+  out->resize(old + static_cast<size_t>(write(begin) - begin));
+}
 
 template <size_t N>
 char* put(char* p, const char (&literal)[N]) {
@@ -45,8 +58,6 @@ char* put_int(char* p, Int v) {
 
 inline char* put_bool(char* p, bool v) { return v ? put(p, "true") : put(p, "false"); }
 
-inline char* put_opt(char* p, const std::optional<std::string>& v) { return v ? put_json_string(p, *v) : put(p, "null"); }
-
 // As IpAddr::to_string(), quoted: dotted quad, inet_ntop's IPv6 text, "" when unset.
 inline char* put_addr(char* p, const IpAddr& a) {
   *p++ = '"';
@@ -55,40 +66,63 @@ inline char* put_addr(char* p, const IpAddr& a) {
   return p;
 }
 
+// A value as the flow log writes it: a number, true or false, a JSON string,
+// an address quoted (put_addr), an optional's value or null.
+template <class T, std::enable_if_t<std::is_arithmetic_v<T>, int> = 0>
+char* put_value(char* p, T v) {
+  if constexpr (std::is_same_v<T, bool>)
+    return put_bool(p, v);
+  else
+    return put_int(p, v);
+}
+inline char* put_value(char* p, std::string_view s) { return put_json_string(p, s); }
+inline char* put_value(char* p, const IpAddr& a) { return put_addr(p, a); }
+template <class T>
+char* put_value(char* p, const std::optional<T>& v) {
+  return v ? put_value(p, *v) : put(p, "null");
+}
+
+// A field after the line's first: `key` is the literal from its comma to its
+// colon, as put_endpoints' are.
+template <size_t N, class Value>
+char* put_field(char* p, const char (&key)[N], const Value& v) {
+  return put_value(put(p, key), v);
+}
+
+// One line of the flow log: {"kind":"KIND", the fields `write` puts (each
+// with its leading comma), }\n. `bound`: the most bytes the line can take.
+template <size_t N, class Write>
+void append_json_line(std::string* out, const char (&kind)[N], size_t bound, Write write) {
+  append_in_place(out, bound, [&](char* p) {
+    p = put(p, "{\"kind\":\"");
+    p = put(p, kind);
+    p = write(put(p, "\""));
+    return put(p, "}\n");
+  });
+}
+
 // The field groups the flow line and the transfer line share, in SPEC.md's
 // order; `Record` is a FlowRecord or a TransferRecord.
 
 // The flow's endpoints: family, laddr, lport, raddr, rport, dir.
 template <class Record>
 char* put_endpoints(char* p, const Record& r) {
-  p = put(p, ",\"family\":");
-  p = put_int(p, r.family());
-  p = put(p, ",\"laddr\":");
-  p = put_addr(p, r.laddr);
-  p = put(p, ",\"lport\":");
-  p = put_int(p, r.lport);
-  p = put(p, ",\"raddr\":");
-  p = put_addr(p, r.raddr);
-  p = put(p, ",\"rport\":");
-  p = put_int(p, r.rport);
-  p = put(p, ",\"dir\":");
-  return put_json_string(p, to_string(r.dir));
+  p = put_field(p, ",\"family\":", r.family());
+  p = put_field(p, ",\"laddr\":", r.laddr);
+  p = put_field(p, ",\"lport\":", r.lport);
+  p = put_field(p, ",\"raddr\":", r.raddr);
+  p = put_field(p, ",\"rport\":", r.rport);
+  return put_field(p, ",\"dir\":", to_string(r.dir));
 }
 
 // What the pipeline added: peer_class, asn, as_org, cc_rule, experiment, arm.
 inline char* put_enrichment(char* p, const Enrichment& e) {
-  p = put(p, ",\"peer_class\":");
-  p = put_json_string(p, e.peer_class);
-  p = put(p, ",\"asn\":");
-  p = put_int(p, e.asn);
-  p = put(p, ",\"as_org\":");
-  p = put_json_string(p, e.as_org);
-  p = put(p, ",\"cc_rule\":");
-  p = put_opt(p, e.cc_rule);
-  p = put(p, ",\"experiment\":");
-  p = put_opt(p, e.experiment);
-  p = put(p, ",\"arm\":");
-  return put_opt(p, e.arm);
+  p = put_field(p, ",\"peer_class\":", e.peer_class);
+  p = put_field(p, ",\"asn\":", e.asn);
+  p = put_field(p, ",\"as_org\":", e.as_org);
+  p = put_field(p, ",\"cc_rule\":", e.cc_rule);
+  p = put_field(p, ",\"experiment\":", e.experiment);
+  return put_field(p, ",\"arm\":", e.arm);
 }
 
 // The most bytes put_enrichment's strings take.

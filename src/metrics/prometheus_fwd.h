@@ -1,0 +1,11 @@
+// The prometheus-cpp types that headers of classes exporting metrics name,
+// declared without prometheus-cpp's headers (as <iosfwd> declares streams).
+#pragma once
+
+namespace prometheus {
+class Counter;
+class Gauge;
+class Registry;
+template <typename T>
+class Family;
+}  // namespace prometheus
