@@ -28,6 +28,20 @@ constexpr int kStateVersion = 2;
 // which are promoted); the smallest are dropped beyond that.
 constexpr size_t kCandidatesPerCohort = 4;
 constexpr size_t kMinCandidates = 64;
+// A decided cohort is also watched batch by batch (the evidence since the
+// last batch): each batch's e-value that the winner is worse, multiplied up
+// in an e-detector (CUSUM: R = max(R, 1) * e, Shin, Ramdas and Rinaldo,
+// "E-detectors"), reverts it once R reaches kReversalAlarm. The cumulative
+// test alone needs as long to overturn a winner as it was good before; the
+// detector sees a turn within batches of it. With no change it alarms less
+// than once in kReversalAlarm batches on average (about a week of 60 s
+// intervals); a batch waits for kMinBatch values per arm, so that its
+// plug-in variance is not a handful of values.
+constexpr double kReversalAlarm = 1e4;
+constexpr uint64_t kMinBatch = 30;
+// The detector's mixing scale: most power for changes around 50 %, a
+// winner turning clearly worse; small drifts are the cumulative test's.
+constexpr double kReversalMixingScale = 0.5;
 // A cohort's evidence is send transfers; on a kernel without them it waits
 // for nothing that will come.
 constexpr const char* kNoSendTransfers =
@@ -88,6 +102,11 @@ struct CcController::Cohort {
   Objective objective = Objective::kFct;  // what the winner won
   std::vector<uint32_t> weights;
   std::vector<ArmEvidence> evidence;  // this epoch's, per arm
+  // Decided: each arm's objective moments where the current batch starts,
+  // and the reversal detector's statistic (neither saved: a restart starts
+  // a batch and the detector afresh).
+  std::vector<LogMoments> batch_start;
+  double reversal_e = 1;
   double epoch_start_s = 0;
   std::optional<double> decided_at_s;
   double max_e = 1;          // this epoch's largest e-value so far: its always-valid p
@@ -272,6 +291,7 @@ struct CohortTest {
   SequentialResult pair;  // winner vs other, diff from other to winner
   bool guards_ok = true;
   std::string guard_note;  // the guard that failed, for the log
+  bool reversal_alarm = false;  // decided: the batch detector saw the winner turn worse
 };
 
 std::string retrans_note(const ArmEvidence& w, const ArmEvidence& x) {
@@ -368,12 +388,41 @@ CohortTest test_exploring(const std::vector<ArmEvidence>& ev, const ControllerSp
 
 // Decided: is the winner now worse than an arm of the control slice on the
 // objective it won, or beyond a guard's bound?
-CohortTest test_decided(const std::vector<ArmEvidence>& ev, int winner, Objective o, const ControllerSpec& spec) {
+// The batch since `batch_start`: its e-value that the winner is worse than
+// the worst other arm (1 until every arm has kMinBatch values, the batch
+// then going on), multiplied into the detector `reversal_e`.
+bool reversal_seen(const std::vector<ArmEvidence>& ev, int winner, Objective o, std::vector<LogMoments>* batch_start,
+                   double* reversal_e) {
+  const size_t k = ev.size();
+  if (batch_start->size() != k) {
+    batch_start->clear();
+    for (const auto& a : ev) batch_start->push_back(a.objective(o));
+    return false;
+  }
+  std::vector<LogMoments> batch;
+  for (size_t a = 0; a < k; ++a) {
+    batch.push_back(ev[a].objective(o).since((*batch_start)[a]));
+    if (batch.back().n < kMinBatch) return false;
+  }
+  double e = 0;
+  for (size_t a = 0; a < k; ++a) {
+    if (static_cast<int>(a) == winner) continue;
+    const SequentialResult r = mixture_sprt(batch[a], batch[winner], kReversalMixingScale, 0.05);
+    e = std::max(e, r.testable && better_by(o, r.diff) < 0 ? r.e_value / static_cast<double>(k - 1) : 0.0);
+  }
+  for (size_t a = 0; a < k; ++a) (*batch_start)[a] = ev[a].objective(o);
+  *reversal_e = std::max(*reversal_e, 1.0) * e;
+  return *reversal_e >= kReversalAlarm;
+}
+
+CohortTest test_decided(const std::vector<ArmEvidence>& ev, int winner, Objective o, const ControllerSpec& spec,
+                        std::vector<LogMoments>* batch_start, double* reversal_e) {
   CohortTest t;
   t.winner = winner;
   t.objective = o;
   const int others = static_cast<int>(ev.size()) - 1;
   const ArmEvidence& w = ev[winner];
+  t.reversal_alarm = reversal_seen(ev, winner, o, batch_start, reversal_e);
   for (int a = 0; a < static_cast<int>(ev.size()); ++a) {
     if (a == winner) continue;
     const ArmEvidence& x = ev[a];
@@ -461,8 +510,9 @@ void CcController::test_rule(Rule& r, double now_s, bool* changed) {
   std::vector<Pending> tests;
   auto consider = [&](Cohort& c) {
     if (c.epoch_start_s == 0) c.epoch_start_s = now_s;
-    CohortTest t = c.state == CohortState::kDecided ? test_decided(c.evidence, c.winner, c.objective, r.spec)
-                                                     : test_exploring(c.evidence, r.spec);
+    CohortTest t = c.state == CohortState::kDecided
+                       ? test_decided(c.evidence, c.winner, c.objective, r.spec, &c.batch_start, &c.reversal_e)
+                       : test_exploring(c.evidence, r.spec);
     nlohmann::json j;
     j["hypothesis"] = c.state == CohortState::kDecided ? "winner worse than the control slice"
                                                         : "one arm better than every other";
@@ -477,6 +527,12 @@ void CcController::test_rule(Rule& r, double now_s, bool* changed) {
       j["p_value"] = always_valid_p(c.max_e);
       j["guards_ok"] = t.guards_ok;
       if (!t.guard_note.empty()) j["guard"] = t.guard_note;
+      if (c.state == CohortState::kDecided) j["reversal_e"] = c.reversal_e;
+      tests.push_back({&c, t});
+    } else if (t.reversal_alarm) {
+      j["objective"] = objective_name(t.objective);
+      j["arm"] = r.arm_names[t.winner];
+      j["reversal_e"] = c.reversal_e;
       tests.push_back({&c, t});
     } else if (!send_transfers_) {
       j["waiting_for"] = kNoSendTransfers;
@@ -512,7 +568,7 @@ void CcController::test_rule(Rule& r, double now_s, bool* changed) {
                               ", e " + fixed(t.e, 1) + " (e-BH over " + std::to_string(tests.size()) +
                               " cohorts at FDR " + fixed(r.spec.fdr, 3) + ")";
     if (c.state == CohortState::kDecided) {
-      const bool objective_worse = is_rejected[i];
+      const bool objective_worse = (t.testable && is_rejected[i]) || t.reversal_alarm;
       if (!objective_worse && t.guards_ok) continue;
       c.state = CohortState::kReverted;
       c.decision = std::move(evidence);
@@ -520,7 +576,11 @@ void CcController::test_rule(Rule& r, double now_s, bool* changed) {
       c.decision["at_s"] = now_s;
       if (log_)
         log_("tcpscope: controller: " + what + ": reverted " + r.arm_names[c.winner] + " (" +
-             (objective_worse ? stats : "guard: " + t.guard_note) + "); weights back to equal shares");
+             (t.reversal_alarm ? "its latest batches: reversal detector e " + fixed(c.reversal_e, 1) + " >= " +
+                                     fixed(kReversalAlarm, 0) + "; " + stats
+              : objective_worse ? stats
+                                : "guard: " + t.guard_note) +
+             "); weights back to equal shares");
       c.winner = -1;
       c.decided_at_s.reset();
       c.weights = equal_shares(k);
@@ -549,6 +609,8 @@ void CcController::test_rule(Rule& r, double now_s, bool* changed) {
     }
     // A new epoch: the next decision rests on evidence gathered from now on.
     c.evidence.assign(k, ArmEvidence());
+    c.batch_start.clear();
+    c.reversal_e = 1;
     c.epoch_start_s = now_s;
     c.max_e = 1;
     *changed = true;

@@ -28,6 +28,18 @@ void LogMoments::merge(const LogMoments& o) {
   m2 += o.m2 + d * d * na * nb / (na + nb);
   n += o.n;
 }
+LogMoments LogMoments::since(const LogMoments& earlier) const {
+  if (!earlier.n) return *this;
+  if (earlier.n >= n) return {};
+  const double na = static_cast<double>(earlier.n), nb = static_cast<double>(n - earlier.n);
+  LogMoments b;
+  b.n = n - earlier.n;
+  b.mean = (static_cast<double>(n) * mean - na * earlier.mean) / nb;
+  const double d = b.mean - earlier.mean;
+  b.m2 = std::max(0.0, m2 - earlier.m2 - d * d * na * nb / static_cast<double>(n));
+  return b;
+}
+
 double LogMoments::variance() const { return n < 2 ? 0 : m2 / static_cast<double>(n - 1); }
 void Proportion::add(double e, double t) {
   events += e;

@@ -46,6 +46,9 @@ struct LogMoments {
   void add(double value);  // ignores values <= 0 and non-finite ones
   void add_log(double log_value);
   void merge(const LogMoments& o);  // Chan et al.'s parallel combination
+  // The moments of the values added since `earlier` was a copy of this
+  // (merge() undone).
+  LogMoments since(const LogMoments& earlier) const;
   double variance() const;          // sample variance, 0 below 2 values
 };
 

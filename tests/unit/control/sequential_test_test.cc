@@ -42,6 +42,13 @@ TEST(LogMoments, AddAndMergeEqualATwoPassComputation) {
   empty.merge(a);
   EXPECT_EQ(merged.n, 1000u);
   EXPECT_EQ(empty.n, a.n);
+  // since() undoes a merge: all since a's copy is b.
+  const LogMoments later = all.since(a);
+  EXPECT_EQ(later.n, b.n);
+  EXPECT_NEAR(later.mean, b.mean, 1e-12 * std::abs(b.mean));
+  EXPECT_NEAR(later.variance(), b.variance(), 1e-9 * b.variance());
+  EXPECT_EQ(all.since(all).n, 0u);
+  EXPECT_EQ(all.since(LogMoments{}).n, all.n);
   LogMoments ignored;
   for (double v : {0.0, -1.0, std::nan(""), HUGE_VAL}) ignored.add(v);
   EXPECT_EQ(ignored.n, 0u);
