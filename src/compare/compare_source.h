@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "compare/compare.h"
 #include "measure/selection.h"
