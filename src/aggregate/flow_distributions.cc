@@ -326,7 +326,9 @@ std::string FlowDistributions::handle_query(const std::string& query_string) {
   const MetricSpan span = metric_sketch_span(*metric);
   const std::string units = unit_plural(*unit);
   const bool transfers = *unit == SampleUnit::kTransfer;
-  nlohmann::json out{{"metric", to_string(*metric)},
+  nlohmann::json out{{"format_version", kDistributionsFormatVersion},
+                     {"metric", to_string(*metric)},
+                     {"value_unit", metric_unit(*metric)},
                      {"unit", to_string(*unit)},
                      {"by", by},
                      {"a", a->text()},

@@ -137,8 +137,10 @@ class FlowDistributions {
   // GET /api/v1/distributions?metric=fct&unit=transfer&by=asn&a=cc%3Dcubic&b=cc%3Dbbr
   // (a and b URL-encoded selections; metric defaults to fct, unit to flow
   // (what clients from before transfers mean), by to peer_class): the query
-  // above as JSON, with "unit" and the unit's "dropped_flows" /
-  // "folded_flows" or "dropped_transfers" / "folded_transfers".
+  // above as JSON, with "format_version" (kDistributionsFormatVersion),
+  // "value_unit" (metric_unit(): throughput in bytes/s), "unit" and the
+  // unit's "dropped_flows" / "folded_flows" or "dropped_transfers" /
+  // "folded_transfers".
   // std::invalid_argument for a bad query (the HTTP server answers 400).
   std::string handle_query(const std::string& query_string);
 

@@ -76,22 +76,18 @@ namespace {
 constexpr size_t kMaxPlotPanels = 36;
 
 struct Args {
-  std::string flows, server, clickhouse, prometheus, a, b, plot, config;
+  std::string flows, server, clickhouse, prometheus, plot, config;
   std::string database = "tcpscope", table, where, since, until;  // --clickhouse
   std::string range, time;                                         // --prometheus
-  std::string by = "peer_class";
   std::string metric = "fct";
   std::string unit;  // "": the metric's default_unit()
   std::string size_classes;
   std::optional<uint64_t> throughput_min_bytes;
   bool json = false;
-  double alpha = 0.05;
-  uint64_t min_sample = 20;
-  uint32_t resamples = 10000;
-  uint64_t seed = 1;
-  size_t top = 0;
   int timeout_ms = 10000;
-  std::vector<ReportedQuantile> quantiles = default_quantiles();
+  // What the statistics take from the command line (--a, --b, --by, --alpha,
+  // ...), parsed into them directly; metric and unit once they are valid.
+  CompareOptions compare;
 };
 
 // Returns an error message, or "" when the arguments are fine.
@@ -109,9 +105,9 @@ std::string parse_args(const std::vector<std::string>& args, Args* a) {
       .option("--prometheus", &a->prometheus)
       .option("--range", &a->range)
       .option("--time", &a->time)
-      .option("--a", &a->a)
-      .option("--b", &a->b)
-      .option("--by", &a->by)
+      .option("--a", &a->compare.a)
+      .option("--b", &a->compare.b)
+      .option("--by", &a->compare.by)
       .option("--metric", &a->metric)
       .option("--unit", &a->unit)
       .option("--plot", &a->plot)
@@ -119,8 +115,8 @@ std::string parse_args(const std::vector<std::string>& args, Args* a) {
       .option("--size-classes", &a->size_classes)
       .option("--alpha", [a](const std::string& v) -> std::string {
         char* end = nullptr;
-        a->alpha = std::strtod(v.c_str(), &end);
-        if (end == v.c_str() || *end || !(a->alpha > 0 && a->alpha < 1))
+        a->compare.alpha = std::strtod(v.c_str(), &end);
+        if (end == v.c_str() || *end || !(a->compare.alpha > 0 && a->compare.alpha < 1))
           return "--alpha wants a number in (0, 1), got \"" + v + "\"";
         return "";
       })
@@ -128,7 +124,7 @@ std::string parse_args(const std::vector<std::string>& args, Args* a) {
         std::string why;
         auto q = parse_quantiles(v, &why);
         if (!q) return why;
-        a->quantiles = std::move(*q);
+        a->compare.quantiles = std::move(*q);
         return "";
       });
   auto integer = [&cl](const std::string& spelling, uint64_t lo, uint64_t hi, std::function<void(uint64_t)> set) {
@@ -136,10 +132,10 @@ std::string parse_args(const std::vector<std::string>& args, Args* a) {
     cl.count_option(spelling, 19, lo, hi, wants, std::move(set));
   };
   integer("--throughput-min-bytes", 1, 1000000000000ULL, [a](uint64_t n) { a->throughput_min_bytes = n; });
-  integer("--min-sample", 2, 1000000000, [a](uint64_t n) { a->min_sample = n; });
-  integer("--resamples", 100, 1000000, [a](uint64_t n) { a->resamples = static_cast<uint32_t>(n); });
-  integer("--seed", 0, UINT64_MAX / 2, [a](uint64_t n) { a->seed = n; });
-  integer("--top", 1, 1000000, [a](uint64_t n) { a->top = n; });
+  integer("--min-sample", 2, 1000000000, [a](uint64_t n) { a->compare.min_sample = n; });
+  integer("--resamples", 100, 1000000, [a](uint64_t n) { a->compare.resamples = static_cast<uint32_t>(n); });
+  integer("--seed", 0, UINT64_MAX / 2, [a](uint64_t n) { a->compare.seed = n; });
+  integer("--top", 1, 1000000, [a](uint64_t n) { a->compare.top = n; });
   integer("--timeout-ms", 1, 3600000, [a](uint64_t n) { a->timeout_ms = static_cast<int>(n); });
   if (const auto error = cl.parse(args)) return error->message;
   const int sources = !a->flows.empty() + !a->server.empty() + !a->clickhouse.empty() + !a->prometheus.empty();
@@ -159,15 +155,18 @@ std::string parse_args(const std::vector<std::string>& args, Args* a) {
            "\"";
   if (!a->time.empty() && !parse_query_time(a->time))
     return "--time wants RFC 3339 (2026-11-25T10:00:00Z) or unix seconds, not \"" + a->time + "\"";
-  if (a->a.empty() || a->b.empty()) return "--a SEL and --b SEL are both required (e.g. --a cc=cubic --b cc=bbr)";
-  if (a->by != "all" && !valid_field_name(a->by)) return "--by \"" + a->by + "\" is not a field name";
+  if (a->compare.a.empty() || a->compare.b.empty()) return "--a SEL and --b SEL are both required (e.g. --a cc=cubic --b cc=bbr)";
+  if (a->compare.by != "all" && !valid_field_name(a->compare.by)) return "--by \"" + a->compare.by + "\" is not a field name";
   const auto metric = parse_measure(a->metric);
   if (!metric) return "--metric must be fct, throughput, rtt or retrans, not \"" + a->metric + "\"";
+  a->compare.metric = *metric;
+  a->compare.unit = default_unit(*metric);
   if (!a->unit.empty()) {
     const auto unit = parse_sample_unit(a->unit);
     if (!unit) return "--unit must be transfer or flow, not \"" + a->unit + "\"";
     if (const std::string why = unit_unsupported_reason(*metric, *unit); !why.empty())
       return "--unit " + a->unit + ": " + why;
+    a->compare.unit = *unit;
   }
   if (!a->plot.empty()) {
     const size_t dot = a->plot.rfind('.');
@@ -276,15 +275,19 @@ bool svg_to_png(const std::string& svg, const std::string& png, std::string* err
 
 using PanelKey = std::pair<std::string, std::string>;  // group, size class
 
-std::map<PanelKey, std::pair<CdfCurve, CdfCurve>> curves_of(const std::vector<GroupSamples>& groups) {
+// The plot's x axis is in display_unit(m), so that its decade ticks are
+// round figures in the unit people read (100Mbit/s, not 800Mbit/s).
+CdfCurve display_curve(const ArmDistribution& d, Measure m) {
+  CdfCurve c;
+  c.points = cdf_points(d.values(), d.cumulative());
+  for (auto& point : c.points) point.first *= display_scale(m);
+  c.n = d.count();
+  return c;
+}
+
+std::map<PanelKey, std::pair<CdfCurve, CdfCurve>> curves_of(const std::vector<GroupSamples>& groups, Measure m) {
   std::map<PanelKey, std::pair<CdfCurve, CdfCurve>> out;
-  for (const auto& g : groups) {
-    auto& c = out[{g.group, g.size_class.value_or("")}];
-    c.first.points = cdf_points(g.a.values(), g.a.cumulative());
-    c.first.n = g.a.count();
-    c.second.points = cdf_points(g.b.values(), g.b.cumulative());
-    c.second.n = g.b.count();
-  }
+  for (const auto& g : groups) out[{g.group, g.size_class.value_or("")}] = {display_curve(g.a, m), display_curve(g.b, m)};
   return out;
 }
 
@@ -311,7 +314,8 @@ bool write_plot(const std::string& path, const CompareResult& r,
       for (size_t i = 0; i < o.quantiles.size(); ++i) {
         const ReportedQuantile& q = o.quantiles[i];
         if (const auto& v = arm->quantiles[i].value)
-          curve->marks.push_back({q.key, q.q, *v, name + q.key + " = " + format_metric_value(o.metric, *v)});
+          curve->marks.push_back({q.key, q.q, *v * display_scale(o.metric),
+                                  name + q.key + " = " + format_metric_value(o.metric, *v)});
       }
     }
     panels.push_back(std::move(p));
@@ -324,7 +328,7 @@ bool write_plot(const std::string& path, const CompareResult& r,
   for (const ReportedQuantile& q : o.quantiles) keys += (keys.empty() ? "" : ", ") + q.key;
   po.note = "dots: " + keys + " (where an arm holds them)";
   const Measure m = o.metric;
-  po.format_x = [m](double x) { return format_metric_tick(m, x); };
+  po.format_x = [m](double x) { return format_metric_tick(m, x / display_scale(m)); };
   const std::string svg = render_cdf_svg(panels, po);
   const bool png = path.size() > 4 && path.compare(path.size() - 4, 4, ".png") == 0;
   if (!png) return write_file_atomically(path, svg, error);
@@ -350,29 +354,17 @@ int compare_command(const std::vector<std::string>& argv, std::ostream& out, std
     return 2;
   }
   std::string why;
-  const auto sel_a = Selection::parse(args.a, &why);
+  const CompareOptions& o = args.compare;
+  const auto sel_a = Selection::parse(o.a, &why);
   if (!sel_a) {
     err << "tcpscope compare: --a: " << why << "\n";
     return 2;
   }
-  const auto sel_b = Selection::parse(args.b, &why);
+  const auto sel_b = Selection::parse(o.b, &why);
   if (!sel_b) {
     err << "tcpscope compare: --b: " << why << "\n";
     return 2;
   }
-
-  CompareOptions o;
-  o.metric = *parse_measure(args.metric);
-  o.unit = args.unit.empty() ? default_unit(o.metric) : *parse_sample_unit(args.unit);
-  o.by = args.by;
-  o.a = args.a;
-  o.b = args.b;
-  o.alpha = args.alpha;
-  o.min_sample = args.min_sample;
-  o.resamples = args.resamples;
-  o.seed = args.seed;
-  o.top = args.top;
-  o.quantiles = args.quantiles;
 
   // The source the options name; everything after collect() is the same for every source.
   std::unique_ptr<CompareSource> source;
@@ -446,7 +438,7 @@ int compare_command(const std::vector<std::string>& argv, std::ostream& out, std
     return 1;
   }
   std::map<PanelKey, std::pair<CdfCurve, CdfCurve>> curves;
-  if (!args.plot.empty()) curves = curves_of(samples.groups);
+  if (!args.plot.empty()) curves = curves_of(samples.groups, o.metric);
   CompareResult result = compare_samples(std::move(samples), o, source->description());
 
   if (!args.plot.empty()) {

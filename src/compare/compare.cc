@@ -272,17 +272,20 @@ nlohmann::ordered_json compare_result_json(const CompareResult& r) {
   nlohmann::ordered_json groups = nlohmann::ordered_json::array();
   bool binned = false;
   for (const auto& g : r.groups) binned = binned || g.change.binned;
-  auto bucket = [](const std::optional<BucketBounds>& b) {
+  // The report's values are for people: in display_unit(), like the table.
+  const double scale = display_scale(o.metric);
+  auto shown = [scale](const std::optional<double>& v) { return v ? num(*v * scale) : num(v); };
+  auto bucket = [scale](const std::optional<BucketBounds>& b) {
     if (!b) return nlohmann::ordered_json(nullptr);
-    return nlohmann::ordered_json::array({b->lo, num(b->hi)});  // +Inf: null
+    return nlohmann::ordered_json::array({b->lo * scale, num(b->hi * scale)});  // +Inf: null
   };
   auto arm = [&](const ArmSummary& s) {
     nlohmann::ordered_json j, buckets;
     for (size_t i = 0; i < o.quantiles.size(); ++i) {
-      j[o.quantiles[i].key] = num(s.quantiles[i].value);
+      j[o.quantiles[i].key] = shown(s.quantiles[i].value);
       buckets[o.quantiles[i].key] = bucket(s.quantiles[i].bucket);
     }
-    j["mean"] = s.n ? num(s.mean) : nullptr;
+    j["mean"] = s.n ? shown(s.mean) : nullptr;
     if (binned) j["bucket_bounds"] = std::move(buckets);
     return j;
   };
@@ -329,7 +332,7 @@ nlohmann::ordered_json compare_result_json(const CompareResult& r) {
   out["groups"] = std::move(groups);
   out["by"] = o.by;
   out["unit"] = to_string(o.unit);
-  out["value_unit"] = metric_unit(o.metric);
+  out["value_unit"] = display_unit(o.metric);
   out["lower_is_better"] = lower_is_better(o.metric);
   out["description"] = metric_description(o.metric, o.unit, o.metric_options.throughput_min_bytes);
   out["source"] = r.source;

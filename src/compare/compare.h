@@ -112,7 +112,8 @@ CompareResult compare_samples(CompareSamples samples, CompareOptions options, co
 
 // The SPEC.md document: {"metric", "a", "b", "groups": [...]} plus extra
 // fields (by, unit: "flow" or "transfer", value_unit: "us", "bit/s" or
-// "ratio", size_class, method, fdr_note, min_sample, ...).
+// "ratio", size_class, method, fdr_note, min_sample, ...). Values are in
+// display_unit(): throughput, held in bytes/s, is reported in bit/s.
 nlohmann::ordered_json compare_result_json(const CompareResult& r);
 // An aligned table with the method, the FDR control and the minimum sample
 // in footnotes.

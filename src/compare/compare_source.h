@@ -14,7 +14,9 @@
 // its options name.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <utility>
 
 #include "compare/compare.h"
 #include "measure/selection.h"
@@ -33,6 +35,26 @@ class CompareSource {
   // ("FILE: reason", "GET URL: reason") when the data cannot be read.
   virtual bool collect(const CompareOptions& options, const Selection& a, const Selection& b, CompareSamples* out,
                        std::string* error) = 0;
+};
+
+// A source that is its description and one function answering collect():
+// the sources whose only state is what they were made with (a file and the
+// size classes, a URL and a timeout).
+class FunctionSource : public CompareSource {
+ public:
+  using Collect = std::function<bool(const CompareOptions& options, const Selection& a, const Selection& b,
+                                     CompareSamples* out, std::string* error)>;
+  FunctionSource(std::string description, Collect collect)
+      : description_(std::move(description)), collect_(std::move(collect)) {}
+  std::string description() const override { return description_; }
+  bool collect(const CompareOptions& options, const Selection& a, const Selection& b, CompareSamples* out,
+               std::string* error) override {
+    return collect_(options, a, b, out, error);
+  }
+
+ private:
+  std::string description_;
+  Collect collect_;
 };
 
 }  // namespace tcpscope

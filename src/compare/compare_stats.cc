@@ -62,6 +62,16 @@ ArmDistribution ArmDistribution::from_sketch(const FlowSketch& sketch) {
   return d;
 }
 
+ArmDistribution ArmDistribution::scaled(double factor) const {
+  ArmDistribution d = *this;
+  for (double& v : d.values_) v *= factor;
+  for (BucketBounds& b : d.buckets_) b = {b.lo * factor, b.hi * factor};
+  d.mean_ *= factor;
+  d.min_ *= factor;
+  d.max_ *= factor;
+  return d;
+}
+
 ArmDistribution ArmDistribution::binned(const std::vector<double>& upper_bounds, const std::vector<uint64_t>& counts) {
   if (upper_bounds.size() != counts.size())
     throw std::invalid_argument("binned: " + std::to_string(upper_bounds.size()) + " bounds for " +

@@ -99,6 +99,10 @@ class ArmDistribution {
   // for the +Inf bucket. Throws std::invalid_argument on sizes that differ
   // or bounds that do not increase.
   static ArmDistribution binned(const std::vector<double>& upper_bounds, const std::vector<uint64_t>& counts);
+  // Every value times `factor` > 0 (a change of unit). Ranks, ties and the
+  // relative accuracy stay as they are: a sketch's representative value
+  // scales with the values it stands for.
+  ArmDistribution scaled(double factor) const;
 
   uint64_t count() const { return n_; }
   // 0-based order statistic (clamped to count()-1); 0 when empty.

@@ -34,6 +34,22 @@ bool parse_distributions_response(const std::string& body, ServerScan* out, std:
   }
   try {
     ServerScan s;
+    // A daemon from before format versions names none: format 1.
+    s.format_version = j.value("format_version", 1);
+    if (s.format_version < 1 || s.format_version > kDistributionsFormatVersion) {
+      *error = "the daemon answered in distributions format " + std::to_string(s.format_version) +
+               "; this tcpscope compare reads formats 1 to " + std::to_string(kDistributionsFormatVersion) +
+               " (use the tcpscope compare of the daemon's version)";
+      return false;
+    }
+    const std::string metric_name = j.at("metric").get<std::string>();
+    const auto metric = parse_measure(metric_name);
+    if (!metric) {
+      *error = "malformed answer: unknown metric \"" + metric_name + "\"";
+      return false;
+    }
+    // Format 1 sketched throughput in bit/s.
+    const double to_metric_unit = s.format_version == 1 && *metric == Measure::kThroughput ? 1.0 / 8 : 1.0;
     // A daemon from before transfers names no unit: its sketches are of flows.
     const std::string unit_name = j.value("unit", std::string("flow"));
     const auto unit = parse_sample_unit(unit_name);
@@ -56,8 +72,8 @@ bool parse_distributions_response(const std::string& body, ServerScan* out, std:
       gs.group = g.at("group").get<std::string>();
       if (!g.at("size_class").is_null()) gs.size_class = g.at("size_class").get<std::string>();
       gs.size_class_order = g.value("size_class_order", 0u);
-      gs.a = ArmDistribution::from_sketch(FlowSketch::from_json(g.at("a")));
-      gs.b = ArmDistribution::from_sketch(FlowSketch::from_json(g.at("b")));
+      gs.a = ArmDistribution::from_sketch(FlowSketch::from_json(g.at("a"))).scaled(to_metric_unit);
+      gs.b = ArmDistribution::from_sketch(FlowSketch::from_json(g.at("b"))).scaled(to_metric_unit);
       s.groups.push_back(std::move(gs));
     }
     *out = std::move(s);
@@ -109,16 +125,13 @@ bool query_server(const std::string& base_url, const CompareOptions& options, in
   return true;
 }
 
-DaemonSource::DaemonSource(std::string base_url, int timeout_ms)
-    : base_url_(std::move(base_url)), timeout_ms_(timeout_ms) {}
+namespace {
 
-std::string DaemonSource::description() const { return "server " + redact_url(base_url_); }
-
-bool DaemonSource::collect(const CompareOptions& options, const Selection&, const Selection&, CompareSamples* out,
-                           std::string* error) {
-  // The daemon applies the selections itself, from their text in options.
+// The daemon applies the selections itself, from their text in options.
+bool collect_from_daemon(const std::string& base_url, int timeout_ms, const CompareOptions& options,
+                         CompareSamples* out, std::string* error) {
   ServerScan scan;
-  if (!query_server(base_url_, options, timeout_ms_, &scan, error)) return false;
+  if (!query_server(base_url, options, timeout_ms, &scan, error)) return false;
   CompareSamples s;
   s.groups = std::move(scan.groups);
   s.metric_options.size_classes_bytes = scan.size_classes_bytes;
@@ -130,6 +143,14 @@ bool DaemonSource::collect(const CompareOptions& options, const Selection&, cons
                     seconds_text(scan.window_s) + "); quantiles are within " + acc +
                     " of the exact order statistics, and the rank test treats values in the same " + acc +
                     " bucket as ties.");
+  if (scan.format_version < kDistributionsFormatVersion)
+    s.notes.push_back("note: the daemon at " + redact_url(base_url) + " is an older tcpscope (distributions format " +
+                      std::to_string(scan.format_version) + ", this compare's is " +
+                      std::to_string(kDistributionsFormatVersion) +
+                      (options.metric == Measure::kThroughput
+                           ? "): its throughput sketches hold bit/s and were converted to bytes/s; the quantiles keep "
+                             "their stated accuracy."
+                           : ")."));
   if (scan.dropped)
     s.notes.push_back("warning: the daemon dropped " + std::to_string(scan.dropped) + " " + units +
                       " from its distributions (key table full).");
@@ -141,5 +162,14 @@ bool DaemonSource::collect(const CompareOptions& options, const Selection&, cons
   *out = std::move(s);
   return true;
 }
+
+}  // namespace
+
+DaemonSource::DaemonSource(const std::string& base_url, int timeout_ms)
+    : FunctionSource("server " + redact_url(base_url),
+                     [base_url, timeout_ms](const CompareOptions& options, const Selection&, const Selection&,
+                                            CompareSamples* out, std::string* error) {
+                       return collect_from_daemon(base_url, timeout_ms, options, out, error);
+                     }) {}
 
 }  // namespace tcpscope

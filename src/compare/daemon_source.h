@@ -14,6 +14,9 @@ namespace tcpscope {
 constexpr const char* kDistributionsPath = "/api/v1/distributions";
 
 struct ServerScan {
+  // kDistributionsFormatVersion, or older: 1 is a daemon whose throughput
+  // sketches hold bit/s (parse_distributions_response converts them).
+  int format_version = kDistributionsFormatVersion;
   SampleUnit unit = SampleUnit::kFlow;  // what the daemon answered for
   std::vector<GroupSamples> groups;
   double relative_accuracy = 0;
@@ -37,22 +40,18 @@ std::string distributions_target(const CompareOptions& options);
 bool query_server(const std::string& base_url, const CompareOptions& options, int timeout_ms, ServerScan* out,
                   std::string* error);
 
-// The response body -> groups of sketched samples.
+// The response body -> groups of sketched samples, in metric_unit(). An
+// answer in a format newer than kDistributionsFormatVersion is an error
+// naming both versions.
 bool parse_distributions_response(const std::string& body, ServerScan* out, std::string* error);
 
 // A running daemon as a compare source: query_server, the daemon's size
 // classes and throughput threshold, its sketches' coverage and the flows it
 // could not keep apart as notes.
-class DaemonSource : public CompareSource {
+// Its description is "server URL", without credentials.
+class DaemonSource : public FunctionSource {
  public:
-  DaemonSource(std::string base_url, int timeout_ms);
-  std::string description() const override;
-  bool collect(const CompareOptions& options, const Selection& a, const Selection& b, CompareSamples* out,
-               std::string* error) override;
-
- private:
-  std::string base_url_;
-  int timeout_ms_;
+  DaemonSource(const std::string& base_url, int timeout_ms);
 };
 
 }  // namespace tcpscope

@@ -10,8 +10,10 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string_view>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -280,6 +282,31 @@ std::optional<SampleUnit> record_unit(const Access& rec) {
 
 uint32_t to_u32(uint64_t v) { return static_cast<uint32_t>(std::min<uint64_t>(v, UINT32_MAX)); }
 
+// A line's numeric field and the record member of the same meaning.
+template <class Record, class T>
+struct LineField {
+  const char* name;
+  T Record::*member;
+};
+template <class Record, class T>
+LineField<Record, T> field(const char* name, T Record::*member) {
+  return {name, member};
+}
+
+// Each field of the line into its member, clamped to the member's width (a
+// 32-bit count in the record may be written wider in a line).
+template <class Access, class Record, class... T>
+void read_fields(const Access& rec, Record* r, LineField<Record, T>... fields) {
+  const auto read = [&](auto f) {
+    using Member = std::remove_reference_t<decltype(r->*f.member)>;
+    if constexpr (std::is_same_v<Member, int64_t>)
+      r->*f.member = rec.int64(f.name);
+    else
+      r->*f.member = static_cast<Member>(std::min<uint64_t>(rec.uint(f.name), std::numeric_limits<Member>::max()));
+  };
+  (read(fields), ...);
+}
+
 // Through the records the daemon has, so that what counts for a metric
 // (measure/measure.h) is decided from the same fields as there: a line's
 // fields into the record's, and nothing more.
@@ -289,12 +316,10 @@ MetricInputs flow_inputs(const Access& rec) {
   // Any other outcome is not one that did its job.
   f.outcome = rec.string_is("outcome", "ok") ? Outcome::kOk : Outcome::kError;
   f.partial = rec.is_true("partial");
-  f.bytes_acked = rec.uint("bytes_acked");
-  f.bytes_received = rec.uint("bytes_received");
-  f.fct_us = rec.int64("fct_us");
-  f.srtt_us = to_u32(rec.uint("srtt_us"));
-  f.retrans_segs = to_u32(rec.uint("retrans_segs"));
-  f.segs_out = to_u32(rec.uint("segs_out"));
+  read_fields(rec, &f, field("bytes_acked", &FlowRecord::bytes_acked),
+              field("bytes_received", &FlowRecord::bytes_received), field("fct_us", &FlowRecord::fct_us),
+              field("srtt_us", &FlowRecord::srtt_us), field("retrans_segs", &FlowRecord::retrans_segs),
+              field("segs_out", &FlowRecord::segs_out));
   return metric_inputs(f);
 }
 
@@ -303,11 +328,9 @@ MetricInputs transfer_inputs(const Access& rec) {
   TransferRecord t;
   // Anything but "send" is not data this host sent: no throughput sample.
   t.direction = rec.string_is("direction", "send") ? TransferDirection::kSend : TransferDirection::kRecv;
-  t.xfer_us = rec.int64("xfer_us");
-  t.bytes = rec.uint("bytes");
-  t.srtt_us = to_u32(rec.uint("srtt_us"));
-  t.retrans_segs = to_u32(rec.uint("retrans_segs"));
-  t.rwnd_limited_us = to_u32(rec.uint("rwnd_limited_us"));
+  read_fields(rec, &t, field("xfer_us", &TransferRecord::xfer_us), field("bytes", &TransferRecord::bytes),
+              field("srtt_us", &TransferRecord::srtt_us), field("retrans_segs", &TransferRecord::retrans_segs),
+              field("rwnd_limited_us", &TransferRecord::rwnd_limited_us));
   return metric_inputs(t);
 }
 
@@ -464,21 +487,19 @@ bool scan_flow_log(const std::string& path, const CompareOptions& options, const
   return true;
 }
 
-FlowLogSource::FlowLogSource(std::string path, MetricOptions metric_options)
-    : path_(std::move(path)), metric_options_(std::move(metric_options)) {}
+namespace {
 
-std::string FlowLogSource::description() const { return "flows " + path_; }
-
-bool FlowLogSource::collect(const CompareOptions& options, const Selection& a, const Selection& b,
-                            CompareSamples* out, std::string* error) {
+bool collect_from_flow_log(const std::string& path, const MetricOptions& metric_options,
+                           const CompareOptions& options, const Selection& a, const Selection& b,
+                           CompareSamples* out, std::string* error) {
   CompareOptions o = options;
-  o.metric_options = metric_options_;
+  o.metric_options = metric_options;
   FlowLogScan scan;
-  if (!scan_flow_log(path_, o, a, b, &scan, error)) return false;
+  if (!scan_flow_log(path, o, a, b, &scan, error)) return false;
   CompareSamples s;
   s.groups = std::move(scan.groups);
-  s.metric_options = metric_options_;
-  s.size_classes = size_class_names(metric_options_.size_classes_bytes);
+  s.metric_options = metric_options;
+  s.size_classes = size_class_names(metric_options.size_classes_bytes);
   const std::string unit = to_string(o.unit), units = unit_plural(o.unit);
   s.notes.push_back("flow log: " + std::to_string(scan.lines) + " lines read, " + std::to_string(scan.records) + " " +
                     unit + " records among them; " + std::to_string(scan.matched_a) + " " + units + " in A and " +
@@ -504,7 +525,7 @@ bool FlowLogSource::collect(const CompareOptions& options, const Selection& a, c
   if (scan.malformed)
     s.notes.push_back(std::to_string(scan.malformed) + " malformed lines skipped (not a JSON object).");
   if (scan.truncated)
-    s.notes.push_back("warning: " + path_ + " ends in the middle of its gzip stream; the records before "
+    s.notes.push_back("warning: " + path + " ends in the middle of its gzip stream; the records before "
                       "that point were used.");
   if (scan.matched_both)
     s.notes.push_back("warning: " + std::to_string(scan.matched_both) + " " + units +
@@ -512,5 +533,14 @@ bool FlowLogSource::collect(const CompareOptions& options, const Selection& a, c
   *out = std::move(s);
   return true;
 }
+
+}  // namespace
+
+FlowLogSource::FlowLogSource(const std::string& path, const MetricOptions& metric_options)
+    : FunctionSource("flows " + path, [path, metric_options](const CompareOptions& options, const Selection& a,
+                                                             const Selection& b, CompareSamples* out,
+                                                             std::string* error) {
+        return collect_from_flow_log(path, metric_options, options, a, b, out, error);
+      }) {}
 
 }  // namespace tcpscope

@@ -78,16 +78,10 @@ class FlowLogCollector {
 // The flow log as a compare source: scan_flow_log with the size classes and
 // the throughput threshold given (--config, --size-classes,
 // --throughput-min-bytes), its counts and warnings as notes.
-class FlowLogSource : public CompareSource {
+// Its description is "flows PATH".
+class FlowLogSource : public FunctionSource {
  public:
-  FlowLogSource(std::string path, MetricOptions metric_options);
-  std::string description() const override;
-  bool collect(const CompareOptions& options, const Selection& a, const Selection& b, CompareSamples* out,
-               std::string* error) override;
-
- private:
-  std::string path_;
-  MetricOptions metric_options_;
+  FlowLogSource(const std::string& path, const MetricOptions& metric_options);
 };
 
 }  // namespace tcpscope

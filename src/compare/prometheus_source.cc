@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "compare/char_escapes.h"
 #include "net/http_client.h"
 #include "text/url_query.h"
 
@@ -114,9 +115,9 @@ std::optional<PrometheusHistogram> prometheus_histogram(Measure m, SampleUnit u,
       if (transfer) return PrometheusHistogram{"tcpscope_transfer_seconds", "direction=\"send\"", 1e6, kSizedLabels};
       return PrometheusHistogram{"tcpscope_flow_completion_seconds", "", 1e6, kSizedLabels};
     case Measure::kThroughput:
-      // bytes/s -> bit/s
-      if (transfer) return PrometheusHistogram{"tcpscope_transfer_throughput_bytes_per_second", "", 8, kLabels};
-      return PrometheusHistogram{"tcpscope_flow_throughput_bytes_per_second", "", 8, kLabels};
+      // Already in the metric's unit, bytes/s.
+      if (transfer) return PrometheusHistogram{"tcpscope_transfer_throughput_bytes_per_second", "", 1, kLabels};
+      return PrometheusHistogram{"tcpscope_flow_throughput_bytes_per_second", "", 1, kLabels};
     case Measure::kRtt:
       return PrometheusHistogram{"tcpscope_srtt_seconds", "", 1e6, kLabels};
     case Measure::kRetrans:
@@ -128,25 +129,9 @@ std::optional<PrometheusHistogram> prometheus_histogram(Measure m, SampleUnit u,
 }
 
 std::string promql_string(const std::string& text) {
-  std::string out = "\"";
-  for (const unsigned char c : text) {
-    switch (c) {
-      case '\\': out += "\\\\"; break;
-      case '"': out += "\\\""; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\x%02x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
+  static const CharEscapes kPromqlString{
+      {{'\\', "\\\\"}, {'"', "\\\""}, {'\n', "\\n"}, {'\r', "\\r"}, {'\t', "\\t"}}, "\\x%02x", true};
+  return "\"" + escape_chars(text, kPromqlString) + "\"";
 }
 
 std::string regex_escape(const std::string& value) {

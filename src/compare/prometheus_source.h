@@ -17,7 +17,8 @@
 //   throughput per flow     tcpscope_flow_throughput_bytes_per_second
 //   rtt                     tcpscope_srtt_seconds
 //   retrans                 none (a ratio per flow has no histogram)
-// Seconds become microseconds and bytes/s bit/s, compare's units.
+// Seconds become microseconds, compare's unit (metric_unit(); throughput is
+// bytes/s in both).
 //
 // Only the histograms' labels can select and group: peer_class, asn, cc and,
 // for fct, size_class. asn holds the daemon's top-N ASNs by number and

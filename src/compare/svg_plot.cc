@@ -7,6 +7,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "compare/char_escapes.h"
+
 namespace tcpscope {
 
 namespace {
@@ -91,20 +93,11 @@ void quantile_marks(std::ostringstream& out, const CdfCurve& c, const Axis& ax, 
 }  // namespace
 
 std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default:
-        // Control characters are not allowed in XML 1.0 text.
-        if (static_cast<unsigned char>(c) >= 0x20 || c == '\t' || c == '\n') out += c;
-    }
-  }
-  return out;
+  // Control characters other than tab and newline are not allowed in XML 1.0 text.
+  static const CharEscapes kXmlText{
+      {{'&', "&amp;"}, {'<', "&lt;"}, {'>', "&gt;"}, {'"', "&quot;"}, {'\'', "&apos;"}, {'\t', "\t"}, {'\n', "\n"}},
+      nullptr, false};
+  return escape_chars(s, kXmlText);
 }
 
 std::vector<std::pair<double, double>> cdf_points(const std::vector<double>& values,

@@ -21,9 +21,18 @@ FlowSketch sketch_for(Measure m) {
   return FlowSketch(FlowSketch::kDefaultRelativeAccuracy, 0, span.lo, span.hi);
 }
 
-// What a value of the saved state's version 1 is multiplied by to be in the
-// metric's unit.
-double version1_scale(Objective o) { return o == Objective::kFct ? 1e6 /* s -> µs */ : 8 /* bytes -> bits */; }
+// What a value of an older saved state is multiplied by to be in the
+// metric's unit: version 1 kept fct in seconds, version 2 throughput in bit/s.
+double saved_state_scale(Objective o, int state_version) {
+  if (state_version == 1 && o == Objective::kFct) return 1e6;          // s -> µs
+  if (state_version == 2 && o == Objective::kThroughput) return 1.0 / 8;  // bit/s -> bytes/s
+  return 1;
+}
+
+// Whether the saved state's sketch of `o` is in the metric's unit (see from_json).
+bool sketch_kept(Objective o, int state_version) {
+  return state_version >= 3 || (state_version == 2 && o == Objective::kFct);
+}
 
 }  // namespace
 
@@ -74,7 +83,8 @@ nlohmann::json ArmEvidence::to_json() const {
           {"throughput_sketch", sketch(Objective::kThroughput).to_json()}};
 }
 
-bool ArmEvidence::from_json(const nlohmann::json& j, int state_version, ArmEvidence* out) {
+bool ArmEvidence::from_json(const nlohmann::json& j, int state_version, ArmEvidence* out,
+                            uint64_t* dropped_values) {
   try {
     ArmEvidence e;
     if (!j.is_object() || !j.at("transfers").is_number_unsigned()) return false;
@@ -83,11 +93,14 @@ bool ArmEvidence::from_json(const nlohmann::json& j, int state_version, ArmEvide
       const std::string name = objective_name(o);
       LogMoments& m = e.objective_[static_cast<int>(o)];
       if (!tcpscope::from_json(j.at(name), &m)) return false;
-      if (state_version == 1) {
-        if (m.n) m.mean += std::log(version1_scale(o));
-      } else {
-        e.sketch_[static_cast<int>(o)] = FlowSketch::from_json(j.at(name + "_sketch"));
-      }
+      // The moments are of log values: a change of unit shifts the mean only.
+      if (m.n) m.mean += std::log(saved_state_scale(o, state_version));
+      if (state_version == 1) continue;  // no sketches yet worth keeping
+      const FlowSketch saved = FlowSketch::from_json(j.at(name + "_sketch"));
+      if (sketch_kept(o, state_version))
+        e.sketch_[static_cast<int>(o)] = saved;
+      else if (dropped_values)
+        *dropped_values += saved.count();
     }
     if (!tcpscope::from_json(j.at("rtt_inflation"), &e.inflation_) || !tcpscope::from_json(j.at("retrans"), &e.retrans_))
       return false;

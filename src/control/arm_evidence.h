@@ -35,7 +35,7 @@ const char* objective_name(Objective o);
 // Lower is better for completion time, higher for throughput.
 inline bool lower_is_better(Objective o) { return o == Objective::kFct; }
 // The metric an objective is judged by, per transfer: its population, its
-// value and its unit (fct in µs, throughput in bit/s).
+// value and its unit (fct in µs, throughput in bytes/s).
 Measure metric_of(Objective o);
 
 class ArmEvidence {
@@ -56,10 +56,19 @@ class ArmEvidence {
 
   nlohmann::json to_json() const;
   // False (and `out` untouched) on anything malformed. `state_version` is
-  // the saved state's: version 1 kept fct in seconds and throughput in
-  // bytes/s; its moments are moved to the metrics' units and its sketches,
-  // whose fct values were clamped at the span's low end, are dropped.
-  static bool from_json(const nlohmann::json& j, int state_version, ArmEvidence* out);
+  // the saved state's, whose older units are moved to the metrics' ones:
+  //   1: fct in seconds, throughput in bytes/s. The moments are converted;
+  //      the sketches, whose fct values were clamped at the span's low end,
+  //      are dropped.
+  //   2: throughput in bit/s. The moments are converted exactly (a shift of
+  //      the log mean); the throughput sketch is dropped, because its
+  //      buckets cannot be: 8 is not a whole number of buckets (gamma^k), so
+  //      each bit/s bucket straddles two bytes/s ones and moving its count
+  //      to either would break the sketch's stated accuracy. The fct sketch
+  //      is kept. *dropped_values (when given) counts the values of dropped
+  //      sketches, for the caller's log line.
+  static bool from_json(const nlohmann::json& j, int state_version, ArmEvidence* out,
+                        uint64_t* dropped_values = nullptr);
 
  private:
   uint64_t transfers_ = 0;                          // send transfers, of any size

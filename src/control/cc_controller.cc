@@ -21,9 +21,10 @@ namespace {
 // The mixing scale of the sequential tests, in log units: most power for
 // changes around 10 %, the size of the effects the CDN study acted on.
 constexpr double kMixingScale = 0.1;
-// Version 2: the evidence in its metrics' units (fct µs, throughput bit/s);
-// version 1 states are read and converted (ArmEvidence::from_json).
-constexpr int kStateVersion = 2;
+// Version 3: the evidence in its metrics' units (fct µs, throughput
+// bytes/s); versions 1 and 2 (throughput in bit/s) are read and converted
+// (ArmEvidence::from_json).
+constexpr int kStateVersion = 3;
 // ASNs followed while pooled, per allowed ASN cohort (their evidence decides
 // which are promoted); the smallest are dropped beyond that.
 constexpr size_t kCandidatesPerCohort = 4;
@@ -318,10 +319,11 @@ nlohmann::json arm_json(const ArmEvidence& a) {
   j["transfers"] = a.transfers();
   j["n_fct"] = a.objective(Objective::kFct).n;
   j["n_throughput"] = a.objective(Objective::kThroughput).n;
-  // The sketches hold the metrics' units: fct µs (shown in ms), throughput bit/s.
+  // The sketches hold the metrics' units: fct µs (shown in ms), throughput
+  // bytes/s (shown in bit/s, as network rates are quoted).
   if (!a.sketch(Objective::kFct).empty()) j["fct_p50_ms"] = a.sketch(Objective::kFct).quantile(0.5) / 1e3;
   if (!a.sketch(Objective::kThroughput).empty())
-    j["throughput_p50_bps"] = a.sketch(Objective::kThroughput).quantile(0.5);
+    j["throughput_p50_bps"] = a.sketch(Objective::kThroughput).quantile(0.5) * display_scale(Measure::kThroughput);
   if (a.retrans().trials > 0) j["retrans_share"] = a.retrans().share();
   if (a.rtt_inflation().n) j["rtt_inflation"] = std::exp(a.rtt_inflation().mean);
   return j;
@@ -734,11 +736,12 @@ nlohmann::json cohort_state(const Cohort& c) {
   return j;
 }
 
-bool evidence_from(const nlohmann::json& j, size_t k, int state_version, std::vector<ArmEvidence>* out) {
+bool evidence_from(const nlohmann::json& j, size_t k, int state_version, std::vector<ArmEvidence>* out,
+                   uint64_t* dropped_values) {
   if (!j.is_array() || j.size() != k) return false;
   std::vector<ArmEvidence> ev(k);
   for (size_t a = 0; a < k; ++a)
-    if (!ArmEvidence::from_json(j[a], state_version, &ev[a])) return false;
+    if (!ArmEvidence::from_json(j[a], state_version, &ev[a], dropped_values)) return false;
   *out = std::move(ev);
   return true;
 }
@@ -778,13 +781,15 @@ bool CcController::restore(const nlohmann::json& doc, std::string* error) {
     uint64_t decisions, reverts;
   };
   std::vector<Parsed> parsed;
+  uint64_t dropped_values = 0;  // in sketches an older state held in another unit
+  int version = 0;
   try {
     if (!doc.is_object() || !doc.at("version").is_number_integer() || doc.at("version") < 1 ||
         doc.at("version") > kStateVersion) {
       *error = "not a version 1 to " + std::to_string(kStateVersion) + " controller state";
       return false;
     }
-    const int version = doc.at("version").get<int>();
+    version = doc.at("version").get<int>();
     for (const auto& [name, rj] : doc.at("rules").items()) {
       auto it = by_name_.find(name);
       if (it == by_name_.end()) continue;  // no longer a controller rule
@@ -822,7 +827,7 @@ bool CcController::restore(const nlohmann::json& doc, std::string* error) {
         c.decision = cj.at("decision");
         c.last_test = cj.value("last_test", nlohmann::json());
         if (cj.contains("decided_at_s")) c.decided_at_s = cj.at("decided_at_s").get<double>();
-        if (!evidence_from(cj.at("evidence"), k, version, &c.evidence)) {
+        if (!evidence_from(cj.at("evidence"), k, version, &c.evidence, &dropped_values)) {
           *error = "cohort " + c.label + ": malformed evidence";
           return false;
         }
@@ -841,7 +846,7 @@ bool CcController::restore(const nlohmann::json& doc, std::string* error) {
       }
       for (const auto& [asn, ej] : rj.at("candidates").items()) {
         std::vector<ArmEvidence> ev;
-        if (!evidence_from(ej, k, version, &ev)) {
+        if (!evidence_from(ej, k, version, &ev, &dropped_values)) {
           *error = "candidate ASN " + asn + ": malformed evidence";
           return false;
         }
@@ -853,6 +858,10 @@ bool CcController::restore(const nlohmann::json& doc, std::string* error) {
     *error = e.what();
     return false;
   }
+  if (dropped_values && log_)
+    log_("tcpscope: controller: saved state version " + std::to_string(version) + ": dropped the throughput "
+         "sketches (" + std::to_string(dropped_values) + " transfers, in bit/s), which cannot be moved to bytes/s "
+         "within their accuracy; the evidence for decisions is kept, the throughput medians shown restart");
   for (auto& p : parsed) {
     p.rule->pools = std::move(p.pools);
     p.rule->asns = std::move(p.asns);

@@ -14,9 +14,9 @@
 // seen, at most `max_buckets` long.
 //
 // Span. Each sketch has a span [min_value, max_value] (metric_sketch_span in
-// metric.h gives every metric its realistic one, 10 decades: fct
-// and rtt 1 us to 10^4 s, throughput 1 kbit/s to 10 Tbit/s, retrans 1e-9 to
-// 10) and by
+// measure.h gives every metric its realistic one, 10 decades: fct and rtt
+// 1 us to 10^4 s, throughput 125 bytes/s to 1.25e12 bytes/s, retrans 1e-9
+// to 10) and by
 // default max_buckets covers that span (1153 buckets at a = 0.01, 4.6 KB
 // at most), so no value inside it can force a collapse: one 2-hour flow
 // among 10,000 of 30 ms widens the array to ~620 buckets and every quantile

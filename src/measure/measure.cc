@@ -74,11 +74,15 @@ const char* metric_unit(Measure m) {
   switch (m) {
     case Measure::kFct:
     case Measure::kRtt: return "us";
-    case Measure::kThroughput: return "bit/s";
+    case Measure::kThroughput: return "bytes/s";
     case Measure::kRetrans: return "ratio";
   }
   return "";
 }
+
+const char* display_unit(Measure m) { return m == Measure::kThroughput ? "bit/s" : metric_unit(m); }
+
+double display_scale(Measure m) { return m == Measure::kThroughput ? 8 : 1; }
 
 std::string metric_description(Measure m, SampleUnit u, uint64_t throughput_min_bytes) {
   const std::string tmin = std::to_string(throughput_min_bytes);
@@ -117,6 +121,7 @@ const char* metric_axis_label(Measure m, SampleUnit u) {
 bool lower_is_better(Measure m) { return m != Measure::kThroughput; }
 
 std::string format_metric_value(Measure m, double v) {
+  v *= display_scale(m);
   switch (m) {
     case Measure::kFct:
     case Measure::kRtt:
@@ -130,6 +135,7 @@ std::string format_metric_value(Measure m, double v) {
 
 std::string format_metric_tick(Measure m, double v) {
   constexpr int g = kShortestDecimals;
+  v *= display_scale(m);
   switch (m) {
     case Measure::kFct:
     case Measure::kRtt:
@@ -197,12 +203,12 @@ const MetricDefinition& definition(Measure m) {
                       {MetricInput::kTime, MetricTest::kPositive},
                       {MetricInput::kRecv, MetricTest::kFalse}}),
        {MetricInput::kTime}},
-      // throughput: bytes per µs to bit/s
+      // throughput: bytes per µs to bytes/s
       {completed_and({{MetricInput::kBytes, MetricTest::kAtLeastThroughputMin},
                       {MetricInput::kTime, MetricTest::kPositive},
                       {MetricInput::kRecv, MetricTest::kFalse},
                       {MetricInput::kRwndLimited, MetricTest::kFalse}}),
-       {MetricInput::kBytes, MetricInput::kTime, 8, 1e6}},
+       {MetricInput::kBytes, MetricInput::kTime, 1, 1e6}},
       // rtt
       {completed_and({{MetricInput::kSrtt, MetricTest::kPositive}}), {MetricInput::kSrtt}},
       // retrans
@@ -261,7 +267,7 @@ MetricSpan metric_sketch_span(Measure m) {
   switch (m) {
     case Measure::kFct:
     case Measure::kRtt: return {1, 1e10};
-    case Measure::kThroughput: return {1e3, 1e13};
+    case Measure::kThroughput: return {125, 1.25e12};
     case Measure::kRetrans: return {1e-9, 10};
   }
   return {1e-9, 1e300};

@@ -11,7 +11,7 @@
 //               payload bytes (bytes = bytes_acked + bytes_received); compared
 //               per size class, because a 10 kB and a 2 MB object finish in
 //               different numbers of round trips.
-//   throughput  8 * bytes / (fct_us / 1e6), bits/s, of completed flows with
+//   throughput  bytes / (fct_us / 1e6), bytes/s, of completed flows with
 //               bytes >= throughput_min_bytes: short flows end in slow start
 //               and say little about what the path and the CC can carry.
 //   rtt         srtt_us (microseconds), the kernel's smoothed RTT at close, of
@@ -35,7 +35,7 @@
 //               ones follow the peer's, and a server's requests (a segment
 //               each, no time) would pull the quantiles down. The same
 //               population as tcpscope_transfer_seconds{direction="send"}.
-//   throughput  8 * bytes / (xfer_us / 1e6), bits/s, of send transfers with
+//   throughput  bytes / (xfer_us / 1e6), bytes/s, of send transfers with
 //               bytes >= throughput_min_bytes that the receiver's window did
 //               not limit for most of their time (TransferRecord::
 //               rwnd_limited): those measure how fast the peer read, and recv
@@ -45,6 +45,11 @@
 //   rtt, retrans  not per transfer (unit_unsupported_reason()).
 //
 // Lower is better for fct, rtt and retrans; higher for throughput.
+//
+// Values are in one unit per quantity wherever the program holds them (µs,
+// bytes/s, ratio: metric_unit()); only text for people (compare's tables,
+// its JSON report, its plots) shows throughput in bits/s, the unit network
+// rates are quoted in (display_unit(), display_scale(), format_metric_*()).
 #pragma once
 
 #include <cstdint>
@@ -78,16 +83,22 @@ std::string unit_unsupported_reason(Measure m, SampleUnit u);
 
 const char* to_string(Measure m);
 std::optional<Measure> parse_measure(const std::string& name);
-// "us", "bit/s", "ratio".
+// The unit values are held in: "us", "bytes/s", "ratio".
 const char* metric_unit(Measure m);
+// The unit people read them in: "us", "bit/s", "ratio"; a value in
+// metric_unit() times display_scale() (8 for throughput, else 1) is in it.
+const char* display_unit(Measure m);
+double display_scale(Measure m);
 // One line for report headers, e.g. "flow completion time (fct_us) of completed flows below 3000000 bytes".
 std::string metric_description(Measure m, SampleUnit u, uint64_t throughput_min_bytes);
 // The plot's x axis: "flow completion time", "transfer time", ...
 const char* metric_axis_label(Measure m, SampleUnit u);
 bool lower_is_better(Measure m);
-// Human-readable value for tables: 850us, 12.3ms, 1.24s; 85.2Mbit/s; 0.12%.
+// Human-readable text, in display_unit(), of a value in metric_unit(), for
+// tables: 850us, 12.3ms, 1.24s; 85.2Mbit/s; 0.12%.
 std::string format_metric_value(Measure m, double v);
-// Shortest form for axis ticks (round values): 1ms, 200ms, 5s; 100Mbit/s; 1%.
+// Shortest form for axis ticks of a value in metric_unit() (round values in
+// display_unit()): 1ms, 200ms, 5s; 100Mbit/s; 1%.
 std::string format_metric_tick(Measure m, double v);
 
 // Where size classes and the throughput threshold come from: the config
@@ -165,12 +176,18 @@ std::optional<double> metric_value(Measure m, const MetricInputs& in, const Metr
 // The realistic range of the metric's values, which the daemon's sketches
 // (flow_sketch.h) cover at their stated relative error without collapsing:
 // 10 decades each. fct and rtt 1 us to 10^4 s (2.8 h: longer flows are
-// counted at 10^4 s), throughput 1 kbit/s to 10 Tbit/s, retrans 1e-9 to 10
+// counted at 10^4 s), throughput 125 bytes/s to 1.25e12 bytes/s (1 kbit/s
+// to 10 Tbit/s), retrans 1e-9 to 10
 // (zeros are kept apart, exactly).
 struct MetricSpan {
   double lo, hi;
 };
 MetricSpan metric_sketch_span(Measure m);
+
+// The version of the daemon's /api/v1/distributions document ("format_version"),
+// whose sketches hold values in metric_unit(). 1 (the field absent): throughput
+// in bit/s; 2: in bytes/s, with "value_unit".
+constexpr int kDistributionsFormatVersion = 2;
 
 // Whether comparisons of this metric are split by size class (only fct).
 bool split_by_size_class(Measure m);

@@ -469,9 +469,24 @@ TEST(CompareCommand, UnitDefaultsToTransfersForFctAndThroughput) {
   auto fct_flows = json_of({"--unit", "flow"});
   EXPECT_EQ(fct_flows["unit"], "flow");
   EXPECT_TRUE(fct_flows["groups"].empty());  // every flow is above throughput_min_bytes
-  auto tput = json_of({"--metric", "throughput"});
+  const std::string plot = std::string(dir) + "/throughput.svg";
+  auto tput = json_of({"--metric", "throughput", "--plot", plot});
   EXPECT_EQ(tput["unit"], "transfer");
   EXPECT_EQ(tput["groups"][0]["n_a"], 20);
+  // Shown in bit/s: cubic's median is its 10th fastest large transfer (i = 20).
+  EXPECT_EQ(tput["value_unit"], "bit/s");
+  EXPECT_EQ(tput["groups"][0]["a"]["p50"].get<double>(), 8.0 * 3950000 / (400020 / 1e6));
+  {
+    // ~79 Mbit/s: the plot's decade ticks are round in bit/s.
+    std::ifstream p(plot);
+    const std::string svg((std::istreambuf_iterator<char>(p)), std::istreambuf_iterator<char>());
+    EXPECT_NE(svg.find(">10Mbit/s<"), std::string::npos) << svg.substr(0, 3000);
+    EXPECT_NE(svg.find(">100Mbit/s<"), std::string::npos) << svg.substr(0, 3000);
+    char value[32];
+    std::snprintf(value, sizeof(value), "%.17g", tput["groups"][0]["a"]["p50"].get<double>());
+    EXPECT_NE(svg.find("data-quantile=\"p50\" data-value=\"" + std::string(value) + "\""), std::string::npos)
+        << "A's p50 mark at " << value << " bit/s";
+  }
   auto tput_flows = json_of({"--metric", "throughput", "--unit", "flow"});
   EXPECT_EQ(tput_flows["groups"][0]["n_a"], 20);
   EXPECT_LT(tput_flows["groups"][0]["a"]["p50"].get<double>(), tput["groups"][0]["a"]["p50"].get<double>());
@@ -509,6 +524,24 @@ TEST(CompareCommand, UnitDefaultsToTransfersForFctAndThroughput) {
   });
   EXPECT_EQ(run(compare_command, {"--server", base(*old), "--a", "cc=cubic", "--b", "cc=bbr"}, &out, &err), 1);
   EXPECT_NE(err.find("a daemon from before transfers (--unit flow compares its flows)"), std::string::npos) << err;
+
+  // A daemon from before distributions format versions: compared, and said.
+  auto format_1 = start_server();
+  ASSERT_TRUE(format_1);
+  format_1->handle_json("/api/v1/distributions", [&](const std::string& q) {
+    auto j = nlohmann::json::parse(dist.handle_query(q));
+    j.erase("format_version");
+    j.erase("value_unit");
+    return j.dump();
+  });
+  ASSERT_EQ(
+      run(compare_command, {"--server", base(*format_1), "--a", "cc=cubic", "--b", "cc=bbr", "--json"}, &out, &err), 0)
+      << err;
+  const auto notes = nlohmann::json::parse(out)["notes"];
+  EXPECT_TRUE(std::any_of(notes.begin(), notes.end(), [](const nlohmann::json& n) {
+    return n.get<std::string>().find("is an older tcpscope (distributions format 1, this compare's is 2).") !=
+           std::string::npos;
+  })) << notes.dump();
 
   std::remove(log.c_str());
   rmdir(dir);

@@ -12,6 +12,9 @@
 #include <cstdio>
 #include <thread>
 #include <map>
+#include <tuple>
+#include <utility>
+#include <vector>
 #include <random>
 #include <stdexcept>
 
@@ -212,9 +215,66 @@ TEST(FlowDistributions, QueriesOnlyTheFieldsItKeeps) {
     EXPECT_NE(std::string(e.what()).find("peer_class, asn, cc, arm, size_class"), std::string::npos) << e.what();
   }
   const auto j = nlohmann::json::parse(d.handle_query("a=cc%3Dbbr&b=cc%3Dcubic"));
+  EXPECT_EQ(j["format_version"], kDistributionsFormatVersion);
   EXPECT_EQ(j["metric"], "fct");
+  EXPECT_EQ(j["value_unit"], "us");
   EXPECT_EQ(j["by"], "peer_class");
   EXPECT_TRUE(j["groups"].empty());
+}
+
+// What a daemon from before format versions (format 1) answered for one
+// group of throughput: `j` without "format_version" and "value_unit", its
+// sketches made of the values in bit/s.
+nlohmann::json as_format_1(nlohmann::json j, const std::vector<double>& a_bytes_per_s,
+                           const std::vector<double>& b_bytes_per_s) {
+  j.erase("format_version");
+  j.erase("value_unit");
+  for (auto [arm, values] : {std::pair{"a", &a_bytes_per_s}, {"b", &b_bytes_per_s}}) {
+    FlowSketch bits(FlowSketch::kDefaultRelativeAccuracy, 0, 1e3, 1e13);  // format 1's span, in bit/s
+    for (double v : *values) bits.add(8 * v);
+    j["groups"].at(0)[arm] = bits.to_json();
+  }
+  return j;
+}
+
+// Throughput is served in bytes/s (format 2); an older daemon's bit/s
+// sketches are read in bytes/s, and a newer format is refused naming both.
+TEST(FlowDistributions, ThroughputIsServedInBytesPerSecondAndOlderDaemonsAreConverted) {
+  const auto flows = traffic(23);
+  FlowDistributions d{FlowDistributionsOptions{}};
+  for (const auto& f : flows) d.add(f, AsnLabel::kOwn);
+  const auto current = nlohmann::json::parse(d.handle_query("metric=throughput&by=all&a=cc%3Dcubic&b=cc%3Dbbr"));
+  EXPECT_EQ(current["format_version"], 2);
+  EXPECT_EQ(current["value_unit"], "bytes/s");
+  // The exact values, in bytes/s, from the records.
+  std::vector<double> a, b;
+  for (const auto& f : flows)
+    if (const auto v = metric_value(Measure::kThroughput, metric_inputs(f), MetricOptions{}))
+      (f.cc == "cubic" ? a : b).push_back(*v);
+  ServerScan now, old;
+  std::string error;
+  ASSERT_TRUE(parse_distributions_response(current.dump(), &now, &error)) << error;
+  EXPECT_EQ(now.format_version, 2);
+  ASSERT_TRUE(parse_distributions_response(as_format_1(current, a, b).dump(), &old, &error)) << error;
+  EXPECT_EQ(old.format_version, 1);
+  ASSERT_EQ(now.groups.size(), 1u);
+  ASSERT_EQ(old.groups.size(), 1u);
+  for (auto [values, now_arm, old_arm, name] :
+       {std::tuple{&a, &now.groups[0].a, &old.groups[0].a, "A"}, {&b, &now.groups[0].b, &old.groups[0].b, "B"}}) {
+    ASSERT_EQ(now_arm->count(), values->size()) << name;
+    ASSERT_EQ(old_arm->count(), values->size()) << name;
+    std::sort(values->begin(), values->end());
+    const double exact = (*values)[(values->size() - 1) / 2];
+    expect_close(exact, now_arm->quantile(0.5), 0.01, std::string(name) + " median, format 2");
+    expect_close(exact, old_arm->quantile(0.5), 0.01, std::string(name) + " median, format 1 (bit/s)");
+  }
+
+  nlohmann::json newer = current;
+  newer["format_version"] = 3;
+  ServerScan refused;
+  EXPECT_FALSE(parse_distributions_response(newer.dump(), &refused, &error));
+  EXPECT_NE(error.find("distributions format 3"), std::string::npos) << error;
+  EXPECT_NE(error.find("formats 1 to 2"), std::string::npos) << error;
 }
 
 FlowRecord small_flow(uint32_t asn, const std::string& cc, int64_t fct_us) {

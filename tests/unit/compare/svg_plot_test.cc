@@ -222,5 +222,11 @@ TEST(SvgPlot, NoPanelsIsStillAnImage) {
   EXPECT_NE(svg.find("no groups with flows"), std::string::npos);
 }
 
+TEST(SvgPlot, XmlEscapeWritesMarkupAsTextAndLeavesOutControlCharacters) {
+  EXPECT_EQ(xml_escape("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&apos;");
+  EXPECT_EQ(xml_escape(std::string("tab\tline\nbell\x07nul") + '\0' + "del\x7f"), "tab\tline\nbellnuldel\x7f")
+      << "XML 1.0 text holds tab, newline and DEL, no other control character";
+}
+
 }  // namespace
 }  // namespace tcpscope

@@ -232,7 +232,7 @@ TEST(TransferCompare, ThroughputCountsOnlyLargeSendTransfersTheReceiverDidNotLim
   const CompareOptions o = opts(Measure::kThroughput, SampleUnit::kTransfer, "all", "cc=cubic", "cc=bbr");
   const Selection a = sel(o.a), b = sel(o.b);
   FlowLogCollector c(o, a, b);
-  // 5 MB in 2 s = 20 Mbit/s.
+  // 5 MB in 2 s = 2.5 MB/s (20 Mbit/s).
   c.add_line(transfer_line(transfer("cubic", 64501, TransferDirection::kSend, 5000000, 2000000)));
   c.add_line(transfer_line(transfer("cubic", 64501, TransferDirection::kRecv, 5000000, 1000000)));  // received
   c.add_line(transfer_line(transfer("cubic", 64501, TransferDirection::kSend, 2999999, 1000000)));  // small
@@ -248,16 +248,16 @@ TEST(TransferCompare, ThroughputCountsOnlyLargeSendTransfersTheReceiverDidNotLim
   ASSERT_EQ(scan.groups.size(), 1u);
   EXPECT_FALSE(scan.groups[0].size_class);
   ASSERT_EQ(scan.groups[0].a.count(), 1u);
-  EXPECT_DOUBLE_EQ(scan.groups[0].a.quantile(0.5), 2e7);  // bit/s, as flow throughput
+  EXPECT_DOUBLE_EQ(scan.groups[0].a.quantile(0.5), 2.5e6);  // bytes/s, as flow throughput
   ASSERT_EQ(scan.groups[0].b.count(), 1u);
-  EXPECT_DOUBLE_EQ(scan.groups[0].b.quantile(0.5), 3.2e7);
+  EXPECT_DOUBLE_EQ(scan.groups[0].b.quantile(0.5), 4e6);
 
   // The daemon decides the same from the record itself.
   const MetricOptions mo;
   EXPECT_FALSE(metric_value(Measure::kThroughput, metric_inputs(limited), mo));
   EXPECT_FALSE(metric_value(Measure::kThroughput,
                             metric_inputs(transfer("cubic", 1, TransferDirection::kRecv, 5000000, 1000000)), mo));
-  EXPECT_DOUBLE_EQ(*metric_value(Measure::kThroughput, metric_inputs(half), mo), 3.2e7);
+  EXPECT_DOUBLE_EQ(*metric_value(Measure::kThroughput, metric_inputs(half), mo), 4e6);
   // Per transfer, rtt and retrans have no value.
   EXPECT_FALSE(metric_value(Measure::kRtt, metric_inputs(half), mo));
   EXPECT_FALSE(metric_value(Measure::kRetrans, metric_inputs(half), mo));

@@ -226,23 +226,21 @@ TEST(CcController, ReportsTheMediansOfTheTransfersItWasFed) {
   EXPECT_NEAR(arm["throughput_p50_bps"].get<double>(), want_rate, 0.01 * want_rate) << arm.dump();
 }
 
-// A state saved by a version that kept fct in seconds and throughput in
-// bytes/s is read in the metrics' units: the same cohort, the same log-scale
-// evidence shifted by the unit, and it still decides the same way.
+// A state saved by a version that kept fct in seconds (and throughput in
+// bytes/s, as now) is read in the metrics' units: the same cohort, the same
+// log-scale evidence shifted by the unit, and it still decides the same way.
 TEST(CcController, AVersion1StateIsReadInTheMetricsUnits) {
   CcController a(std::make_shared<prometheus::Registry>(), nullptr);
   const Config cfg = controller_config(CohortKind::kPeerClass);
   feed_bbr_twice_as_fast(&a, cfg);
   nlohmann::json v1 = a.save();
-  ASSERT_EQ(v1["version"], 2);
+  ASSERT_EQ(v1["version"], 3);
   v1["version"] = 1;
   for (auto& rule : v1["rules"]) {
     for (auto& cohort_json : rule["cohorts"]) {
       for (auto& ev : cohort_json["evidence"]) {
-        for (const char* key : {"fct", "throughput"}) {
-          auto& m = ev[key];
-          if (m["n"].get<uint64_t>()) m["mean"] = m["mean"].get<double>() - std::log(key[0] == 'f' ? 1e6 : 8.0);
-        }
+        auto& m = ev["fct"];
+        if (m["n"].get<uint64_t>()) m["mean"] = m["mean"].get<double>() - std::log(1e6);
       }
     }
   }
@@ -262,11 +260,70 @@ TEST(CcController, AVersion1StateIsReadInTheMetricsUnits) {
   b.step(20);
   a.step(20);
   EXPECT_EQ((*cohort(status(b), "client"))["state"], (*cohort(status(a), "client"))["state"]);
-  v1["version"] = 3;
+  v1["version"] = 4;
   CcController d(std::make_shared<prometheus::Registry>(), nullptr);
   d.configure(cfg);
   EXPECT_FALSE(d.restore(v1, &error));
   EXPECT_NE(error.find("version"), std::string::npos) << error;
+}
+
+// A state saved by a version that kept throughput in bit/s: its log-scale
+// throughput evidence is moved to bytes/s exactly and still decides the same
+// way; its fct sketch is kept, its throughput sketch (whose bit/s buckets
+// cannot be moved to bytes/s ones within the sketch's accuracy) dropped with
+// a log line saying so.
+TEST(CcController, AVersion2StateIsReadInBytesPerSecondAndDropsOnlyTheThroughputSketch) {
+  CcController a(std::make_shared<prometheus::Registry>(), nullptr);
+  const Config cfg = controller_config(CohortKind::kPeerClass);
+  a.configure(cfg);
+  std::mt19937_64 rng(6);
+  feed_large(&a, &rng, "bbr", 0, "client", 40, 300);
+  feed_large(&a, &rng, "cubic", 0, "client", 20, 300);
+  for (int i = 0; i < 30; ++i) a.observe(transfer("bbr", 0, "client", 60'000, 0.02 + 0.001 * i));
+  // Saved before a step decides (a decision starts the evidence afresh).
+  nlohmann::json v2 = a.save();
+  ASSERT_EQ(v2["version"], 3);
+  v2["version"] = 2;
+  const MetricSpan bit_span{1e3, 1e13};  // version 2's throughput span, in bit/s
+  for (auto& rule : v2["rules"]) {
+    for (auto& cohort_json : rule["cohorts"]) {
+      for (auto& ev : cohort_json["evidence"]) {
+        auto& m = ev["throughput"];
+        if (m["n"].get<uint64_t>()) m["mean"] = m["mean"].get<double>() + std::log(8.0);
+        FlowSketch bits(FlowSketch::kDefaultRelativeAccuracy, 0, bit_span.lo, bit_span.hi);
+        for (const auto& [value, count] : FlowSketch::from_json(ev["throughput_sketch"]).bins())
+          bits.add(8 * value, count);
+        ev["throughput_sketch"] = bits.to_json();
+      }
+    }
+  }
+  Lines log;
+  CcController b(std::make_shared<prometheus::Registry>(), log.sink());
+  b.configure(cfg);
+  std::string error;
+  ASSERT_TRUE(b.restore(v2, &error)) << error;
+  const nlohmann::json saved = a.save(), restored = b.save();
+  const auto& want = saved["rules"]["auto"]["cohorts"][0]["evidence"];
+  const auto& got = restored["rules"]["auto"]["cohorts"][0]["evidence"];
+  ASSERT_EQ(got.size(), 2u) << restored.dump();
+  for (size_t arm = 0; arm < 2; ++arm) {
+    EXPECT_NEAR(got[arm]["throughput"]["mean"].get<double>(), want[arm]["throughput"]["mean"].get<double>(), 1e-9)
+        << "arm " << arm;
+    EXPECT_EQ(got[arm]["throughput"]["n"], want[arm]["throughput"]["n"]) << "arm " << arm;
+    EXPECT_EQ(got[arm]["throughput_sketch"]["count"], 0) << "arm " << arm << ": the bit/s sketch is dropped";
+    EXPECT_EQ(got[arm]["fct_sketch"], want[arm]["fct_sketch"]) << "arm " << arm << ": the fct sketch is kept";
+  }
+  EXPECT_GT(want[0]["fct_sketch"]["count"].get<uint64_t>(), 0u) << "the test needs an fct sketch to keep";
+  ASSERT_EQ(log.lines.size(), 1u);
+  EXPECT_NE(log.lines[0].find("saved state version 2: dropped the throughput sketches (600 transfers"),
+            std::string::npos)
+      << log.lines[0];
+  const nlohmann::json arm = (*cohort(status(b), "client"))["evidence"]["arms"]["bbr"];
+  EXPECT_FALSE(arm.contains("throughput_p50_bps")) << arm.dump();
+  EXPECT_TRUE(arm.contains("fct_p50_ms")) << arm.dump();
+  b.step(20);
+  a.step(20);
+  EXPECT_EQ((*cohort(status(b), "client"))["state"], (*cohort(status(a), "client"))["state"]);
 }
 
 TEST(CcController, AnAsnWithEnoughTransfersGetsItsOwnCohort) {

@@ -127,7 +127,7 @@ TEST(FlowSketch, MemoryIsBoundedAndUpperQuantilesKeepTheirGuarantee) {
 }
 
 TEST(FlowSketch, JsonRoundTripIsExact) {
-  const auto values = lognormal(10000, 15, 1, 9);  // throughput-like, bits/s
+  const auto values = lognormal(10000, 15, 1, 9);  // throughput-like, bytes/s
   FlowSketch s;
   for (double v : values) s.add(v);
   s.add(0);
