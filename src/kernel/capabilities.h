@@ -42,7 +42,8 @@ struct RunTimeCapabilities {
 // Decides what to keep (runs the bpf() test described above).
 RunTimeCapabilities run_time_capabilities(const FlowProbe& probe, bool snapshots);
 
-// The call at the end of Daemon::start(): decides, drops, and logs one line
+// The daemon calls it once its programs are attached and its ring reader
+// made, before any output connects: decides, drops, and logs one line
 // naming what is kept. On failure returns false with *error one line; the
 // daemon must not run on.
 bool drop_capabilities_after_start(const FlowProbe& probe, bool snapshots, std::string* error);
