@@ -174,8 +174,8 @@ std::string message_of(const Record& r) {
 
 // The record's message as protoc reads it, once expect_same_record has held
 // it against the record's JSON line.
-template <class Record, class AppendJson>
-std::map<std::string, std::string> decoded_as(const Record& r, AppendJson append_json, const char* message,
+template <class Record>
+std::map<std::string, std::string> decoded_as(const Record& r, const char* message,
                                               const std::set<std::string>& nullable) {
   std::string line;
   append_json(r, &line);
@@ -185,11 +185,11 @@ std::map<std::string, std::string> decoded_as(const Record& r, AppendJson append
 }
 
 std::map<std::string, std::string> decoded_as_its_json_line(const FlowRecord& r) {
-  return decoded_as(r, append_flow_json, "FlowRecord", kNullable);
+  return decoded_as(r, "FlowRecord", kNullable);
 }
 
 std::map<std::string, std::string> decoded_as_its_json_line(const TransferRecord& r) {
-  return decoded_as(r, append_transfer_json, "TransferRecord", kTransferNullable);
+  return decoded_as(r, "TransferRecord", kTransferNullable);
 }
 
 TEST(KafkaProtobuf, FlowEveryFieldAsTheJsonLineHasIt) {

@@ -1,6 +1,5 @@
 #include "pipeline/flow_pipeline.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 #include <cstring>

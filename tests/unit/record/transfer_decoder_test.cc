@@ -1,6 +1,5 @@
 #include "record/transfer_decoder.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
