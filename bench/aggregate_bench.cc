@@ -13,19 +13,16 @@
 #include <vector>
 
 #include "aggregate/aggregator.h"
+#include "aggregation.h"
 #include "pipeline/asn_ranking.h"
 
 namespace tcpscope {
 namespace {
 
-// The daemon's aggregation step: the ASN ranking labels the flow, the
-// aggregator counts it under that label.
-void rank_and_add(AsnRanking& ranking, Aggregator& agg, const FlowRecord& f) {
-  agg.add(f, ranking.add(f.enrichment.asn, f.bytes_acked + f.bytes_received).label);
-}
-
-const std::vector<std::string> kClasses{"client", "intra-pop", "pop-to-pop", "origin", "transit"};
-const std::vector<std::string> kCcs{"cubic", "bbr"};
+using bench::kCcs;
+using bench::kClasses;
+using bench::rank_and_add;
+using bench::rerank;
 
 // A pool of flows shaped like edge traffic: 5 peer classes, 60 ASNs with a
 // skewed (Zipf-like) byte share, 2 CCs, mostly small objects, a few resets.
@@ -64,8 +61,7 @@ void BM_AggregatorAdd(benchmark::State& state) {
   AsnRanking ranking(AsnRankingOptions{});
   const auto flows = make_flows(1 << 16, 1);
   for (const auto& f : flows) rank_and_add(ranking, agg, f);  // warm the series cache
-  ranking.recompute();
-  agg.retire_series(ranking);
+  rerank(ranking, agg);
   size_t i = 0;
   for (auto _ : state) {
     rank_and_add(ranking, agg, flows[i]);
@@ -84,8 +80,7 @@ void BM_AggregatorAddWhileScraping(benchmark::State& state) {
   AsnRanking ranking(AsnRankingOptions{});
   const auto flows = make_flows(1 << 16, 2);
   for (const auto& f : flows) rank_and_add(ranking, agg, f);
-  ranking.recompute();
-  agg.retire_series(ranking);
+  rerank(ranking, agg);
   std::atomic<bool> done{false};
   std::atomic<uint64_t> scrapes{0};
   std::thread scraper([&] {
@@ -107,44 +102,16 @@ void BM_AggregatorAddWhileScraping(benchmark::State& state) {
 }
 BENCHMARK(BM_AggregatorAddWhileScraping);
 
-// Every label combination of the default cap: 5 classes x 52 asn values
-// (50 top ASNs, "0", "other") x 2 CCs x 4 size classes x 2 dirs x 5
-// outcomes x 5 congestion states, with every histogram populated.
+// The default cap's series, each flow a completed one with its RTTs.
 void fill_default_cap(Aggregator* agg) {
-  AsnRanking ranking(AsnRankingOptions{});
   FlowRecord f;
   f.outcome = Outcome::kOk;
   f.srtt_us = 20000;
   f.min_rtt_us = 15000;
   f.fct_us = 500000;
   f.segs_out = 10;
-  f.ca_state_us = {500000, 1000, 2000, 3000, 4000};
-  f.enrichment.peer_class = kClasses[0];
-  f.cc = kCcs[0];
-  // Rank 50 ASNs into the top-N first.
-  for (uint32_t a = 0; a < 50; ++a) {
-    f.enrichment.asn = 64500 + a;
-    f.bytes_acked = 1000000000ULL - a;
-    rank_and_add(ranking, *agg, f);
-  }
-  ranking.recompute();
-  agg->retire_series(ranking);
-  std::vector<uint32_t> asns{0, 99999};  // "0" and one that folds into "other"
-  for (uint32_t a = 0; a < 50; ++a) asns.push_back(64500 + a);
-  const uint64_t sizes[] = {50000, 500000, 2000000, 5000000};
-  for (const auto& c : kClasses)
-    for (const auto& cc : kCcs)
-      for (uint32_t a : asns)
-        for (uint64_t sz : sizes)
-          for (int k = 0; k < 10; ++k) {
-            f.enrichment.peer_class = c;
-            f.cc = cc;
-            f.enrichment.asn = a;
-            f.bytes_acked = sz;
-            f.dir = k < 5 ? Direction::kActive : Direction::kPassive;
-            f.outcome = static_cast<Outcome>(k % 5);
-            rank_and_add(ranking, *agg, f);
-          }
+  AsnRanking ranking(AsnRankingOptions{});
+  bench::fill_default_cap(ranking, agg, f);
 }
 
 // Collect + TextSerializer, as GET /metrics does.

@@ -3,6 +3,7 @@
 Everything here creates its own network namespaces (198.18.0.0/15 only), cgroup
 and temporary files, and removes them again, even when a run fails.
 """
+import argparse
 import contextlib
 import json
 import os
@@ -445,6 +446,17 @@ def add_churn_args(ap, seconds):
     ap.add_argument("--prefixes", type=int, default=1000000)
     ap.add_argument("--rules", type=int, default=50)
     ap.add_argument("--out")
+
+
+def parse_root_churn_args(script, doc, seconds):
+    """A churn benchmark's options (add_churn_args), parsed, with `doc` (the
+    script's docstring) as its help; the benchmark needs root."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_churn_args(ap, seconds=seconds)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit(f"{script}: needs root")
+    return args
 
 
 @contextlib.contextmanager

@@ -9,9 +9,7 @@ leave it off) and `bpftool prog show` run_cnt / run_time_ns deltas.
 tcpscope runs with the churn benchmark's config (50-rule policy on a cgroup
 holding the load generator and the server, 1M-prefix ASN file, no flow log).
 """
-import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -55,11 +53,7 @@ def print_rows(title, rows, total, unit_name):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    B.add_churn_args(ap, seconds=20)
-    args = ap.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("bpf_cost.py: needs root")
+    args = B.parse_root_churn_args("bpf_cost.py", __doc__, seconds=20)
     result = {"benchmark": "bpf_cost", "seconds_per_run": args.seconds}
     with B.churn_with_tcpscope("bpfcost", args) as (tmp, net, server, d):
         iperf = None

@@ -206,54 +206,56 @@ const LoadedDb& loaded_db() {
   return loaded;
 }
 
-void BM_AsnLookup(benchmark::State& state) {
+// Runs the benchmark's `body` on the database; skips it when that did not load.
+template <class Body>
+void on_loaded_db(benchmark::State& state, Body body) {
   const LoadedDb& l = loaded_db();
   if (!l.db) {
     state.SkipWithError("could not load the generated pfx2as file");
     return;
   }
-  size_t i = 0, known = 0;
-  for (auto _ : state) {
-    const uint32_t asn = l.db->lookup_asn(l.probes[i++ & (kProbes - 1)]);
-    known += asn != 0;
-    benchmark::DoNotOptimize(asn);
-  }
-  state.counters["prefixes"] = double(l.db->prefix_count());
-  state.counters["bytes_per_prefix"] = double(l.db->memory_bytes()) / double(l.db->prefix_count());
-  state.counters["load_s"] = l.load_s;
-  state.counters["hit_ratio"] = double(known) / double(state.iterations());
+  body(l);
+}
+
+void BM_AsnLookup(benchmark::State& state) {
+  on_loaded_db(state, [&](const LoadedDb& l) {
+    size_t i = 0, known = 0;
+    for (auto _ : state) {
+      const uint32_t asn = l.db->lookup_asn(l.probes[i++ & (kProbes - 1)]);
+      known += asn != 0;
+      benchmark::DoNotOptimize(asn);
+    }
+    state.counters["prefixes"] = double(l.db->prefix_count());
+    state.counters["bytes_per_prefix"] = double(l.db->memory_bytes()) / double(l.db->prefix_count());
+    state.counters["load_s"] = l.load_s;
+    state.counters["hit_ratio"] = double(known) / double(state.iterations());
+  });
 }
 BENCHMARK(BM_AsnLookup);
 
 // The full AsnInfo (with the organisation string copy).
 void BM_AsnLookupInfo(benchmark::State& state) {
-  const LoadedDb& l = loaded_db();
-  if (!l.db) {
-    state.SkipWithError("could not load the generated pfx2as file");
-    return;
-  }
-  size_t i = 0;
-  for (auto _ : state) {
-    AsnInfo info = l.db->lookup(l.probes[i++ & (kProbes - 1)]);
-    benchmark::DoNotOptimize(info);
-  }
+  on_loaded_db(state, [&](const LoadedDb& l) {
+    size_t i = 0;
+    for (auto _ : state) {
+      AsnInfo info = l.db->lookup(l.probes[i++ & (kProbes - 1)]);
+      benchmark::DoNotOptimize(info);
+    }
+  });
 }
 BENCHMARK(BM_AsnLookupInfo);
 
 // prefixes_of() walks the whole 1M-prefix trie: a reload-time cost.
 void BM_AsnPrefixesOf(benchmark::State& state) {
-  const LoadedDb& l = loaded_db();
-  if (!l.db) {
-    state.SkipWithError("could not load the generated pfx2as file");
-    return;
-  }
-  size_t found = 0;
-  uint32_t asn = 1;
-  for (auto _ : state) {
-    found += l.db->prefixes_of(asn).size();
-    asn = asn % 70000 + 1;
-  }
-  state.counters["prefixes_per_call"] = double(found) / double(state.iterations());
+  on_loaded_db(state, [&](const LoadedDb& l) {
+    size_t found = 0;
+    uint32_t asn = 1;
+    for (auto _ : state) {
+      found += l.db->prefixes_of(asn).size();
+      asn = asn % 70000 + 1;
+    }
+    state.counters["prefixes_per_call"] = double(found) / double(state.iterations());
+  });
 }
 BENCHMARK(BM_AsnPrefixesOf)->Unit(benchmark::kMillisecond);
 

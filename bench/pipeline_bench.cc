@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "aggregate/aggregator.h"
+#include "aggregation.h"
 #include "pipeline/asn_ranking.h"
 #include "aggregate/flow_distributions.h"
 #include "enrich/asn_db.h"
@@ -44,11 +45,8 @@
 namespace tcpscope {
 namespace {
 
-// The daemon's aggregation step: the ASN ranking labels the flow, the
-// aggregator counts it under that label.
-void rank_and_add(AsnRanking& ranking, Aggregator& agg, const FlowRecord& f) {
-  agg.add(f, ranking.add(f.enrichment.asn, f.bytes_acked + f.bytes_received).label);
-}
+using bench::rank_and_add;
+using bench::rerank;
 
 constexpr size_t kRecords = 1 << 16;
 constexpr size_t kAsnPrefixes = 100000;
@@ -58,6 +56,8 @@ struct Fixture {
   std::shared_ptr<const AsnDatabase> asn_db;
   std::shared_ptr<const PeerClassifier> classifier;
   MonotonicToRealtime clock{1700000000000000000LL};
+
+  EnrichmentTables tables() const { return {classifier, asn_db}; }
 };
 
 uint32_t v4(uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
@@ -179,8 +179,7 @@ std::vector<FlowRecord> decoded() {
 }
 
 std::vector<FlowRecord> enriched() {
-  const auto& fx = fixture();
-  Enricher enricher({fx.classifier, fx.asn_db});
+  Enricher enricher(fixture().tables());
   auto flows = decoded();
   for (auto& f : flows) enricher.enrich(f.raddr, &f.enrichment);
   return flows;
@@ -199,8 +198,7 @@ void BM_PipelineDecode(benchmark::State& state) {
 BENCHMARK(BM_PipelineDecode);
 
 void BM_PipelineEnrich(benchmark::State& state) {
-  const auto& fx = fixture();
-  Enricher enricher({fx.classifier, fx.asn_db});
+  Enricher enricher(fixture().tables());
   auto flows = decoded();
   size_t i = 0;
   for (auto _ : state) {
@@ -220,23 +218,29 @@ void publish_drain(Aggregator& agg) {
   agg.begin_batch();
 }
 
+// The measured loop: record i of kRecords, in turn, through `step`, with
+// the drain published every kDrainRecords.
+template <class Step>
+void run_drains(benchmark::State& state, Aggregator& agg, Step step) {
+  size_t i = 0;
+  agg.begin_batch();
+  for (auto _ : state) {
+    step(i);
+    i = (i + 1) & (kRecords - 1);
+    if ((i & (kDrainRecords - 1)) == 0) publish_drain(agg);
+  }
+  agg.end_batch();
+  state.SetItemsProcessed(state.iterations());
+}
+
 void BM_PipelineAggregate(benchmark::State& state) {
   const auto flows = enriched();
   auto registry = std::make_shared<prometheus::Registry>();
   Aggregator agg(registry, AggregatorOptions{});
   AsnRanking ranking(AsnRankingOptions{});
   for (const auto& f : flows) rank_and_add(ranking, agg, f);  // series exist, as in a running daemon
-  ranking.recompute();
-  agg.retire_series(ranking);
-  size_t i = 0;
-  agg.begin_batch();
-  for (auto _ : state) {
-    rank_and_add(ranking, agg, flows[i]);
-    i = (i + 1) & (kRecords - 1);
-    if ((i & (kDrainRecords - 1)) == 0) publish_drain(agg);
-  }
-  agg.end_batch();
-  state.SetItemsProcessed(state.iterations());
+  rerank(ranking, agg);
+  run_drains(state, agg, [&](size_t i) { rank_and_add(ranking, agg, flows[i]); });
 }
 BENCHMARK(BM_PipelineAggregate);
 
@@ -256,8 +260,7 @@ BENCHMARK(BM_PipelineFlowJson);
 
 // The goal: enrichment + aggregation >= 2M records/s per core.
 void BM_PipelineEnrichAggregate(benchmark::State& state) {
-  const auto& fx = fixture();
-  Enricher enricher({fx.classifier, fx.asn_db});
+  Enricher enricher(fixture().tables());
   auto flows = decoded();
   auto registry = std::make_shared<prometheus::Registry>();
   Aggregator agg(registry, AggregatorOptions{});
@@ -266,18 +269,11 @@ void BM_PipelineEnrichAggregate(benchmark::State& state) {
     enricher.enrich(f.raddr, &f.enrichment);
     rank_and_add(ranking, agg, f);
   }
-  ranking.recompute();
-  agg.retire_series(ranking);
-  size_t i = 0;
-  agg.begin_batch();
-  for (auto _ : state) {
+  rerank(ranking, agg);
+  run_drains(state, agg, [&](size_t i) {
     enricher.enrich(flows[i].raddr, &flows[i].enrichment);
     rank_and_add(ranking, agg, flows[i]);
-    i = (i + 1) & (kRecords - 1);
-    if ((i & (kDrainRecords - 1)) == 0) publish_drain(agg);
-  }
-  agg.end_batch();
-  state.SetItemsProcessed(state.iterations());
+  });
 }
 BENCHMARK(BM_PipelineEnrichAggregate);
 
@@ -285,7 +281,7 @@ BENCHMARK(BM_PipelineEnrichAggregate);
 void BM_PipelineEndToEnd(benchmark::State& state) {
   const bool flow_log = state.range(0) != 0;
   const auto& fx = fixture();
-  Enricher enricher({fx.classifier, fx.asn_db});
+  Enricher enricher(fx.tables());
   auto registry = std::make_shared<prometheus::Registry>();
   Aggregator agg(registry, AggregatorOptions{});
   AsnRanking ranking(AsnRankingOptions{});
@@ -294,13 +290,10 @@ void BM_PipelineEndToEnd(benchmark::State& state) {
     enricher.enrich(f.raddr, &f.enrichment);
     rank_and_add(ranking, agg, f);
   }
-  ranking.recompute();
-  agg.retire_series(ranking);
+  rerank(ranking, agg);
   std::string batch;
   batch.reserve(1 << 20);
-  size_t i = 0;
-  agg.begin_batch();
-  for (auto _ : state) {
+  run_drains(state, agg, [&](size_t i) {
     FlowRecord f = decode_flow_event(fx.events[i], fx.clock);
     enricher.enrich(f.raddr, &f.enrichment);
     rank_and_add(ranking, agg, f);
@@ -308,11 +301,7 @@ void BM_PipelineEndToEnd(benchmark::State& state) {
       append_flow_json(f, &batch);
       if ((i & 1023) == 0) batch.clear();
     }
-    i = (i + 1) & (kRecords - 1);
-    if ((i & (kDrainRecords - 1)) == 0) publish_drain(agg);
-  }
-  agg.end_batch();
-  state.SetItemsProcessed(state.iterations());
+  });
   state.SetLabel(flow_log ? "decode+enrich+aggregate+json" : "decode+enrich+aggregate");
 }
 BENCHMARK(BM_PipelineEndToEnd)->Arg(0)->Arg(1);
@@ -321,8 +310,6 @@ BENCHMARK(BM_PipelineEndToEnd)->Arg(0)->Arg(1);
 // 4 size classes, every dir/outcome/state): what the daemon holds per series
 // on top of its fixed start-up memory.
 void BM_PipelineSeriesMemory(benchmark::State& state) {
-  static const char* kClasses[] = {"client", "intra-pop", "pop-to-pop", "origin", "transit"};
-  static const char* kCcs[] = {"cubic", "bbr"};
   for (auto _ : state) {
     const size_t heap0 = mallinfo2().uordblks;
     auto registry = std::make_shared<prometheus::Registry>();
@@ -334,32 +321,7 @@ void BM_PipelineSeriesMemory(benchmark::State& state) {
     f.fct_us = 500000;
     f.segs_out = 10;
     f.retrans_segs = 1;
-    f.ca_state_us = {500000, 1000, 2000, 3000, 4000};
-    f.enrichment.peer_class = kClasses[0];
-    f.cc = kCcs[0];
-    for (uint32_t a = 0; a < 50; ++a) {
-      f.enrichment.asn = 64500 + a;
-      f.bytes_acked = 1000000000ULL - a;
-      rank_and_add(ranking, *agg, f);
-    }
-    ranking.recompute();
-    agg->retire_series(ranking);
-    std::vector<uint32_t> asns{0, 99999};
-    for (uint32_t a = 0; a < 50; ++a) asns.push_back(64500 + a);
-    const uint64_t sizes[] = {50000, 500000, 2000000, 5000000};
-    for (const char* c : kClasses)
-      for (const char* cc : kCcs)
-        for (uint32_t a : asns)
-          for (uint64_t sz : sizes)
-            for (int k = 0; k < 10; ++k) {
-              f.enrichment.peer_class = c;
-              f.cc = cc;
-              f.enrichment.asn = a;
-              f.bytes_acked = sz;
-              f.dir = k < 5 ? Direction::kActive : Direction::kPassive;
-              f.outcome = static_cast<Outcome>(k % 5);
-              rank_and_add(ranking, *agg, f);
-            }
+    bench::fill_default_cap(ranking, agg.get(), f);
     size_t series = 0, samples = 0;
     for (const auto& fam : registry->Collect()) {
       series += fam.metric.size();
@@ -409,7 +371,7 @@ void BM_TransferPath(benchmark::State& state) {
     e.min_rtt_us = f.min_rtt_us;
     std::memcpy(e.cc, f.cc, sizeof(e.cc));
   }
-  Enricher enricher({fx.classifier, fx.asn_db});
+  Enricher enricher(fx.tables());
   RuleNames rule_names;
   FlowPipeline pipeline(fx.clock, enricher, rule_names, TransferDelimiter::kWrite);
   auto registry = std::make_shared<prometheus::Registry>();

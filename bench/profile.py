@@ -20,9 +20,7 @@ connection (both ends of each connection run on this host).
 perf's own overhead applies to every sample alike; the absolute rate during
 the profile is lower than in churn.py and is not a benchmark figure.
 """
-import argparse
 import collections
-import os
 import subprocess
 import sys
 import threading
@@ -92,11 +90,7 @@ def attribute(script_text, daemon_pid):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    B.add_churn_args(ap, seconds=25)
-    args = ap.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("profile.py: needs root")
+    args = B.parse_root_churn_args("profile.py", __doc__, seconds=25)
     if subprocess.run(["perf", "--version"], capture_output=True).returncode != 0:
         raise SystemExit("profile.py: perf not found (Debian: linux-perf)")
     record_s = max(2.0, args.seconds - 6)

@@ -4,8 +4,9 @@ a process's memory, removing a network namespace with everything in it, and
 the size of one flow record in the ring.
 
 Imported by path (bench/benchlib.py, tests/integration/conftest.py,
-tests/package/test_deb.py put tests/ on sys.path); nothing here depends on
-pytest."""
+tests/package/test_deb.py, tests/fleet/test_servers.py put tests/ on
+sys.path); nothing here depends on pytest."""
+import http.server
 import os
 import re
 import signal
@@ -87,3 +88,51 @@ def remove_netns(*names):
             except (ProcessLookupError, ValueError):
                 pass
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, text=True)
+
+
+def add_server_options(parser, *, port=True, out=True, ready_required=False, timeout=120):
+    """The options of the test servers that helper scripts run in a network
+    namespace (tests/integration/traffic.py, tests/lab/probe.py, ...): where it
+    listens, how many connections or datagrams it takes, where it writes what
+    it saw, the file it creates once listening, and how long it waits at most."""
+    parser.add_argument("--bind", required=True)
+    if port:
+        parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--count", type=int, required=True)
+    if out:
+        parser.add_argument("--out", required=True)
+    parser.add_argument("--ready", required=ready_required)
+    parser.add_argument("--timeout", type=float, default=timeout)
+
+
+def add_peer_options(parser):
+    """A client's server: --addr and --port."""
+    parser.add_argument("--addr", required=True)
+    parser.add_argument("--port", type=int, required=True)
+
+
+class FixedAnswer(http.server.BaseHTTPRequestHandler):
+    """A stand-in HTTP server's handler: every GET gets `body` (with
+    `content_type` when set) and status_for(path); nothing is logged. A test
+    subclasses it with its own answer."""
+
+    body = b""
+    content_type = None
+
+    def status_for(self, path):
+        return 200
+
+    def seen(self):
+        """Called with each request before it is answered."""
+
+    def do_GET(self):  # noqa: N802  (http.server's name)
+        self.seen()
+        self.send_response(self.status_for(self.path))
+        if self.content_type:
+            self.send_header("Content-Type", self.content_type)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args):
+        pass

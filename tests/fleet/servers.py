@@ -74,6 +74,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def distinct_free_ports(n: int) -> list[int]:
+    """n ports free_port() found, no two the same (a server's several listeners)."""
+    ports: list[int] = []
+    while len(ports) < n:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def port_open(port: int, host: str = HOST) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.5)
@@ -164,7 +174,8 @@ class _Server:
 
     name = "server"
 
-    def __init__(self, workdir: str | os.PathLike | None = None, keep: bool = False):
+    def __init__(self, workdir: str | os.PathLike | None = None, keep: bool = False, start_timeout: float = 60):
+        self.start_timeout = start_timeout  # seconds start() waits for the server to answer
         self._own_dir = workdir is None
         self.dir = Path(tempfile.mkdtemp(prefix=f"tcpscope-{self.name}-")) if workdir is None else Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -295,15 +306,11 @@ class KafkaBroker(_Server):
 
     def __init__(self, version: str = KAFKA_VERSION, workdir=None, keep: bool = False,
                  heap: str = "512m", extra_properties: Mapping[str, str] | None = None, start_timeout: float = 120):
-        super().__init__(workdir, keep)
+        super().__init__(workdir, keep, start_timeout)
         self.version = version
         self.heap = heap
         self.extra_properties = dict(extra_properties or {})
-        self.start_timeout = start_timeout
-        self.port = free_port()
-        self.controller_port = free_port()
-        while self.controller_port == self.port:
-            self.controller_port = free_port()
+        self.port, self.controller_port = distinct_free_ports(2)
         self.data_dir = self.dir / "data"
         self.log = self.dir / "kafka.log"          # the broker's log4j output
         self.stdout_log = self.dir / "kafka.stdout.log"
@@ -640,15 +647,11 @@ class ClickHouseServer(ClickHouseHttp, _Server):
     def __init__(self, workdir=None, keep: bool = False, extra_config: str = "", start_timeout: float = 60,
                  log_level: str | None = None):
         binary = need_executable("clickhouse-server", "clickhouse-server")
-        super().__init__(workdir, keep)
+        super().__init__(workdir, keep, start_timeout)
         self.binary = binary
-        self.http_port = free_port()
-        self.tcp_port = free_port()
-        while self.tcp_port == self.http_port:
-            self.tcp_port = free_port()
+        self.http_port, self.tcp_port = distinct_free_ports(2)
         self.extra_config = extra_config
         self.log_level = log_level or os.environ.get("TCPSCOPE_CLICKHOUSE_LOG_LEVEL", "information")
-        self.start_timeout = start_timeout
         self.log = self.dir / "clickhouse-server.log"
         self.err_log = self.dir / "clickhouse-server.err.log"
         self.stdout_log = self.dir / "clickhouse-server.stdout.log"
@@ -732,7 +735,7 @@ class PrometheusServer(_Server):
     def __init__(self, scrape_targets: Sequence[str] | Mapping[str, Sequence[str]], scrape_interval: str = "1s",
                  metrics_path: str = "/metrics", workdir=None, keep: bool = False, start_timeout: float = 60):
         binary = need_executable("prometheus", "prometheus")
-        super().__init__(workdir, keep)
+        super().__init__(workdir, keep, start_timeout)
         self.binary = binary
         if isinstance(scrape_targets, Mapping):
             self.jobs = {job: list(t) for job, t in scrape_targets.items()}
@@ -740,14 +743,10 @@ class PrometheusServer(_Server):
             self.jobs = {"tcpscope": list(scrape_targets)}
         self.scrape_interval = scrape_interval
         self.metrics_path = metrics_path
-        self.start_timeout = start_timeout
-        self.port = free_port()
+        self.port = free_port()  # kept across restarts, and so is the URL
+        self.url = f"http://{HOST}:{self.port}"
         self.log = self.dir / "prometheus.log"
         self.config = self.dir / "prometheus.yml"
-
-    @property
-    def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
 
     def _write_config(self) -> None:
         # JSON is YAML: no YAML writer needed.

@@ -3,14 +3,19 @@ stop() and start(); Prometheus scrapes what it is given; the current engine's
 HTTP front answers as ClickHouse's server."""
 import base64
 import http.server
+import sys
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 from servers import free_port, port_open, unique_name
 from fleetfixtures import clickhouse_current, kafka_broker, prometheus_factory  # noqa: F401
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/
+from testlib import FixedAnswer  # noqa: E402
 
 
 def test_kafka_restart_keeps_port_topics_and_messages(kafka_broker):
@@ -32,17 +37,12 @@ def test_kafka_restart_keeps_port_topics_and_messages(kafka_broker):
     assert [m.key for m in got if m.value.startswith(b"line")] == [None]
 
 
-class _Metrics(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = b"# TYPE fleet_test_up gauge\nfleet_test_up 1\n"
-        self.send_response(200 if self.path == "/metrics" else 404)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+class _Metrics(FixedAnswer):
+    body = b"# TYPE fleet_test_up gauge\nfleet_test_up 1\n"
+    content_type = "text/plain; version=0.0.4"
 
-    def log_message(self, *args):
-        pass
+    def status_for(self, path):
+        return 200 if path == "/metrics" else 404
 
 
 def test_prometheus_scrapes_a_target(prometheus_factory):

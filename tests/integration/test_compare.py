@@ -29,6 +29,9 @@ import urllib.request
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: testlib, also when run as a script
+from testlib import add_peer_options, add_server_options  # noqa: E402
+
 PORTS = {"cubic": 8080, "bbr": 8081}
 CHUNK = 65536
 RELATIVE_ACCURACY = 0.01  # the daemon's sketches (FlowSketch::kDefaultRelativeAccuracy)
@@ -155,17 +158,13 @@ def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="mode", required=True)
     s = sub.add_parser("serve")
-    s.add_argument("--bind", required=True)
-    s.add_argument("--count", type=int, required=True)
-    s.add_argument("--ready", required=True)
-    s.add_argument("--timeout", type=float, default=120)
+    add_server_options(s, port=False, out=False, ready_required=True)
     c = sub.add_parser("client")
     c.add_argument("--addr", required=True)
     c.add_argument("--source", required=True)
     c.add_argument("--plan", required=True)
     h = sub.add_parser("hold")
-    h.add_argument("--addr", required=True)
-    h.add_argument("--port", type=int, required=True)
+    add_peer_options(h)
     h.add_argument("--cc", required=True)
     h.add_argument("--seconds", type=float, required=True)
     args = p.parse_args()

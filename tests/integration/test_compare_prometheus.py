@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TCPSCOPE, free_port, stop_process, wait_for
+from testlib import FixedAnswer
 from test_compare import PORTS, lab, run_traffic, tcpscope  # noqa: F401  (lab: a fixture)
 
 PROMETHEUS = Path("/usr/bin/prometheus")
@@ -178,20 +179,13 @@ def test_prometheus_counts_and_buckets_agree_with_the_flow_log(lab, prometheus, 
         assert text in words, text
 
 
-class Junk(http.server.BaseHTTPRequestHandler):
+class Junk(FixedAnswer):
     authorization = []  # the Authorization header of every request
+    body = b"<html>this is not a query API</html>"
+    content_type = "text/html"
 
-    def do_GET(self):  # noqa: N802  (http.server's name)
+    def seen(self):
         Junk.authorization.append(self.headers.get("Authorization"))
-        body = b"<html>this is not a query API</html>"
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
 
 
 def test_unreachable_and_garbage_answers_fail_in_one_line():

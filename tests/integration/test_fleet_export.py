@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, Daemon, free_port, metric_value, wait_for
+from testlib import FixedAnswer
 from test_compare import PORTS, RELATIVE_ACCURACY, has_bbr, run_traffic, tcpscope
 
 sys.path.insert(0, str(ROOT / "tests" / "fleet"))
@@ -267,16 +268,8 @@ def test_broker_away_for_30s_under_load(net, tmp_path, kafka):
         assert rc == 0, daemon.stderr_text()
 
 
-class GarbageHandler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = b"<html>not clickhouse</html>"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+class GarbageHandler(FixedAnswer):
+    body = b"<html>not clickhouse</html>"
 
 
 def test_clickhouse_unreachable_or_garbage_is_one_line_and_nonzero(clickhouse):

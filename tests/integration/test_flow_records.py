@@ -147,18 +147,23 @@ def shape_20mbit(net):
            "rate", "20mbit", "burst", "32kb", "latency", "400ms")
 
 
+def shaped_fetches(daemon, net, tmp_path, n=3, serve_opts=None, client_opts=None):
+    """n clients each fetch 300 kB over shape_20mbit's link, timing it on
+    their own clock: their lines, the server's output file, and both ends'
+    records by tuple."""
+    shape_20mbit(net)
+    server, server_out = net.serve(tmp_path, net.srv_v4, n, **(serve_opts or {}))
+    clients = []
+    for _ in range(n):
+        clients += net.client(tmp_path, net.srv_v4, req=200, resp=300_000, realtime=True, **(client_opts or {}))
+    server.wait(timeout=60)
+    return clients, server_out, by_tuple(daemon.wait_records(net, 2 * n))
+
+
 def test_fct_excludes_idle_before_the_client_closes(daemon, net, tmp_path):
     """The client idles 500 ms after its last byte before its FIN: the
     server's record must end at the transfer, not at that bare FIN."""
-    shape_20mbit(net)
-    n = 3
-    server, server_out = net.serve(tmp_path, net.srv_v4, n)
-    clients = []
-    for _ in range(n):
-        clients += net.client(tmp_path, net.srv_v4, req=200, resp=300_000, realtime=True,
-                              idle_before_close_ms=IDLE_MS)
-    server.wait(timeout=60)
-    recs = by_tuple(daemon.wait_records(net, 2 * n))
+    clients, server_out, recs = shaped_fetches(daemon, net, tmp_path, client_opts={"idle_before_close_ms": IDLE_MS})
     servers = {(s["raddr"], s["rport"]): s for s in read_jsonl(server_out)}
     for c in clients:
         s = servers[(net.cli_v4, c["lport"])]
@@ -179,15 +184,8 @@ def test_fct_excludes_idle_before_the_client_closes(daemon, net, tmp_path):
 def test_fct_excludes_idle_before_the_server_closes(daemon, net, tmp_path):
     """The server closes first, 500 ms after its last byte: the client's
     record must end at the last byte read, not at the server's bare FIN."""
-    shape_20mbit(net)
-    n = 3
-    server, _ = net.serve(tmp_path, net.srv_v4, n, idle_before_close_ms=IDLE_MS)
-    clients = []
-    for _ in range(n):
-        clients += net.client(tmp_path, net.srv_v4, req=200, resp=300_000, realtime=True,
-                              peer_closes_first=True)
-    server.wait(timeout=60)
-    recs = by_tuple(daemon.wait_records(net, 2 * n))
+    clients, _, recs = shaped_fetches(daemon, net, tmp_path, serve_opts={"idle_before_close_ms": IDLE_MS},
+                                      client_opts={"peer_closes_first": True})
     for c in clients:
         a = recs[(net.cli_v4, c["lport"], net.srv_v4, c["rport"])][0]
         print(f"\nclient clock {c['clock_us']} us; active fct {a['fct_us']} duration {a['duration_us']}")

@@ -3,6 +3,7 @@ program, seen in the kernel's own view (ss) and in the records; applications
 that set TCP_CONGESTION themselves; the sysctl guard; and a daemon killed
 with SIGKILL leaves every connection working. The programs attach to a cgroup
 the test creates, and only the test's processes run in it."""
+import contextlib
 import json
 import os
 import re
@@ -23,6 +24,32 @@ def start_daemon(tmp, cgroup, config_text):
     cfg = home / "tcpscope.yaml"
     cfg.write_text(config_text)
     return Daemon(home, extra_args=("--config", str(cfg), "--cgroup", str(cgroup)))
+
+
+@contextlib.contextmanager
+def policy_daemon(tmp, cgroup, config_text):
+    """The daemon of start_daemon, which must stop cleanly after the test's body."""
+    d = start_daemon(tmp, cgroup, config_text)
+    try:
+        yield d
+    finally:
+        assert d.stop() == 0, d.stderr_text()
+
+
+def one_rule(name, action, match="{ peer_class: client }", settings=()):
+    """A cc_policy of one rule: `action` is its cc or experiment line,
+    `settings` are more of cc_policy's own lines."""
+    return "\n".join(["cc_policy:", *(f"  {line}" for line in settings), "  rules:", f"    - name: {name}",
+                      f"      match: {match}", f"      {action}"]) + "\n"
+
+
+def second_client_address(net):
+    """Another IPv4 address on the client's veth, in its subnet: a client the
+    rules can tell from the first."""
+    n = net.cli_v4.split(".")[2]
+    other = f"198.18.{n}.3"
+    net.ns(net.cli, "ip", "addr", "add", f"{other}/24", "dev", net.veth_cli)
+    return other
 
 
 def default_cc(net):
@@ -92,19 +119,11 @@ def reload(d, times_before):
 
 def test_rule_sets_cubic_for_one_client_prefix_only(net, tmp_path, test_cgroup):
     net.cgroup = test_cgroup
-    n = net.cli_v4.split(".")[2]
-    other = f"198.18.{n}.3"
-    net.ns(net.cli, "ip", "addr", "add", f"{other}/24", "dev", net.veth_cli)
+    other = second_client_address(net)
     base = default_cc(net)
     assert base != "cubic", "the test needs a default other than the rule's algorithm"
-    d = start_daemon(tmp_path, test_cgroup, f"""
-cc_policy:
-  rules:
-    - name: cubic-for-one
-      match: {{ prefixes: ["{other}/32"] }}
-      cc: cubic
-""")
-    try:
+    with policy_daemon(tmp_path, test_cgroup,
+                       one_rule("cubic-for-one", "cc: cubic", match=f'{{ prefixes: ["{other}/32"] }}')) as d:
         # Slow the server's sending so the connections stay open to be inspected.
         net.ns(net.srv, "tc", "qdisc", "add", "dev", net.veth_srv, "root", "tbf",
                "rate", "8mbit", "burst", "16kb", "latency", "500ms")
@@ -132,8 +151,6 @@ cc_policy:
         # The clients' sockets talk to the server, which no rule names.
         assert all(r["cc"] == base and r["cc_rule"] is None for r in recs if r["dir"] == "active")
         assert d.metric_value("tcpscope_cc_assignments_total", {"rule": "cubic-for-one"}) == 2
-    finally:
-        assert d.stop() == 0, d.stderr_text()
 
 
 def test_sockops_is_attached_only_while_rules_exist(net, tmp_path, test_cgroup):
@@ -145,8 +162,7 @@ def test_sockops_is_attached_only_while_rules_exist(net, tmp_path, test_cgroup):
     base = default_cc(net)
     assert base != "cubic", "the test needs a default other than the rule's algorithm"
     no_rules = "cc_policy:\n  rules: []\n"
-    one_rule = ("cc_policy:\n  rules:\n    - name: all-cubic\n"
-                "      match: { prefixes: [198.18.0.0/15] }\n      cc: cubic\n")
+    all_cubic = one_rule("all-cubic", "cc: cubic", match="{ prefixes: [198.18.0.0/15] }")
     d = start_daemon(tmp_path, test_cgroup, no_rules)
     cfg = tmp_path / "daemon" / "tcpscope.yaml"
 
@@ -170,7 +186,7 @@ def test_sockops_is_attached_only_while_rules_exist(net, tmp_path, test_cgroup):
         assert "(cc_policy" not in d.stderr_text() and ",cc_policy" not in d.stderr_text()
         assert passive_ccs(2) == [(base, None)] * 2
 
-        cfg.write_text(one_rule)
+        cfg.write_text(all_cubic)
         reload(d, 0)
         assert "cc_policy" in shown()
         assert passive_ccs(2) == [("cubic", "all-cubic")] * 2
@@ -185,14 +201,8 @@ def test_sockops_is_attached_only_while_rules_exist(net, tmp_path, test_cgroup):
 
 def test_experiment_splits_flows_between_arms(net, tmp_path, test_cgroup):
     net.cgroup = test_cgroup
-    d = start_daemon(tmp_path, test_cgroup, """
-cc_policy:
-  rules:
-    - name: ab
-      match: { peer_class: client }
-      experiment: { name: bbr-vs-cubic, arms: { bbr: 50, cubic: 50 } }
-""")
-    try:
+    with policy_daemon(tmp_path, test_cgroup,
+                       one_rule("ab", "experiment: { name: bbr-vs-cubic, arms: { bbr: 50, cubic: 50 } }")) as d:
         n = 400
         server, _ = net.serve(tmp_path, net.srv_v4, n)
         clients = net.client(tmp_path, net.srv_v4, count=n, req=50, resp=500, parallel=8)
@@ -221,8 +231,6 @@ cc_policy:
         pj = json.loads(sh(str(TCPSCOPE), "policy", "show", "--server", d.url, "--json").stdout)
         assert pj["rules"][0]["assigned"] == 2 * n
         assert sum(a["assigned"] for a in pj["rules"][0]["experiment"]["arms"]) == 2 * n
-    finally:
-        assert d.stop() == 0, d.stderr_text()
 
 
 @pytest.mark.parametrize("mode", ["respect", "enforce"])
@@ -230,15 +238,8 @@ def test_application_that_sets_its_own_cc(net, tmp_path, test_cgroup, mode):
     if shutil.which("iperf3") is None:
         pytest.skip("iperf3 not installed")
     net.cgroup = test_cgroup
-    d = start_daemon(tmp_path, test_cgroup, f"""
-cc_policy:
-  app_override: {mode}
-  rules:
-    - name: all-cubic
-      match: {{ peer_class: client }}
-      cc: cubic
-""")
-    try:
+    with policy_daemon(tmp_path, test_cgroup,
+                       one_rule("all-cubic", "cc: cubic", settings=[f"app_override: {mode}"])) as d:
         srv = net.spawn(net.srv, "iperf3", "-s", "-1", "-B", net.srv_v4, "-p", "5201")
         time.sleep(0.5)
         r = net.ns(net.cli, "iperf3", "-c", net.srv_v4, "-p", "5201", "-C", "bbr", "-n", "2M", "-J")
@@ -273,8 +274,6 @@ cc_policy:
                                             {"cc": "bbr", "action": "overridden"}) == overridden + 1,
                      5, what="the pre-connect choice counted as overridden under bbr")
         assert d.metric_value("tcpscope_app_cc_setsockopt_total", {"action": "refused"}) is None
-    finally:
-        assert d.stop() == 0, d.stderr_text()
 
 
 def test_flow_open_across_two_reloads_keeps_its_rule(net, tmp_path, test_cgroup):
@@ -282,16 +281,10 @@ def test_flow_open_across_two_reloads_keeps_its_rule(net, tmp_path, test_cgroup)
     generation: after two reloads the generation is reused by another policy,
     and the record must still name the rule (and arm) that chose."""
     net.cgroup = test_cgroup
-    policy = lambda name: f"""
-cc_policy:
-  rules:
-    - name: rule-{name}
-      match: {{ peer_class: client }}
-      experiment: {{ name: exp-{name}, arms: {{ cubic: 50, reno: 50 }} }}
-"""
+    policy = lambda name: one_rule(f"rule-{name}",
+                                   f"experiment: {{ name: exp-{name}, arms: {{ cubic: 50, reno: 50 }} }}")
     home = tmp_path / "daemon"
-    d = start_daemon(tmp_path, test_cgroup, policy("a"))
-    try:
+    with policy_daemon(tmp_path, test_cgroup, policy("a")) as d:
         echo_server(net, tmp_path, net.srv_v4, 7001)
         held = HeldClient(net, net.srv_v4, 7001)
         for i, name in enumerate(("b", "c")):
@@ -309,20 +302,16 @@ cc_policy:
             assert r["arm"] in ("cubic", "reno") and r["cc"] == r["arm"], r
         pj = json.loads(sh(str(TCPSCOPE), "policy", "show", "--server", d.url, "--json").stdout)
         assert pj["install"] == 3 and pj["rules"][0]["name"] == "rule-c", pj
-    finally:
-        assert d.stop() == 0, d.stderr_text()
 
 
 def test_asn_lports_and_ipv6_rules_in_the_kernel(net, tmp_path, test_cgroup):
     net.cgroup = test_cgroup
-    n = net.cli_v4.split(".")[2]
-    other = f"198.18.{n}.3"
-    net.ns(net.cli, "ip", "addr", "add", f"{other}/24", "dev", net.veth_cli)
+    other = second_client_address(net)
     base = default_cc(net)
     assert base not in ("cubic", "reno"), "the test needs a default other than the rules' algorithms"
     pfx2as = tmp_path / "pfx2as.tsv"
     pfx2as.write_text(f"{other}\t32\t64777\n")
-    d = start_daemon(tmp_path, test_cgroup, f"""
+    with policy_daemon(tmp_path, test_cgroup, f"""
 asn:
   prefix_file: {pfx2as}
 cc_policy:
@@ -336,8 +325,7 @@ cc_policy:
     - name: v6-cubic
       match: {{ prefixes: ["{net.cli_v6}/128"] }}
       cc: cubic
-""")
-    try:
+""") as d:
         for addr, port in ((net.srv_v4, 8080), (net.srv_v4, 9090), (net.srv_v6, 8080)):
             echo_server(net, tmp_path, addr, port)
         flows = [  # (source, server, port): (cc, rule) of the server's socket
@@ -367,8 +355,6 @@ cc_policy:
         assert d.metric_value("tcpscope_cc_assignments_total", {"rule": "asn-cubic"}) == 2
         assert d.metric_value("tcpscope_cc_assignments_total", {"rule": "port-reno"}) == 1
         assert d.metric_value("tcpscope_cc_assignments_total", {"rule": "v6-cubic"}) == 1
-    finally:
-        assert d.stop() == 0, d.stderr_text()
 
 
 def test_application_cc_after_the_rule_and_unknown_names(net, tmp_path, test_cgroup):
@@ -376,15 +362,8 @@ def test_application_cc_after_the_rule_and_unknown_names(net, tmp_path, test_cgr
     the assignment back (counted as revoked); a name the kernel does not offer
     fails for the application, changes nothing and is counted as "other"."""
     net.cgroup = test_cgroup
-    d = start_daemon(tmp_path, test_cgroup, """
-cc_policy:
-  app_override: respect
-  rules:
-    - name: all-cubic
-      match: { peer_class: client }
-      cc: cubic
-""")
-    try:
+    with policy_daemon(tmp_path, test_cgroup,
+                       one_rule("all-cubic", "cc: cubic", settings=["app_override: respect"])) as d:
         echo_server(net, tmp_path, net.srv_v4, 7002)
         changed = HeldClient(net, net.srv_v4, 7002)
         assert changed.cmd("cc reno") == "ok"
@@ -407,8 +386,6 @@ cc_policy:
         assert d.metric_value("tcpscope_app_cc_setsockopt_total", {"cc": "reno", "action": "observed"}) == 1
         assert d.metric_value("tcpscope_cc_assignments_total", {"rule": "all-cubic"}) == 4
         assert "no-such-cc" not in d.metrics()
-    finally:
-        assert d.stop() == 0, d.stderr_text()
 
 
 def test_application_cc_the_kernel_refuses_is_counted_as_refused(net, tmp_path, test_cgroup):
@@ -423,8 +400,7 @@ def test_application_cc_the_kernel_refuses_is_counted_as_refused(net, tmp_path, 
         pytest.skip(f"every available algorithm is allowed here ({' '.join(available)})")
     cc = restricted[0]
     net.cgroup = test_cgroup
-    d = start_daemon(tmp_path, test_cgroup, "")
-    try:
+    with policy_daemon(tmp_path, test_cgroup, "") as d:
         echo_server(net, tmp_path, net.srv_v4, 7003)
         user = HeldClient(net, net.srv_v4, 7003, user="nobody")
         assert user.cmd(f"cc {cc}") == "err 1"  # EPERM
@@ -438,8 +414,6 @@ def test_application_cc_the_kernel_refuses_is_counted_as_refused(net, tmp_path, 
         wait_for(lambda: d.metric_value("tcpscope_app_cc_setsockopt_total", {"cc": cc, "action": "refused"}) == 1,
                  5, what="the refused call to be counted")
         assert d.metric_value("tcpscope_app_cc_setsockopt_total", {"cc": cc, "action": "observed"}) == 1
-    finally:
-        assert d.stop() == 0, d.stderr_text()
 
 
 def test_sysctl_guard_observe_counts_and_logs(net, tmp_path, test_cgroup):
@@ -481,11 +455,10 @@ def test_sysctl_guard_denies_the_hosts_writes_only(net, tmp_path, test_cgroup):
     cc = "/proc/sys/net/ipv4/tcp_congestion_control"
     allowed = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
     host_cc, host_allowed = open(cc).read().strip(), open(allowed).read().strip()
-    d = start_daemon(tmp_path, test_cgroup, """
+    with policy_daemon(tmp_path, test_cgroup, """
 cc_policy:
   sysctl_guard: deny
-""")
-    try:
+""") as d:
         # The host's: the values they already have, so even a guard that
         # failed would change nothing.
         for name, value in (("net.ipv4.tcp_congestion_control", host_cc),
@@ -517,19 +490,11 @@ cc_policy:
         policy = json.loads(sh(str(TCPSCOPE), "policy", "show", "--server", d.url, "--json").stdout)
         assert policy["sysctl_writes"]["net.ipv4.tcp_congestion_control"] == {
             "observed": 0, "denied": 1, "observed_other_netns": 2}, policy["sysctl_writes"]
-    finally:
-        assert d.stop() == 0, d.stderr_text()
 
 
 def test_sigkill_leaves_connections_working_and_nothing_attached(net, tmp_path, test_cgroup):
     net.cgroup = test_cgroup
-    d = start_daemon(tmp_path, test_cgroup, """
-cc_policy:
-  rules:
-    - name: all-cubic
-      match: { peer_class: client }
-      cc: cubic
-""")
+    d = start_daemon(tmp_path, test_cgroup, one_rule("all-cubic", "cc: cubic"))
     # A connection open across the kill: the server echoes until EOF.
     echo = ("import socket,sys\n"
             "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"

@@ -26,6 +26,10 @@ import sys
 import termios
 import threading
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: testlib, also when run as a script
+from testlib import add_peer_options, add_server_options  # noqa: E402
 
 TCP_INFO = 11
 CHUNK = 65536
@@ -239,19 +243,13 @@ def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="mode", required=True)
     s = sub.add_parser("serve")
-    s.add_argument("--bind", required=True)
-    s.add_argument("--port", type=int, required=True)
-    s.add_argument("--count", type=int, required=True)
-    s.add_argument("--out", required=True)
-    s.add_argument("--ready")
+    add_server_options(s)
     s.add_argument("--reset", action="store_true")
-    s.add_argument("--timeout", type=float, default=120)
     s.add_argument("--idle-before-close", type=float, default=0, metavar="MS",
                    help="after the response, wait MS then close first (shutdown) before the client does")
     s.add_argument("--chunk", type=int, default=0, help="bytes per send() call (default 64 KiB)")
     c = sub.add_parser("client")
-    c.add_argument("--addr", required=True)
-    c.add_argument("--port", type=int, required=True)
+    add_peer_options(c)
     c.add_argument("--count", type=int, default=1)
     c.add_argument("--req", type=int, default=100)
     c.add_argument("--resp", type=int, default=1000)

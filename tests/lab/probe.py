@@ -25,6 +25,10 @@ import socket
 import struct
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: testlib, also when run as a script
+from testlib import add_peer_options, add_server_options  # noqa: E402
 
 HEADER = struct.Struct("!IQ")  # seq, send time (CLOCK_MONOTONIC ns)
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)   # = SCM_TIMESTAMPNS
@@ -143,16 +147,10 @@ def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="mode", required=True)
     r = sub.add_parser("udp-recv")
-    r.add_argument("--bind", required=True)
-    r.add_argument("--port", type=int, required=True)
-    r.add_argument("--count", type=int, required=True)
-    r.add_argument("--out", required=True)
-    r.add_argument("--ready")
-    r.add_argument("--timeout", type=float, default=60)
+    add_server_options(r, timeout=60)
     r.add_argument("--quiet", type=float, default=1.0)
     s = sub.add_parser("udp-send")
-    s.add_argument("--addr", required=True)
-    s.add_argument("--port", type=int, required=True)
+    add_peer_options(s)
     s.add_argument("--count", type=int, required=True)
     s.add_argument("--size", type=int, default=100)
     s.add_argument("--pps", type=float, default=1000)
@@ -163,8 +161,7 @@ def main():
     l.add_argument("--seconds", type=float, default=30)
     l.add_argument("--ready")
     c = sub.add_parser("connect-rtt")
-    c.add_argument("--addr", required=True)
-    c.add_argument("--port", type=int, required=True)
+    add_peer_options(c)
     c.add_argument("--count", type=int, default=10)
     c.add_argument("--gap", type=float, default=0.02)
     a = p.parse_args()

@@ -20,6 +20,8 @@
 #include "config/config.h"
 #include "export/self_metrics.h"
 
+#include "../record_fixtures.h"
+
 namespace tcpscope {
 namespace {
 
@@ -92,21 +94,27 @@ Labels base(const std::string& asn, const std::string& cls = "client", const std
   return {{"peer_class", cls}, {"asn", asn}, {"cc", cc}};
 }
 
+// ASN 0's histogram of a family (nullptr if it has none), which has `count`
+// samples summing to `sum`.
+const prometheus::ClientMetric::Histogram* asn0_histogram(const Scrape& s, const std::string& name, uint64_t count,
+                                                          double sum) {
+  const auto* h = s.histogram(name, base("0"));
+  EXPECT_TRUE(h) << name;
+  if (!h) return nullptr;
+  EXPECT_EQ(h->sample_count, count) << name;
+  EXPECT_DOUBLE_EQ(h->sample_sum, sum) << name;
+  return h;
+}
+
 Labels with(Labels l, const std::string& k, const std::string& v) {
   l[k] = v;
   return l;
 }
 
 FlowRecord good_flow(uint32_t asn, uint64_t bytes_acked, int64_t fct_us) {
-  FlowRecord f;
-  f.enrichment.peer_class = "client";
-  f.cc = "cubic";
-  f.enrichment.asn = asn;
+  FlowRecord f = client_flow("cubic", asn, bytes_acked, fct_us);
   f.dir = Direction::kPassive;
   f.outcome = Outcome::kOk;
-  f.bytes_acked = bytes_acked;
-  f.bytes_received = 0;
-  f.fct_us = fct_us;
   f.srtt_us = 25000;
   f.min_rtt_us = 12000;
   f.segs_out = 10;
@@ -114,14 +122,7 @@ FlowRecord good_flow(uint32_t asn, uint64_t bytes_acked, int64_t fct_us) {
 }
 
 TransferRecord transfer(uint32_t asn, TransferDirection direction, uint64_t bytes, int64_t xfer_us) {
-  TransferRecord t;
-  t.enrichment.peer_class = "client";
-  t.cc = "cubic";
-  t.enrichment.asn = asn;
-  t.direction = direction;
-  t.bytes = bytes;
-  t.xfer_us = xfer_us;
-  return t;
+  return client_transfer("cubic", asn, direction, bytes, xfer_us);
 }
 
 // The daemon's order: the ASN ranking labels each flow, then the aggregator
@@ -171,6 +172,23 @@ class AggregatorTest : public ::testing::Test {
     TestOptions o;
     o.ranking.warmup_recompute_flows = 0;
     return o;
+  }
+  // A ranking of one ASN, the series of an ASN that left it kept this long.
+  TestOptions top_one_keeping_stale_series_for(int stale_asn_seconds) {
+    TestOptions o = no_warmup();
+    o.ranking.top_n = 1;
+    o.series.stale_asn_seconds = stale_asn_seconds;
+    return o;
+  }
+  // ASN 100 ranks first with 2000 bytes in series of its own, then 200 overtakes it.
+  void top_asn_overtaken(RankedAggregator* agg) {
+    agg->add(good_flow(100, 1000, 1000));
+    agg->recompute_top_asns();
+    agg->add(good_flow(100, 1000, 1000));
+    EXPECT_TRUE(Scrape(*registry_).metric("tcpscope_bytes_acked_total", base("100")));
+    agg->add(good_flow(200, 1000000, 1000));  // 200 overtakes 100
+    agg->recompute_top_asns();
+    EXPECT_EQ(agg->asn_label(100), "other");
   }
 };
 
@@ -301,10 +319,8 @@ TEST_F(AggregatorTest, ThroughputOnlyForFlowsOfAtLeastTheThreshold) {
   split.bytes_received = 2000000;            // 3 MB in 200 ms: 15 MB/s
   agg.add(split);
   Scrape s(*registry_);
-  const auto* h = s.histogram("tcpscope_flow_throughput_bytes_per_second", base("0"));
+  const auto* h = asn0_histogram(s, "tcpscope_flow_throughput_bytes_per_second", 2u, 3e6 + 15e6);
   ASSERT_TRUE(h);
-  EXPECT_EQ(h->sample_count, 2u);
-  EXPECT_DOUBLE_EQ(h->sample_sum, 3e6 + 15e6);
   EXPECT_EQ(bucket(*h, 2e6), 0u);
   EXPECT_EQ(bucket(*h, 5e6), 1u);
   EXPECT_EQ(bucket(*h, 1e7), 1u);
@@ -318,10 +334,8 @@ TEST_F(AggregatorTest, ThroughputThresholdIsConfigurable) {
   agg.add(good_flow(0, 999, 1000));
   agg.add(good_flow(0, 1000, 1000));  // 1000 B in 1 ms: 1 MB/s
   Scrape s(*registry_);
-  const auto* h = s.histogram("tcpscope_flow_throughput_bytes_per_second", base("0"));
+  const auto* h = asn0_histogram(s, "tcpscope_flow_throughput_bytes_per_second", 1u, 1e6);
   ASSERT_TRUE(h);
-  EXPECT_EQ(h->sample_count, 1u);
-  EXPECT_DOUBLE_EQ(h->sample_sum, 1e6);
 }
 
 TEST_F(AggregatorTest, RttHistogramsInSeconds) {
@@ -392,11 +406,10 @@ TEST_F(AggregatorTest, TopAsnsKeepTheirNumberOthersFoldAndUnknownIsZero) {
   EXPECT_EQ(agg.asn_label(300), "other");
   agg.recompute_top_asns();
   EXPECT_EQ(agg.top_asns(), (std::vector<uint32_t>{100, 200}));
-  EXPECT_EQ(agg.asn_label(100), "100");
-  EXPECT_EQ(agg.asn_label(200), "200");
-  EXPECT_EQ(agg.asn_label(300), "other");
-  EXPECT_EQ(agg.asn_label(0), "0");
-  EXPECT_EQ(agg.asn_label(999), "other");  // never seen
+  // 999: never seen.
+  for (const auto& [asn, label] : std::map<uint32_t, std::string>{
+           {100, "100"}, {200, "200"}, {300, "other"}, {0, "0"}, {999, "other"}})
+    EXPECT_EQ(agg.asn_label(asn), label) << asn;
 
   agg.add(good_flow(100, 10, 1000));
   agg.add(good_flow(300, 20, 1000));
@@ -417,18 +430,8 @@ TEST_F(AggregatorTest, TopAsnsKeepTheirNumberOthersFoldAndUnknownIsZero) {
 }
 
 TEST_F(AggregatorTest, SeriesOfAsnsThatLeftTheTopAreRemovedAfterTheGracePeriod) {
-  TestOptions o = no_warmup();
-  o.ranking.top_n = 1;
-  o.series.stale_asn_seconds = 0;
-  RankedAggregator agg(registry_, o);
-  agg.add(good_flow(100, 1000, 1000));
-  agg.recompute_top_asns();
-  agg.add(good_flow(100, 1000, 1000));
-  EXPECT_TRUE(Scrape(*registry_).metric("tcpscope_bytes_acked_total", base("100")));
-
-  agg.add(good_flow(200, 1000000, 1000));  // 200 overtakes 100
-  agg.recompute_top_asns();
-  EXPECT_EQ(agg.asn_label(100), "other");
+  RankedAggregator agg(registry_, top_one_keeping_stale_series_for(0));
+  top_asn_overtaken(&agg);
   Scrape s(*registry_);
   for (const char* name : {"tcpscope_bytes_acked_total", "tcpscope_srtt_seconds"})
     EXPECT_FALSE(s.metric(name, base("100"))) << name;
@@ -439,16 +442,8 @@ TEST_F(AggregatorTest, SeriesOfAsnsThatLeftTheTopAreRemovedAfterTheGracePeriod) 
 }
 
 TEST_F(AggregatorTest, SeriesSurviveWithinTheGracePeriod) {
-  TestOptions o = no_warmup();
-  o.ranking.top_n = 1;
-  o.series.stale_asn_seconds = 3600;
-  RankedAggregator agg(registry_, o);
-  agg.add(good_flow(100, 1000, 1000));
-  agg.recompute_top_asns();
-  agg.add(good_flow(100, 1000, 1000));
-  agg.add(good_flow(200, 1000000, 1000));
-  agg.recompute_top_asns();
-  EXPECT_EQ(agg.asn_label(100), "other");
+  RankedAggregator agg(registry_, top_one_keeping_stale_series_for(3600));
+  top_asn_overtaken(&agg);
   EXPECT_EQ(Scrape(*registry_).counter("tcpscope_bytes_acked_total", base("100")), 2000);
 }
 
@@ -536,10 +531,8 @@ TEST_F(AggregatorTest, TransferThroughputOnlyForLargeSendTransfersTheReceiverDid
   agg.add(half);
 
   Scrape s(*registry_);
-  const auto* h = s.histogram("tcpscope_transfer_throughput_bytes_per_second", base("0"));
+  const auto* h = asn0_histogram(s, "tcpscope_transfer_throughput_bytes_per_second", 2u, 3e6 + 6e6);
   ASSERT_TRUE(h);
-  EXPECT_EQ(h->sample_count, 2u);
-  EXPECT_DOUBLE_EQ(h->sample_sum, 3e6 + 6e6);
   EXPECT_EQ(h->bucket.size(), throughput_buckets_bytes_per_second().size() + 1);  // the flow throughput's buckets
   EXPECT_EQ(bucket(*h, 5e6), 1u);
   EXPECT_EQ(s.counter("tcpscope_transfer_throughput_excluded_total", with(base("0"), "reason", "rwnd_limited")), 2);

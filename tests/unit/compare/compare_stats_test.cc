@@ -72,6 +72,17 @@ GroupSamples exact_group(const std::string& name, std::vector<double> a, std::ve
   return g;
 }
 
+// One group whose arms draw n samples each from the same lognormal (median,
+// sigma), B's scaled by b_scale.
+std::vector<GroupSamples> one_lognormal_group(const std::string& name, size_t n, double median, double sigma,
+                                              std::mt19937_64* rng, double b_scale = 1.0) {
+  auto a = lognormal(n, std::log(median), sigma, rng);
+  auto b = lognormal(n, std::log(median), sigma, rng, b_scale);
+  std::vector<GroupSamples> groups;
+  groups.push_back(exact_group(name, std::move(a), std::move(b)));
+  return groups;
+}
+
 TEST(RankSumTest, HandComputedCase) {
   // A entirely above B: U = 0; mean 4.5, var 9/12 * 7 = 5.25,
   // z = (4.5 - 0.5) / sqrt(5.25) = 1.7457, p = erfc(z / sqrt 2) = 0.0809.
@@ -157,11 +168,7 @@ TEST(BootstrapMedianChange, MatchesResamplingTheDataItself) {
 TEST(Compare, TenPercentFasterWithThousandsOfFlowsIsBBetterAndBracketed) {
   std::mt19937_64 rng(2024);
   // FCT in microseconds; B's whole distribution is 10 % faster.
-  auto a = lognormal(4000, std::log(20000), 0.7, &rng);
-  auto b = lognormal(4000, std::log(20000), 0.7, &rng, 0.9);
-  std::vector<GroupSamples> groups;
-  groups.push_back(exact_group("64501", std::move(a), std::move(b)));
-  const CompareResult r = compare_groups(std::move(groups), fct_options());
+  const CompareResult r = compare_groups(one_lognormal_group("64501", 4000, 20000, 0.7, &rng, 0.9), fct_options());
   ASSERT_EQ(r.groups.size(), 1u);
   const GroupResult& g = r.groups[0];
   EXPECT_EQ(g.verdict, Verdict::kBBetter);
@@ -176,13 +183,9 @@ TEST(Compare, TenPercentFasterWithThousandsOfFlowsIsBBetterAndBracketed) {
 
 TEST(Compare, HigherThroughputIsBetter) {
   std::mt19937_64 rng(77);
-  auto a = lognormal(3000, std::log(5e7), 0.5, &rng);
-  auto b = lognormal(3000, std::log(5e7), 0.5, &rng, 1.1);
-  std::vector<GroupSamples> groups;
-  groups.push_back(exact_group("client", std::move(a), std::move(b)));
   CompareOptions o = fct_options();
   o.metric = Measure::kThroughput;
-  const CompareResult r = compare_groups(std::move(groups), o);
+  const CompareResult r = compare_groups(one_lognormal_group("client", 3000, 5e7, 0.5, &rng, 1.1), o);
   EXPECT_EQ(r.groups[0].verdict, Verdict::kBBetter);
   EXPECT_GT(*r.groups[0].change.diff, 0);
   // 10 % more throughput: the interval brackets +10 %.
@@ -205,11 +208,7 @@ TEST(Compare, IdenticalDistributionsAreNoSignificantDifferenceAboutNinetyFivePer
   int no_difference = 0, covered = 0;
   for (int rep = 0; rep < reps; ++rep) {
     std::mt19937_64 rng(1000 + rep);
-    auto a = lognormal(150, std::log(30000), 0.9, &rng);
-    auto b = lognormal(150, std::log(30000), 0.9, &rng);
-    std::vector<GroupSamples> groups;
-    groups.push_back(exact_group("g", std::move(a), std::move(b)));
-    const CompareResult r = compare_groups(std::move(groups), fct_options());
+    const CompareResult r = compare_groups(one_lognormal_group("g", 150, 30000, 0.9, &rng), fct_options());
     const GroupResult& g = r.groups[0];
     ASSERT_NE(g.verdict, Verdict::kInsufficientData);
     no_difference += g.verdict == Verdict::kNoDifference;

@@ -21,6 +21,7 @@
 #include "record/transfer_record.h"
 #include "record/transfer_sampling.h"
 
+#include "../record_fixtures.h"
 #include "compare_options.h"
 
 namespace tcpscope {
@@ -28,24 +29,13 @@ namespace {
 
 TransferRecord transfer(const std::string& cc, uint32_t asn, TransferDirection direction, uint64_t bytes,
                         int64_t xfer_us) {
-  TransferRecord t;
-  t.flow_start_ns = 1700000000000000000;
-  t.laddr = *IpAddr::parse("198.18.0.1");
-  t.raddr = *IpAddr::parse("198.18.0.2");
-  t.lport = 443;
-  t.rport = 50000;
-  t.dir = Direction::kPassive;
-  t.direction = direction;
+  TransferRecord t = client_transfer(cc, asn, direction, bytes, xfer_us);
+  set_transfer_flow(&t, "198.18.0.2", 50000);
   t.start_ns = t.flow_start_ns + 1000000;
   t.end_ns = t.start_ns + xfer_us * 1000;
-  t.xfer_us = xfer_us;
-  t.bytes = bytes;
   t.srtt_us = 20000;
   t.min_rtt_us = 15000;
   t.busy_us = static_cast<uint32_t>(xfer_us);
-  t.cc = cc;
-  t.enrichment.peer_class = "client";
-  t.enrichment.asn = asn;
   t.enrichment.arm = cc;
   t.enrichment.experiment = "bbr-vs-cubic";
   return t;

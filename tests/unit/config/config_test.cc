@@ -51,6 +51,12 @@ std::string dump(const std::vector<ConfigError>& errors) {
   return ::testing::AssertionFailure() << "want no errors, got:" << dump(errors);
 }
 
+// The start of a config up to a rule's experiment, or its match; and a
+// rule for the peer class "edge".
+const std::string kExperimentHead = "cc_policy:\n  rules:\n    - name: r\n      experiment:\n        name: e\n";
+const std::string kMatchHead = "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match:\n";
+const std::string kEdgeRule = "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match: { peer_class: edge }\n";
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
@@ -159,25 +165,6 @@ TEST(ConfigTest, ControllerSettings) {
   EXPECT_DOUBLE_EQ(s.rtt_inflation_increase, 1.5);
 }
 
-TEST(ConfigErrorTest, ControllerMistakes) {
-  const std::string head = "cc_policy:\n  rules:\n    - name: auto\n      controller:\n";
-  EXPECT_TRUE(OneError(head + "        arms: [bbr]\n", 5, "controller.arms needs 2 to 8 arms, has 1"));
-  EXPECT_TRUE(OneError(head + "        arms: [bbr, vegas]\n", 5, "\"vegas\" is not available"));
-  EXPECT_TRUE(OneError(head + "        arms: [bbr, cubic]\n        cohort: city\n", 6,
-                       "controller.cohort must be asn or peer_class"));
-  EXPECT_TRUE(OneError(head + "        arms: [bbr, cubic]\n        fdr: 0.9\n", 6,
-                       "controller.fdr must be a number in 1e-06..0.5"));
-  EXPECT_TRUE(OneError(head + "        arms: [bbr, cubic]\n        fdr: lots\n", 6, "got \"lots\""));
-  EXPECT_TRUE(OneError(head + "        arms: [bbr, cubic]\n        control_percent: 0\n", 6,
-                       "control_percent 0 is out of range 1..100"));
-  EXPECT_TRUE(OneError(head + "        cohort: asn\n", 4, "controller has no arms"));
-  EXPECT_TRUE(OneError(head + "        arms: [bbr, cubic]\n        guards: {loss: 1}\n", 6, "loss"));
-  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      controller: {arms: [bbr, cubic]}\n",
-                       3, "has more than one of cc, experiment and controller"));
-  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      experiment: {name: controller, arms: {bbr: 50, cubic: 50}}\n",
-                       4, "is reserved for controller rules"));
-}
-
 TEST(ConfigTest, SpecExampleNeedsTheKernelToOfferItsCcs) {
   std::vector<ConfigError> errors;
   load_config_file(kDataDir + "/spec_example.yaml", {"cubic", "reno"}, &errors);
@@ -252,32 +239,6 @@ cc_policy:
 // ---------------------------------------------------------------------------
 // Errors: one test per class of problem, each with its line.
 
-TEST(ConfigErrorTest, SyntaxErrorIsOneErrorWithItsLine) {
-  EXPECT_TRUE(OneError("listen: 127.0.0.1:9810\npeer_classes:\n  - name: [a\n  - name: b\n", 4,
-                       "YAML syntax error"));
-  EXPECT_TRUE(OneError("a: 1\n\tb: 2\n", 2, "YAML syntax error"));
-}
-
-TEST(ConfigErrorTest, UnquotedIpv6ListenGetsAHint) {
-  EXPECT_TRUE(OneError("# x\nlisten: [::1]:9810\n", 2, "quote IPv6 listen addresses"));
-}
-
-TEST(ConfigErrorTest, TopLevelNotAMapping) {
-  EXPECT_TRUE(OneError("just a string\n", 1, "the top level must be a mapping"));
-  EXPECT_TRUE(OneError("\n\n- a\n- b\n", 3, "the top level must be a mapping (key: value), got a list"));
-}
-
-TEST(ConfigErrorTest, SecondDocument) {
-  EXPECT_TRUE(OneError("listen: 127.0.0.1:1\n---\nlisten: 127.0.0.1:2\n", 3,
-                       "one YAML document"));
-}
-
-TEST(ConfigErrorTest, UnknownTopLevelKeySuggestsTheNearest) {
-  EXPECT_TRUE(OneError("listen: 127.0.0.1:9810\nflowlog: /tmp/x\n", 2,
-                       "unknown key \"flowlog\" in the top level; did you mean \"flow_log\"?"));
-  EXPECT_TRUE(OneError("\nbanana: 1\n", 2, "(known keys: listen, flow_log,"));
-}
-
 TEST(ConfigErrorTest, ListsInMessagesAreCut) {
   // Found by the config fuzzer: 40 long class names made a 2 kB message.
   std::string yaml = "peer_classes:\n";
@@ -297,133 +258,32 @@ TEST(ConfigErrorTest, ListsInMessagesAreCut) {
                        2, "prefix length \"1yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy...\" is not a number"));
 }
 
-TEST(ConfigErrorTest, UnknownKeyInAsn) {
-  EXPECT_TRUE(OneError("asn:\n  mmdb: /x\n  db: /y\n", 3, "unknown key \"db\" in asn"));
-}
-
-TEST(ConfigErrorTest, UnknownKeyInPeerClass) {
-  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    asns: [1]\n    asn: [2]\n", 4,
-                       "unknown key \"asn\" in peer_classes[0]; did you mean \"asns\"?"));
-}
-
-TEST(ConfigErrorTest, UnknownKeyInCcPolicy) {
-  EXPECT_TRUE(OneError("cc_policy:\n  app_overide: respect\n", 2,
-                       "unknown key \"app_overide\" in cc_policy; did you mean \"app_override\"?"));
-}
-
-TEST(ConfigErrorTest, UnknownKeyInRule) {
-  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      when: x\n", 5,
-                       "unknown key \"when\" in cc_policy.rules[0]"));
-}
-
-TEST(ConfigErrorTest, UnknownKeyInMatch) {
-  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n"
-                       "      match:\n        rports: [443]\n",
-                       6, "unknown key \"rports\" in cc_policy.rules[0].match"));
-}
-
-TEST(ConfigErrorTest, UnknownKeyInExperiment) {
-  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      experiment:\n"
-                       "        name: e\n        arms: {bbr: 50, cubic: 50}\n        seed: 7\n",
-                       7, "unknown key \"seed\" in cc_policy.rules[0].experiment"));
-}
-
 TEST(ConfigErrorTest, DuplicateKey) {
   EXPECT_TRUE(OneError("top_n: 1\n", 1, "unknown key \"top_n\""));  // not top-level
   EXPECT_TRUE(OneError("asn:\n  top_n: 5\n  top_n: 6\n", 3,
                        "duplicate key \"top_n\" in asn (first at line 2)"));
 }
 
-TEST(ConfigErrorTest, WrongTypes) {
-  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    prefixes: 10.0.0.0/8\n", 3,
-                       "peer_classes[0].prefixes must be a list, got a scalar \"10.0.0.0/8\""));
-  EXPECT_TRUE(OneError("peer_classes: backbone\n", 1, "peer_classes must be a list"));
-  EXPECT_TRUE(OneError("asn: /var/lib/x.mmdb\n", 1, "asn must be a mapping"));
-  EXPECT_TRUE(OneError("flow_log: [a, b]\n", 1, "flow_log must be a string, got a list"));
-  EXPECT_TRUE(OneError("default_peer_class: {a: 1}\n", 1,
-                       "default_peer_class must be a string, got a mapping"));
-  EXPECT_TRUE(OneError("cc_policy:\n  rules: {name: x}\n", 2, "cc_policy.rules must be a list"));
-  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - bbr\n", 3,
-                       "cc_policy.rules[0] must be a mapping"));
-  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: [bbr]\n", 4,
-                       "cc_policy.rules[0].cc must be a string, got a list"));
-  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      experiment: bbr\n", 4,
-                       "cc_policy.rules[0].experiment must be a mapping"));
-  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n"
-                       "      experiment: {name: e, arms: [bbr, cubic]}\n",
-                       4, "cc_policy.rules[0].experiment.arms must be a mapping"));
-  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match: [a]\n",
-                       5, "cc_policy.rules[0].match must be a mapping"));
-  EXPECT_TRUE(OneError("size_classes_bytes: [[1]]\n", 1,
-                       "size_classes_bytes[0] must be an integer in 1..1000000000000, got a list"));
-}
-
-TEST(ConfigErrorTest, MalformedPrefixes) {
-  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    prefixes: [10.0.0.0/8, 10.0.0/8]\n", 3,
-                       "peer_classes[0].prefixes[1]: malformed prefix \"10.0.0/8\": \"10.0.0\" is "
-                       "not an IPv4 or IPv6 address"));
-  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    prefixes:\n      - ::/0\n      - \"fd00::/200\"\n",
-                       5, "prefix length 200 is out of range 0..128"));
-  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    prefixes: [192.0.2.1/24]\n", 3,
-                       "malformed prefix \"192.0.2.1/24\": host bits set (did you mean 192.0.2.0/24?)"));
-  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    prefixes: [[10.0.0.0/8]]\n", 3,
-                       "must be a prefix such as 10.0.0.0/8, got a list"));
-  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n"
-                       "      match: { prefixes: [10.0.0.1/8] }\n",
-                       5, "cc_policy.rules[0].match.prefixes[0]: malformed prefix"));
-}
-
 TEST(ConfigErrorTest, ListenAddress) {
-  EXPECT_TRUE(OneError("listen: 9810\n", 1, "\"9810\" is not HOST:PORT"));
-  EXPECT_TRUE(OneError("listen: localhost:9810\n", 1, "host \"localhost\" is not an IP address"));
-  EXPECT_TRUE(OneError("listen: \"::1:9810\"\n", 1, "must be in brackets, e.g. [::1]:9810"));
-  EXPECT_TRUE(OneError("listen: \"[::1]9810\"\n", 1, "is not [IPV6]:PORT"));
-  EXPECT_TRUE(OneError("listen: \"[10.0.0.1]:9810\"\n", 1, "in brackets is not an IPv6 address"));
-  EXPECT_TRUE(OneError("listen: \"127.0.0.1:\"\n", 1, "port \"\" is not a number"));
-  EXPECT_TRUE(OneError("listen: 127.0.0.1:http\n", 1, "port \"http\" is not a number"));
-  EXPECT_TRUE(OneError("\nlisten: 127.0.0.1:0\n", 2, "port 0 is out of range 1..65535"));
-  EXPECT_TRUE(OneError("listen: 127.0.0.1:65536\n", 1, "port 65536 is out of range 1..65535"));
-  EXPECT_TRUE(OneError("listen: 127.0.0.1:999999\n", 1, "port \"999999\" is not a number"));
   EXPECT_TRUE(NoErrors("listen: 0.0.0.0:65535\n"));
   EXPECT_TRUE(NoErrors("listen: \"[::1]:1\"\n"));
 }
 
 TEST(ConfigErrorTest, TopNRange) {
-  EXPECT_TRUE(OneError("asn:\n  top_n: 0\n", 2, "asn.top_n 0 is out of range 1..10000"));
-  EXPECT_TRUE(OneError("asn:\n  top_n: 10001\n", 2, "asn.top_n 10001 is out of range 1..10000"));
-  EXPECT_TRUE(OneError("asn:\n  top_n: -1\n", 2, "asn.top_n -1 is out of range 1..10000"));
-  EXPECT_TRUE(OneError("asn:\n  top_n: 5.5\n", 2,
-                       "asn.top_n must be an integer in 1..10000, got a scalar \"5.5\""));
-  EXPECT_TRUE(OneError("asn:\n  top_n: 0x10\n", 2, "must be an integer"));
   EXPECT_TRUE(NoErrors("asn:\n  top_n: 1\n"));
   EXPECT_TRUE(NoErrors("asn:\n  top_n: 10000\n"));
 }
 
 TEST(ConfigErrorTest, SizeClasses) {
-  EXPECT_TRUE(OneError("\nsize_classes_bytes: []\n", 2, "at least one boundary"));
-  EXPECT_TRUE(OneError("size_classes_bytes:\n  - 100\n  - 50\n", 3,
-                       "size_classes_bytes must be strictly increasing: 50 follows 100"));
-  EXPECT_TRUE(OneError("size_classes_bytes: [100, 100]\n", 1, "strictly increasing"));
-  EXPECT_TRUE(OneError("size_classes_bytes: [100, 1000000000001]\n", 1,
-                       "size_classes_bytes[1] 1000000000001 is out of range 1..1000000000000"));
-  EXPECT_TRUE(OneError("size_classes_bytes: [0, 100]\n", 1, "size_classes_bytes[0] 0 is out of range"));
   Config c;
   ASSERT_TRUE(errors_of("size_classes_bytes: [1500, 1000000000000]\n", &c).empty());
   EXPECT_EQ(c.size_classes_bytes, (std::vector<uint64_t>{1500, 1000000000000}));
-}
-
-TEST(ConfigErrorTest, ThroughputMinBytes) {
-  EXPECT_TRUE(OneError("throughput_min_bytes: 0\n", 1, "throughput_min_bytes 0 is out of range"));
-  EXPECT_TRUE(OneError("throughput_min_bytes: 1000000000001\n", 1,
-                       "throughput_min_bytes 1000000000001 is out of range 1..1000000000000"));
 }
 
 TEST(ConfigErrorTest, AbsurdlyLargeIntegersAreErrorsNotCrashes) {
   const std::string big = "123456789012345678901234567890";
   EXPECT_TRUE(OneError("throughput_min_bytes: " + big + "\n", 1, big + " is out of range"));
   EXPECT_TRUE(OneError("asn:\n  top_n: " + big + "\n", 2, "out of range 1..10000"));
-  EXPECT_TRUE(OneError("snapshot_interval_s: 18446744073709551616\n", 1, "out of range 0..3600"));
-  EXPECT_TRUE(OneError("ring_buffer_bytes: 18446744073709551615\n", 1, "out of range"));
   // A huge value is cut short in the message.
   auto errors = errors_of("size_classes_bytes: [" + std::string(5000, '9') + "]\n");
   ASSERT_EQ(errors.size(), 1u);
@@ -431,62 +291,13 @@ TEST(ConfigErrorTest, AbsurdlyLargeIntegersAreErrorsNotCrashes) {
   EXPECT_NE(errors[0].message.find("..."), std::string::npos);
 }
 
-TEST(ConfigErrorTest, DuplicatePeerClassNames) {
-  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    asns: [1]\n  - name: a\n    asns: [2]\n", 4,
-                       "duplicate peer class name \"a\" (first defined at line 2)"));
-}
-
 TEST(ConfigErrorTest, PeerClassOverlaps) {
-  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    prefixes: [10.0.0.0/8]\n"
-                       "  - name: b\n    prefixes: [10.0.0.0/8]\n",
-                       5, "prefix 10.0.0.0/8 of peer class \"b\" is already in peer class \"a\""));
-  // Same network written two ways is still the same network.
-  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    prefixes: [\"fd00::/8\"]\n"
-                       "  - name: b\n    prefixes: [\"FD00:0::/8\"]\n",
-                       5, "prefix fd00::/8 of peer class \"b\""));
-  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    asns: [7, 7]\n", 3,
-                       "ASN 7 of peer class \"a\" is already in peer class \"a\""));
   // Nested prefixes are fine: the longest match wins.
   EXPECT_TRUE(NoErrors("peer_classes:\n  - name: a\n    prefixes: [10.0.0.0/8]\n"
                        "  - name: b\n    prefixes: [10.20.0.0/16]\n"));
 }
 
-TEST(ConfigErrorTest, PeerClassNeedsNameAndMembers) {
-  EXPECT_TRUE(OneError("peer_classes:\n  - prefixes: [10.0.0.0/8]\n", 2, "peer_classes[0] has no name"));
-  EXPECT_TRUE(OneError("peer_classes:\n  - name: \"\"\n    asns: [1]\n", 2,
-                       "peer_classes[0].name must not be empty"));
-  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n", 2, "has neither prefixes nor asns"));
-}
-
-TEST(ConfigErrorTest, DuplicateRuleNames) {
-  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n"
-                       "    - cc: cubic\n      name: r\n",
-                       6, "duplicate rule name \"r\" (first defined at line 3)"));
-}
-
-TEST(ConfigErrorTest, RuleWithBothCcAndExperiment) {
-  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n"
-                       "      experiment: {name: e, arms: {bbr: 50, cubic: 50}}\n",
-                       3, "cc_policy.rules[0] has more than one of cc, experiment and controller"));
-}
-
-TEST(ConfigErrorTest, RuleWithNeitherCcNorExperiment) {
-  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: a\n      cc: bbr\n"
-                       "    - name: r\n      match: {lports: [443]}\n",
-                       5, "cc_policy.rules[1] has none of cc, experiment and controller"));
-}
-
-TEST(ConfigErrorTest, RuleWithoutName) {
-  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - cc: bbr\n", 3, "cc_policy.rules[0] has no name"));
-}
-
 TEST(ConfigErrorTest, CcNotOfferedByKernel) {
-  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: bbr2\n", 4,
-                       "cc_policy.rules[0].cc: congestion control \"bbr2\" is not available in this "
-                       "kernel (available: cubic bbr reno)"));
-  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      experiment:\n"
-                       "        name: e\n        arms:\n          bbr: 50\n          dctcp: 50\n",
-                       8, "cc_policy.rules[0].experiment.arms.dctcp: congestion control \"dctcp\""));
   // Checked against what the caller passes, not against this machine.
   std::vector<ConfigError> errors;
   parse_config("cc_policy:\n  rules:\n    - name: r\n      cc: cubic\n", "f", {}, &errors);
@@ -495,36 +306,14 @@ TEST(ConfigErrorTest, CcNotOfferedByKernel) {
 }
 
 TEST(ConfigErrorTest, ExperimentWeights) {
-  const std::string head = "cc_policy:\n  rules:\n    - name: r\n      experiment:\n        name: e\n";
-  EXPECT_TRUE(OneError(head + "        arms: {bbr: 50, cubic: 49}\n", 6,
-                       "cc_policy.rules[0].experiment.arms weights sum to 99, must sum to 100"));
-  EXPECT_TRUE(OneError(head + "        arms: {bbr: 60, cubic: 60}\n", 6, "weights sum to 120"));
-  EXPECT_TRUE(OneError(head + "        arms:\n          bbr: 50.0\n          cubic: 50\n", 7,
-                       "cc_policy.rules[0].experiment.arms.bbr weight must be an integer in 0..100"));
-  auto errors = errors_of(head + "        arms: {bbr: 150, cubic: -50}\n");
+  auto errors = errors_of(kExperimentHead + "        arms: {bbr: 150, cubic: -50}\n");
   ASSERT_EQ(errors.size(), 2u) << dump(errors);
   EXPECT_NE(errors[0].message.find("arms.bbr weight 150 is out of range 0..100"), std::string::npos);
   EXPECT_NE(errors[1].message.find("arms.cubic weight -50 is out of range 0..100"), std::string::npos);
-  EXPECT_TRUE(OneError(head + "        arms: {bbr: 50, bbr: 50}\n", 6,
-                       "duplicate key \"bbr\" in cc_policy.rules[0].experiment.arms"));
-  EXPECT_TRUE(NoErrors(head + "        arms: {bbr: 100, cubic: 0}\n"));
-}
-
-TEST(ConfigErrorTest, ExperimentNeedsTwoArmsAndAName) {
-  const std::string head = "cc_policy:\n  rules:\n    - name: r\n      experiment:\n";
-  EXPECT_TRUE(OneError(head + "        name: e\n        arms: {bbr: 100}\n", 6,
-                       "needs at least 2 arms, has 1"));
-  EXPECT_TRUE(OneError(head + "        name: e\n        arms: {}\n", 6, "needs at least 2 arms, has 0"));
-  EXPECT_TRUE(OneError(head + "        arms: {bbr: 50, cubic: 50}\n", 4,
-                       "cc_policy.rules[0].experiment has no name"));
-  EXPECT_TRUE(OneError(head + "        name: e\n", 4, "cc_policy.rules[0].experiment has no arms"));
+  EXPECT_TRUE(NoErrors(kExperimentHead + "        arms: {bbr: 100, cubic: 0}\n"));
 }
 
 TEST(ConfigErrorTest, AppOverrideAndSysctlGuard) {
-  EXPECT_TRUE(OneError("cc_policy:\n  app_override: ignore\n", 2,
-                       "cc_policy.app_override must be respect or enforce, got \"ignore\""));
-  EXPECT_TRUE(OneError("cc_policy:\n  sysctl_guard: Deny\n", 2,
-                       "cc_policy.sysctl_guard must be observe or deny, got \"Deny\""));
   Config c;
   ASSERT_TRUE(errors_of("cc_policy:\n  app_override: enforce\n  sysctl_guard: deny\n", &c).empty());
   EXPECT_EQ(c.cc_policy.app_override, AppOverride::kEnforce);
@@ -532,49 +321,24 @@ TEST(ConfigErrorTest, AppOverrideAndSysctlGuard) {
 }
 
 TEST(ConfigErrorTest, MatchPeerClassMustExist) {
-  const std::string rule = "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n"
-                           "      match: { peer_class: edge }\n";
-  EXPECT_TRUE(OneError(rule, 5, "cc_policy.rules[0].match.peer_class \"edge\" is not a peer class (defined: client)"));
   // Defined after the rule, or the (renamed) default class: both fine.
-  EXPECT_TRUE(NoErrors(rule + "peer_classes:\n  - name: edge\n    asns: [1]\n"));
-  EXPECT_TRUE(NoErrors(rule + "default_peer_class: edge\n"));
-  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n"
-                       "      match: { peer_class: client }\n"
-                       "default_peer_class: internet\n",
-                       5, "\"client\" is not a peer class (defined: internet)"));
+  EXPECT_TRUE(NoErrors(kEdgeRule + "peer_classes:\n  - name: edge\n    asns: [1]\n"));
+  EXPECT_TRUE(NoErrors(kEdgeRule + "default_peer_class: edge\n"));
 }
 
 TEST(ConfigErrorTest, LportsRange) {
-  const std::string head = "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match:\n";
-  EXPECT_TRUE(OneError(head + "        lports: [0]\n", 6,
-                       "cc_policy.rules[0].match.lports[0] 0 is out of range 1..65535"));
-  EXPECT_TRUE(OneError(head + "        lports:\n          - 443\n          - 65536\n", 8,
-                       "lports[1] 65536 is out of range 1..65535"));
-  EXPECT_TRUE(OneError(head + "        lports: [https]\n", 6, "got a scalar \"https\""));
   Config c;
-  ASSERT_TRUE(errors_of(head + "        lports: [1, 65535]\n", &c).empty());
+  ASSERT_TRUE(errors_of(kMatchHead + "        lports: [1, 65535]\n", &c).empty());
   EXPECT_EQ(c.cc_policy.rules.at(0).match.lports, (std::vector<uint16_t>{1, 65535}));
 }
 
 TEST(ConfigErrorTest, AsnsRange) {
-  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    asns: [0]\n", 3,
-                       "peer_classes[0].asns[0] 0 is out of range 1..4294967295"));
-  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    asns:\n      - 1\n      - 4294967296\n", 5,
-                       "peer_classes[0].asns[1] 4294967296 is out of range 1..4294967295"));
-  EXPECT_TRUE(OneError("peer_classes:\n  - name: a\n    asns: [AS64500]\n", 3, "must be an integer"));
-  EXPECT_TRUE(OneError("cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match: {asns: [0]}\n",
-                       5, "cc_policy.rules[0].match.asns[0] 0 is out of range"));
   Config c;
   ASSERT_TRUE(errors_of("peer_classes:\n  - name: a\n    asns: [1, 4294967295]\n", &c).empty());
   EXPECT_EQ(c.peer_classes.at(0).asns, (std::vector<uint32_t>{1, 4294967295u}));
 }
 
 TEST(ConfigErrorTest, RingBufferBytes) {
-  EXPECT_TRUE(OneError("ring_buffer_bytes: 1000000\n", 1,
-                       "ring_buffer_bytes 1000000 is not a power of two"));
-  EXPECT_TRUE(OneError("ring_buffer_bytes: 32768\n", 1,
-                       "ring_buffer_bytes 32768 is out of range 65536..1073741824"));
-  EXPECT_TRUE(OneError("ring_buffer_bytes: 2147483648\n", 1, "out of range 65536..1073741824"));
   EXPECT_TRUE(NoErrors("ring_buffer_bytes: 65536\n"));
 }
 
@@ -586,15 +350,6 @@ TEST(ConfigTest, FlowLogTransfers) {
   EXPECT_TRUE(c.flow_log_transfers);
   ASSERT_TRUE(errors_of("flow_log_transfers:\n", &c).empty());
   EXPECT_TRUE(c.flow_log_transfers) << "null keeps the default";
-}
-
-TEST(ConfigErrorTest, FlowLogTransfersMustBeABool) {
-  EXPECT_TRUE(OneError("flow_log_transfers: yes\n", 1,
-                       "flow_log_transfers must be true or false, got a scalar \"yes\""));
-  EXPECT_TRUE(OneError("flow_log_transfers: 1\n", 1, "flow_log_transfers must be true or false"));
-  EXPECT_TRUE(OneError("\nflow_log_transfers: [true]\n", 2,
-                       "flow_log_transfers must be true or false, got a list"));
-  EXPECT_TRUE(OneError("flow_log_transfer: false\n", 1, "did you mean \"flow_log_transfers\"?"));
 }
 
 TEST(ConfigTest, TransferSamplingRate) {
@@ -611,19 +366,11 @@ TEST(ConfigTest, TransferSamplingRate) {
 }
 
 TEST(ConfigErrorTest, SnapshotInterval) {
-  EXPECT_TRUE(OneError("snapshot_interval_s: 3601\n", 1,
-                       "snapshot_interval_s 3601 is out of range 0..3600"));
   EXPECT_TRUE(NoErrors("snapshot_interval_s: 0\n"));
 }
 
 TEST(ConfigErrorTest, CgroupMustBeAbsolute) {
-  EXPECT_TRUE(OneError("cgroup: web.slice\n", 1, "cgroup must be an absolute path"));
   EXPECT_TRUE(NoErrors("cgroup: \"\"\n"));
-}
-
-TEST(ConfigErrorTest, ControlCharactersInStrings) {
-  EXPECT_TRUE(OneError("default_peer_class: \"a\\nb\"\n", 1,
-                       "default_peer_class contains a control character"));
 }
 
 TEST(ConfigErrorTest, EveryProblemIsReported) {
@@ -1014,27 +761,266 @@ TEST(ConfigTest, KafkaExport) {
   EXPECT_FALSE(none.export_.kafka.enabled());
 }
 
-TEST(ConfigErrorTest, KafkaMistakes) {
-  const std::string head = "export:\n  kafka:\n";
-  EXPECT_TRUE(OneError(head + "    topic_flows: f\n", 2, "export.kafka needs brokers"));
-  EXPECT_TRUE(OneError(head + "    brokers: [kafka-1]\n", 3, "brokers[0] must be HOST:PORT"));
-  EXPECT_TRUE(OneError(head + "    brokers: [\"kafka-1:99999\"]\n", 3, "must be HOST:PORT"));
-  EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    topic_flows: \"a b\"\n", 4, "is not a Kafka topic name"));
-  EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    compression: brotli\n", 4,
-                       "compression must be one of none, gzip, snappy, lz4, zstd"));
-  EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    format: avro\n", 4,
-                       "export.kafka.format must be json or protobuf, got \"avro\""));
-  EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    format: [json]\n", 4, "export.kafka.format"));
-  EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    queue_bytes: 1000\n", 4, "out of range"));
-  EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    security_protocol: sasl_plaintext\n", 2,
-                       "needs sasl.mechanism, sasl.username and sasl.password_file"));
-  EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    security_protocol: sasl_ssl\n"
-                       "    sasl: {mechanism: PLAIN, username: u, password_file: /pw, password: x}\n", 5,
-                       "a password is never written in the config"));
-  EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    tls: {ca_file: /ca.pem}\n", 4,
-                       "tls is used only with security_protocol ssl or sasl_ssl"));
-  EXPECT_TRUE(OneError(head + "    brokers: [\"k:9092\"]\n    broker: x\n", 4, "did you mean \"brokers\""));
+// Malformed configs, each exactly one error on its line: what the error says.
+struct ErrorCase {
+  const char* topic;  // what is wrong; the case's test is named after it
+  std::string yaml;
+  int line;
+  std::string text;  // what the message says
+};
+
+const ErrorCase kErrorCases[] = {
+    {"ControllerMistakes", "cc_policy:\n  rules:\n    - name: auto\n      controller:\n        arms: [bbr]\n", 5,
+     "controller.arms needs 2 to 8 arms, has 1"},
+    {"ControllerMistakes", "cc_policy:\n  rules:\n    - name: auto\n      controller:\n        arms: [bbr, vegas]\n", 5,
+     "\"vegas\" is not available"},
+    {"ControllerMistakes", "cc_policy:\n  rules:\n    - name: auto\n      controller:\n        arms: [bbr, cubic]\n        cohort: city\n", 6,
+     "controller.cohort must be asn or peer_class"},
+    {"ControllerMistakes", "cc_policy:\n  rules:\n    - name: auto\n      controller:\n        arms: [bbr, cubic]\n        fdr: 0.9\n", 6,
+     "controller.fdr must be a number in 1e-06..0.5"},
+    {"ControllerMistakes", "cc_policy:\n  rules:\n    - name: auto\n      controller:\n        arms: [bbr, cubic]\n        fdr: lots\n", 6,
+     "got \"lots\""},
+    {"ControllerMistakes", "cc_policy:\n  rules:\n    - name: auto\n      controller:\n        arms: [bbr, cubic]\n        control_percent: 0\n", 6,
+     "control_percent 0 is out of range 1..100"},
+    {"ControllerMistakes", "cc_policy:\n  rules:\n    - name: auto\n      controller:\n        cohort: asn\n", 4,
+     "controller has no arms"},
+    {"ControllerMistakes", "cc_policy:\n  rules:\n    - name: auto\n      controller:\n        arms: [bbr, cubic]\n        guards: {loss: 1}\n", 6,
+     "loss"},
+    {"ControllerMistakes", "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      controller: {arms: [bbr, cubic]}\n", 3,
+     "has more than one of cc, experiment and controller"},
+    {"ControllerMistakes", "cc_policy:\n  rules:\n    - name: r\n      experiment: {name: controller, arms: {bbr: 50, cubic: 50}}\n", 4,
+     "is reserved for controller rules"},
+    {"SyntaxErrorIsOneErrorWithItsLine", "listen: 127.0.0.1:9810\npeer_classes:\n  - name: [a\n  - name: b\n", 4,
+     "YAML syntax error"},
+    {"SyntaxErrorIsOneErrorWithItsLine", "a: 1\n\tb: 2\n", 2,
+     "YAML syntax error"},
+    {"UnquotedIpv6ListenGetsAHint", "# x\nlisten: [::1]:9810\n", 2,
+     "quote IPv6 listen addresses"},
+    {"TopLevelNotAMapping", "just a string\n", 1,
+     "the top level must be a mapping"},
+    {"TopLevelNotAMapping", "\n\n- a\n- b\n", 3,
+     "the top level must be a mapping (key: value), got a list"},
+    {"SecondDocument", "listen: 127.0.0.1:1\n---\nlisten: 127.0.0.1:2\n", 3,
+     "one YAML document"},
+    {"UnknownTopLevelKeySuggestsTheNearest", "listen: 127.0.0.1:9810\nflowlog: /tmp/x\n", 2,
+     "unknown key \"flowlog\" in the top level; did you mean \"flow_log\"?"},
+    {"UnknownTopLevelKeySuggestsTheNearest", "\nbanana: 1\n", 2,
+     "(known keys: listen, flow_log,"},
+    {"UnknownKeyInAsn", "asn:\n  mmdb: /x\n  db: /y\n", 3,
+     "unknown key \"db\" in asn"},
+    {"UnknownKeyInPeerClass", "peer_classes:\n  - name: a\n    asns: [1]\n    asn: [2]\n", 4,
+     "unknown key \"asn\" in peer_classes[0]; did you mean \"asns\"?"},
+    {"UnknownKeyInCcPolicy", "cc_policy:\n  app_overide: respect\n", 2,
+     "unknown key \"app_overide\" in cc_policy; did you mean \"app_override\"?"},
+    {"UnknownKeyInRule", "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      when: x\n", 5,
+     "unknown key \"when\" in cc_policy.rules[0]"},
+    {"UnknownKeyInMatch", "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match:\n        rports: [443]\n", 6,
+     "unknown key \"rports\" in cc_policy.rules[0].match"},
+    {"UnknownKeyInExperiment", "cc_policy:\n  rules:\n    - name: r\n      experiment:\n        name: e\n        arms: {bbr: 50, cubic: 50}\n        seed: 7\n", 7,
+     "unknown key \"seed\" in cc_policy.rules[0].experiment"},
+    {"WrongTypes", "peer_classes:\n  - name: a\n    prefixes: 10.0.0.0/8\n", 3,
+     "peer_classes[0].prefixes must be a list, got a scalar \"10.0.0.0/8\""},
+    {"WrongTypes", "peer_classes: backbone\n", 1,
+     "peer_classes must be a list"},
+    {"WrongTypes", "asn: /var/lib/x.mmdb\n", 1,
+     "asn must be a mapping"},
+    {"WrongTypes", "flow_log: [a, b]\n", 1,
+     "flow_log must be a string, got a list"},
+    {"WrongTypes", "default_peer_class: {a: 1}\n", 1,
+     "default_peer_class must be a string, got a mapping"},
+    {"WrongTypes", "cc_policy:\n  rules: {name: x}\n", 2,
+     "cc_policy.rules must be a list"},
+    {"WrongTypes", "cc_policy:\n  rules:\n    - bbr\n", 3,
+     "cc_policy.rules[0] must be a mapping"},
+    {"WrongTypes", "cc_policy:\n  rules:\n    - name: r\n      cc: [bbr]\n", 4,
+     "cc_policy.rules[0].cc must be a string, got a list"},
+    {"WrongTypes", "cc_policy:\n  rules:\n    - name: r\n      experiment: bbr\n", 4,
+     "cc_policy.rules[0].experiment must be a mapping"},
+    {"WrongTypes", "cc_policy:\n  rules:\n    - name: r\n      experiment: {name: e, arms: [bbr, cubic]}\n", 4,
+     "cc_policy.rules[0].experiment.arms must be a mapping"},
+    {"WrongTypes", "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match: [a]\n", 5,
+     "cc_policy.rules[0].match must be a mapping"},
+    {"WrongTypes", "size_classes_bytes: [[1]]\n", 1,
+     "size_classes_bytes[0] must be an integer in 1..1000000000000, got a list"},
+    {"MalformedPrefixes", "peer_classes:\n  - name: a\n    prefixes: [10.0.0.0/8, 10.0.0/8]\n", 3,
+     "peer_classes[0].prefixes[1]: malformed prefix \"10.0.0/8\": \"10.0.0\" is not an IPv4 or IPv6 address"},
+    {"MalformedPrefixes", "peer_classes:\n  - name: a\n    prefixes:\n      - ::/0\n      - \"fd00::/200\"\n", 5,
+     "prefix length 200 is out of range 0..128"},
+    {"MalformedPrefixes", "peer_classes:\n  - name: a\n    prefixes: [192.0.2.1/24]\n", 3,
+     "malformed prefix \"192.0.2.1/24\": host bits set (did you mean 192.0.2.0/24?)"},
+    {"MalformedPrefixes", "peer_classes:\n  - name: a\n    prefixes: [[10.0.0.0/8]]\n", 3,
+     "must be a prefix such as 10.0.0.0/8, got a list"},
+    {"MalformedPrefixes", "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match: { prefixes: [10.0.0.1/8] }\n", 5,
+     "cc_policy.rules[0].match.prefixes[0]: malformed prefix"},
+    {"ListenAddress", "listen: 9810\n", 1,
+     "\"9810\" is not HOST:PORT"},
+    {"ListenAddress", "listen: localhost:9810\n", 1,
+     "host \"localhost\" is not an IP address"},
+    {"ListenAddress", "listen: \"::1:9810\"\n", 1,
+     "must be in brackets, e.g. [::1]:9810"},
+    {"ListenAddress", "listen: \"[::1]9810\"\n", 1,
+     "is not [IPV6]:PORT"},
+    {"ListenAddress", "listen: \"[10.0.0.1]:9810\"\n", 1,
+     "in brackets is not an IPv6 address"},
+    {"ListenAddress", "listen: \"127.0.0.1:\"\n", 1,
+     "port \"\" is not a number"},
+    {"ListenAddress", "listen: 127.0.0.1:http\n", 1,
+     "port \"http\" is not a number"},
+    {"ListenAddress", "\nlisten: 127.0.0.1:0\n", 2,
+     "port 0 is out of range 1..65535"},
+    {"ListenAddress", "listen: 127.0.0.1:65536\n", 1,
+     "port 65536 is out of range 1..65535"},
+    {"ListenAddress", "listen: 127.0.0.1:999999\n", 1,
+     "port \"999999\" is not a number"},
+    {"TopNRange", "asn:\n  top_n: 0\n", 2,
+     "asn.top_n 0 is out of range 1..10000"},
+    {"TopNRange", "asn:\n  top_n: 10001\n", 2,
+     "asn.top_n 10001 is out of range 1..10000"},
+    {"TopNRange", "asn:\n  top_n: -1\n", 2,
+     "asn.top_n -1 is out of range 1..10000"},
+    {"TopNRange", "asn:\n  top_n: 5.5\n", 2,
+     "asn.top_n must be an integer in 1..10000, got a scalar \"5.5\""},
+    {"TopNRange", "asn:\n  top_n: 0x10\n", 2,
+     "must be an integer"},
+    {"SizeClasses", "\nsize_classes_bytes: []\n", 2,
+     "at least one boundary"},
+    {"SizeClasses", "size_classes_bytes:\n  - 100\n  - 50\n", 3,
+     "size_classes_bytes must be strictly increasing: 50 follows 100"},
+    {"SizeClasses", "size_classes_bytes: [100, 100]\n", 1,
+     "strictly increasing"},
+    {"SizeClasses", "size_classes_bytes: [100, 1000000000001]\n", 1,
+     "size_classes_bytes[1] 1000000000001 is out of range 1..1000000000000"},
+    {"SizeClasses", "size_classes_bytes: [0, 100]\n", 1,
+     "size_classes_bytes[0] 0 is out of range"},
+    {"ThroughputMinBytes", "throughput_min_bytes: 0\n", 1,
+     "throughput_min_bytes 0 is out of range"},
+    {"ThroughputMinBytes", "throughput_min_bytes: 1000000000001\n", 1,
+     "throughput_min_bytes 1000000000001 is out of range 1..1000000000000"},
+    {"AbsurdlyLargeIntegersAreErrorsNotCrashes", "snapshot_interval_s: 18446744073709551616\n", 1,
+     "out of range 0..3600"},
+    {"AbsurdlyLargeIntegersAreErrorsNotCrashes", "ring_buffer_bytes: 18446744073709551615\n", 1,
+     "out of range"},
+    {"DuplicatePeerClassNames", "peer_classes:\n  - name: a\n    asns: [1]\n  - name: a\n    asns: [2]\n", 4,
+     "duplicate peer class name \"a\" (first defined at line 2)"},
+    {"PeerClassOverlaps", "peer_classes:\n  - name: a\n    prefixes: [10.0.0.0/8]\n  - name: b\n    prefixes: [10.0.0.0/8]\n", 5,
+     "prefix 10.0.0.0/8 of peer class \"b\" is already in peer class \"a\""},
+    // Same network written two ways is still the same network.
+    {"PeerClassOverlaps", "peer_classes:\n  - name: a\n    prefixes: [\"fd00::/8\"]\n  - name: b\n    prefixes: [\"FD00:0::/8\"]\n", 5,
+     "prefix fd00::/8 of peer class \"b\""},
+    {"PeerClassOverlaps", "peer_classes:\n  - name: a\n    asns: [7, 7]\n", 3,
+     "ASN 7 of peer class \"a\" is already in peer class \"a\""},
+    {"PeerClassNeedsNameAndMembers", "peer_classes:\n  - prefixes: [10.0.0.0/8]\n", 2,
+     "peer_classes[0] has no name"},
+    {"PeerClassNeedsNameAndMembers", "peer_classes:\n  - name: \"\"\n    asns: [1]\n", 2,
+     "peer_classes[0].name must not be empty"},
+    {"PeerClassNeedsNameAndMembers", "peer_classes:\n  - name: a\n", 2,
+     "has neither prefixes nor asns"},
+    {"DuplicateRuleNames", "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n    - cc: cubic\n      name: r\n", 6,
+     "duplicate rule name \"r\" (first defined at line 3)"},
+    {"RuleWithBothCcAndExperiment", "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      experiment: {name: e, arms: {bbr: 50, cubic: 50}}\n", 3,
+     "cc_policy.rules[0] has more than one of cc, experiment and controller"},
+    {"RuleWithNeitherCcNorExperiment", "cc_policy:\n  rules:\n    - name: a\n      cc: bbr\n    - name: r\n      match: {lports: [443]}\n", 5,
+     "cc_policy.rules[1] has none of cc, experiment and controller"},
+    {"RuleWithoutName", "cc_policy:\n  rules:\n    - cc: bbr\n", 3,
+     "cc_policy.rules[0] has no name"},
+    {"CcNotOfferedByKernel", "cc_policy:\n  rules:\n    - name: r\n      cc: bbr2\n", 4,
+     "cc_policy.rules[0].cc: congestion control \"bbr2\" is not available in this kernel (available: cubic bbr reno)"},
+    {"CcNotOfferedByKernel", "cc_policy:\n  rules:\n    - name: r\n      experiment:\n        name: e\n        arms:\n          bbr: 50\n          dctcp: 50\n", 8,
+     "cc_policy.rules[0].experiment.arms.dctcp: congestion control \"dctcp\""},
+    {"ExperimentWeights", "cc_policy:\n  rules:\n    - name: r\n      experiment:\n        name: e\n        arms: {bbr: 50, cubic: 49}\n", 6,
+     "cc_policy.rules[0].experiment.arms weights sum to 99, must sum to 100"},
+    {"ExperimentWeights", "cc_policy:\n  rules:\n    - name: r\n      experiment:\n        name: e\n        arms: {bbr: 60, cubic: 60}\n", 6,
+     "weights sum to 120"},
+    {"ExperimentWeights", "cc_policy:\n  rules:\n    - name: r\n      experiment:\n        name: e\n        arms:\n          bbr: 50.0\n          cubic: 50\n", 7,
+     "cc_policy.rules[0].experiment.arms.bbr weight must be an integer in 0..100"},
+    {"ExperimentWeights", "cc_policy:\n  rules:\n    - name: r\n      experiment:\n        name: e\n        arms: {bbr: 50, bbr: 50}\n", 6,
+     "duplicate key \"bbr\" in cc_policy.rules[0].experiment.arms"},
+    {"ExperimentNeedsTwoArmsAndAName", "cc_policy:\n  rules:\n    - name: r\n      experiment:\n        name: e\n        arms: {bbr: 100}\n", 6,
+     "needs at least 2 arms, has 1"},
+    {"ExperimentNeedsTwoArmsAndAName", "cc_policy:\n  rules:\n    - name: r\n      experiment:\n        name: e\n        arms: {}\n", 6,
+     "needs at least 2 arms, has 0"},
+    {"ExperimentNeedsTwoArmsAndAName", "cc_policy:\n  rules:\n    - name: r\n      experiment:\n        arms: {bbr: 50, cubic: 50}\n", 4,
+     "cc_policy.rules[0].experiment has no name"},
+    {"ExperimentNeedsTwoArmsAndAName", "cc_policy:\n  rules:\n    - name: r\n      experiment:\n        name: e\n", 4,
+     "cc_policy.rules[0].experiment has no arms"},
+    {"AppOverrideAndSysctlGuard", "cc_policy:\n  app_override: ignore\n", 2,
+     "cc_policy.app_override must be respect or enforce, got \"ignore\""},
+    {"AppOverrideAndSysctlGuard", "cc_policy:\n  sysctl_guard: Deny\n", 2,
+     "cc_policy.sysctl_guard must be observe or deny, got \"Deny\""},
+    {"MatchPeerClassMustExist", "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match: { peer_class: edge }\n", 5,
+     "cc_policy.rules[0].match.peer_class \"edge\" is not a peer class (defined: client)"},
+    {"MatchPeerClassMustExist", "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match: { peer_class: client }\ndefault_peer_class: internet\n", 5,
+     "\"client\" is not a peer class (defined: internet)"},
+    {"LportsRange", "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match:\n        lports: [0]\n", 6,
+     "cc_policy.rules[0].match.lports[0] 0 is out of range 1..65535"},
+    {"LportsRange", "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match:\n        lports:\n          - 443\n          - 65536\n", 8,
+     "lports[1] 65536 is out of range 1..65535"},
+    {"LportsRange", "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match:\n        lports: [https]\n", 6,
+     "got a scalar \"https\""},
+    {"AsnsRange", "peer_classes:\n  - name: a\n    asns: [0]\n", 3,
+     "peer_classes[0].asns[0] 0 is out of range 1..4294967295"},
+    {"AsnsRange", "peer_classes:\n  - name: a\n    asns:\n      - 1\n      - 4294967296\n", 5,
+     "peer_classes[0].asns[1] 4294967296 is out of range 1..4294967295"},
+    {"AsnsRange", "peer_classes:\n  - name: a\n    asns: [AS64500]\n", 3,
+     "must be an integer"},
+    {"AsnsRange", "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match: {asns: [0]}\n", 5,
+     "cc_policy.rules[0].match.asns[0] 0 is out of range"},
+    {"RingBufferBytes", "ring_buffer_bytes: 1000000\n", 1,
+     "ring_buffer_bytes 1000000 is not a power of two"},
+    {"RingBufferBytes", "ring_buffer_bytes: 32768\n", 1,
+     "ring_buffer_bytes 32768 is out of range 65536..1073741824"},
+    {"RingBufferBytes", "ring_buffer_bytes: 2147483648\n", 1,
+     "out of range 65536..1073741824"},
+    {"FlowLogTransfersMustBeABool", "flow_log_transfers: yes\n", 1,
+     "flow_log_transfers must be true or false, got a scalar \"yes\""},
+    {"FlowLogTransfersMustBeABool", "flow_log_transfers: 1\n", 1,
+     "flow_log_transfers must be true or false"},
+    {"FlowLogTransfersMustBeABool", "\nflow_log_transfers: [true]\n", 2,
+     "flow_log_transfers must be true or false, got a list"},
+    {"FlowLogTransfersMustBeABool", "flow_log_transfer: false\n", 1,
+     "did you mean \"flow_log_transfers\"?"},
+    {"SnapshotInterval", "snapshot_interval_s: 3601\n", 1,
+     "snapshot_interval_s 3601 is out of range 0..3600"},
+    {"CgroupMustBeAbsolute", "cgroup: web.slice\n", 1,
+     "cgroup must be an absolute path"},
+    {"ControlCharactersInStrings", "default_peer_class: \"a\\nb\"\n", 1,
+     "default_peer_class contains a control character"},
+    {"KafkaMistakes", "export:\n  kafka:\n    topic_flows: f\n", 2,
+     "export.kafka needs brokers"},
+    {"KafkaMistakes", "export:\n  kafka:\n    brokers: [kafka-1]\n", 3,
+     "brokers[0] must be HOST:PORT"},
+    {"KafkaMistakes", "export:\n  kafka:\n    brokers: [\"kafka-1:99999\"]\n", 3,
+     "must be HOST:PORT"},
+    {"KafkaMistakes", "export:\n  kafka:\n    brokers: [\"k:9092\"]\n    topic_flows: \"a b\"\n", 4,
+     "is not a Kafka topic name"},
+    {"KafkaMistakes", "export:\n  kafka:\n    brokers: [\"k:9092\"]\n    compression: brotli\n", 4,
+     "compression must be one of none, gzip, snappy, lz4, zstd"},
+    {"KafkaMistakes", "export:\n  kafka:\n    brokers: [\"k:9092\"]\n    format: avro\n", 4,
+     "export.kafka.format must be json or protobuf, got \"avro\""},
+    {"KafkaMistakes", "export:\n  kafka:\n    brokers: [\"k:9092\"]\n    format: [json]\n", 4,
+     "export.kafka.format"},
+    {"KafkaMistakes", "export:\n  kafka:\n    brokers: [\"k:9092\"]\n    queue_bytes: 1000\n", 4,
+     "out of range"},
+    {"KafkaMistakes", "export:\n  kafka:\n    brokers: [\"k:9092\"]\n    security_protocol: sasl_plaintext\n", 2,
+     "needs sasl.mechanism, sasl.username and sasl.password_file"},
+    {"KafkaMistakes", "export:\n  kafka:\n    brokers: [\"k:9092\"]\n    security_protocol: sasl_ssl\n    sasl: {mechanism: PLAIN, username: u, password_file: /pw, password: x}\n", 5,
+     "a password is never written in the config"},
+    {"KafkaMistakes", "export:\n  kafka:\n    brokers: [\"k:9092\"]\n    tls: {ca_file: /ca.pem}\n", 4,
+     "tls is used only with security_protocol ssl or sasl_ssl"},
+    {"KafkaMistakes", "export:\n  kafka:\n    brokers: [\"k:9092\"]\n    broker: x\n", 4,
+     "did you mean \"brokers\""},
+};
+
+class ConfigErrorCase : public ::testing::TestWithParam<ErrorCase> {};
+
+TEST_P(ConfigErrorCase, IsOneErrorOnItsLine) {
+  EXPECT_TRUE(OneError(GetParam().yaml, GetParam().line, GetParam().text));
 }
+
+INSTANTIATE_TEST_SUITE_P(ConfigErrorTest, ConfigErrorCase, ::testing::ValuesIn(kErrorCases),
+                         [](const ::testing::TestParamInfo<ErrorCase>& info) {
+                           return std::string(info.param.topic) + "_" + std::to_string(info.index);
+                         });
 
 }  // namespace
 }  // namespace tcpscope

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <random>
 
 namespace tcpscope {
@@ -23,6 +24,17 @@ PeerClassSpec spec(const char* name, std::vector<const char*> prefixes, std::vec
   return s;
 }
 
+// An address (with its ASN) and the class it should get.
+struct Want {
+  const char* addr;
+  uint32_t asn;
+  const char* peer_class;
+};
+
+void expect_classes(const PeerClassifier& c, std::initializer_list<Want> wants) {
+  for (const Want& w : wants) EXPECT_EQ(c.classify(ip(w.addr), w.asn), w.peer_class) << w.addr << " AS" << w.asn;
+}
+
 // The example from SPEC.md "Config file".
 PeerClassifier spec_example() {
   return PeerClassifier({spec("intra-pop", {"10.20.0.0/16"}),
@@ -33,19 +45,19 @@ PeerClassifier spec_example() {
 
 TEST(PeerClassifier, SpecExample) {
   const PeerClassifier c = spec_example();
-  EXPECT_EQ(c.classify(ip("10.20.1.1"), 0), "intra-pop");
-  EXPECT_EQ(c.classify(ip("10.21.1.1"), 0), "pop-to-pop");
-  EXPECT_EQ(c.classify(ip("fd00::1"), 0), "pop-to-pop");
-  EXPECT_EQ(c.classify(ip("fe80::1"), 0), "client");
-  EXPECT_EQ(c.classify(ip("198.51.100.1"), 64500), "origin");
-  EXPECT_EQ(c.classify(ip("198.51.100.1"), 64501), "client");
-  EXPECT_EQ(c.classify(ip("198.51.100.1"), 0), "client");
+  expect_classes(c, {{"10.20.1.1", 0, "intra-pop"},
+                     {"10.21.1.1", 0, "pop-to-pop"},
+                     {"fd00::1", 0, "pop-to-pop"},
+                     {"fe80::1", 0, "client"},
+                     {"198.51.100.1", 64500, "origin"},
+                     {"198.51.100.1", 64501, "client"},
+                     {"198.51.100.1", 0, "client"}});
 }
 
 TEST(PeerClassifier, PrefixMatchBeatsAsnMatch) {
   const PeerClassifier c = spec_example();
-  EXPECT_EQ(c.classify(ip("10.20.1.1"), 64500), "intra-pop");
-  EXPECT_EQ(c.classify(ip("10.99.1.1"), 64500), "pop-to-pop");
+  expect_classes(c, {{"10.20.1.1", 64500, "intra-pop"},
+                     {"10.99.1.1", 64500, "pop-to-pop"}});
 }
 
 TEST(PeerClassifier, LongestPrefixWinsWhateverTheClassOrder) {
@@ -53,16 +65,16 @@ TEST(PeerClassifier, LongestPrefixWinsWhateverTheClassOrder) {
   const PeerClassifier c({spec("wide", {"10.0.0.0/8"}), spec("narrow", {"10.20.0.0/16"}),
                           spec("host", {"10.20.0.7/32"})},
                          "client");
-  EXPECT_EQ(c.classify(ip("10.20.0.7"), 0), "host");
-  EXPECT_EQ(c.classify(ip("10.20.0.8"), 0), "narrow");
-  EXPECT_EQ(c.classify(ip("10.30.0.8"), 0), "wide");
+  expect_classes(c, {{"10.20.0.7", 0, "host"},
+                     {"10.20.0.8", 0, "narrow"},
+                     {"10.30.0.8", 0, "wide"}});
 }
 
 TEST(PeerClassifier, MappedAddressesMatchIPv4Prefixes) {
   const PeerClassifier c = spec_example();
-  EXPECT_EQ(c.classify(ip("::ffff:10.20.1.1"), 0), "intra-pop");
-  EXPECT_EQ(c.classify(ip("::ffff:10.21.1.1"), 0), "pop-to-pop");
-  EXPECT_EQ(c.classify(ip("::ffff:198.51.100.1"), 0), "client");
+  expect_classes(c, {{"::ffff:10.20.1.1", 0, "intra-pop"},
+                     {"::ffff:10.21.1.1", 0, "pop-to-pop"},
+                     {"::ffff:198.51.100.1", 0, "client"}});
 }
 
 TEST(PeerClassifier, MappedPrefixesAreFoldedToIPv4) {
@@ -71,22 +83,22 @@ TEST(PeerClassifier, MappedPrefixesAreFoldedToIPv4) {
   IpAddr mapped = ip("::ffff:192.0.2.0");
   s.prefixes.push_back(Prefix{mapped, 120});  // as if built by hand, not by Prefix::parse
   const PeerClassifier c({s}, "client");
-  EXPECT_EQ(c.classify(ip("192.0.2.9"), 0), "mapped");
-  EXPECT_EQ(c.classify(ip("::ffff:192.0.2.9"), 0), "mapped");
-  EXPECT_EQ(c.classify(ip("192.0.3.9"), 0), "client");
+  expect_classes(c, {{"192.0.2.9", 0, "mapped"},
+                     {"::ffff:192.0.2.9", 0, "mapped"},
+                     {"192.0.3.9", 0, "client"}});
 }
 
 TEST(PeerClassifier, FirstClassKeepsADuplicatePrefixOrAsn) {
   const PeerClassifier c({spec("a", {"192.0.2.0/24"}, {64496}), spec("b", {"192.0.2.0/24"}, {64496})},
                          "client");
-  EXPECT_EQ(c.classify(ip("192.0.2.1"), 0), "a");
-  EXPECT_EQ(c.classify(ip("203.0.113.1"), 64496), "a");
+  expect_classes(c, {{"192.0.2.1", 0, "a"},
+                     {"203.0.113.1", 64496, "a"}});
 }
 
 TEST(PeerClassifier, DefaultOnly) {
   const PeerClassifier c({}, "everyone");
-  EXPECT_EQ(c.classify(ip("192.0.2.1"), 0), "everyone");
-  EXPECT_EQ(c.classify(ip("2001:db8::1"), 13335), "everyone");
+  expect_classes(c, {{"192.0.2.1", 0, "everyone"},
+                     {"2001:db8::1", 13335, "everyone"}});
   EXPECT_EQ(c.class_names(), std::vector<std::string>{"everyone"});
 }
 

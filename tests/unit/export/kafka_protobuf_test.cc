@@ -18,6 +18,8 @@
 #include "record/flow_json.h"
 #include "record/transfer_json.h"
 
+#include "../record_fixtures.h"
+
 namespace tcpscope {
 namespace {
 
@@ -117,11 +119,7 @@ FlowRecord full_flow() {
   r.end_ns = 1700000000123456789;
   r.fct_us = 123456;
   r.duration_us = -5;  // signed: ten bytes as protobuf's int64
-  r.laddr = *IpAddr::parse("198.18.0.1");
-  r.raddr = *IpAddr::parse("fd00::2");
-  r.lport = 443;
-  r.rport = 51234;
-  r.dir = Direction::kPassive;
+  set_passive_endpoints(&r, "fd00::2", 51234);
   r.outcome = Outcome::kReset;
   r.partial = true;
   r.app_set_cc = true;
@@ -145,12 +143,7 @@ FlowRecord full_flow() {
 
 TransferRecord full_transfer() {
   TransferRecord r;
-  r.flow_start_ns = 1700000000000000000;
-  r.laddr = *IpAddr::parse("198.18.0.1");
-  r.raddr = *IpAddr::parse("198.19.255.254");
-  r.lport = 443;
-  r.rport = 51234;
-  r.dir = Direction::kPassive;
+  set_transfer_flow(&r, "198.19.255.254", 51234);
   r.netns = 4026531840u;
   r.seq = 2;
   r.direction = TransferDirection::kRecv;
@@ -163,7 +156,7 @@ TransferRecord full_transfer() {
   r.bytes = 18446744073709551615ULL;
   r.retrans_segs = 3;
   r.srtt_us = 21000, r.min_rtt_us = 20000;
-  r.busy_us = 250000, r.rwnd_limited_us = 1000, r.sndbuf_limited_us = 2000;
+  set_chrono_us(&r, 250000, 1000, 2000);
   r.cc = "cubic";
   r.enrichment = {"client", 64501, "Telef\xC3\xB3nica", "client-ab", "bbr-vs-cubic", "cubic"};
   return r;
@@ -172,13 +165,8 @@ TransferRecord full_transfer() {
 const std::set<std::string> kNullable = {"cc_rule", "experiment", "arm"};
 const std::set<std::string> kTransferNullable = {"cc_rule", "experiment", "arm", "wait_us"};
 
-std::string flow_message(const FlowRecord& r) {
-  std::string out;
-  append_protobuf(r, &out);
-  return unframed(out);
-}
-
-std::string transfer_message(const TransferRecord& r) {
+template <class Record>
+std::string message_of(const Record& r) {
   std::string out;
   append_protobuf(r, &out);
   return unframed(out);
@@ -186,20 +174,22 @@ std::string transfer_message(const TransferRecord& r) {
 
 // The record's message as protoc reads it, once expect_same_record has held
 // it against the record's JSON line.
-std::map<std::string, std::string> decoded_as_its_json_line(const FlowRecord& r) {
+template <class Record>
+std::map<std::string, std::string> decoded_as(const Record& r, const char* message,
+                                              const std::set<std::string>& nullable) {
   std::string line;
-  append_flow_json(r, &line);
-  const auto fields = protoc_decode("FlowRecord", flow_message(r));
-  expect_same_record(line, fields, kNullable);
+  append_json(r, &line);
+  const auto fields = protoc_decode(message, message_of(r));
+  expect_same_record(line, fields, nullable);
   return fields;
 }
 
+std::map<std::string, std::string> decoded_as_its_json_line(const FlowRecord& r) {
+  return decoded_as(r, "FlowRecord", kNullable);
+}
+
 std::map<std::string, std::string> decoded_as_its_json_line(const TransferRecord& r) {
-  std::string line;
-  append_transfer_json(r, &line);
-  const auto fields = protoc_decode("TransferRecord", transfer_message(r));
-  expect_same_record(line, fields, kTransferNullable);
-  return fields;
+  return decoded_as(r, "TransferRecord", kTransferNullable);
 }
 
 TEST(KafkaProtobuf, FlowEveryFieldAsTheJsonLineHasIt) {
@@ -244,7 +234,7 @@ TEST(KafkaProtobuf, MessagesAppendLengthDelimited) {
   append_protobuf(full_flow(), &out);
   const size_t first = out.size();
   append_protobuf(big, &out);
-  EXPECT_EQ(unframed(out.substr(0, first)), flow_message(full_flow()));
+  EXPECT_EQ(unframed(out.substr(0, first)), message_of(full_flow()));
   const std::string second = out.substr(first);
   EXPECT_TRUE(static_cast<unsigned char>(second[0]) & 0x80) << "more than 127 bytes: a 2-byte varint";
   EXPECT_EQ(protoc_decode("FlowRecord", unframed(second)).at("as_org"), big.enrichment.as_org);
@@ -263,7 +253,7 @@ TEST(KafkaProtobuf, LongestEncodingFitsAndDecodes) {
   f.laddr = f.raddr = *IpAddr::parse("ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe");
   for (std::string* s : {&f.cc, &f.enrichment.peer_class, &f.enrichment.as_org, &f.comm}) *s = invalid;
   f.enrichment.cc_rule = f.enrichment.experiment = f.enrichment.arm = invalid;
-  const auto flow = protoc_decode("FlowRecord", flow_message(f));
+  const auto flow = protoc_decode("FlowRecord", message_of(f));
   for (const char* k : {"cc", "peer_class", "as_org", "comm", "cc_rule", "experiment", "arm"})
     EXPECT_EQ(flow.at(k), replaced) << k;
   EXPECT_EQ(flow.at("start_ns"), std::to_string(INT64_MIN));
@@ -274,7 +264,7 @@ TEST(KafkaProtobuf, LongestEncodingFitsAndDecodes) {
   t.wait_us = INT64_MIN;
   for (std::string* s : {&t.cc, &t.enrichment.peer_class, &t.enrichment.as_org}) *s = invalid;
   t.enrichment.cc_rule = t.enrichment.experiment = t.enrichment.arm = invalid;
-  const auto transfer = protoc_decode("TransferRecord", transfer_message(t));
+  const auto transfer = protoc_decode("TransferRecord", message_of(t));
   for (const char* k : {"cc", "peer_class", "as_org", "cc_rule", "experiment", "arm"})
     EXPECT_EQ(transfer.at(k), replaced) << k;
   EXPECT_EQ(transfer.at("wait_us"), std::to_string(INT64_MIN));

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 namespace tcpscope {
 namespace {
@@ -37,24 +39,25 @@ TEST(HttpRequestTest, IncompleteUntilTheBlankLine) {
   EXPECT_EQ(parse("\r\n\r\nGET /metrics HTTP/1.1\r\n\r\n", &r).status, HttpParse::kComplete);
 }
 
+// A flag of each request (complete, each parsed on its own) as it should read.
+void expect_flag(bool HttpRequest::*flag, std::initializer_list<std::pair<const char*, bool>> cases) {
+  for (const auto& [text, want] : cases) {
+    HttpRequest r;
+    ASSERT_EQ(parse(text, &r).status, HttpParse::kComplete) << text;
+    EXPECT_EQ(r.*flag, want) << text;
+  }
+}
+
 TEST(HttpRequestTest, ConnectionTokens) {
-  HttpRequest r;
-  ASSERT_EQ(parse("GET / HTTP/1.1\r\nConnection: Keep-Alive, close\r\n\r\n", &r).status, HttpParse::kComplete);
-  EXPECT_FALSE(r.keep_alive);
-  ASSERT_EQ(parse("GET / HTTP/1.0\r\n\r\n", &r).status, HttpParse::kComplete);
-  EXPECT_FALSE(r.keep_alive);
-  ASSERT_EQ(parse("GET / HTTP/1.0\r\nconnection: keep-alive\r\n\r\n", &r).status, HttpParse::kComplete);
-  EXPECT_TRUE(r.keep_alive);
+  expect_flag(&HttpRequest::keep_alive, {{"GET / HTTP/1.1\r\nConnection: Keep-Alive, close\r\n\r\n", false},
+                                         {"GET / HTTP/1.0\r\n\r\n", false},
+                                         {"GET / HTTP/1.0\r\nconnection: keep-alive\r\n\r\n", true}});
 }
 
 TEST(HttpRequestTest, BodiesAreSeen) {
-  HttpRequest r;
-  ASSERT_EQ(parse("GET / HTTP/1.1\r\nContent-Length: 0\r\n\r\n", &r).status, HttpParse::kComplete);
-  EXPECT_FALSE(r.has_body);
-  ASSERT_EQ(parse("GET / HTTP/1.1\r\nContent-Length: 100000000000\r\n\r\n", &r).status, HttpParse::kComplete);
-  EXPECT_TRUE(r.has_body);
-  ASSERT_EQ(parse("GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", &r).status, HttpParse::kComplete);
-  EXPECT_TRUE(r.has_body);
+  expect_flag(&HttpRequest::has_body, {{"GET / HTTP/1.1\r\nContent-Length: 0\r\n\r\n", false},
+                                       {"GET / HTTP/1.1\r\nContent-Length: 100000000000\r\n\r\n", true},
+                                       {"GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", true}});
 }
 
 // Shapes that two parsers (a proxy and this one) may read differently.

@@ -15,6 +15,7 @@
 #include <vector>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -103,11 +104,14 @@ Response read_response(int fd, std::string* pending) {
   return r;
 }
 
-Response request(int port, const std::string& method, const std::string& target) {
+// One request on a connection of its own; extra_headers are whole lines.
+Response request(int port, const std::string& method, const std::string& target,
+                 const std::string& extra_headers = "") {
   int fd = connect_to(port);
   std::string pending;
   try {
-    send_all(fd, method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    send_all(fd, method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + extra_headers +
+                     "\r\n");
     Response r = read_response(fd, &pending);
     close(fd);
     return r;
@@ -299,20 +303,6 @@ TEST(HttpServerTest, StopClosesTheListener) {
 
 // --- Security: basic auth, request bodies, stuck clients, TLS availability.
 
-Response request_with(int port, const std::string& target, const std::string& extra_headers) {
-  int fd = connect_to(port);
-  std::string pending;
-  try {
-    send_all(fd, "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + extra_headers + "\r\n");
-    Response r = read_response(fd, &pending);
-    close(fd);
-    return r;
-  } catch (...) {
-    close(fd);
-    throw;
-  }
-}
-
 double seconds_since(const std::chrono::steady_clock::time_point& t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -347,13 +337,13 @@ TEST(HttpServerSecurityTest, BasicAuthGuardsEverythingButHealthz) {
     EXPECT_EQ(r.headers["www-authenticate"], "Basic realm=\"tcpscope\", charset=\"UTF-8\"") << path;
     EXPECT_EQ(r.body, "Unauthorized\n") << path;
     // prometheus:wrong
-    EXPECT_EQ(request_with(port, path, "Authorization: Basic cHJvbWV0aGV1czp3cm9uZw==\r\n").status, 401) << path;
+    EXPECT_EQ(request(port, "GET", path, "Authorization: Basic cHJvbWV0aGV1czp3cm9uZw==\r\n").status, 401) << path;
   }
   // prometheus:s3cret
   const std::string good = "Authorization: Basic cHJvbWV0aGV1czpzM2NyZXQ=\r\n";
-  EXPECT_EQ(request_with(port, "/metrics", good).status, 200);
-  EXPECT_EQ(request_with(port, "/api/v1/flows", good).body, "[]\n");
-  EXPECT_EQ(request_with(port, "/nope", good).status, 404);
+  EXPECT_EQ(request(port, "GET", "/metrics", good).status, 200);
+  EXPECT_EQ(request(port, "GET", "/api/v1/flows", good).body, "[]\n");
+  EXPECT_EQ(request(port, "GET", "/nope", good).status, 404);
   // Wrong credentials are counted (one per path above); none at all are not.
   EXPECT_EQ(server->rejected(HttpServer::kAuthFailed), 3u);
   // /healthz needs no credentials and says nothing but ok.
@@ -441,7 +431,10 @@ HttpServer::Limits test_limits() {
   return l;
 }
 
-std::unique_ptr<HttpServer> start_with(const HttpServer::Limits& limits) {
+// A server on test_limits(), but for what `adjust` changes in them.
+std::unique_ptr<HttpServer> start_with(const std::function<void(HttpServer::Limits&)>& adjust = {}) {
+  HttpServer::Limits limits = test_limits();
+  if (adjust) adjust(limits);
   std::string error;
   auto server = HttpServer::start("127.0.0.1:0", HttpConfig{}, limits, &error);
   EXPECT_TRUE(server) << error;
@@ -456,7 +449,7 @@ std::unique_ptr<HttpServer> start_with(const HttpServer::Limits& limits) {
 // middle of a header cost the server a descriptor each, not a thread:
 // /metrics answers at once with 600 of them holding connections.
 TEST(HttpServerSecurityTest, StuckClientsDoNotDelayMetrics) {
-  auto server = start_with(test_limits());
+  auto server = start_with();
   ASSERT_TRUE(server);
   std::vector<int> stuck = hang(server->port(), 200, "");
   for (int fd : hang(server->port(), 200, "GET /metrics HTTP/1.1\r\nHost: x\r\n")) stuck.push_back(fd);
@@ -471,9 +464,7 @@ TEST(HttpServerSecurityTest, StuckClientsDoNotDelayMetrics) {
 // A request must be whole within the head deadline however it trickles in:
 // one header line every 100 ms gets 408 at the deadline, counted.
 TEST(HttpServerSecurityTest, TricklingRequestGets408AtTheHeadDeadline) {
-  HttpServer::Limits limits = test_limits();
-  limits.head_deadline_ms = 400;
-  auto server = start_with(limits);
+  auto server = start_with([](HttpServer::Limits& l) { l.head_deadline_ms = 400; });
   ASSERT_TRUE(server);
   int fd = connect_to(server->port());
   const auto t0 = std::chrono::steady_clock::now();
@@ -506,9 +497,7 @@ TEST(HttpServerSecurityTest, TricklingRequestGets408AtTheHeadDeadline) {
 // At a peer's cap a new connection replaces the peer's oldest idle one; when
 // every one is being answered, the new one is refused.
 TEST(HttpServerSecurityTest, PeerCapReplacesTheOldestIdleConnection) {
-  HttpServer::Limits limits;
-  limits.max_connections_per_peer = 4;
-  auto server = start_with(limits);
+  auto server = start_with([](HttpServer::Limits& l) { l.max_connections_per_peer = 4; });
   ASSERT_TRUE(server);
   std::vector<int> idle = hang(server->port(), 4, "GET /he");
   Response r = request(server->port(), "GET", "/healthz");
@@ -540,10 +529,7 @@ TEST(HttpServerSecurityTest, PeerCapReplacesTheOldestIdleConnection) {
 // Scrapes have workers of their own: JSON queries that take seconds, and a
 // queue of them, do not delay /metrics; past the queue's bound they get 503.
 TEST(HttpServerSecurityTest, SlowQueriesNeitherDelayScrapesNorQueueWithoutBound) {
-  HttpServer::Limits limits = test_limits();
-  limits.api_workers = 1;
-  limits.max_queued_requests = 2;
-  auto server = start_with(limits);
+  auto server = start_with([](HttpServer::Limits& l) { l.api_workers = 1; l.max_queued_requests = 2; });
   ASSERT_TRUE(server);
   server->handle_json("/api/v1/slow", [](const std::string&) {
     usleep(1500 * 1000);
@@ -574,9 +560,7 @@ TEST(HttpServerSecurityTest, SlowQueriesNeitherDelayScrapesNorQueueWithoutBound)
 // A client that does not take its response is closed at the response
 // deadline, whatever trickle of progress it allows.
 TEST(HttpServerSecurityTest, SlowReaderIsClosedAtTheResponseDeadline) {
-  HttpServer::Limits limits = test_limits();
-  limits.response_deadline_ms = 500;
-  auto server = start_with(limits);
+  auto server = start_with([](HttpServer::Limits& l) { l.response_deadline_ms = 500; });
   ASSERT_TRUE(server);
   server->handle_json("/api/v1/big", [](const std::string&) { return "\"" + std::string(16 << 20, 'x') + "\""; });
   int fd = connect_to(server->port(), 4096);
@@ -597,9 +581,7 @@ TEST(HttpServerSecurityTest, SlowReaderIsClosedAtTheResponseDeadline) {
 }
 
 TEST(HttpServerTest, KeepAliveEndsAfterTheRequestCap) {
-  HttpServer::Limits limits = test_limits();
-  limits.max_requests_per_connection = 3;
-  auto server = start_with(limits);
+  auto server = start_with([](HttpServer::Limits& l) { l.max_requests_per_connection = 3; });
   ASSERT_TRUE(server);
   int fd = connect_to(server->port());
   std::string pending;
@@ -615,7 +597,7 @@ TEST(HttpServerTest, KeepAliveEndsAfterTheRequestCap) {
 
 // The server's own counters come with /metrics.
 TEST(HttpServerTest, MetricsCarryTheRejectionCounters) {
-  auto server = start_with(test_limits());
+  auto server = start_with();
   ASSERT_TRUE(server);
   int fd = connect_to(server->port());
   send_all(fd, "GARBAGE\r\n\r\n");

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../record_fixtures.h"
 #include "../temp_dir.h"
 #include "aggregate/aggregator.h"
 #include "compare/clickhouse_source.h"
@@ -29,24 +30,13 @@ namespace {
 constexpr uint64_t kBytes = 2000000;
 
 FlowRecord completed_flow() {
-  FlowRecord f;
-  f.cc = "cubic";
-  f.enrichment.peer_class = "client";
-  f.bytes_acked = kBytes;
-  f.fct_us = 1000000;
+  FlowRecord f = client_flow("cubic", 0, kBytes, 1000000);
   f.srtt_us = 20000;
   f.segs_out = 1400;
   return f;
 }
 
-TransferRecord sent_transfer() {
-  TransferRecord t;
-  t.cc = "cubic";
-  t.enrichment.peer_class = "client";
-  t.bytes = kBytes;
-  t.xfer_us = 1000000;
-  return t;
-}
+TransferRecord sent_transfer() { return client_transfer("cubic", 0, TransferDirection::kSend, kBytes, 1000000); }
 
 uint64_t histogram_samples(const prometheus::Registry& registry, const std::string& family) {
   uint64_t n = 0;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <random>
 #include <string>
@@ -19,6 +20,19 @@ namespace {
 int find_value(const PrefixTrie<int>& t, const char* text, int* len = nullptr) {
   const int* v = t.lookup_with_len(ip(text), len);
   return v ? *v : -1;
+}
+
+// A prefix of a trie and its value.
+struct PrefixValue {
+  const char* addr;
+  int len;
+  int value;
+};
+
+PrefixTrie<int> trie_of(std::initializer_list<PrefixValue> entries) {
+  PrefixTrie<int> t;
+  for (const PrefixValue& e : entries) EXPECT_TRUE(t.insert(ip(e.addr), e.len, e.value)) << e.addr << "/" << e.len;
+  return t;
 }
 
 bool bits_match(const IpAddr& a, const IpAddr& prefix, int len) {
@@ -86,12 +100,9 @@ TEST(PrefixTrie, DefaultRoutePerFamily) {
 }
 
 TEST(PrefixTrie, HostRoutes) {
-  PrefixTrie<int> t;
-  t.insert(ip("203.0.113.7"), 32, 1);
-  t.insert(ip("203.0.113.6"), 32, 2);
-  t.insert(ip("2001:db8::7"), 128, 3);
-  t.insert(ip("2001:db8::6"), 128, 4);
-  t.insert(ip("2001:db8::"), 64, 5);
+  PrefixTrie<int> t = trie_of({{"203.0.113.7", 32, 1}, {"203.0.113.6", 32, 2},  // IPv4 hosts
+                               {"2001:db8::7", 128, 3}, {"2001:db8::6", 128, 4},  // IPv6 hosts
+                               {"2001:db8::", 64, 5}});
   int len = -1;
   EXPECT_EQ(find_value(t, "203.0.113.7", &len), 1);
   EXPECT_EQ(len, 32);
@@ -153,12 +164,8 @@ TEST(PrefixTrie, MappedAddressesAreNotFolded) {
 }
 
 TEST(PrefixTrie, ForEachListsEverythingInAddressOrder) {
-  PrefixTrie<int> t;
-  t.insert(ip("2001:db8::"), 32, 5);
-  t.insert(ip("10.1.0.0"), 16, 2);
-  t.insert(ip("10.0.0.0"), 8, 1);
-  t.insert(ip("192.168.0.0"), 16, 3);
-  t.insert(ip("::"), 0, 4);
+  PrefixTrie<int> t = trie_of(
+      {{"2001:db8::", 32, 5}, {"10.1.0.0", 16, 2}, {"10.0.0.0", 8, 1}, {"192.168.0.0", 16, 3}, {"::", 0, 4}});
   std::vector<std::string> seen;
   t.for_each([&](const IpAddr& a, int len, const int& v) {
     seen.push_back(a.to_string() + "/" + std::to_string(len) + "=" + std::to_string(v));

@@ -1,23 +1,18 @@
 #include "pipeline/flow_pipeline.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
+
+#include "../record_fixtures.h"
 
 namespace tcpscope {
 namespace {
 
 tcpscope_flow_event event_to(const char* raddr) {
   tcpscope_flow_event ev{};
-  ev.id.family = 4;
-  ev.id.dir = TCPSCOPE_DIR_PASSIVE;
+  set_ipv4_id(&ev.id, TCPSCOPE_DIR_PASSIVE, raddr, 443, 50000, 1'000'000'000);
   ev.outcome = TCPSCOPE_OUTCOME_OK;
-  inet_pton(AF_INET, "198.18.0.1", ev.id.saddr);
-  inet_pton(AF_INET, raddr, ev.id.daddr);
-  ev.id.sport = 443;
-  ev.id.dport = 50000;
-  ev.id.start_ns = 1'000'000'000;
   ev.end_ns = 3'000'000'000;
   std::strcpy(ev.cc, "cubic");
   return ev;
@@ -50,11 +45,25 @@ struct Fixture {
   MonotonicToRealtime clock{5'000'000'000};
 };
 
-TEST(FlowPipeline, DecodesEnrichesAndNamesTheRule) {
+// The stage under test, over the fixture's tables; built after them.
+class FlowPipelineTest : public ::testing::Test {
+ protected:
   Fixture fx;
-  Enricher enricher(fx.tables);
-  FlowPipeline pipeline(fx.clock, enricher, fx.names, TransferDelimiter::kWrite);
+  Enricher enricher{fx.tables};
+  FlowPipeline pipeline{fx.clock, enricher, fx.names, TransferDelimiter::kWrite};
+};
 
+// A record of a flow to an address outside every class and rule.
+template <class Record>
+void expect_no_rule_names(const Record& r) {
+  EXPECT_EQ(r.enrichment.asn, 0u);
+  EXPECT_EQ(r.enrichment.peer_class, "client");
+  EXPECT_FALSE(r.enrichment.cc_rule);
+  EXPECT_FALSE(r.enrichment.experiment);
+  EXPECT_FALSE(r.enrichment.arm);
+}
+
+TEST_F(FlowPipelineTest, DecodesEnrichesAndNamesTheRule) {
   tcpscope_flow_event ev = event_to("8.8.8.8");
   ev.cc_rule = TCPSCOPE_RULE_TAG(fx.install, 0);
   ev.arm = 2;  // arm index 1 + 1
@@ -69,22 +78,11 @@ TEST(FlowPipeline, DecodesEnrichesAndNamesTheRule) {
   EXPECT_EQ(pipeline.lookups(), 2u);  // ASN, then peer class
 }
 
-TEST(FlowPipeline, AFlowNoRuleChoseHasNoRuleNames) {
-  Fixture fx;
-  Enricher enricher(fx.tables);
-  FlowPipeline pipeline(fx.clock, enricher, fx.names, TransferDelimiter::kWrite);
-  const FlowRecord f = pipeline.record_of(event_to("198.18.0.2"));
-  EXPECT_EQ(f.enrichment.asn, 0u);
-  EXPECT_EQ(f.enrichment.peer_class, "client");
-  EXPECT_FALSE(f.enrichment.cc_rule);
-  EXPECT_FALSE(f.enrichment.experiment);
-  EXPECT_FALSE(f.enrichment.arm);
+TEST_F(FlowPipelineTest, AFlowNoRuleChoseHasNoRuleNames) {
+  expect_no_rule_names(pipeline.record_of(event_to("198.18.0.2")));
 }
 
-TEST(FlowPipeline, SeesTheTablesAReloadSwappedIn) {
-  Fixture fx;
-  Enricher enricher(fx.tables);
-  FlowPipeline pipeline(fx.clock, enricher, fx.names, TransferDelimiter::kWrite);
+TEST_F(FlowPipelineTest, SeesTheTablesAReloadSwappedIn) {
   EXPECT_EQ(pipeline.record_of(event_to("8.8.8.8")).enrichment.peer_class, "origin");
   EnrichmentTables reloaded = fx.tables;
   reloaded.classifier = std::make_shared<const PeerClassifier>(std::vector<PeerClassSpec>{}, "client");
@@ -94,14 +92,8 @@ TEST(FlowPipeline, SeesTheTablesAReloadSwappedIn) {
 
 tcpscope_transfer_event transfer_to(const char* raddr) {
   tcpscope_transfer_event ev{};
-  ev.id.family = 4;
-  ev.id.dir = TCPSCOPE_DIR_PASSIVE;
+  set_ipv4_id(&ev.id, TCPSCOPE_DIR_PASSIVE, raddr, 443, 50000, 1'000'000'000);
   ev.direction = TCPSCOPE_XFER_SEND;
-  inet_pton(AF_INET, "198.18.0.1", ev.id.saddr);
-  inet_pton(AF_INET, raddr, ev.id.daddr);
-  ev.id.sport = 443;
-  ev.id.dport = 50000;
-  ev.id.start_ns = 1'000'000'000;
   ev.start_ns = 1'500'000'000;
   ev.end_ns = 1'750'000'000;
   ev.wait_us = TCPSCOPE_NO_WAIT;
@@ -123,11 +115,7 @@ FlowAndTransfer tagged_flow_and_transfer(const Fixture& fx) {
   return e;
 }
 
-TEST(FlowPipeline, ATransferIsDecodedEnrichedAndNamedAsItsFlow) {
-  Fixture fx;
-  Enricher enricher(fx.tables);
-  FlowPipeline pipeline(fx.clock, enricher, fx.names, TransferDelimiter::kWrite);
-
+TEST_F(FlowPipelineTest, ATransferIsDecodedEnrichedAndNamedAsItsFlow) {
   const FlowAndTransfer ev = tagged_flow_and_transfer(fx);
   const FlowRecord f = pipeline.record_of(ev.flow);
   const TransferRecord t = pipeline.record_of(ev.transfer);
@@ -146,11 +134,7 @@ TEST(FlowPipeline, ATransferIsDecodedEnrichedAndNamedAsItsFlow) {
   EXPECT_EQ(pipeline.lookups(), 4u);  // ASN and peer class, for each record
 }
 
-TEST(FlowPipeline, ATransferClosedWithItsFlowTakesTheFlowsEnrichmentWithoutLookups) {
-  Fixture fx;
-  Enricher enricher(fx.tables);
-  FlowPipeline pipeline(fx.clock, enricher, fx.names, TransferDelimiter::kWrite);
-
+TEST_F(FlowPipelineTest, ATransferClosedWithItsFlowTakesTheFlowsEnrichmentWithoutLookups) {
   const FlowAndTransfer ev = tagged_flow_and_transfer(fx);
   const FlowRecord f = pipeline.record_of(ev.flow);
   const TransferRecord alone = pipeline.record_of(ev.transfer);
@@ -171,16 +155,8 @@ TEST(FlowPipeline, ATransferClosedWithItsFlowTakesTheFlowsEnrichmentWithoutLooku
   EXPECT_EQ(with_flow.enrichment.arm, alone.enrichment.arm);
 }
 
-TEST(FlowPipeline, ATransferNoRuleChoseHasNoRuleNames) {
-  Fixture fx;
-  Enricher enricher(fx.tables);
-  FlowPipeline pipeline(fx.clock, enricher, fx.names, TransferDelimiter::kWrite);
-  const TransferRecord t = pipeline.record_of(transfer_to("198.18.0.2"));
-  EXPECT_EQ(t.enrichment.asn, 0u);
-  EXPECT_EQ(t.enrichment.peer_class, "client");
-  EXPECT_FALSE(t.enrichment.cc_rule);
-  EXPECT_FALSE(t.enrichment.experiment);
-  EXPECT_FALSE(t.enrichment.arm);
+TEST_F(FlowPipelineTest, ATransferNoRuleChoseHasNoRuleNames) {
+  expect_no_rule_names(pipeline.record_of(transfer_to("198.18.0.2")));
 }
 
 }  // namespace

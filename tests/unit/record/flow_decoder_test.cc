@@ -5,19 +5,15 @@
 
 #include <cstring>
 
+#include "../record_fixtures.h"
+
 namespace tcpscope {
 namespace {
 
 tcpscope_flow_event base_event() {
   tcpscope_flow_event ev{};
-  ev.id.family = 4;
-  ev.id.dir = TCPSCOPE_DIR_ACTIVE;
+  set_ipv4_id(&ev.id, TCPSCOPE_DIR_ACTIVE, "198.18.0.2", 40000, 443, 1'000'000'000);
   ev.outcome = TCPSCOPE_OUTCOME_OK;
-  inet_pton(AF_INET, "198.18.0.1", ev.id.saddr);
-  inet_pton(AF_INET, "198.18.0.2", ev.id.daddr);
-  ev.id.sport = 40000;
-  ev.id.dport = 443;
-  ev.id.start_ns = 1'000'000'000;
   ev.established_ns = 1'000'100'000;
   ev.data_end_ns = 1'250'000'000;
   ev.end_ns = 2'000'000'000;
@@ -92,11 +88,7 @@ TEST(FlowDecoder, AddressesPortsAndStrings) {
 
 TEST(FlowDecoder, Ipv4MappedPeerIsReportedAsIpv4) {
   auto ev = base_event();
-  ev.id.family = 6;
-  std::memset(ev.id.saddr, 0, 16);
-  std::memset(ev.id.daddr, 0, 16);
-  inet_pton(AF_INET6, "::ffff:198.18.0.1", ev.id.saddr);
-  inet_pton(AF_INET6, "::ffff:203.0.113.9", ev.id.daddr);
+  set_ipv6_addrs(&ev.id, "::ffff:198.18.0.1", "::ffff:203.0.113.9");
   FlowRecord r = decode_flow_event(ev, MonotonicToRealtime(0));
   EXPECT_EQ(r.family(), 4);
   EXPECT_EQ(r.raddr.to_string(), "203.0.113.9");

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../record_fixtures.h"
+
 namespace tcpscope {
 namespace {
 
@@ -13,11 +15,7 @@ FlowRecord sample() {
   r.end_ns = 1700000001123456789;
   r.fct_us = 250000;
   r.duration_us = 1000000;
-  r.laddr = *IpAddr::parse("198.18.0.1");
-  r.raddr = *IpAddr::parse("fd00::2");
-  r.lport = 443;
-  r.rport = 51234;
-  r.dir = Direction::kPassive;
+  set_passive_endpoints(&r, "fd00::2", 51234);
   r.outcome = Outcome::kReset;
   r.cc = "bbr";
   r.bytes_acked = 18446744073709551615ULL;  // u64 max survives
@@ -82,12 +80,7 @@ TEST(FlowJson, TextIsUtf8InvalidBytesReplacedControlsEscaped) {
   EXPECT_EQ(nlohmann::json::parse(out)["comm"], "cut-name-abcd\xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
-TEST(FlowJson, LinesAppend) {
-  std::string out;
-  append_flow_json(sample(), &out);
-  append_flow_json(sample(), &out);
-  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 2);
-}
+TEST(FlowJson, LinesAppend) { expect_one_line_each(append_flow_json, sample()); }
 
 }  // namespace
 }  // namespace tcpscope

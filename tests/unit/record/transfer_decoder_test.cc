@@ -1,24 +1,19 @@
 #include "record/transfer_decoder.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
+
+#include "../record_fixtures.h"
 
 namespace tcpscope {
 namespace {
 
 tcpscope_transfer_event base_event() {
   tcpscope_transfer_event ev{};
-  ev.id.family = 4;
-  ev.id.dir = TCPSCOPE_DIR_PASSIVE;
-  ev.direction = TCPSCOPE_XFER_SEND;
-  inet_pton(AF_INET, "198.18.0.1", ev.id.saddr);
-  inet_pton(AF_INET, "198.18.0.2", ev.id.daddr);
-  ev.id.sport = 443;
-  ev.id.dport = 50000;
+  set_ipv4_id(&ev.id, TCPSCOPE_DIR_PASSIVE, "198.18.0.2", 443, 50000, 1'000'000'000);
   ev.id.netns = 4026531840u;
-  ev.id.start_ns = 1'000'000'000;
+  ev.direction = TCPSCOPE_XFER_SEND;
   ev.start_ns = 1'200'000'000;
   ev.end_ns = 1'450'000'000;
   ev.seq = 3;
@@ -27,9 +22,7 @@ tcpscope_transfer_event base_event() {
   ev.retrans_segs = 4;
   ev.srtt_us = 20000;
   ev.min_rtt_us = 10000;
-  ev.busy_us = 250000;
-  ev.rwnd_limited_us = 100000;
-  ev.sndbuf_limited_us = 7;
+  set_chrono_us(&ev, 250000, 100000, 7);
   std::strcpy(ev.cc, "bbr");
   return ev;
 }
@@ -106,18 +99,13 @@ TEST(TransferDecoder, Ipv4AddressesAndPorts) {
 
 TEST(TransferDecoder, Ipv6AndIpv4MappedPeers) {
   auto ev = base_event();
-  ev.id.family = 6;
-  std::memset(ev.id.saddr, 0, 16);
-  std::memset(ev.id.daddr, 0, 16);
-  inet_pton(AF_INET6, "fd00::1", ev.id.saddr);
-  inet_pton(AF_INET6, "fd00::2", ev.id.daddr);
+  set_ipv6_addrs(&ev.id, "fd00::1", "fd00::2");
   TransferRecord r = decode_transfer_event(ev, MonotonicToRealtime(0), TransferDelimiter::kWrite);
   EXPECT_EQ(r.family(), 6);
   EXPECT_EQ(r.laddr.to_string(), "fd00::1");
   EXPECT_EQ(r.raddr.to_string(), "fd00::2");
 
-  inet_pton(AF_INET6, "::ffff:198.18.0.1", ev.id.saddr);
-  inet_pton(AF_INET6, "::ffff:203.0.113.9", ev.id.daddr);
+  set_ipv6_addrs(&ev.id, "::ffff:198.18.0.1", "::ffff:203.0.113.9");
   r = decode_transfer_event(ev, MonotonicToRealtime(0), TransferDelimiter::kWrite);
   EXPECT_EQ(r.family(), 4);  // as the flow record reports it
   EXPECT_EQ(r.raddr.to_string(), "203.0.113.9");

@@ -6,17 +6,14 @@
 
 #include <set>
 
+#include "../record_fixtures.h"
+
 namespace tcpscope {
 namespace {
 
 TransferRecord sample() {
   TransferRecord r;
-  r.flow_start_ns = 1700000000000000000;
-  r.laddr = *IpAddr::parse("198.18.0.1");
-  r.raddr = *IpAddr::parse("fd00::2");
-  r.lport = 443;
-  r.rport = 51234;
-  r.dir = Direction::kPassive;
+  set_transfer_flow(&r, "fd00::2", 51234);
   r.netns = 4026531840u;
   r.sampling_rate = 16;
   r.seq = 2;
@@ -28,9 +25,7 @@ TransferRecord sample() {
   r.retrans_segs = 3;
   r.srtt_us = 21000;
   r.min_rtt_us = 20000;
-  r.busy_us = 250000;
-  r.rwnd_limited_us = 1000;
-  r.sndbuf_limited_us = 2000;
+  set_chrono_us(&r, 250000, 1000, 2000);
   r.cc = "bbr";
   r.enrichment = {"pop-to-pop", 64501, "Example \"Wireless\" \\ Net", "client-ab", "bbr-vs-cubic", "bbr"};
   return r;
@@ -116,12 +111,7 @@ TEST(TransferJson, NoWaitAndNoRuleAreNull) {
   EXPECT_EQ(line_of(r)["wait_us"].get<int64_t>(), 4294967294);
 }
 
-TEST(TransferJson, LinesAppend) {
-  std::string out;
-  append_transfer_json(sample(), &out);
-  append_transfer_json(sample(), &out);
-  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 2);
-}
+TEST(TransferJson, LinesAppend) { expect_one_line_each(append_transfer_json, sample()); }
 
 }  // namespace
 }  // namespace tcpscope
