@@ -35,8 +35,8 @@ constexpr size_t kMinCandidates = 64;
 // "E-detectors"), reverts it once R reaches kReversalAlarm. The cumulative
 // test alone needs as long to overturn a winner as it was good before; the
 // detector sees a turn within batches of it. With no change it alarms less
-// than once in kReversalAlarm batches on average (about a week of 60 s
-// intervals); a batch waits for kMinBatch values per arm, so that its
+// than once in kReversalAlarm batches on average (at least three days of
+// 30 s intervals); a batch waits for kMinBatch values per arm, so that its
 // plug-in variance is not a handful of values.
 constexpr double kReversalAlarm = 1e4;
 constexpr uint64_t kMinBatch = 30;

@@ -139,7 +139,7 @@ TEST(ConfigTest, SpecExampleParsesClean) {
   EXPECT_EQ(r2.controller->cohort, CohortKind::kAsn);
   EXPECT_EQ(r2.controller->control_percent, 10u);
   EXPECT_EQ(r2.controller->min_transfers, 500u);
-  EXPECT_EQ(r2.controller->interval_s, 60u);  // the defaults of what SPEC's example leaves out
+  EXPECT_EQ(r2.controller->interval_s, 30u);  // the defaults of what SPEC's example leaves out
   EXPECT_EQ(r2.controller->fdr, 0.05);
 }
 
