@@ -127,8 +127,19 @@ class Daemon:
                 if r["netns"] in ids and r["start_ns"] >= net.created_ns]
 
     def wait_records(self, net, count, side=None, timeout=20):
-        wait_for(lambda: len(self.records(net, side)) >= count, timeout,
-                 what=f"{count} records (have {len(self.records(net, side))})")
+        def have():
+            # Which flows came, and whether the daemon lost any on the way,
+            # so a timeout says which are missing rather than how many.
+            recs = self.records(net, side)
+            seen = ", ".join(f'{r["dir"]} {r["laddr"]}:{r["lport"]}-{r["raddr"]}:{r["rport"]}' for r in recs)
+            try:
+                lost = [line for line in self.metrics().splitlines()
+                        if line.startswith(("tcpscope_records_lost", "tcpscope_transfer_records_lost",
+                                            "tcpscope_flow_log_dropped"))]
+            except OSError as e:
+                lost = [f"no metrics: {e}"]
+            return f"{count} records (have {len(recs)}: {seen}; {lost}; stderr: {self.stderr_text()[-2000:]})"
+        wait_for(lambda: len(self.records(net, side)) >= count, timeout, what=have)
         time.sleep(0.3)  # anything beyond the expected count would show up now
         return self.records(net, side)
 
