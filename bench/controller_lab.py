@@ -1,47 +1,63 @@
 #!/usr/bin/env python3
-"""The closed loop in the lab: first the CDN study with uniform policies, then
-the controller (README "Closed loop") from a 50/50 start.
+"""The closed loop in the lab: does it pay? The controller (README "Closed
+loop") against every uniform policy, the per-cohort oracle and a
+bpftune-style learner, on the same arrivals.
 
-Testbed (tests/lab): one server namespace running our nginx kept alive,
-behind one shared uplink (100 Mbit/s, a deep buffer: 1650 frames, four BDPs
-at 50 ms), and behind it client namespaces on their own delay lines, one
-private ASN each:
+The study (default; `--phases study`). One server namespace running our
+nginx kept alive; each client cohort behind its own access bottleneck, as
+in the CDN study's testbed (tests/lab delay lines), one private ASN each:
 
-    c1  client        50 ms, 50 Mbit/s, 0.1 % loss
-    c2  client-lossy  50 ms, 50 Mbit/s, 1 % loss
-    p1  pop-to-pop    15 ms, 500 Mbit/s, 0.01 % loss (so the uplink is its bottleneck)
+    c2  client 50 ms, 50 Mbit/s, one-BDP buffer, 1 % loss       1.0 conn/s, the mix
+    p1  pop-to-pop 15 ms, 500 Mbit/s, 0.01 % loss               0.8 conn/s, small objects only
+    n1  client 40 ms, clean, no rate limit                      0.5 conn/s, the mix
+    h1  client 50 ms, 20 Mbit/s, eight-BDP buffer shared with   0.5 conn/s, the mix
+        a long-lived CUBIC download to the same household
 
-Traffic: Poisson arrivals of kept-alive connections, each fetching 3-6
-objects of the mix (80 % 10-90 kB, 17 % 3.2 MB, 3 % 5 MB) with short pauses
-(traffic_mix.py, xfer_peer.py). What is judged is what the controller judges:
-the server's send transfers, small ones (< 3 MB) by completion time, large
-ones by throughput, per ASN.
+The mix: kept-alive connections of 3-6 objects (80 % 10-90 kB, 17 % 3.2 MB,
+3 % 5 MB) with short pauses (traffic_mix.py, xfer_peer.py), Poisson
+arrivals. Judged as the controller judges: the server's send transfers,
+small ones (< 3 MB) by completion time, large ones by throughput, per ASN.
+Policies, each with its own daemon, in this order:
 
-Phases (--phases, default all; each with its own daemon):
+  all-cubic, all-bbr   a settled window (seed 2): which arm each cohort prefers,
+                       by how much (the candidates that reproduce)
+  oracle               each cohort on the arm its uniform runs found better
+                       (one `cc:` rule per cohort), the same window
+  learner              bench/bpftune_learner.py from a cold start: the learning
+                       window (seed 1), then the settled one; its weights go
+                       into an `experiment:` rule (rewrite, SIGHUP)
+  controller           a `controller:` rule from a cold start, the same two
+                       windows
 
-  uniform   all CUBIC, then all BBR (the server namespace's default): per
-            cohort the small transfers' completion time (p50, p90), the large
-            ones' throughput (p50), the flows' retransmit share, and
-            `tcpscope compare --flows` on both runs' log (fct and
-            throughput by ASN): which CC is better where.
-  loop      a controller rule over the lab's clients (arms [bbr, cubic],
-            cohort asn) from equal shares: when each cohort decides and for
-            which arm, against the uniform runs' verdicts; then, settled,
-            the same figures as the uniform runs, beside them. Then a loss
-            change on a path (the delay line's live `set`) and what its
-            cohort does; then a restart (SIGTERM, start again on the same
-            STATE_DIRECTORY): the cohorts' states and weights before and
-            after.
+Figures: per cohort and policy the objectives (p50 and mean); the score,
+policy / oracle per cohort (oracle/policy for completion time,
+policy/oracle for throughput, their mean where a cohort has both) and its
+mean over cohorts; regret per minute of the learning window against the
+oracle's settled figures, cumulative; the first five minutes' mean
+throughput on the cohort of the largest effect; when each cohort decided.
+`--shared-uplink` puts every path behind one 100 Mbit/s uplink with a
+deep buffer (the stress case).
+
+    TCPSCOPE_BUILD=build bench/controller_lab.py                     # ~50 min
+    TCPSCOPE_BUILD=build bench/controller_lab.py --shared-uplink --learn 300 --settled 180
+    TCPSCOPE_BUILD=build bench/controller_lab.py --smoke             # ~2 min: what CI runs (tests/lab/test_lab_controller.py)
+
+The loop's machinery on the older testbed (every path behind the shared
+uplink, unless --no-uplink): `--phases uniform,loop,aa`:
+
+  uniform   all CUBIC, then all BBR: per cohort the small transfers'
+            completion time (p50, p90), the large ones' throughput (p50),
+            the flows' retransmit share, `tcpscope compare --flows` verdicts.
+  loop      a controller rule from equal shares: when each cohort decides,
+            the mix once settled, a loss change on a path and what its
+            cohort does, a restart on the same STATE_DIRECTORY.
   aa        the same with arms [cubic, cubic]: the share of cohorts that
             decided (all of them wrongly).
 
-    TCPSCOPE_BUILD=build bench/controller_lab.py                 # ~15 min
-    TCPSCOPE_BUILD=build bench/controller_lab.py --phases loop --duration 120
-    TCPSCOPE_BUILD=build bench/controller_lab.py --smoke         # ~2 min: what CI runs (tests/lab/test_lab_controller.py)
-
-It prints figures and writes them with --json FILE (bench/results/controller_lab.json
-when run whole). It judges nothing: what reproduced and what did not is in the
-figures, and in bench/README.md with the reasons.
+It prints figures and writes them with --json FILE (bench/results/
+controller_study.json, controller_study_shared_uplink.json,
+controller_lab.json when run whole). It judges nothing: what reproduced and
+what did not is in the figures, and in bench/README.md with the reasons.
 """
 import argparse
 import importlib.util
@@ -50,6 +66,7 @@ import os
 import statistics
 import subprocess
 import sys
+import signal
 import threading
 import time
 import urllib.request
@@ -57,9 +74,11 @@ from pathlib import Path as FsPath
 
 HERE = FsPath(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "lab"))
+sys.path.insert(0, str(HERE))  # bpftune_learner, when this file is loaded as a module
 
 import lab as labmod  # noqa: E402
 import traffic_mix  # noqa: E402
+from bpftune_learner import BpftuneStyleLearner  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("cdn_bbr_vs_cubic", HERE.parent / "tests" / "lab" / "scenarios" /
                                                "cdn_bbr_vs_cubic.py")
@@ -115,38 +134,41 @@ class ControllerDaemon(scenario.Daemon):
         return read_records(self.flow_log, kind)
 
 
+def clients_rule(lab, name, action):
+    """One rule over the lab's clients' prefixes (not the server's addresses:
+    the clients' own sockets, in the same cgroup, are left alone) on nginx's
+    port; `action` is its indented cc/experiment/controller lines. A
+    controller counts only sockets accepted on the rule's ports
+    (control/evidence_gate.h), and cross flows on other ports stay outside."""
+    prefixes = [q for ep in lab.endpoints.values() for q in [ep.class_v4] + ([ep.class_v6] if lab.ipv6 else [])]
+    return (f"    - name: {name}\n      match: {{ prefixes: [{', '.join(json.dumps(q) for q in prefixes)}], "
+            f"lports: [{traffic_mix.Nginx.PORT}] }}\n" + action)
+
+
+def policy_config(lab, path: FsPath, rules: str) -> FsPath:
+    """The lab's classes and ASNs, and these cc_policy rules."""
+    return lab.tcpscope_config(path, extra="snapshot_interval_s: 0\ncc_policy:\n  rules:\n" + rules)
+
+
 def controller_config(lab, path: FsPath, arms=("bbr", "cubic"), min_transfers=40, interval_s=5,
                       control_percent=10):
-    """The lab's classes and ASNs, and one controller rule over its clients'
-    prefixes (not the server's addresses: the clients' own sockets, in the
-    same cgroup, are left alone) on nginx's port: the controller counts only
-    sockets accepted on the rule's ports (control/evidence_gate.h)."""
-    prefixes = []
-    for ep in lab.endpoints.values():
-        prefixes += [ep.class_v4] + ([ep.class_v6] if lab.ipv6 else [])
-    extra = f"""snapshot_interval_s: 0
-cc_policy:
-  rules:
-    - name: auto
-      match: {{ prefixes: [{", ".join(json.dumps(p) for p in prefixes)}], lports: [{traffic_mix.Nginx.PORT}] }}
-      controller:
+    return policy_config(lab, path, clients_rule(lab, "auto", f"""      controller:
         arms: [{", ".join(arms)}]
         cohort: asn
         control_percent: {control_percent}
         min_transfers: {min_transfers}
         interval_s: {interval_s}
-"""
-    return lab.tcpscope_config(path, extra=extra)
+"""))
 
 
-def run_traffic(lab, workdir, rates, duration_s, label, seed=1):
+def run_traffic(lab, workdir, rates, duration_s, label, seed=1, mixes=None):
     """One phase of kept-alive traffic from every path at once; returns its
-    wall-clock window (ns)."""
+    wall-clock window (ns). mixes: {path name: mix} where not the default."""
     nginx = traffic_mix.Nginx(lab, workdir / f"nginx-{label}", objects=OBJECTS, keepalive=True).start()
     t0 = time.time_ns()
     try:
         traffic_mix.run_mix(lab, nginx, rates, duration_s, seed=seed, out_dir=workdir, label=label,
-                            objects=OBJECTS, keepalive=KEEPALIVE)
+                            objects=OBJECTS, keepalive=KEEPALIVE, mixes=mixes)
     finally:
         nginx.stop()
     return t0, time.time_ns()
@@ -159,25 +181,47 @@ def quantile(values, q):
     return s[int(q * (len(s) - 1))]
 
 
-def cohort_figures(daemon, lab, window, asns, arm=None):
-    """Per ASN: the server's send transfers in the window, small by xfer time,
-    large by throughput, and the retransmit share of its flows."""
+def server_transfers(daemon, lab, window):
+    """The server's send transfers on nginx's port in the window, by ASN:
+    [(start_ns, bytes, xfer_us)] with rwnd-limited large ones left out (the
+    client's window, not the sender's CC, set their pace)."""
     srv = lab.netns_ids[lab.server_ns]
     lo, hi = window
     out = {}
-    transfers = [t for t in daemon.lines("transfer") if t["netns"] == srv and t["direction"] == "send"
-                 and lo <= t["start_ns"] <= hi and (arm is None or t.get("arm") == arm)]
+    for t in daemon.lines("transfer"):
+        if (t["netns"] == srv and t["direction"] == "send" and t["lport"] == traffic_mix.Nginx.PORT
+                and lo <= t["start_ns"] <= hi and t["xfer_us"] > 0
+                and (t["bytes"] < THROUGHPUT_MIN_BYTES or 2 * t["rwnd_limited_us"] <= t["xfer_us"])):
+            out.setdefault(t["asn"], []).append((t["start_ns"], t["bytes"], t["xfer_us"]))
+    return out
+
+
+def objectives(transfers):
+    """Small transfers' completion time (ms) and large ones' throughput
+    (Mbit/s), their medians and means."""
+    small = [x / 1e3 for _, b, x in transfers if b < THROUGHPUT_MIN_BYTES]
+    large = [b * 8 / x for _, b, x in transfers if b >= THROUGHPUT_MIN_BYTES]
+    return {"n_small": len(small), "small_p50_ms": quantile(small, 0.5),
+            "small_mean_ms": statistics.fmean(small) if small else None,
+            "n_large": len(large), "large_p50_mbps": quantile(large, 0.5),
+            "large_mean_mbps": statistics.fmean(large) if large else None}
+
+
+def cohort_figures(daemon, lab, window, asns):
+    """objectives() per ASN, with the small transfers' p90 and the retransmit
+    share of the cohort's flows."""
+    srv = lab.netns_ids[lab.server_ns]
+    lo, hi = window
+    transfers = server_transfers(daemon, lab, window)
     flows = [f for f in daemon.lines("flow") if f["netns"] == srv and lo <= f["start_ns"] <= hi
-             and f["dir"] == "passive" and (arm is None or f.get("arm") == arm)]
+             and f["dir"] == "passive"]
+    out = {}
     for asn in asns:
-        small = [t["xfer_us"] / 1e3 for t in transfers if t["asn"] == asn and t["bytes"] < THROUGHPUT_MIN_BYTES]
-        large = [t["bytes"] * 8 / t["xfer_us"] for t in transfers
-                 if t["asn"] == asn and t["bytes"] >= THROUGHPUT_MIN_BYTES and t["xfer_us"] > 0
-                 and 2 * t["rwnd_limited_us"] <= t["xfer_us"]]
+        tr = transfers.get(asn, [])
         fl = [f for f in flows if f["asn"] == asn]
         segs = sum(f["segs_out"] for f in fl)
-        out[asn] = {"n_small": len(small), "small_p50_ms": quantile(small, 0.5), "small_p90_ms": quantile(small, 0.9),
-                    "n_large": len(large), "large_p50_mbps": quantile(large, 0.5),
+        out[asn] = {**objectives(tr),
+                    "small_p90_ms": quantile([x / 1e3 for _, b, x in tr if b < THROUGHPUT_MIN_BYTES], 0.9),
                     "retrans_share": sum(f["retrans_segs"] for f in fl) / segs if segs else None}
     return out
 
@@ -236,24 +280,25 @@ def poll_until(daemon, stop_at, every, on_poll):
         time.sleep(every)
 
 
-def run_with_polls(lab, workdir, daemon, rates, duration, label, every, on_poll, seed=1):
-    """Traffic in a thread, the controller polled meanwhile; the window."""
+def run_with_polls(lab, workdir, rates, duration, label, every, on_poll, seed=1, mixes=None):
+    """Traffic in a thread, on_poll() every `every` s meanwhile and once at
+    the end; the window."""
     result = {}
 
     def traffic():
         try:
-            result["window"] = run_traffic(lab, workdir, rates, duration, label, seed=seed)
+            result["window"] = run_traffic(lab, workdir, rates, duration, label, seed=seed, mixes=mixes)
         except BaseException as e:  # noqa: BLE001  (re-raised below)
             result["error"] = e
 
     t = threading.Thread(target=traffic)
     t.start()
     while t.is_alive():
-        on_poll(daemon.cohorts())
+        on_poll()
         t.join(timeout=every)
     if "error" in result:
         raise result["error"]
-    on_poll(daemon.cohorts())
+    on_poll()
     return result["window"]
 
 
@@ -284,7 +329,7 @@ def phase_loop(lab, workdir, rates, duration, report, arms=("bbr", "cubic"), nam
     try:
         print(f"== controller {list(arms)}: {duration:.0f} s from equal shares "
               f"(min_transfers {min_transfers}, every {interval_s} s)", flush=True)
-        window = run_with_polls(lab, workdir, d, rates, duration, f"{name}-learn", interval_s, on_poll)
+        window = run_with_polls(lab, workdir, rates, duration, f"{name}-learn", interval_s, lambda: on_poll(d.cohorts()))
         for label, seen in out["decisions"].items():
             print(f"  cohort {label:>10}: " + " -> ".join(
                 f"{s['state']}{'(' + s['winner'] + ')' if s['winner'] else ''} at {s['t_s']} s" for s in seen))
@@ -292,7 +337,8 @@ def phase_loop(lab, workdir, rates, duration, report, arms=("bbr", "cubic"), nam
         if settle:
             # Settled: a second run with the weights the controller holds now.
             print(f"== controller settled: {duration:.0f} s more", flush=True)
-            window = run_with_polls(lab, workdir, d, rates, duration, f"{name}-settled", interval_s, on_poll, seed=2)
+            window = run_with_polls(lab, workdir, rates, duration, f"{name}-settled", interval_s,
+                                    lambda: on_poll(d.cohorts()), seed=2)
             out["settled"] = cohort_figures(d, lab, window, asns)
             out["settled_weights"] = summarize(d.cohorts())
             print_figures("the mix under the controller", out["settled"])
@@ -300,7 +346,8 @@ def phase_loop(lab, workdir, rates, duration, report, arms=("bbr", "cubic"), nam
             print("== loss change: p1 (pop-to-pop) 0.01 % -> 2 % both ways", flush=True)
             lab.set_path("p1", "both", loss=0.02)
             out["loss_change_at_s"] = round(time.monotonic() - t0, 1)
-            run_with_polls(lab, workdir, d, rates, duration, f"{name}-loss", interval_s, on_poll, seed=3)
+            run_with_polls(lab, workdir, rates, duration, f"{name}-loss", interval_s, lambda: on_poll(d.cohorts()),
+                           seed=3)
             lab.set_path("p1", "both", loss=0.0001)
             p1 = out["decisions"].get("64611", [])
             print("  cohort 64611 after the change: " + " -> ".join(
@@ -333,41 +380,395 @@ def phase_aa(lab, workdir, rates, duration, report):
     print(f"  A/A: {len(decided)} of {len(final)} cohorts decided")
 
 
+# -- The study: the loop against every uniform policy, the oracle and a learner --
+
+STUDY_PATHS = [  # (name, ASN, connections per second, the path, a long-lived CUBIC cross flow on it)
+    ("c2", 64602, 1.0, labmod.Path.preset("client-lossy", name="c2", asn=64602), False),
+    ("p1", 64611, 0.8, labmod.Path.preset("pop-to-pop", name="p1", asn=64611), False),
+    ("n1", 64621, 0.5, labmod.Path.symmetric("n1", delay_ms=20, peer_class="client", asn=64621), False),
+    # A home link: 20 Mbit/s, 50 ms, a buffer of eight BDPs, shared with a
+    # long-lived CUBIC download to another address of the same household.
+    ("h1", 64631, 0.5, labmod.Path.symmetric("h1", delay_ms=25, rate_mbit=20, queue=660, peer_class="client",
+                                             asn=64631, extra_clients=1), True),
+]
+# Pop-to-pop traffic here is small objects only (fills, manifests): the seed
+# study's candidate for CUBIC (its completion time).
+STUDY_MIXES = {"p1": {"small": 1.0, "medium": 0.0, "large": 0.0}}
+CROSS_PORT = 5201
+CROSS_SENDER = ("import socket,sys,time\n"
+                "s=socket.socket(socket.AF_INET)\n"
+                "s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b'cubic')\n"
+                "s.connect((sys.argv[1], int(sys.argv[2])))\n"
+                "b=b'x'*65536; end=time.monotonic()+float(sys.argv[3])\n"
+                "while time.monotonic()<end: s.sendall(b)\n")
+CROSS_RECEIVER = ("import socket,sys\n"
+                  "l=socket.socket(socket.AF_INET); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                  "l.bind((sys.argv[1], int(sys.argv[2]))); l.listen(1); print('ready', flush=True)\n"
+                  "c,_=l.accept()\n"
+                  "while c.recv(1<<20): pass\n")
+BIN_S = 60
+
+
+class FlowLogTail:
+    """The flow log's new records since the last call, by kind."""
+
+    def __init__(self, path: FsPath):
+        self.path = path
+        self.offset = 0
+
+    def new(self, kind):
+        if not self.path.exists():
+            return []
+        out = []
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            for line in f:
+                if not line.endswith(b"\n"):
+                    break
+                self.offset += len(line)
+                r = json.loads(line)
+                if r.get("kind", "flow") == kind:
+                    out.append(r)
+        return out
+
+
+class CrossFlows:
+    """Long-lived CUBIC downloads from the server on the paths that have one,
+    for one run (started before its traffic, stopped after)."""
+
+    def __init__(self, lab, names, duration_s):
+        self.procs = []
+        for name in names:
+            ep = lab.ep(name)
+            rx = lab.popen(ep.client_ns, sys.executable, "-c", CROSS_RECEIVER, ep.client_v4[1], CROSS_PORT)
+            if rx.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"cross-flow receiver on {name}: {rx.stderr.read()}")
+            tx = lab.popen(lab.server_ns, sys.executable, "-c", CROSS_SENDER, ep.client_v4[1], CROSS_PORT,
+                           duration_s + 60)
+            self.procs += [tx, rx]
+        time.sleep(5 if names else 0)  # the cross flow fills the buffer before the run starts
+
+    def stop(self):
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+def oracle_config(lab, path, arms_by_path):
+    """One `cc:` rule per cohort: the arm its uniform runs found better."""
+    rules = ""
+    for name, arm in arms_by_path.items():
+        ep = lab.ep(name)
+        prefixes = [ep.class_v4] + ([ep.class_v6] if lab.ipv6 else [])
+        rules += (f"    - name: oracle-{name}\n      match: {{ prefixes: [{', '.join(json.dumps(q) for q in prefixes)}], "
+                  f"lports: [{traffic_mix.Nginx.PORT}] }}\n      cc: {arm}\n")
+    return policy_config(lab, path, rules)
+
+
+def learner_config(lab, path, weights):
+    return policy_config(lab, path, clients_rule(lab, "learner", "      experiment:\n        name: bpftune\n"
+                                                 "        arms: { " + ", ".join(f"{a}: {w}" for a, w in weights.items())
+                                                 + " }\n"))
+
+
+def ratio_to_oracle(fig, oracle, stat):
+    """The policy's objective over the oracle's (1 = the oracle; higher is
+    better): oracle/policy for completion time, policy/oracle for throughput;
+    the mean of the two where both exist."""
+    parts = []
+    if fig[f"small_{stat}_ms"] and oracle[f"small_{stat}_ms"]:
+        parts.append(oracle[f"small_{stat}_ms"] / fig[f"small_{stat}_ms"])
+    if fig[f"large_{stat}_mbps"] and oracle[f"large_{stat}_mbps"]:
+        parts.append(fig[f"large_{stat}_mbps"] / oracle[f"large_{stat}_mbps"])
+    return statistics.fmean(parts) if parts else None
+
+
+def better_arm(cubic, bbr):
+    """The arm the uniform runs found better on the medians' score above
+    (BBR's figures over CUBIC's: the controller tests the mean of log values,
+    a median's kin), with the effect on each objective's median and mean."""
+    score = ratio_to_oracle(bbr, cubic, "p50")
+    eff = {f"{kind}_{stat}_{what}": None if not (cubic[key] and bbr[key]) else bbr[key] / cubic[key] - 1
+           for kind, what, unit in (("small", "fct", "ms"), ("large", "throughput", "mbps"))
+           for stat in ("p50", "mean") for key in [f"{kind}_{stat}_{unit}"]}
+    return ("bbr" if score is not None and score > 1 else "cubic"), eff
+
+
+class LearnerDriver:
+    """Runs BpftuneStyleLearner on the daemon's closed flows (the server's
+    accepted connections on nginx's port) and puts its weights into the
+    daemon's experiment rule (rewrite, SIGHUP) when they change."""
+
+    def __init__(self, lab, daemon, config_path, learner, asns):
+        self.lab, self.daemon, self.config_path, self.learner = lab, daemon, config_path, learner
+        self.asns = set(asns)  # the clients' (nginx's readiness probe comes from the server itself)
+        self.tail = FlowLogTail(daemon.flow_log)
+        self.applied = learner.weights()
+        self.changes = []
+
+    def poll(self, t_s):
+        srv = self.lab.netns_ids[self.lab.server_ns]
+        for f in self.tail.new("flow"):
+            if (f["netns"] == srv and f["dir"] == "passive" and f["lport"] == traffic_mix.Nginx.PORT
+                    and f["asn"] in self.asns):
+                self.learner.observe(f["cc"], f["min_rtt_us"], f["delivery_rate_bps"])
+        w = self.learner.weights()
+        if w != self.applied:
+            learner_config(self.lab, self.config_path, w)
+            self.daemon.proc.send_signal(signal.SIGHUP)
+            self.applied = w
+            self.changes.append({"t_s": t_s, "weights": w, "cost": dict(self.learner.cost)})
+
+
+def run_policy(lab, workdir, rates, cross, windows, label, config, poll=None, every=2.0, set_cc="cubic"):
+    """One policy's daemon through consecutive windows [(name, seconds, seed)]:
+    {window name: (t0_ns, t1_ns)}. poll(daemon, t_s, config path) runs every
+    `every` s and once at the end."""
+    lab.set_cc(set_cc)
+    state = workdir / f"state-{label}"
+    state.mkdir(mode=0o700, exist_ok=True)
+    cfg = workdir / f"{label}.yaml"
+    d = ControllerDaemon(config(cfg), workdir, state, name=label)
+    lab.track(d.proc.pid)
+    t0 = time.monotonic()
+    on_poll = (lambda: poll(d, round(time.monotonic() - t0, 1), cfg)) if poll else (lambda: None)
+    out = {}
+    try:
+        for wname, seconds, seed in windows:
+            print(f"== {label} {wname}: {seconds:.0f} s", flush=True)
+            xf = CrossFlows(lab, cross, seconds)
+            try:
+                out[wname] = run_with_polls(lab, workdir, rates, seconds, f"{label}-{wname}", every, on_poll,
+                                            seed=seed, mixes=STUDY_MIXES)
+            finally:
+                xf.stop()
+        time.sleep(1.5)  # the last connections' records
+        on_poll()
+    finally:
+        d.stop()  # its rules leave the kernel with it; its flow log stays to be read
+    return d, out
+
+
+def binned_regret(transfers_by_asn, window, oracle_figs, asns):
+    """Per BIN_S bin of the window: the mean over cohorts of 1 - (the bin's
+    objective / the oracle's settled one) on means, and its running sum in
+    cohort-minutes."""
+    lo, hi = window
+    bins = []
+    cum = 0.0
+    for k in range(int((hi - lo) / 1e9 // BIN_S)):
+        b_lo, b_hi = lo + k * BIN_S * 10**9, lo + (k + 1) * BIN_S * 10**9
+        ratios = []
+        for asn in asns:
+            fig = objectives([t for t in transfers_by_asn.get(asn, []) if b_lo <= t[0] < b_hi])
+            r = ratio_to_oracle(fig, oracle_figs[asn], "mean")
+            if r is not None:
+                ratios.append(r)
+        regret = 1 - statistics.fmean(ratios) if ratios else None
+        cum += (regret or 0.0) * BIN_S / 60
+        bins.append({"t_s": (k + 1) * BIN_S, "regret": regret, "cumulative": cum})
+    return bins
+
+
+def phase_study(lab, workdir, learn_s, settled_s, report, min_transfers, interval_s, paths=STUDY_PATHS):
+    rates = {name: rate for name, _, rate, _, _ in paths}
+    cross = [name for name, *_, has_cross in paths if has_cross]
+    asns = [asn for _, asn, *_ in paths]
+    name_of = {asn: name for name, asn, *_ in paths}
+    plain = lambda path: lab.tcpscope_config(path, extra="snapshot_interval_s: 0\n")  # noqa: E731
+    figs = {}
+
+    def settled_run(label, config, set_cc="cubic"):
+        d, win = run_policy(lab, workdir, rates, cross, [("settled", settled_s, 2)], label, config, set_cc=set_cc)
+        figs[label] = settle_figs(d, win)
+        print_study(label, figs[label], name_of)
+
+    def settle_figs(d, win):
+        tr = server_transfers(d, lab, win["settled"])
+        return {asn: objectives(tr.get(asn, [])) for asn in asns}
+
+    for cc in ("cubic", "bbr"):
+        settled_run(f"all-{cc}", plain, set_cc=cc)
+    oracle_arms, effects = {}, {}
+    for asn in asns:
+        oracle_arms[name_of[asn]], effects[asn] = better_arm(figs["all-cubic"][asn], figs["all-bbr"][asn])
+    report["oracle_arms"], report["effects"] = oracle_arms, effects
+    print("  the oracle: " + ", ".join(f"{n} {a}" for n, a in oracle_arms.items()))
+    for asn, e in effects.items():
+        print(f"    {name_of[asn]}: BBR vs CUBIC " + ", ".join(
+            f"{k} {fmt(None if v is None else 100 * v)}%" for k, v in e.items()), flush=True)
+    settled_run("oracle", lambda path: oracle_config(lab, path, oracle_arms))
+    # The cohort of the largest throughput effect: the cost of learning is
+    # its first five minutes' mean large-object throughput against the oracle's.
+    big = max(asns, key=lambda a: abs(effects[a]["large_mean_throughput"] or 0))
+
+    def learning_run(label, config, poll, every):
+        """From a cold start: the learning window, then the settled one."""
+        d, win = run_policy(lab, workdir, rates, cross, [("learning", learn_s, 1), ("settled", settled_s, 2)],
+                            label, config, poll=poll, every=every)
+        figs[label] = settle_figs(d, win)
+        print_study(label, figs[label], name_of)
+        learning = server_transfers(d, lab, win["learning"])
+        lo = win["learning"][0]
+        first = objectives([t for t in learning.get(big, []) if t[0] < lo + 300 * 10**9])
+        return {"regret": binned_regret(learning, win["learning"], figs["oracle"], asns),
+                "first_5min": {"asn": big, "large_mean_mbps": first["large_mean_mbps"],
+                               "of_oracle": None if not first["large_mean_mbps"] else
+                               first["large_mean_mbps"] / figs["oracle"][big]["large_mean_mbps"]}}
+
+    learner = BpftuneStyleLearner(["bbr", "cubic"])
+    driver = {}
+
+    def learner_poll(d, t_s, cfg_path):
+        if "d" not in driver:
+            driver["d"] = LearnerDriver(lab, d, cfg_path, learner, asns)
+        driver["d"].poll(t_s)
+
+    report["learner"] = learning_run("learner", lambda path: learner_config(lab, path, learner.weights()),
+                                     learner_poll, 2.0)
+    report["learner"].update(changes=driver["d"].changes, final_cost=learner.cost, closed=learner.closed)
+
+    decisions, final = {}, {}
+
+    def controller_poll(d, t_s, _cfg):
+        cohorts = d.cohorts()
+        final.update(summarize(cohorts))
+        for label, c in cohorts.items():
+            seen = decisions.setdefault(label, [])
+            if not seen or (seen[-1]["state"], seen[-1]["winner"]) != (c["state"], c["winner"]):
+                seen.append({"t_s": t_s, "state": c["state"], "winner": c["winner"], "weights": c["weights"],
+                             "decision": c["evidence"].get("last_decision")})
+
+    report["controller"] = learning_run(
+        "controller", lambda path: controller_config(lab, path, min_transfers=min_transfers, interval_s=interval_s),
+        controller_poll, interval_s)
+    report["controller"].update(decisions=decisions, final=final)
+
+    report["figures"] = figs
+    report["scores"] = {pol: {stat: {str(asn): ratio_to_oracle(f[asn], figs["oracle"][asn], stat) for asn in asns}
+                              for stat in ("p50", "mean")} for pol, f in figs.items()}
+    for pol, sc in report["scores"].items():
+        for stat in ("p50", "mean"):
+            vals = [v for v in sc[stat].values() if v is not None]
+            sc[f"aggregate_{stat}"] = statistics.fmean(vals) if vals else None
+    print_scores(report, name_of)
+    return report
+
+
+def print_study(title, figs, name_of):
+    print(f"  {title}")
+    print(f"    {'cohort':>10} {'small n':>8} {'p50 ms':>8} {'mean ms':>8} {'large n':>8} {'p50 Mbit/s':>11} "
+          f"{'mean Mbit/s':>12}")
+    for asn, f in figs.items():
+        print(f"    {name_of[asn] + ' ' + str(asn):>10} {f['n_small']:>8} {fmt(f['small_p50_ms']):>8} "
+              f"{fmt(f['small_mean_ms']):>8} {f['n_large']:>8} {fmt(f['large_p50_mbps']):>11} "
+              f"{fmt(f['large_mean_mbps']):>12}", flush=True)
+
+
+def print_scores(report, name_of):
+    print("  policy / oracle (median; mean), per cohort and the mean over cohorts:")
+    for pol, sc in report["scores"].items():
+        cells = " ".join(f"{name_of[int(a)]} {fmt(sc['p50'][a], 3)};{fmt(sc['mean'][a], 3)}" for a in sc["p50"])
+        print(f"    {pol:>12}: {cells}  aggregate {fmt(sc['aggregate_p50'], 3)};{fmt(sc['aggregate_mean'], 3)}")
+    for who in ("controller", "learner"):
+        if who in report and report[who].get("regret"):
+            r = report[who]["regret"]
+            print(f"    {who} regret, cumulative cohort-minutes: " +
+                  ", ".join(f"{b['t_s']} s {fmt(b['cumulative'], 2)}" for b in r))
+            f5 = report[who]["first_5min"]
+            print(f"    {who} first 5 min on AS{f5['asn']}: {fmt(f5['large_mean_mbps'])} Mbit/s mean, "
+                  f"{fmt(f5['of_oracle'], 3)} of the oracle")
+
+
+def markdown(report):
+    """The study's tables as bench/README.md and README.md show them."""
+    names = {str(v["asn"]): n for n, v in report["paths"].items()}
+    figs, scores = report["figures"], report["scores"]
+    pols = ["all-cubic", "all-bbr", "oracle", "learner", "controller"]
+    out = ["| cohort | objective | " + " | ".join(pols) + " |", "| --- | --- |" + " --- |" * len(pols)]
+    for asn, name in names.items():
+        for key, label in (("small_p50_ms", "small FCT p50 ms"), ("small_mean_ms", "small FCT mean ms"),
+                           ("large_p50_mbps", "large p50 Mbit/s"), ("large_mean_mbps", "large mean Mbit/s")):
+            if figs["oracle"][asn][key] is not None:
+                out.append(f"| {name} (AS{asn}) | {label} | " + " | ".join(fmt(figs[p][asn][key]) for p in pols) + " |")
+    out += ["", "| score: policy / oracle | " + " | ".join(pols) + " |", "| --- |" + " --- |" * len(pols)]
+    for asn, name in names.items():
+        out.append(f"| {name} median; mean | " + " | ".join(
+            f"{fmt(scores[p]['p50'][asn], 3)}; {fmt(scores[p]['mean'][asn], 3)}" for p in pols) + " |")
+    out.append("| **aggregate** median; mean | " + " | ".join(
+        f"**{fmt(scores[p]['aggregate_p50'], 3)}**; {fmt(scores[p]['aggregate_mean'], 3)}" for p in pols) + " |")
+    out += ["", "| minute | " + " | ".join(str(b["t_s"] // 60) for b in report["controller"]["regret"]) + " |",
+            "| --- |" + " --- |" * len(report["controller"]["regret"])]
+    for who in ("controller", "learner"):
+        out.append(f"| {who}: cumulative regret | " + " | ".join(fmt(b["cumulative"], 2)
+                                                                  for b in report[who]["regret"]) + " |")
+    out.append("")
+    for who in ("controller", "learner"):
+        f5 = report[who]["first_5min"]
+        out.append(f"{who}, first 5 min on AS{f5['asn']}: {fmt(f5['large_mean_mbps'])} Mbit/s mean, "
+                   f"{fmt(f5['of_oracle'], 3)} of the oracle")
+    out.append("")
+    for label, seen in report["controller"]["decisions"].items():
+        steps = []
+        for d in seen:
+            t = d.get("decision") or {}
+            test = t.get("test") or {}
+            change = (f" on {test['objective']} {100 * test['change']:+.1f}% [{100 * test['ci'][0]:+.1f}%, "
+                      f"{100 * test['ci'][1]:+.1f}%]" if test.get("change") is not None and d["state"] != "exploring"
+                      else "")
+            steps.append(f"{d['state']}{'(' + d['winner'] + ')' if d['winner'] else ''} at {d['t_s']} s{change}")
+        out.append(f"- cohort {label}: " + " -> ".join(steps))
+    return "\n".join(out)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--phases", default="uniform,loop,aa")
-    p.add_argument("--duration", type=float, default=120, help="seconds of traffic per run")
+    p.add_argument("--phases", default="study",
+                   help="study (default), or any of uniform,loop,aa (the loop's machinery on the older testbed)")
+    p.add_argument("--duration", type=float, default=120, help="seconds of traffic per run (uniform, loop, aa)")
+    p.add_argument("--learn", type=float, default=600, help="study: seconds from a cold start")
+    p.add_argument("--settled", type=float, default=300, help="study: seconds of the settled window")
+    p.add_argument("--min-transfers", type=int, default=20, help="study: the controller's min_transfers")
+    p.add_argument("--interval", type=int, default=10, help="study: the controller's interval_s")
+    p.add_argument("--shared-uplink", action="store_true",
+                   help="study: every path behind one shared uplink (the stress case)")
     p.add_argument("--rate-scale", type=float, default=1.0)
     p.add_argument("--json", help="write the figures here")
     p.add_argument("--workdir")
     p.add_argument("--smoke", action="store_true", help="the short run CI makes: loop and restart only")
-    p.add_argument("--no-uplink", action="store_true", help="each path straight from the server, no shared uplink")
+    p.add_argument("--no-uplink", action="store_true", help="uniform, loop, aa: each path straight from the server")
+    p.add_argument("--markdown", metavar="JSON", help="print a study's figures (its JSON) as markdown tables")
     args = p.parse_args(argv)
-    report = smoke() if args.smoke else full(args)
-    path = args.json or (str(HERE / "results" / "controller_lab.json") if args.phases == "uniform,loop,aa"
-                         and not args.smoke else None)
+    if args.markdown:
+        print(markdown(json.loads(FsPath(args.markdown).read_text())))
+        return
+    if args.smoke:
+        report, default = smoke(), None
+    elif args.phases == "study":
+        report = study(args)
+        default = "controller_study_shared_uplink.json" if args.shared_uplink else "controller_study.json"
+    else:
+        report = full(args)
+        default = "controller_lab.json" if args.phases == "uniform,loop,aa" else None
+    path = args.json or (str(HERE / "results" / default) if default else None)
     if path:
         FsPath(path).write_text(json.dumps(report, indent=1) + "\n")
         print(f"figures: {path}")
 
 
-def full(args):
-    workdir = FsPath(args.workdir or f"/tmp/tcpscope-controller-{os.getpid()}")
+def study(args):
+    workdir = FsPath(args.workdir or f"/tmp/tcpscope-controller-study-{os.getpid()}")
     workdir.mkdir(parents=True, exist_ok=True)
-    paths = [labmod.Path.preset(preset, name=name, asn=asn) for preset, name, asn, _ in PATHS]
-    rates = {name: rate * args.rate_scale for _, name, _, rate in PATHS}
-    uplink = None if args.no_uplink else UPLINK
-    report = {"paths": PATHS, "objects": OBJECTS, "keepalive": KEEPALIVE, "duration_s": args.duration,
+    paths = [(n, asn, rate * args.rate_scale, path, cross) for n, asn, rate, path, cross in STUDY_PATHS]
+    uplink = UPLINK if args.shared_uplink else None
+    report = {"paths": {n: {"asn": asn, "connections_per_s": rate, "down": vars(path.down), "cross_flow": cross}
+                        for n, asn, rate, path, cross in paths},
               "uplink": None if uplink is None else {"rate_mbit": uplink.rate_mbit, "queue_frames": uplink.queue},
-              "uniform": {}}
-    phases = args.phases.split(",")
-    with labmod.Lab(paths, workdir=workdir / "lab", uplink=uplink) as lab:
-        if "uniform" in phases:
-            phase_uniform(lab, workdir, rates, args.duration, report)
-        if "loop" in phases:
-            phase_loop(lab, workdir, rates, args.duration, report)
-        if "aa" in phases:
-            phase_aa(lab, workdir, rates, args.duration, report)
+              "objects": OBJECTS, "keepalive": KEEPALIVE, "learn_s": args.learn, "settled_s": args.settled,
+              "controller": {}, "min_transfers": args.min_transfers, "interval_s": args.interval,
+              "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    with labmod.Lab([path for _, _, _, path, _ in paths], workdir=workdir / "lab", uplink=uplink) as lab:
+        phase_study(lab, workdir, args.learn, args.settled, report, args.min_transfers, args.interval, paths)
     return report
 
 

@@ -55,6 +55,15 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
+// An e-value: plain below 10^4, else in scientific notation (a decisive
+// e-value can have 60 digits).
+std::string e_value_text(double e) {
+  if (e < 1e4) return fixed(e, 1);
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1e", e);
+  return buf;
+}
+
 std::string percent_text(double change) { return (change >= 0 ? "+" : "") + fixed(change * 100, 1) + "%"; }
 
 std::vector<uint32_t> equal_shares(size_t k) {
@@ -567,7 +576,7 @@ void CcController::test_rule(Rule& r, double now_s, bool* changed) {
                               percent_text(t.pair.ci_lo) + ", " + percent_text(t.pair.ci_hi) + "], n " +
                               std::to_string(c.evidence[t.winner].objective(t.objective).n) + "/" +
                               std::to_string(t.other >= 0 ? c.evidence[t.other].objective(t.objective).n : 0) +
-                              ", e " + fixed(t.e, 1) + " (e-BH over " + std::to_string(tests.size()) +
+                              ", e " + e_value_text(t.e) + " (e-BH over " + std::to_string(tests.size()) +
                               " cohorts at FDR " + fixed(r.spec.fdr, 3) + ")";
     if (c.state == CohortState::kDecided) {
       const bool objective_worse = (t.testable && is_rejected[i]) || t.reversal_alarm;

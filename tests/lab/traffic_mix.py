@@ -277,9 +277,10 @@ def client(args):
 
 
 def run_mix(lab, nginx, rates, duration_s, seed=1, mix=None, objects=None, out_dir=None,
-            family=4, label="", keepalive=None, pause=None):
+            family=4, label="", keepalive=None, pause=None, mixes=None):
     """Runs the mix from every client namespace named in `rates` (path name ->
     connections per second) at once; returns {path name: [connection result, ...]}.
+    mixes: {path name: mix} for paths whose mix is not `mix`.
     keepalive="MIN-MAX": that many objects per connection (nginx must keep
     connections alive), pause="LO-HI" seconds before each but the first."""
     extra = ["--keepalive", keepalive, "--pause", pause or "0.05-0.5"] if keepalive else []
@@ -292,7 +293,7 @@ def run_mix(lab, nginx, rates, duration_s, seed=1, mix=None, objects=None, out_d
         procs[name] = (lab.popen(
             lab.ep(name).client_ns, sys.executable, HERE / "traffic_mix.py", "client",
             "--url", nginx.url(name, family), "--rate", rate, "--duration", duration_s,
-            "--mix", ",".join(f"{k}:{v}" for k, v in mix.items()),
+            "--mix", ",".join(f"{k}:{v}" for k, v in (mixes or {}).get(name, mix).items()),
             "--objects", json.dumps(objects), "--seed", seed * 1000 + i, "--out", out,
             "--label", name, *extra), out)
     results = {}

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <random>
+#include <regex>
 
 #include <nlohmann/json.hpp>
 #include <prometheus/registry.h>
@@ -136,6 +137,9 @@ TEST(CcController, LearnsTheBetterArmPerPeerClassAndRampsItUp) {
   EXPECT_EQ((*cohort(s, "client"))["weights"]["bbr"], 50) << "ramps from the next interval on";
   ASSERT_EQ(log.lines.size(), 2u);
   EXPECT_NE(log.lines[0].find("cohort peer_class client: decided bbr (throughput bbr vs cubic +"), std::string::npos)
+      << log.lines[0];
+  // A decisive e-value in scientific notation, not 60 digits cut at the buffer's end.
+  EXPECT_TRUE(std::regex_search(log.lines[0], std::regex(", e [1-9]\\.[0-9]e\\+[0-9]+ \\(e-BH over 2 cohorts")))
       << log.lines[0];
   // Ramp: +25 per interval up to 100 - 10 + 10/2 = 95.
   std::vector<int> ramp;

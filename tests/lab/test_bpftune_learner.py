@@ -1,0 +1,92 @@
+"""The baseline learner of bench/controller_lab.py (bench/bpftune_learner.py):
+its published rule (cost at close, EWMA, epsilon-greedy on one key), and the
+experiment rule it writes being one the daemon accepts."""
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from labfixtures import HERE, need_root_and_build  # noqa: F401
+
+BENCH = HERE.parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+from bpftune_learner import BpftuneStyleLearner  # noqa: E402
+
+
+def test_a_cold_start_splits_evenly_until_every_arm_has_a_cost():
+    lr = BpftuneStyleLearner(["bbr", "cubic"])
+    assert lr.weights() == {"bbr": 50, "cubic": 50}
+    lr.observe("bbr", 20_000, 100e6)
+    assert lr.weights() == {"bbr": 50, "cubic": 50}
+    lr.observe("cubic", 20_000, 50e6)
+    assert lr.weights() == {"bbr": 95, "cubic": 5}
+
+
+def test_the_cost_is_relative_to_the_best_min_rtt_and_delivery_rate_seen():
+    lr = BpftuneStyleLearner(["bbr", "cubic"])
+    lr.observe("bbr", 10_000, 100e6)              # the bests: cost 0
+    assert lr.cost["bbr"] == 0
+    lr.observe("cubic", 15_000, 25e6)             # 0.5 + 0.75
+    assert lr.cost["cubic"] == pytest.approx(1.25)
+    lr.observe("cubic", 10_000, 100e6)            # cost 0: EWMA 1/4 of it
+    assert lr.cost["cubic"] == pytest.approx(0.75 * 1.25)
+    # A better connection moves the bests; earlier costs stay as they were.
+    lr.observe("bbr", 5_000, 200e6)
+    assert (lr.best_min_rtt_us, lr.best_rate_bps) == (5_000, 200e6)
+    assert lr.cost["bbr"] == 0
+
+
+def test_one_key_follows_the_majority_of_connections_whatever_the_cohorts_prefer():
+    """Two kinds of client on one gateway key: the arm that serves the more
+    frequent kind better wins for both."""
+    lr = BpftuneStyleLearner(["bbr", "cubic"])
+    for i in range(200):
+        # 4 in 5 connections come from a lossy path where BBR delivers 10x;
+        # the fifth from a short path where CUBIC does better.
+        if i % 5:
+            lr.observe("bbr", 50_000, 30e6)
+            lr.observe("cubic", 50_000, 3e6)
+        else:
+            lr.observe("bbr", 15_000, 200e6)
+            lr.observe("cubic", 12_000, 220e6)
+    assert lr.greedy() == "bbr"
+    assert lr.weights() == {"bbr": 95, "cubic": 5}
+
+
+def test_connections_without_samples_carry_no_cost():
+    lr = BpftuneStyleLearner(["bbr", "cubic"])
+    lr.observe("bbr", 0, 100e6)
+    lr.observe("cubic", 10_000, 0)
+    lr.observe("reno", 10_000, 1e6)
+    assert lr.closed == {"bbr": 0, "cubic": 0} and lr.best_min_rtt_us is None
+
+
+def test_three_arms_share_epsilon():
+    lr = BpftuneStyleLearner(["bbr", "cubic", "reno"], epsilon_percent=6)
+    assert sum(lr.weights().values()) == 100
+    for cc, rate in (("cubic", 30e6), ("bbr", 10e6), ("reno", 20e6)):
+        lr.observe(cc, 10_000, rate)
+    assert lr.weights() == {"bbr": 3, "cubic": 94, "reno": 3}
+
+
+def test_its_experiment_rule_is_a_config_the_daemon_accepts(tmp_path):
+    """The study applies the learner's weights as an experiment rule; the
+    daemon's own validator checks the text it writes."""
+    need_root_and_build()
+    spec = importlib.util.spec_from_file_location("controller_lab", BENCH / "controller_lab.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    class FakeLab:  # only what learner_config reads: addresses, no namespaces
+        ipv6 = True
+        endpoints = {"c2": type("Ep", (), {"class_v4": "198.19.3.128/25", "class_v6": "fd00:1ab:3:8000::/65",
+                                           "path": type("P", (), {"peer_class": "client", "asn": 64602})})}
+
+        def tcpscope_config(self, path, extra=""):
+            path.write_text(extra)
+            return path
+
+    cfg = bench.learner_config(FakeLab(), tmp_path / "learner.yaml", {"bbr": 95, "cubic": 5})
+    r = subprocess.run([str(bench.TCPSCOPE), "check-config", str(cfg)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stdout + r.stderr + cfg.read_text()
