@@ -206,6 +206,11 @@ def udp(lab, tmp_path, name, direction, count, port=7000, quiet=1.0, **send):
     else:
         src_ns, dst_ns, dst = ep.client_ns, lab.server_ns, ep.server_v4
     out, ready = tmp_path / f"udp-{name}-{port}.json", tmp_path / f"udp-{name}-{port}.ready"
+    # A test may send both ways on one path: the other direction's files must
+    # not pass for this receiver's readiness (datagrams sent before it binds
+    # are lost).
+    out.unlink(missing_ok=True)
+    ready.unlink(missing_ok=True)
     rx = lab.popen(dst_ns, sys.executable, PROBE, "udp-recv", "--bind", dst, "--port", port,
                    "--count", count, "--out", out, "--ready", ready, "--timeout", 60,
                    "--quiet", quiet)
