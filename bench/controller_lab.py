@@ -134,13 +134,15 @@ class ControllerDaemon(scenario.Daemon):
         return read_records(self.flow_log, kind)
 
 
-def clients_rule(lab, name, action):
-    """One rule over the lab's clients' prefixes (not the server's addresses:
-    the clients' own sockets, in the same cgroup, are left alone) on nginx's
-    port; `action` is its indented cc/experiment/controller lines. A
-    controller counts only sockets accepted on the rule's ports
-    (control/evidence_gate.h), and cross flows on other ports stay outside."""
-    prefixes = [q for ep in lab.endpoints.values() for q in [ep.class_v4] + ([ep.class_v6] if lab.ipv6 else [])]
+def clients_rule(lab, name, action, paths=None):
+    """One rule over the lab's clients' prefixes (those of `paths`, default
+    all; not the server's addresses: the clients' own sockets, in the same
+    cgroup, are left alone) on nginx's port; `action` is its indented
+    cc/experiment/controller lines. A controller counts only sockets
+    accepted on the rule's ports (control/evidence_gate.h), and cross flows
+    on other ports stay outside."""
+    eps = [lab.ep(n) for n in paths] if paths else lab.endpoints.values()
+    prefixes = [q for ep in eps for q in [ep.class_v4] + ([ep.class_v6] if lab.ipv6 else [])]
     return (f"    - name: {name}\n      match: {{ prefixes: [{', '.join(json.dumps(q) for q in prefixes)}], "
             f"lports: [{traffic_mix.Nginx.PORT}] }}\n" + action)
 
@@ -456,13 +458,8 @@ class CrossFlows:
 
 def oracle_config(lab, path, arms_by_path):
     """One `cc:` rule per cohort: the arm its uniform runs found better."""
-    rules = ""
-    for name, arm in arms_by_path.items():
-        ep = lab.ep(name)
-        prefixes = [ep.class_v4] + ([ep.class_v6] if lab.ipv6 else [])
-        rules += (f"    - name: oracle-{name}\n      match: {{ prefixes: [{', '.join(json.dumps(q) for q in prefixes)}], "
-                  f"lports: [{traffic_mix.Nginx.PORT}] }}\n      cc: {arm}\n")
-    return policy_config(lab, path, rules)
+    return policy_config(lab, path, "".join(clients_rule(lab, f"oracle-{name}", f"      cc: {arm}\n", [name])
+                                            for name, arm in arms_by_path.items()))
 
 
 def learner_config(lab, path, weights):
@@ -552,7 +549,7 @@ def run_policy(lab, workdir, rates, cross, windows, label, config, poll=None, ev
 def binned_regret(transfers_by_asn, window, oracle_figs, asns):
     """Per BIN_S bin of the window: the mean over cohorts of 1 - (the bin's
     objective / the oracle's settled one) on means, and its running sum in
-    cohort-minutes."""
+    minutes (1 = a whole minute of every cohort's objective lost)."""
     lo, hi = window
     bins = []
     cum = 0.0
@@ -673,7 +670,7 @@ def print_scores(report, name_of):
     for who in ("controller", "learner"):
         if who in report and report[who].get("regret"):
             r = report[who]["regret"]
-            print(f"    {who} regret, cumulative cohort-minutes: " +
+            print(f"    {who} regret, cumulative minutes: " +
                   ", ".join(f"{b['t_s']} s {fmt(b['cumulative'], 2)}" for b in r))
             f5 = report[who]["first_5min"]
             print(f"    {who} first 5 min on AS{f5['asn']}: {fmt(f5['large_mean_mbps'])} Mbit/s mean, "
