@@ -97,18 +97,32 @@ OBJECTS = dict(traffic_mix.DEFAULT_OBJECTS, large=[5_000_000])
 KEEPALIVE = "3-6"
 
 
-def read_records(flow_log: FsPath, kind):
-    """The flow log's records of one kind ("flow" or "transfer")."""
-    if not flow_log.exists():
-        return []
-    out = []
-    with open(flow_log) as f:
-        for line in f:
-            if line.endswith("\n"):
+class FlowLogTail:
+    """The flow log's new records since the last call, by kind."""
+
+    def __init__(self, path: FsPath):
+        self.path = path
+        self.offset = 0
+
+    def new(self, kind):
+        if not self.path.exists():
+            return []
+        out = []
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            for line in f:
+                if not line.endswith(b"\n"):
+                    break
+                self.offset += len(line)
                 r = json.loads(line)
                 if r.get("kind", "flow") == kind:
                     out.append(r)
-    return out
+        return out
+
+
+def read_records(flow_log: FsPath, kind):
+    """The flow log's records of one kind ("flow" or "transfer")."""
+    return FlowLogTail(flow_log).new(kind)
 
 
 class ControllerDaemon(scenario.Daemon):
@@ -409,29 +423,6 @@ CROSS_RECEIVER = ("import socket,sys\n"
                   "c,_=l.accept()\n"
                   "while c.recv(1<<20): pass\n")
 BIN_S = 60
-
-
-class FlowLogTail:
-    """The flow log's new records since the last call, by kind."""
-
-    def __init__(self, path: FsPath):
-        self.path = path
-        self.offset = 0
-
-    def new(self, kind):
-        if not self.path.exists():
-            return []
-        out = []
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            for line in f:
-                if not line.endswith(b"\n"):
-                    break
-                self.offset += len(line)
-                r = json.loads(line)
-                if r.get("kind", "flow") == kind:
-                    out.append(r)
-        return out
 
 
 class CrossFlows:
@@ -762,7 +753,7 @@ def study(args):
                         for n, asn, rate, path, cross in paths},
               "uplink": None if uplink is None else {"rate_mbit": uplink.rate_mbit, "queue_frames": uplink.queue},
               "objects": OBJECTS, "keepalive": KEEPALIVE, "learn_s": args.learn, "settled_s": args.settled,
-              "controller": {}, "min_transfers": args.min_transfers, "interval_s": args.interval,
+              "min_transfers": args.min_transfers, "interval_s": args.interval,
               "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     with labmod.Lab([path for _, _, _, path, _ in paths], workdir=workdir / "lab", uplink=uplink) as lab:
         phase_study(lab, workdir, args.learn, args.settled, report, args.min_transfers, args.interval, paths)
