@@ -38,8 +38,9 @@ extern int CONFIG_HZ __kconfig __weak;
  *
  * Receive. A receiver cannot see the sender's idle point, only its own data:
  * an arrival starts a new receive transfer if this host started a send
- * transfer after the previous arrival and at least min_rtt/2 before this one,
- * so that it can be the reply to it; otherwise the arrival joins the running
+ * transfer after the previous arrival and at least min_rtt/2 before this one
+ * (so none before the flow's first RTT sample), so that it can be the reply
+ * to it; otherwise the arrival joins the running
  * transfer (data that keeps flowing around our window updates or pipelined
  * requests). A transfer ends with its last arrival; it is handed over when
  * the next one starts, when the sweep finds that any later arrival would
@@ -332,12 +333,17 @@ static __always_inline void note_segment(const struct sock *sk, struct tcp_sock 
 }
 
 /* A send transfer after the latest arrival, min_rtt/2 or longer before `at`:
- * an arrival at `at` may be its reply. */
+ * an arrival at `at` may be its reply. Not before the flow's first RTT
+ * sample: without one nothing can be judged a reply, and a receive transfer
+ * handed over then would fix the flow's start before min_rtt can settle it
+ * (a SYN cookie without timestamps leaves the child no sample until its
+ * first data is acknowledged). */
 static __always_inline bool reply_possible(struct tcp_sock *tp, const struct flow_state *st, __u64 at)
 {
-	__u64 half_rtt = (__u64)min_rtt_of(tp) * NSEC_PER_USEC / 2;
+	__u32 min_rtt = min_rtt_of(tp);
 
-	return st->tx_start_ns > st->last_rx_ns && at >= st->tx_start_ns + half_rtt;
+	return min_rtt && st->tx_start_ns > st->last_rx_ns &&
+	       at >= st->tx_start_ns + (__u64)min_rtt * NSEC_PER_USEC / 2;
 }
 
 /* A payload arrival at `now`, `grew` bytes, before last_rx_ns moves to it. */

@@ -45,7 +45,9 @@ def lab(tmp_path_factory, delayline_checked):
 
 @pytest.fixture(scope="module")
 def daemon(lab, tmp_path_factory):
-    d = start_daemon(lab, tmp_path_factory.mktemp("truth"))
+    # The open-flow sweep every second, not every 10 s: it hands over
+    # transfers, and a start must not depend on when it runs.
+    d = start_daemon(lab, tmp_path_factory.mktemp("truth"), extra_config="snapshot_interval_s: 1\n")
     yield d
     assert d.stop() == 0, d.stderr_text()
 
@@ -199,6 +201,45 @@ def test_passive_start_behind_a_syn_cookie_is_the_syn_arrival(lab, daemon, tmp_p
         lab.ns(lab.server_ns, "sysctl", "-qw", "net.ipv4.tcp_syncookies=1")
         lab.ns(ep.client_ns, "sysctl", "-qw", "net.ipv4.tcp_timestamps=1")
     check_passive_starts(daemon, lab, ep, clients, syns, f"timestamps={timestamps}, SYN cookies")
+
+
+def test_passive_start_behind_a_syn_cookie_survives_a_sweep_before_any_rtt_sample(lab, daemon, tmp_path):
+    """Behind a SYN cookie without timestamps the child has no RTT sample
+    until its first data is acknowledged. The client's ACKs are held back
+    (nftables, in the client namespace) for 2.5 s after the handshake's, so
+    the daemon's sweeps (every second) find the request's receive transfer
+    open and the response unacknowledged. Handing that transfer over then
+    fixed the flow's start at the handshake's last ACK, one RTT late (3 of
+    12 flows in one CI run, when a sweep fell into their first round trip)."""
+    need_tool("nft")
+    ep = lab.ep("r20")
+    port = 8312
+    lab.ns(ep.client_ns, "sysctl", "-qw", "net.ipv4.tcp_timestamps=0")
+    lab.ns(lab.server_ns, "sysctl", "-qw", "net.ipv4.tcp_syncookies=2")
+    # A quota counts the bytes it matched: the handshake's ACK (40 bytes) is
+    # under it and passes, every pure ACK after it is over it and dropped.
+    rules = (f"table inet heldacks {{\n"
+             f" chain out {{ type filter hook output priority 0;\n"
+             f"  tcp dport {port} tcp flags & (syn | ack | fin | rst | psh) == ack quota over 50 bytes drop\n"
+             f" }}\n}}\n")
+    (tmp_path / "heldacks.nft").write_text(rules)
+    release = threading.Timer(2.5, lambda: lab.ns(ep.client_ns, "nft", "delete", "table", "inet", "heldacks",
+                                                  check=False))
+    try:
+        t = Traffic(lab, tmp_path)
+        with SynArrivals(lab, port, tmp_path) as syns:
+            server, _ = t.serve(ep.server_v4, 1, port)
+            lab.ns(ep.client_ns, "nft", "-f", tmp_path / "heldacks.nft")
+            release.start()
+            clients = t.client(ep.client_ns, ep.server_v4, port, req=0, resp=150_000)
+            server.wait(timeout=30)
+    finally:
+        release.cancel()
+        lab.ns(ep.client_ns, "nft", "delete", "table", "inet", "heldacks", check=False)
+        lab.ns(lab.server_ns, "sysctl", "-qw", "net.ipv4.tcp_syncookies=1")
+        lab.ns(ep.client_ns, "sysctl", "-qw", "net.ipv4.tcp_timestamps=1")
+    assert clients[0]["clock_us"] > 2_500_000  # the ACKs really were held: the server had to resend
+    check_passive_starts(daemon, lab, ep, clients, syns, "SYN cookie, no timestamps, ACKs held 2.5 s")
 
 
 def test_passive_start_after_a_lost_syn_ack_is_the_first_syn_arrival(lab, daemon, tmp_path):
