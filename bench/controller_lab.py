@@ -214,13 +214,16 @@ def server_transfers(daemon, lab, window):
 
 def objectives(transfers):
     """Small transfers' completion time (ms) and large ones' throughput
-    (Mbit/s), their medians and means."""
+    (Mbit/s): their medians, means and geometric means (the mean of log
+    values is what the controller's test compares)."""
     small = [x / 1e3 for _, b, x in transfers if b < THROUGHPUT_MIN_BYTES]
     large = [b * 8 / x for _, b, x in transfers if b >= THROUGHPUT_MIN_BYTES]
     return {"n_small": len(small), "small_p50_ms": quantile(small, 0.5),
             "small_mean_ms": statistics.fmean(small) if small else None,
+            "small_gmean_ms": statistics.geometric_mean(small) if small else None,
             "n_large": len(large), "large_p50_mbps": quantile(large, 0.5),
-            "large_mean_mbps": statistics.fmean(large) if large else None}
+            "large_mean_mbps": statistics.fmean(large) if large else None,
+            "large_gmean_mbps": statistics.geometric_mean(large) if large else None}
 
 
 def cohort_figures(daemon, lab, window, asns):
@@ -447,6 +450,74 @@ class CrossFlows:
             p.wait()
 
 
+# More candidates for a cohort that prefers CUBIC, beyond the study's: paths
+# where BBR v1's model is known to be weakest.
+CANDIDATE_PATHS = [  # (name, ASN, connections per second, the path, a long-lived CUBIC cross flow on it)
+    # Jitter both ways (frames keep their order): min_rtt far below the
+    # typical RTT, so BBR's in-flight cap (2 x bandwidth x min_rtt) binds.
+    ("j1", 64641, 1.0, labmod.Path.symmetric("j1", delay_ms=1, jitter_ms=0.9, rate_mbit=500, queue=1000,
+                                             peer_class="pop-to-pop", asn=64641), False),
+    ("j2", 64642, 1.0, labmod.Path.symmetric("j2", delay_ms=10, jitter_ms=8, rate_mbit=50, queue=330,
+                                             peer_class="client", asn=64642), False),
+    # Jitter on the ACKs' way only: they arrive bunched.
+    ("j3", 64643, 1.0, labmod.Path("j3", down=labmod.Direction(20, 0, 0, 100, 800),
+                                   up=labmod.Direction(20, 15), peer_class="client", asn=64643), False),
+    # A shallow buffer (0.9 BDP) at a 2 ms RTT, three connections a second.
+    ("s1", 64651, 3.0, labmod.Path.symmetric("s1", delay_ms=1, rate_mbit=200, queue=30, peer_class="pop-to-pop",
+                                             asn=64651), False),
+    # A deep buffer (8 BDPs) at a 10 ms RTT, shared with a long-lived CUBIC flow.
+    ("d1", 64652, 1.0, labmod.Path.symmetric("d1", delay_ms=5, rate_mbit=100, queue=700, peer_class="pop-to-pop",
+                                             asn=64652, extra_clients=1), True),
+]
+
+
+def candidate_verdicts(figs, name_of):
+    """Per path: the better arm (better_arm) and BBR's effect on each objective."""
+    out = {}
+    for asn, name in name_of.items():
+        arm, eff = better_arm(figs["cubic"][asn], figs["bbr"][asn])
+        out[name] = {"asn": asn, "better": arm, "bbr_vs_cubic": eff}
+    return out
+
+
+def candidates_markdown(reports):
+    """The candidates' runs side by side: BBR against CUBIC per path and run."""
+    out = ["| path | run | small FCT p50 / mean / geometric mean | large throughput p50 / mean / geometric mean "
+           "| small transfers cubic / bbr | better on the medians |", "| --- | --- | --- | --- | --- | --- |"]
+    pct = lambda v: "–" if v is None else f"{100 * v:+.1f} %"  # noqa: E731
+    for name in reports[0]["verdicts"]:
+        for k, rep in enumerate(reports, 1):
+            v, asn = rep["verdicts"][name], str(rep["verdicts"][name]["asn"])
+            e = v["bbr_vs_cubic"]
+            out.append(f"| {name} | {k} ({rep['started'][11:16]}) | "
+                       + " / ".join(pct(e[f"small_{s}_fct"]) for s in ("p50", "mean", "gmean")) + " | "
+                       + " / ".join(pct(e[f"large_{s}_throughput"]) for s in ("p50", "mean", "gmean")) + " | "
+                       + f"{rep['figures']['cubic'][asn]['n_small']} / {rep['figures']['bbr'][asn]['n_small']} | "
+                       + f"{v['better']} |")
+    return "\n".join(out)
+
+
+def phase_candidates(lab, workdir, duration, report, paths):
+    """All-CUBIC then all-BBR on the same arrivals: which arm each path's
+    cohort prefers, and by how much on each objective."""
+    rates = {name: rate for name, _, rate, _, _ in paths}
+    cross = [name for name, *_, has_cross in paths if has_cross]
+    name_of = {asn: name for name, asn, *_ in paths}
+    figs = {}
+    for cc in ("cubic", "bbr"):
+        d, win = run_policy(lab, workdir, rates, cross, [("settled", duration, 2)], f"all-{cc}",
+                            lambda path: lab.tcpscope_config(path, extra="snapshot_interval_s: 0\n"), set_cc=cc)
+        tr = server_transfers(d, lab, win["settled"])
+        figs[cc] = {asn: objectives(tr.get(asn, [])) for asn in name_of}
+        print_study(f"all-{cc}", figs[cc], name_of)
+    report["figures"] = figs
+    report["verdicts"] = candidate_verdicts(figs, name_of)
+    for name, v in report["verdicts"].items():
+        print(f"  {name}: {v['better']} better; BBR vs CUBIC " + ", ".join(
+            f"{k} {fmt(None if e is None else 100 * e)}%" for k, e in v["bbr_vs_cubic"].items()), flush=True)
+    return report
+
+
 def oracle_config(lab, path, arms_by_path):
     """One `cc:` rule per cohort: the arm its uniform runs found better."""
     return policy_config(lab, path, "".join(clients_rule(lab, f"oracle-{name}", f"      cc: {arm}\n", [name])
@@ -476,9 +547,9 @@ def better_arm(cubic, bbr):
     (BBR's figures over CUBIC's: the controller tests the mean of log values,
     a median's kin), with the effect on each objective's median and mean."""
     score = ratio_to_oracle(bbr, cubic, "p50")
-    eff = {f"{kind}_{stat}_{what}": None if not (cubic[key] and bbr[key]) else bbr[key] / cubic[key] - 1
+    eff = {f"{kind}_{stat}_{what}": None if not (cubic.get(key) and bbr.get(key)) else bbr[key] / cubic[key] - 1
            for kind, what, unit in (("small", "fct", "ms"), ("large", "throughput", "mbps"))
-           for stat in ("p50", "mean") for key in [f"{kind}_{stat}_{unit}"]}
+           for stat in ("p50", "mean", "gmean") for key in [f"{kind}_{stat}_{unit}"]}
     return ("bbr" if score is not None and score > 1 else "cubic"), eff
 
 
@@ -712,7 +783,8 @@ def markdown(report):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--phases", default="study",
-                   help="study (default), or any of uniform,loop,aa (the loop's machinery on the older testbed)")
+                   help="study (default); candidates (uniform runs on more paths that might prefer CUBIC); "
+                        "or any of uniform,loop,aa (the loop's machinery on the older testbed)")
     p.add_argument("--duration", type=float, default=120, help="seconds of traffic per run (uniform, loop, aa)")
     p.add_argument("--learn", type=float, default=600, help="study: seconds from a cold start")
     p.add_argument("--settled", type=float, default=300, help="study: seconds of the settled window")
@@ -725,16 +797,20 @@ def main(argv=None):
     p.add_argument("--workdir")
     p.add_argument("--smoke", action="store_true", help="the short run CI makes: loop and restart only")
     p.add_argument("--no-uplink", action="store_true", help="uniform, loop, aa: each path straight from the server")
-    p.add_argument("--markdown", metavar="JSON", help="print a study's figures (its JSON) as markdown tables")
+    p.add_argument("--markdown", metavar="JSON", nargs="+",
+                   help="print a study's figures (its JSON), or candidates' runs side by side, as markdown tables")
     args = p.parse_args(argv)
     if args.markdown:
-        print(markdown(json.loads(FsPath(args.markdown).read_text())))
+        reports = [json.loads(FsPath(f).read_text()) for f in args.markdown]
+        print(candidates_markdown(reports) if "verdicts" in reports[0] else markdown(reports[0]))
         return
     if args.smoke:
         report, default = smoke(), None
     elif args.phases == "study":
         report = study(args)
         default = "controller_study_shared_uplink.json" if args.shared_uplink else "controller_study.json"
+    elif args.phases == "candidates":
+        report, default = candidates(args), "controller_candidates.json"
     else:
         report = full(args)
         default = "controller_lab.json" if args.phases == "uniform,loop,aa" else None
@@ -757,6 +833,18 @@ def study(args):
               "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     with labmod.Lab([path for _, _, _, path, _ in paths], workdir=workdir / "lab", uplink=uplink) as lab:
         phase_study(lab, workdir, args.learn, args.settled, report, args.min_transfers, args.interval, paths)
+    return report
+
+
+def candidates(args):
+    workdir = FsPath(args.workdir or f"/tmp/tcpscope-controller-candidates-{os.getpid()}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    report = {"paths": {n: {"asn": asn, "connections_per_s": rate, "down": vars(path.down), "up": vars(path.up),
+                            "cross_flow": cross} for n, asn, rate, path, cross in CANDIDATE_PATHS},
+              "objects": OBJECTS, "keepalive": KEEPALIVE, "duration_s": args.duration,
+              "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    with labmod.Lab([path for _, _, _, path, _ in CANDIDATE_PATHS], workdir=workdir / "lab") as lab:
+        phase_candidates(lab, workdir, args.duration, report, CANDIDATE_PATHS)
     return report
 
 
