@@ -2,6 +2,7 @@
 its published rule (cost at close, EWMA, epsilon-greedy on one key), and the
 experiment rule it writes being one the daemon accepts."""
 import importlib.util
+import json
 import subprocess
 import sys
 
@@ -70,13 +71,34 @@ def test_three_arms_share_epsilon():
     assert lr.weights() == {"bbr": 3, "cubic": 94, "reno": 3}
 
 
+def controller_lab():
+    spec = importlib.util.spec_from_file_location("controller_lab", BENCH / "controller_lab.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_candidates_verdicts_are_the_stored_runs_figures():
+    """bench/README.md's candidates table: each stored run's verdicts are
+    what its figures give, and the markdown has every path of every run."""
+    bench = controller_lab()
+    runs = sorted((BENCH / "results").glob("controller_candidates-run*.json"))
+    assert len(runs) == 3
+    reports = [json.loads(r.read_text()) for r in runs]
+    for rep in reports:
+        name_of = {v["asn"]: n for n, v in rep["paths"].items()}
+        figs = {cc: {int(a): f for a, f in rep["figures"][cc].items()} for cc in ("cubic", "bbr")}
+        assert bench.candidate_verdicts(figs, name_of) == rep["verdicts"]
+    table = bench.candidates_markdown(reports).splitlines()
+    assert len(table) == 2 + 3 * len(bench.CANDIDATE_PATHS)
+    assert [row.split(" | ")[0].lstrip("| ") for row in table[2::3]] == [p[0] for p in bench.CANDIDATE_PATHS]
+
+
 def test_its_experiment_rule_is_a_config_the_daemon_accepts(tmp_path):
     """The study applies the learner's weights as an experiment rule; the
     daemon's own validator checks the text it writes."""
     need_root_and_build()
-    spec = importlib.util.spec_from_file_location("controller_lab", BENCH / "controller_lab.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = controller_lab()
 
     class FakeLab:  # only what learner_config reads: addresses, no namespaces
         ipv6 = True
