@@ -454,7 +454,7 @@ class CrossFlows:
 # where BBR v1's model is known to be weakest.
 CANDIDATE_PATHS = [  # (name, ASN, connections per second, the path, a long-lived CUBIC cross flow on it)
     # Jitter both ways (frames keep their order): min_rtt far below the
-    # typical RTT, so BBR's in-flight cap (2 x bandwidth x min_rtt) binds.
+    # typical RTT, where BBR's in-flight cap (2 x bandwidth x min_rtt) might bind.
     ("j1", 64641, 1.0, labmod.Path.symmetric("j1", delay_ms=1, jitter_ms=0.9, rate_mbit=500, queue=1000,
                                              peer_class="pop-to-pop", asn=64641), False),
     ("j2", 64642, 1.0, labmod.Path.symmetric("j2", delay_ms=10, jitter_ms=8, rate_mbit=50, queue=330,
@@ -545,7 +545,8 @@ def ratio_to_oracle(fig, oracle, stat):
 def better_arm(cubic, bbr):
     """The arm the uniform runs found better on the medians' score above
     (BBR's figures over CUBIC's: the controller tests the mean of log values,
-    a median's kin), with the effect on each objective's median and mean."""
+    a median's kin), with the effect on each objective's median, mean and
+    geometric mean."""
     score = ratio_to_oracle(bbr, cubic, "p50")
     eff = {f"{kind}_{stat}_{what}": None if not (cubic.get(key) and bbr.get(key)) else bbr[key] / cubic[key] - 1
            for kind, what, unit in (("small", "fct", "ms"), ("large", "throughput", "mbps"))
@@ -810,7 +811,7 @@ def main(argv=None):
         report = study(args)
         default = "controller_study_shared_uplink.json" if args.shared_uplink else "controller_study.json"
     elif args.phases == "candidates":
-        report, default = candidates(args), "controller_candidates.json"
+        report, default = candidates(args), None  # runs are kept side by side: --json
     else:
         report = full(args)
         default = "controller_lab.json" if args.phases == "uniform,loop,aa" else None
