@@ -161,9 +161,16 @@ def clients_rule(lab, name, action, paths=None):
             f"lports: [{traffic_mix.Nginx.PORT}] }}\n" + action)
 
 
+def plain_config(lab, path: FsPath, extra="") -> FsPath:
+    """The lab's classes and ASNs, no open-flow snapshots (the runs read
+    closed flows only), then `extra`: with none the kernel's default CC
+    serves every flow."""
+    return lab.tcpscope_config(path, extra="snapshot_interval_s: 0\n" + extra)
+
+
 def policy_config(lab, path: FsPath, rules: str) -> FsPath:
     """The lab's classes and ASNs, and these cc_policy rules."""
-    return lab.tcpscope_config(path, extra="snapshot_interval_s: 0\ncc_policy:\n  rules:\n" + rules)
+    return plain_config(lab, path, "cc_policy:\n  rules:\n" + rules)
 
 
 def controller_config(lab, path: FsPath, arms=("bbr", "cubic"), min_transfers=40, interval_s=5,
@@ -210,6 +217,12 @@ def server_transfers(daemon, lab, window):
                 and (t["bytes"] < THROUGHPUT_MIN_BYTES or 2 * t["rwnd_limited_us"] <= t["xfer_us"])):
             out.setdefault(t["asn"], []).append((t["start_ns"], t["bytes"], t["xfer_us"]))
     return out
+
+
+def window_objectives(daemon, lab, window, asns):
+    """objectives() of each ASN's server transfers in the window."""
+    tr = server_transfers(daemon, lab, window)
+    return {asn: objectives(tr.get(asn, [])) for asn in asns}
 
 
 def objectives(transfers):
@@ -271,7 +284,7 @@ def print_figures(title, figs):
 
 def phase_uniform(lab, workdir, rates, duration, report):
     asns = [asn for _, _, asn, _ in PATHS]
-    cfg = lab.tcpscope_config(workdir / "uniform.yaml", extra="snapshot_interval_s: 0\n")
+    cfg = plain_config(lab, workdir / "uniform.yaml")
     d = ControllerDaemon(cfg, workdir, workdir / "state-uniform", name="uniform")
     lab.track(d.proc.pid)
     try:
@@ -471,8 +484,9 @@ CANDIDATE_PATHS = [  # (name, ASN, connections per second, the path, a long-live
 ]
 
 
-def candidate_verdicts(figs, name_of):
-    """Per path: the better arm (better_arm) and BBR's effect on each objective."""
+def uniform_verdicts(figs, name_of):
+    """From the uniform runs' figures ({"cubic": ..., "bbr": ...}, per ASN),
+    per path: the better arm (better_arm) and BBR's effect on each objective."""
     out = {}
     for asn, name in name_of.items():
         arm, eff = better_arm(figs["cubic"][asn], figs["bbr"][asn])
@@ -497,24 +511,32 @@ def candidates_markdown(reports):
     return "\n".join(out)
 
 
-def phase_candidates(lab, workdir, duration, report, paths):
-    """All-CUBIC then all-BBR on the same arrivals: which arm each path's
-    cohort prefers, and by how much on each objective."""
+def print_verdicts(verdicts):
+    for name, v in verdicts.items():
+        print(f"    {name}: {v['better']} better; BBR vs CUBIC " + ", ".join(
+            f"{k} {fmt(None if e is None else 100 * e)}%" for k, e in v["bbr_vs_cubic"].items()), flush=True)
+
+
+def settled_figures(lab, workdir, paths, seconds, label, config, set_cc="cubic"):
+    """One policy's run of `seconds` on the same arrivals (seed 2) as every
+    other: objectives() per ASN."""
     rates = {name: rate for name, _, rate, _, _ in paths}
     cross = [name for name, *_, has_cross in paths if has_cross]
     name_of = {asn: name for name, asn, *_ in paths}
-    figs = {}
-    for cc in ("cubic", "bbr"):
-        d, win = run_policy(lab, workdir, rates, cross, [("settled", duration, 2)], f"all-{cc}",
-                            lambda path: lab.tcpscope_config(path, extra="snapshot_interval_s: 0\n"), set_cc=cc)
-        tr = server_transfers(d, lab, win["settled"])
-        figs[cc] = {asn: objectives(tr.get(asn, [])) for asn in name_of}
-        print_study(f"all-{cc}", figs[cc], name_of)
+    d, win = run_policy(lab, workdir, rates, cross, [("settled", seconds, 2)], label, config, set_cc=set_cc)
+    figs = window_objectives(d, lab, win["settled"], name_of)
+    print_study(label, figs, name_of)
+    return figs
+
+
+def phase_candidates(lab, workdir, duration, report, paths):
+    """All-CUBIC then all-BBR on the same arrivals: which arm each path's
+    cohort prefers, and by how much on each objective."""
+    figs = {cc: settled_figures(lab, workdir, paths, duration, f"all-{cc}", lambda path: plain_config(lab, path),
+                                set_cc=cc) for cc in ("cubic", "bbr")}
     report["figures"] = figs
-    report["verdicts"] = candidate_verdicts(figs, name_of)
-    for name, v in report["verdicts"].items():
-        print(f"  {name}: {v['better']} better; BBR vs CUBIC " + ", ".join(
-            f"{k} {fmt(None if e is None else 100 * e)}%" for k, e in v["bbr_vs_cubic"].items()), flush=True)
+    report["verdicts"] = uniform_verdicts(figs, {asn: name for name, asn, *_ in paths})
+    print_verdicts(report["verdicts"])
     return report
 
 
@@ -635,29 +657,18 @@ def phase_study(lab, workdir, learn_s, settled_s, report, min_transfers, interva
     cross = [name for name, *_, has_cross in paths if has_cross]
     asns = [asn for _, asn, *_ in paths]
     name_of = {asn: name for name, asn, *_ in paths}
-    plain = lambda path: lab.tcpscope_config(path, extra="snapshot_interval_s: 0\n")  # noqa: E731
     figs = {}
-
-    def settled_run(label, config, set_cc="cubic"):
-        d, win = run_policy(lab, workdir, rates, cross, [("settled", settled_s, 2)], label, config, set_cc=set_cc)
-        figs[label] = settle_figs(d, win)
-        print_study(label, figs[label], name_of)
-
-    def settle_figs(d, win):
-        tr = server_transfers(d, lab, win["settled"])
-        return {asn: objectives(tr.get(asn, [])) for asn in asns}
-
     for cc in ("cubic", "bbr"):
-        settled_run(f"all-{cc}", plain, set_cc=cc)
-    oracle_arms, effects = {}, {}
-    for asn in asns:
-        oracle_arms[name_of[asn]], effects[asn] = better_arm(figs["all-cubic"][asn], figs["all-bbr"][asn])
+        figs[f"all-{cc}"] = settled_figures(lab, workdir, paths, settled_s, f"all-{cc}",
+                                            lambda path: plain_config(lab, path), set_cc=cc)
+    verdicts = uniform_verdicts({"cubic": figs["all-cubic"], "bbr": figs["all-bbr"]}, name_of)
+    oracle_arms = {name: v["better"] for name, v in verdicts.items()}
+    effects = {v["asn"]: v["bbr_vs_cubic"] for v in verdicts.values()}
     report["oracle_arms"], report["effects"] = oracle_arms, effects
     print("  the oracle: " + ", ".join(f"{n} {a}" for n, a in oracle_arms.items()))
-    for asn, e in effects.items():
-        print(f"    {name_of[asn]}: BBR vs CUBIC " + ", ".join(
-            f"{k} {fmt(None if v is None else 100 * v)}%" for k, v in e.items()), flush=True)
-    settled_run("oracle", lambda path: oracle_config(lab, path, oracle_arms))
+    print_verdicts(verdicts)
+    figs["oracle"] = settled_figures(lab, workdir, paths, settled_s, "oracle",
+                                     lambda path: oracle_config(lab, path, oracle_arms))
     # The cohort of the largest throughput effect: the cost of learning is
     # its first five minutes' mean large-object throughput against the oracle's.
     big = max(asns, key=lambda a: abs(effects[a]["large_mean_throughput"] or 0))
@@ -666,7 +677,7 @@ def phase_study(lab, workdir, learn_s, settled_s, report, min_transfers, interva
         """From a cold start: the learning window, then the settled one."""
         d, win = run_policy(lab, workdir, rates, cross, [("learning", learn_s, 1), ("settled", settled_s, 2)],
                             label, config, poll=poll, every=every)
-        figs[label] = settle_figs(d, win)
+        figs[label] = window_objectives(d, lab, win["settled"], asns)
         print_study(label, figs[label], name_of)
         learning = server_transfers(d, lab, win["learning"])
         lo = win["learning"][0]
@@ -821,13 +832,22 @@ def main(argv=None):
         print(f"figures: {path}")
 
 
-def study(args):
-    workdir = FsPath(args.workdir or f"/tmp/tcpscope-controller-study-{os.getpid()}")
+def run_workdir(args, kind):
+    workdir = FsPath(args.workdir or f"/tmp/tcpscope-controller-{kind}-{os.getpid()}")
     workdir.mkdir(parents=True, exist_ok=True)
+    return workdir
+
+
+def paths_report(paths):
+    return {n: {"asn": asn, "connections_per_s": rate, "down": vars(path.down), "up": vars(path.up),
+                "cross_flow": cross} for n, asn, rate, path, cross in paths}
+
+
+def study(args):
+    workdir = run_workdir(args, "study")
     paths = [(n, asn, rate * args.rate_scale, path, cross) for n, asn, rate, path, cross in STUDY_PATHS]
     uplink = UPLINK if args.shared_uplink else None
-    report = {"paths": {n: {"asn": asn, "connections_per_s": rate, "down": vars(path.down), "cross_flow": cross}
-                        for n, asn, rate, path, cross in paths},
+    report = {"paths": paths_report(paths),
               "uplink": None if uplink is None else {"rate_mbit": uplink.rate_mbit, "queue_frames": uplink.queue},
               "objects": OBJECTS, "keepalive": KEEPALIVE, "learn_s": args.learn, "settled_s": args.settled,
               "min_transfers": args.min_transfers, "interval_s": args.interval,
@@ -838,10 +858,8 @@ def study(args):
 
 
 def candidates(args):
-    workdir = FsPath(args.workdir or f"/tmp/tcpscope-controller-candidates-{os.getpid()}")
-    workdir.mkdir(parents=True, exist_ok=True)
-    report = {"paths": {n: {"asn": asn, "connections_per_s": rate, "down": vars(path.down), "up": vars(path.up),
-                            "cross_flow": cross} for n, asn, rate, path, cross in CANDIDATE_PATHS},
+    workdir = run_workdir(args, "candidates")
+    report = {"paths": paths_report(CANDIDATE_PATHS),
               "objects": OBJECTS, "keepalive": KEEPALIVE, "duration_s": args.duration,
               "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     with labmod.Lab([path for _, _, _, path, _ in CANDIDATE_PATHS], workdir=workdir / "lab") as lab:

@@ -88,7 +88,7 @@ def test_the_candidates_verdicts_are_the_stored_runs_figures():
     for rep in reports:
         name_of = {v["asn"]: n for n, v in rep["paths"].items()}
         figs = {cc: {int(a): f for a, f in rep["figures"][cc].items()} for cc in ("cubic", "bbr")}
-        assert bench.candidate_verdicts(figs, name_of) == rep["verdicts"]
+        assert bench.uniform_verdicts(figs, name_of) == rep["verdicts"]
     table = bench.candidates_markdown(reports).splitlines()
     assert len(table) == 2 + 3 * len(bench.CANDIDATE_PATHS)
     assert [row.split(" | ")[0].lstrip("| ") for row in table[2::3]] == [p[0] for p in bench.CANDIDATE_PATHS]
