@@ -40,9 +40,8 @@ extern int CONFIG_HZ __kconfig __weak;
  * an arrival starts a new receive transfer if this host started a send
  * transfer after the previous arrival and at least min_rtt/2 before this one
  * (so none before the flow's first RTT sample), so that it can be the reply
- * to it; otherwise the arrival joins the running
- * transfer (data that keeps flowing around our window updates or pipelined
- * requests). A transfer ends with its last arrival; it is handed over when
+ * to it; otherwise the arrival joins the running transfer (data that keeps
+ * flowing around our window updates or pipelined requests). A transfer ends with its last arrival; it is handed over when
  * the next one starts, when the sweep finds that any later arrival would
  * start a new one, or at close.
  *
