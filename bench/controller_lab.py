@@ -12,6 +12,7 @@ in the CDN study's testbed (tests/lab delay lines), one private ASN each:
     n1  client 40 ms, clean, no rate limit                      0.5 conn/s, the mix
     h1  client 50 ms, 20 Mbit/s, eight-BDP buffer shared with   0.5 conn/s, the mix
         a long-lived CUBIC download to the same household
+    i1  intra-pop: a plain veth, unshaped                       1.0 conn/s, the mix
 
 The mix: kept-alive connections of 3-6 objects (80 % 10-90 kB, 17 % 3.2 MB,
 3 % 5 MB) with short pauses (traffic_mix.py, xfer_peer.py), Poisson
@@ -35,12 +36,15 @@ policy/oracle for throughput, their mean where a cohort has both) and its
 mean over cohorts; regret per minute of the learning window against the
 oracle's settled figures, cumulative; the first five minutes' mean
 throughput on the cohort of the largest effect; when each cohort decided.
-`--shared-uplink` puts every path behind one 100 Mbit/s uplink with a
-deep buffer (the stress case).
+`--shared-uplink` puts every path but the intra-pop one behind one
+100 Mbit/s uplink with a deep buffer (the stress case).
 
-    TCPSCOPE_BUILD=build bench/controller_lab.py                     # ~50 min
+    TCPSCOPE_BUILD=build bench/controller_lab.py --learn 1800 --settled 240   # ~85 min
     TCPSCOPE_BUILD=build bench/controller_lab.py --shared-uplink --learn 300 --settled 180
     TCPSCOPE_BUILD=build bench/controller_lab.py --smoke             # ~2 min: what CI runs (tests/lab/test_lab_controller.py)
+
+`--phases candidates [--paths j1,...]`: all-CUBIC then all-BBR on more paths
+that might prefer CUBIC (CANDIDATE_PATHS), the same arrivals.
 
 The loop's machinery on the older testbed (every path behind the shared
 uplink, unless --no-uplink): `--phases uniform,loop,aa`:
@@ -306,12 +310,6 @@ def phase_uniform(lab, workdir, rates, duration, report):
                   f" n {v['n_a']}/{v['n_b']})")
 
 
-def poll_until(daemon, stop_at, every, on_poll):
-    while time.monotonic() < stop_at:
-        on_poll(daemon.cohorts())
-        time.sleep(every)
-
-
 def run_with_polls(lab, workdir, rates, duration, label, every, on_poll, seed=1, mixes=None):
     """Traffic in a thread, on_poll() every `every` s meanwhile and once at
     the end; the window."""
@@ -338,6 +336,23 @@ def summarize(cohorts):
     return {label: {"state": c["state"], "winner": c["winner"], "weights": c["weights"]} for label, c in cohorts.items()}
 
 
+class DecisionLog:
+    """A controller daemon's cohorts as its API shows them, polled: each
+    change of state or winner, when, and the test behind it."""
+
+    def __init__(self):
+        self.decisions, self.final = {}, {}
+
+    def poll(self, d, t_s, _cfg=None):
+        cohorts = d.cohorts()
+        self.final.update(summarize(cohorts))
+        for label, c in cohorts.items():
+            seen = self.decisions.setdefault(label, [])
+            if not seen or (seen[-1]["state"], seen[-1]["winner"]) != (c["state"], c["winner"]):
+                seen.append({"t_s": t_s, "state": c["state"], "winner": c["winner"], "weights": c["weights"],
+                             "decision": c["evidence"].get("last_decision")})
+
+
 def phase_loop(lab, workdir, rates, duration, report, arms=("bbr", "cubic"), name="loop", min_transfers=40,
                interval_s=5, settle=True, loss_change=True, restart=True):
     state = workdir / f"state-{name}"
@@ -345,23 +360,20 @@ def phase_loop(lab, workdir, rates, duration, report, arms=("bbr", "cubic"), nam
     cfg = controller_config(lab, workdir / f"{name}.yaml", arms=arms, min_transfers=min_transfers,
                             interval_s=interval_s)
     lab.set_cc("cubic")  # only the rule's flows are steered; the rest keep the default
-    out = report.setdefault(name, {"decisions": {}})
+    log = DecisionLog()
+    out = report.setdefault(name, {})
+    out["decisions"] = log.decisions
     d = ControllerDaemon(cfg, workdir, state, name=name)
     lab.track(d.proc.pid)
     t0 = time.monotonic()
 
-    def on_poll(cohorts):
-        now = round(time.monotonic() - t0, 1)
-        for label, c in cohorts.items():
-            seen = out["decisions"].setdefault(label, [])
-            key = (c["state"], c["winner"])
-            if not seen or (seen[-1]["state"], seen[-1]["winner"]) != key:
-                seen.append({"t_s": now, "state": c["state"], "winner": c["winner"], "weights": c["weights"]})
+    def on_poll():
+        log.poll(d, round(time.monotonic() - t0, 1))
 
     try:
         print(f"== controller {list(arms)}: {duration:.0f} s from equal shares "
               f"(min_transfers {min_transfers}, every {interval_s} s)", flush=True)
-        window = run_with_polls(lab, workdir, rates, duration, f"{name}-learn", interval_s, lambda: on_poll(d.cohorts()))
+        window = run_with_polls(lab, workdir, rates, duration, f"{name}-learn", interval_s, on_poll)
         for label, seen in out["decisions"].items():
             print(f"  cohort {label:>10}: " + " -> ".join(
                 f"{s['state']}{'(' + s['winner'] + ')' if s['winner'] else ''} at {s['t_s']} s" for s in seen))
@@ -370,7 +382,7 @@ def phase_loop(lab, workdir, rates, duration, report, arms=("bbr", "cubic"), nam
             # Settled: a second run with the weights the controller holds now.
             print(f"== controller settled: {duration:.0f} s more", flush=True)
             window = run_with_polls(lab, workdir, rates, duration, f"{name}-settled", interval_s,
-                                    lambda: on_poll(d.cohorts()), seed=2)
+                                    on_poll, seed=2)
             out["settled"] = cohort_figures(d, lab, window, asns)
             out["settled_weights"] = summarize(d.cohorts())
             print_figures("the mix under the controller", out["settled"])
@@ -378,7 +390,7 @@ def phase_loop(lab, workdir, rates, duration, report, arms=("bbr", "cubic"), nam
             print("== loss change: p1 (pop-to-pop) 0.01 % -> 2 % both ways", flush=True)
             lab.set_path("p1", "both", loss=0.02)
             out["loss_change_at_s"] = round(time.monotonic() - t0, 1)
-            run_with_polls(lab, workdir, rates, duration, f"{name}-loss", interval_s, lambda: on_poll(d.cohorts()),
+            run_with_polls(lab, workdir, rates, duration, f"{name}-loss", interval_s, on_poll,
                            seed=3)
             lab.set_path("p1", "both", loss=0.0001)
             p1 = out["decisions"].get("64611", [])
@@ -422,6 +434,8 @@ STUDY_PATHS = [  # (name, ASN, connections per second, the path, a long-lived CU
     # long-lived CUBIC download to another address of the same household.
     ("h1", 64631, 0.5, labmod.Path.symmetric("h1", delay_ms=25, rate_mbit=20, queue=660, peer_class="client",
                                              asn=64631, extra_clients=1), True),
+    # Intra-pop: an unshaped veth (the candidates' i1), the cohort that prefers CUBIC.
+    ("i1", 64661, 1.0, labmod.Path.preset("intra-pop", name="i1", asn=64661), False),
 ]
 # Pop-to-pop traffic here is small objects only (fills, manifests): the seed
 # study's candidate for CUBIC (its completion time).
@@ -481,6 +495,10 @@ CANDIDATE_PATHS = [  # (name, ASN, connections per second, the path, a long-live
     # A deep buffer (8 BDPs) at a 10 ms RTT, shared with a long-lived CUBIC flow.
     ("d1", 64652, 1.0, labmod.Path.symmetric("d1", delay_ms=5, rate_mbit=100, queue=700, peer_class="pop-to-pop",
                                              asn=64652, extra_clients=1), True),
+    # Intra-pop: a plain veth, no shaping, a round trip of tens of microseconds.
+    # The sender's CPU is the bottleneck, and with no fq qdisc BBR paces
+    # inside TCP.
+    ("i1", 64661, 1.0, labmod.Path.preset("intra-pop", name="i1", asn=64661), False),
 ]
 
 
@@ -495,12 +513,14 @@ def uniform_verdicts(figs, name_of):
 
 
 def candidates_markdown(reports):
-    """The candidates' runs side by side: BBR against CUBIC per path and run."""
+    """The candidates' runs side by side: BBR against CUBIC per path and run
+    (a run may have only some of the paths: --paths)."""
     out = ["| path | run | small FCT p50 / mean / geometric mean | large throughput p50 / mean / geometric mean "
            "| small transfers cubic / bbr | better on the medians |", "| --- | --- | --- | --- | --- | --- |"]
     pct = lambda v: "–" if v is None else f"{100 * v:+.1f} %"  # noqa: E731
-    for name in reports[0]["verdicts"]:
-        for k, rep in enumerate(reports, 1):
+    names = list(dict.fromkeys(name for rep in reports for name in rep["verdicts"]))
+    for name in names:
+        for k, rep in ((k, rep) for k, rep in enumerate(reports, 1) if name in rep["verdicts"]):
             v, asn = rep["verdicts"][name], str(rep["verdicts"][name]["asn"])
             e = v["bbr_vs_cubic"]
             out.append(f"| {name} | {k} ({rep['started'][11:16]}) | "
@@ -699,21 +719,11 @@ def phase_study(lab, workdir, learn_s, settled_s, report, min_transfers, interva
                                      learner_poll, 2.0)
     report["learner"].update(changes=driver["d"].changes, final_cost=learner.cost, closed=learner.closed)
 
-    decisions, final = {}, {}
-
-    def controller_poll(d, t_s, _cfg):
-        cohorts = d.cohorts()
-        final.update(summarize(cohorts))
-        for label, c in cohorts.items():
-            seen = decisions.setdefault(label, [])
-            if not seen or (seen[-1]["state"], seen[-1]["winner"]) != (c["state"], c["winner"]):
-                seen.append({"t_s": t_s, "state": c["state"], "winner": c["winner"], "weights": c["weights"],
-                             "decision": c["evidence"].get("last_decision")})
-
+    log = DecisionLog()
     report["controller"] = learning_run(
         "controller", lambda path: controller_config(lab, path, min_transfers=min_transfers, interval_s=interval_s),
-        controller_poll, interval_s)
-    report["controller"].update(decisions=decisions, final=final)
+        log.poll, interval_s)
+    report["controller"].update(decisions=log.decisions, final=log.final)
 
     report["figures"] = figs
     report["scores"] = {pol: {stat: {str(asn): ratio_to_oracle(f[asn], figs["oracle"][asn], stat) for asn in asns}
@@ -761,18 +771,22 @@ def markdown(report):
         for key, label in (("small_p50_ms", "small FCT p50 ms"), ("small_mean_ms", "small FCT mean ms"),
                            ("large_p50_mbps", "large p50 Mbit/s"), ("large_mean_mbps", "large mean Mbit/s")):
             if figs["oracle"][asn][key] is not None:
-                out.append(f"| {name} (AS{asn}) | {label} | " + " | ".join(fmt(figs[p][asn][key]) for p in pols) + " |")
+                # sub-millisecond completion times (intra-pop) keep three digits
+                out.append(f"| {name} (AS{asn}) | {label} | " + " | ".join(
+                    fmt(figs[p][asn][key], 3 if (figs[p][asn][key] or 1) < 1 else 1) for p in pols) + " |")
     out += ["", "| score: policy / oracle | " + " | ".join(pols) + " |", "| --- |" + " --- |" * len(pols)]
     for asn, name in names.items():
         out.append(f"| {name} median; mean | " + " | ".join(
             f"{fmt(scores[p]['p50'][asn], 3)}; {fmt(scores[p]['mean'][asn], 3)}" for p in pols) + " |")
     out.append("| **aggregate** median; mean | " + " | ".join(
         f"**{fmt(scores[p]['aggregate_p50'], 3)}**; {fmt(scores[p]['aggregate_mean'], 3)}" for p in pols) + " |")
-    out += ["", "| minute | " + " | ".join(str(b["t_s"] // 60) for b in report["controller"]["regret"]) + " |",
-            "| --- |" + " --- |" * len(report["controller"]["regret"])]
-    for who in ("controller", "learner"):
-        out.append(f"| {who}: cumulative regret | " + " | ".join(fmt(b["cumulative"], 2)
-                                                                  for b in report[who]["regret"]) + " |")
+    # Cumulative regret: every minute of the first five, then every fifth and the last.
+    bins = list(zip(report["controller"]["regret"], report["learner"]["regret"]))
+    out += ["", "| minute | controller: cumulative regret | learner: cumulative regret |", "| --- | --- | --- |"]
+    for k, (c, lrn) in enumerate(bins):
+        minute = c["t_s"] // 60
+        if minute <= 5 or minute % 5 == 0 or k == len(bins) - 1:
+            out.append(f"| {minute} | {fmt(c['cumulative'], 2)} | {fmt(lrn['cumulative'], 2)} |")
     out.append("")
     for who in ("controller", "learner"):
         f5 = report[who]["first_5min"]
@@ -803,8 +817,9 @@ def main(argv=None):
     p.add_argument("--min-transfers", type=int, default=20, help="study: the controller's min_transfers")
     p.add_argument("--interval", type=int, default=10, help="study: the controller's interval_s")
     p.add_argument("--shared-uplink", action="store_true",
-                   help="study: every path behind one shared uplink (the stress case)")
+                   help="study: every path but the intra-pop one behind one shared uplink (the stress case)")
     p.add_argument("--rate-scale", type=float, default=1.0)
+    p.add_argument("--paths", help="candidates: only these paths (comma-separated names; default all)")
     p.add_argument("--json", help="write the figures here")
     p.add_argument("--workdir")
     p.add_argument("--smoke", action="store_true", help="the short run CI makes: loop and restart only")
@@ -843,10 +858,36 @@ def paths_report(paths):
                 "cross_flow": cross} for n, asn, rate, path, cross in paths}
 
 
+def full(args):
+    """`--phases candidates [--paths j1,...]`: all-CUBIC then all-BBR on more paths
+that might prefer CUBIC (CANDIDATE_PATHS), the same arrivals.
+
+The loop's machinery on the older testbed (PATHS behind the shared
+    uplink, or --no-uplink): the phases of --phases."""
+    workdir = run_workdir(args, "machinery")
+    paths = [labmod.Path.preset(preset, name=name, asn=asn) for preset, name, asn, _ in PATHS]
+    rates = {name: rate * args.rate_scale for _, name, _, rate in PATHS}
+    uplink = None if args.no_uplink else UPLINK
+    report = {"paths": PATHS, "objects": OBJECTS, "keepalive": KEEPALIVE, "duration_s": args.duration,
+              "uplink": None if uplink is None else {"rate_mbit": uplink.rate_mbit, "queue_frames": uplink.queue},
+              "uniform": {}}
+    phases = args.phases.split(",")
+    with labmod.Lab(paths, workdir=workdir / "lab", uplink=uplink) as lab:
+        if "uniform" in phases:
+            phase_uniform(lab, workdir, rates, args.duration, report)
+        if "loop" in phases:
+            phase_loop(lab, workdir, rates, args.duration, report)
+        if "aa" in phases:
+            phase_aa(lab, workdir, rates, args.duration, report)
+    return report
+
+
 def study(args):
     workdir = run_workdir(args, "study")
-    paths = [(n, asn, rate * args.rate_scale, path, cross) for n, asn, rate, path, cross in STUDY_PATHS]
     uplink = UPLINK if args.shared_uplink else None
+    # Behind the uplink an intra-pop path would no longer be unshaped: it stays out.
+    paths = [(n, asn, rate * args.rate_scale, path, cross) for n, asn, rate, path, cross in STUDY_PATHS
+             if not (uplink and path.veth)]
     report = {"paths": paths_report(paths),
               "uplink": None if uplink is None else {"rate_mbit": uplink.rate_mbit, "queue_frames": uplink.queue},
               "objects": OBJECTS, "keepalive": KEEPALIVE, "learn_s": args.learn, "settled_s": args.settled,
@@ -859,11 +900,12 @@ def study(args):
 
 def candidates(args):
     workdir = run_workdir(args, "candidates")
-    report = {"paths": paths_report(CANDIDATE_PATHS),
+    paths = [p for p in CANDIDATE_PATHS if not args.paths or p[0] in args.paths.split(",")]
+    report = {"paths": paths_report(paths),
               "objects": OBJECTS, "keepalive": KEEPALIVE, "duration_s": args.duration,
               "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
-    with labmod.Lab([path for _, _, _, path, _ in CANDIDATE_PATHS], workdir=workdir / "lab") as lab:
-        phase_candidates(lab, workdir, args.duration, report, CANDIDATE_PATHS)
+    with labmod.Lab([path for _, _, _, path, _ in paths], workdir=workdir / "lab") as lab:
+        phase_candidates(lab, workdir, args.duration, report, paths)
     return report
 
 

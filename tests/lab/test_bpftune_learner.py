@@ -1,6 +1,7 @@
 """The baseline learner of bench/controller_lab.py (bench/bpftune_learner.py):
-its published rule (cost at close, EWMA, epsilon-greedy on one key), and the
-experiment rule it writes being one the daemon accepts."""
+its published rule (cost at close, EWMA, epsilon-greedy on one key), the
+experiment rule it writes being one the daemon accepts; and the stored
+study's and candidates' runs being what their figures give."""
 import importlib.util
 import json
 import subprocess
@@ -83,15 +84,36 @@ def test_the_candidates_verdicts_are_the_stored_runs_figures():
     what its figures give, and the markdown has every path of every run."""
     bench = controller_lab()
     runs = sorted((BENCH / "results").glob("controller_candidates-run*.json"))
-    assert len(runs) == 3
+    assert len(runs) == 4
     reports = [json.loads(r.read_text()) for r in runs]
     for rep in reports:
         name_of = {v["asn"]: n for n, v in rep["paths"].items()}
         figs = {cc: {int(a): f for a, f in rep["figures"][cc].items()} for cc in ("cubic", "bbr")}
         assert bench.uniform_verdicts(figs, name_of) == rep["verdicts"]
     table = bench.candidates_markdown(reports).splitlines()
-    assert len(table) == 2 + 3 * len(bench.CANDIDATE_PATHS)
-    assert [row.split(" | ")[0].lstrip("| ") for row in table[2::3]] == [p[0] for p in bench.CANDIDATE_PATHS]
+    assert len(table) == 2 + sum(len(rep["verdicts"]) for rep in reports)
+    in_table = [row.split(" | ")[0].lstrip("| ") for row in table[2:]]
+    assert list(dict.fromkeys(in_table)) == [p[0] for p in bench.CANDIDATE_PATHS]
+
+
+def test_the_studys_oracle_and_scores_are_the_stored_runs_figures():
+    """The "Does the loop pay?" tables (README, bench/README.md): in the
+    stored study the oracle's arms are what its uniform runs give, the
+    cohorts disagree (the lossy client on BBR, intra-pop on CUBIC), and every
+    score and aggregate is what its figures give."""
+    bench = controller_lab()
+    rep = json.loads((BENCH / "results" / "controller_study.json").read_text())
+    name_of = {v["asn"]: n for n, v in rep["paths"].items()}
+    figs = {pol: {int(a): f for a, f in by_asn.items()} for pol, by_asn in rep["figures"].items()}
+    verdicts = bench.uniform_verdicts({"cubic": figs["all-cubic"], "bbr": figs["all-bbr"]}, name_of)
+    assert {n: v["better"] for n, v in verdicts.items()} == rep["oracle_arms"]
+    assert (rep["oracle_arms"]["c2"], rep["oracle_arms"]["i1"]) == ("bbr", "cubic")
+    for pol, by_asn in figs.items():
+        for stat in ("p50", "mean"):
+            scores = {str(a): bench.ratio_to_oracle(f, figs["oracle"][a], stat) for a, f in by_asn.items()}
+            assert rep["scores"][pol][stat] == scores
+            assert rep["scores"][pol][f"aggregate_{stat}"] == pytest.approx(
+                sum(scores.values()) / len(scores))
 
 
 def test_its_experiment_rule_is_a_config_the_daemon_accepts(tmp_path):
