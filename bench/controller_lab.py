@@ -496,8 +496,8 @@ CANDIDATE_PATHS = [  # (name, ASN, connections per second, the path, a long-live
     ("d1", 64652, 1.0, labmod.Path.symmetric("d1", delay_ms=5, rate_mbit=100, queue=700, peer_class="pop-to-pop",
                                              asn=64652, extra_clients=1), True),
     # Intra-pop: a plain veth, no shaping, a round trip of tens of microseconds.
-    # The sender's CPU is the bottleneck, and with no fq qdisc BBR paces
-    # inside TCP.
+    # No link limits the rate, the CPUs do; with no fq qdisc BBR paces inside
+    # TCP.
     ("i1", 64661, 1.0, labmod.Path.preset("intra-pop", name="i1", asn=64661), False),
 ]
 
@@ -859,10 +859,7 @@ def paths_report(paths):
 
 
 def full(args):
-    """`--phases candidates [--paths j1,...]`: all-CUBIC then all-BBR on more paths
-that might prefer CUBIC (CANDIDATE_PATHS), the same arrivals.
-
-The loop's machinery on the older testbed (PATHS behind the shared
+    """The loop's machinery on the older testbed (PATHS behind the shared
     uplink, or --no-uplink): the phases of --phases."""
     workdir = run_workdir(args, "machinery")
     paths = [labmod.Path.preset(preset, name=name, asn=asn) for preset, name, asn, _ in PATHS]
@@ -900,7 +897,12 @@ def study(args):
 
 def candidates(args):
     workdir = run_workdir(args, "candidates")
-    paths = [p for p in CANDIDATE_PATHS if not args.paths or p[0] in args.paths.split(",")]
+    wanted = args.paths.split(",") if args.paths else [p[0] for p in CANDIDATE_PATHS]
+    unknown = set(wanted) - {p[0] for p in CANDIDATE_PATHS}
+    if unknown:
+        raise SystemExit(f"--paths: no candidate path {', '.join(sorted(unknown))} "
+                         f"(known: {', '.join(p[0] for p in CANDIDATE_PATHS)})")
+    paths = [p for p in CANDIDATE_PATHS if p[0] in wanted]
     report = {"paths": paths_report(paths),
               "objects": OBJECTS, "keepalive": KEEPALIVE, "duration_s": args.duration,
               "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
