@@ -426,6 +426,9 @@ def phase_aa(lab, workdir, rates, duration, report):
 
 # -- The study: the loop against every uniform policy, the oracle and a learner --
 
+# Intra-pop: a plain veth, no shaping, a round trip of tens of microseconds.
+# No link limits the rate, the CPUs do; with no fq qdisc BBR paces inside TCP.
+INTRA_POP = ("i1", 64661, 1.0, labmod.Path.preset("intra-pop", name="i1", asn=64661), False)
 STUDY_PATHS = [  # (name, ASN, connections per second, the path, a long-lived CUBIC cross flow on it)
     ("c2", 64602, 1.0, labmod.Path.preset("client-lossy", name="c2", asn=64602), False),
     ("p1", 64611, 0.8, labmod.Path.preset("pop-to-pop", name="p1", asn=64611), False),
@@ -434,8 +437,7 @@ STUDY_PATHS = [  # (name, ASN, connections per second, the path, a long-lived CU
     # long-lived CUBIC download to another address of the same household.
     ("h1", 64631, 0.5, labmod.Path.symmetric("h1", delay_ms=25, rate_mbit=20, queue=660, peer_class="client",
                                              asn=64631, extra_clients=1), True),
-    # Intra-pop: an unshaped veth (the candidates' i1), the cohort that prefers CUBIC.
-    ("i1", 64661, 1.0, labmod.Path.preset("intra-pop", name="i1", asn=64661), False),
+    INTRA_POP,  # the cohort that prefers CUBIC
 ]
 # Pop-to-pop traffic here is small objects only (fills, manifests): the seed
 # study's candidate for CUBIC (its completion time).
@@ -495,10 +497,7 @@ CANDIDATE_PATHS = [  # (name, ASN, connections per second, the path, a long-live
     # A deep buffer (8 BDPs) at a 10 ms RTT, shared with a long-lived CUBIC flow.
     ("d1", 64652, 1.0, labmod.Path.symmetric("d1", delay_ms=5, rate_mbit=100, queue=700, peer_class="pop-to-pop",
                                              asn=64652, extra_clients=1), True),
-    # Intra-pop: a plain veth, no shaping, a round trip of tens of microseconds.
-    # No link limits the rate, the CPUs do; with no fq qdisc BBR paces inside
-    # TCP.
-    ("i1", 64661, 1.0, labmod.Path.preset("intra-pop", name="i1", asn=64661), False),
+    INTRA_POP,
 ]
 
 

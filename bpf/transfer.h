@@ -41,9 +41,9 @@ extern int CONFIG_HZ __kconfig __weak;
  * transfer after the previous arrival and at least min_rtt/2 before this one
  * (so none before the flow's first RTT sample), so that it can be the reply
  * to it; otherwise the arrival joins the running transfer (data that keeps
- * flowing around our window updates or pipelined requests). A transfer ends with its last arrival; it is handed over when
- * the next one starts, when the sweep finds that any later arrival would
- * start a new one, or at close.
+ * flowing around our window updates or pipelined requests). A transfer ends
+ * with its last arrival; it is handed over when the next one starts, when the
+ * sweep finds that any later arrival would start a new one, or at close.
  *
  * The first transfer cannot overlap the handshake: sendmsg waits for it,
  * and what arrives with the handshake's last ACK is counted from that
