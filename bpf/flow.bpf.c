@@ -611,6 +611,21 @@ int BPF_PROG(on_state_change_nested, const struct sock *sk, int oldstate, int ne
 	return 0;
 }
 
+/* When payload this program first sees with the FIN arrived: with the FIN
+ * (in the same tick of the kernel's own time of the latest data segment,
+ * icsk_ack.lrcvtime, in jiffies), or that many ticks before it, if the
+ * wake-up it came with was missed. A bare FIN does not move lrcvtime. */
+static __always_inline __u64 payload_arrival_before_fin(struct tcp_sock *tp, __u64 now)
+{
+	__u32 ticks = (__u32)bpf_jiffies64() - tp->inet_conn.icsk_ack.lrcvtime;
+	__u64 back;
+
+	if (ticks <= 1)
+		return now;
+	back = (__u64)jiffies_to_us(ticks) * NSEC_PER_USEC;
+	return back < now ? now - back : now;
+}
+
 /* The receive side's FCT ends at the last payload byte's arrival. The kernel
  * also signals data-ready for a bare FIN (which counts one in
  * bytes_received and sets SOCK_DONE first), and for wake-ups that bring
@@ -620,7 +635,8 @@ static __always_inline void note_rx_payload(const struct sock *sk, struct flow_s
 {
 	struct tcp_sock *tp;
 	__u32 rcvd, grew;
-	__u64 now;
+	__u64 now, at;
+	bool fin;
 
 	tp = bpf_skc_to_tcp_sock((void *)sk);
 	if (!tp)
@@ -631,16 +647,21 @@ static __always_inline void note_rx_payload(const struct sock *sk, struct flow_s
 		return;
 	st->rx_mark = rcvd;
 	/* With SOCK_DONE the FIN is in `grew` (no data can follow it), and
-	 * payload_received() leaves it out: so must the arrival (a segment can
-	 * bring the last data and the FIN together). */
-	if (sk->__sk_common.skc_flags & (1UL << SOCK_DONE)) {
+	 * payload_received() leaves it out: so must the arrival. Payload in
+	 * `grew` with it came in the FIN's segment, or earlier with a wake-up
+	 * both programs missed: payload_arrival_before_fin() tells which. */
+	fin = sk->__sk_common.skc_flags & (1UL << SOCK_DONE);
+	if (fin) {
 		if (grew == 1)
 			return;
 		grew -= 1;
 	}
 	now = bpf_ktime_get_ns();
-	note_arrival(sk, tp, st, now, grew);
-	st->last_rx_ns = now;
+	at = fin ? payload_arrival_before_fin(tp, now) : now;
+	if (at < st->last_rx_ns)
+		at = st->last_rx_ns; /* a tick's rounding: not before what was seen */
+	note_arrival(sk, tp, st, at, grew);
+	st->last_rx_ns = at;
 }
 
 /* A payload arrival seen by tcp_probe, on kernels without sk_data_ready:

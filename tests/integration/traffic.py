@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
 """Request/response traffic with known sizes, and the ground truth tests compare
 tcpscope's records against: bytes each side really moved, the kernel's own
-tcp_info at the end of each connection, and a client wall clock started before
-connect() and stopped at the last byte read.
+tcp_info at the end of each connection, and a client clock started before
+connect(): `clock_us` stops when the client has read the last byte,
+`arrival_clock_us` at the receive timestamp the kernel hands over with that
+last read (SO_TIMESTAMPNS), which a client the scheduler woke late does not
+stretch. On the tests' veth pairs that is the last segment's arrival, 25-80 us
+before the flow record's end; behind the lab's delay line it is not (one 2 MB
+download's was 55 ms early), so the lab tests keep `clock_us`.
 
 Runs inside a test network namespace (ip netns exec NS python3 traffic.py ...).
 Protocol: the client sends an 8-byte header (request size, response size),
@@ -32,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: testlib,
 from testlib import add_peer_options, add_server_options  # noqa: E402
 
 TCP_INFO = 11
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # asm-generic/socket.h; Python may lack the name
 CHUNK = 65536
 
 
@@ -76,6 +82,39 @@ def recv_exact(sock, n):
         parts.append(b)
         got += len(b)
     return b"".join(parts) if len(parts) < 64 else None
+
+
+def recv_exact_stamped(sock, n):
+    """recv_exact on a socket with SO_TIMESTAMPNS on, returning the receive
+    timestamp handed over with the last read, in CLOCK_MONOTONIC (None for
+    no bytes, or none handed over). TCP puts the timestamp of the last segment each recvmsg()
+    read in its control data, in CLOCK_REALTIME."""
+    if n == 0:
+        return None
+    got, stamp = 0, None
+    while got < n:
+        b, anc, _, _ = sock.recvmsg(min(CHUNK, n - got), socket.CMSG_SPACE(16))
+        if not b:
+            raise ConnectionError(f"peer closed after {got} of {n} bytes")
+        got += len(b)
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+                sec, nsec = struct.unpack_from("qq", data)
+                stamp = sec * 1_000_000_000 + nsec
+    return None if stamp is None else stamp - realtime_offset_ns()
+
+
+def realtime_offset_ns():
+    """CLOCK_REALTIME minus CLOCK_MONOTONIC, from the tightest of a few
+    bracketed reads."""
+    best = None
+    for _ in range(5):
+        a = time.monotonic_ns()
+        r = time.time_ns()
+        b = time.monotonic_ns()
+        if best is None or b - a < best[0]:
+            best = (b - a, r - (a + b) // 2)
+    return best[1]
 
 
 def endpoint(sock, peer=True):
@@ -167,6 +206,7 @@ def one_client(args, family, idx):
     req, resp = args.req, args.resp
     s = socket.socket(family, socket.SOCK_STREAM)
     s.settimeout(60)
+    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     if args.source:
         s.bind((args.source, 0))
     t0 = time.monotonic_ns()             # before connect(): what tcpscope measures
@@ -182,7 +222,7 @@ def one_client(args, family, idx):
     s.sendall(struct.pack("!II", req, resp) + b"c" * req)
     t_sent = time.monotonic_ns()         # after the request: the proxy-log trap
     try:
-        recv_exact(s, resp)
+        arrived = recv_exact_stamped(s, resp)
     except (ConnectionError, OSError) as e:
         laddr, lport = endpoint(s, peer=False)
         s.close()
@@ -211,6 +251,7 @@ def one_client(args, family, idx):
     s.close()
     return {"side": "client", "laddr": laddr, "lport": lport, "raddr": raddr, "rport": rport,
             "sent": req, "received": resp, "clock_us": (t1 - t0) // 1000,
+            "arrival_clock_us": None if arrived is None else (arrived - t0) // 1000,
             "clock_after_send_us": (t1 - t_sent) // 1000, **info}
 
 

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include "attached_probe.h"
 #include "kernel/ring_reader.h"
 #include "netns_child.h"
+#include "tcpscope.skel.h"
 
 namespace tcpscope {
 namespace {
@@ -108,6 +111,49 @@ int response_in_pieces() {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   ok = ok && read_all(c, kPieces * kPieceBytes);
+  close(c);
+  close(s);
+  close(ls);
+  return ok ? 0 : 4;
+}
+
+// A response whose arrival wakes no program (the parent detaches
+// sk_data_ready's two programs while it comes in: a wake-up the kernel
+// skipped), then the server's FIN kIdleBeforeFinMs later, with the programs
+// back. The client's record must end where the data arrived, not at that
+// FIN. Runs in the child; `to_parent` and `from_parent` are the pipe ends
+// it steps through that with: "detach" and the time the last byte was read.
+constexpr size_t kUnseenResponseBytes = 200000;
+constexpr int kIdleBeforeFinMs = 300;
+
+bool wait_readable(int fd, int timeout_ms) {
+  pollfd p{fd, POLLIN, 0};
+  return poll(&p, 1, timeout_ms) == 1;
+}
+
+uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // bpf_ktime_get_ns()'s clock
+  return uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec);
+}
+
+int response_unseen_then_late_fin(int to_parent, int from_parent) {
+  sockaddr_in a{};
+  int ls = listen_on_loopback(&a);
+  if (ls < 0) return 1;
+  int c = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return 2;
+  int s = accept(ls, nullptr, nullptr);
+  if (s < 0) return 3;
+  char ack;
+  bool ok = write_all(c, kRequestBytes) && read_all(s, kRequestBytes);
+  ok = ok && write(to_parent, "d", 1) == 1 && wait_readable(from_parent, 10000) && read(from_parent, &ack, 1) == 1;
+  ok = ok && write_all(s, kUnseenResponseBytes) && read_all(c, kUnseenResponseBytes);
+  const uint64_t read_ns = monotonic_ns();
+  ok = ok && write(to_parent, &read_ns, sizeof(read_ns)) == sizeof(read_ns) && wait_readable(from_parent, 10000) &&
+       read(from_parent, &ack, 1) == 1;
+  std::this_thread::sleep_for(std::chrono::milliseconds(kIdleBeforeFinMs));
+  ok = ok && shutdown(s, SHUT_WR) == 0 && read(c, &ack, 1) == 0;
   close(c);
   close(s);
   close(ls);
@@ -268,6 +314,60 @@ TEST_F(TransferProbe, AResponseWrittenInPiecesIsOneTransfer) {
     // It spans the pauses between the pieces.
     EXPECT_GE(ts[1].end_ns - ts[1].start_ns, (kPieces - 1) * 5000000ULL);
   }
+}
+
+TEST_F(TransferProbe, PayloadWhoseWakeUpWasMissedEndsTheFlowWhereItArrivedNotAtTheFin) {
+  int to_parent[2], from_parent[2];
+  ASSERT_EQ(pipe(to_parent), 0);
+  ASSERT_EQ(pipe(from_parent), 0);
+  tcpscope_bpf* skel = probe_->skeleton();
+  uint64_t read_ns = 0;
+  std::string driver_error;
+  std::thread driver([&] {
+    char step;
+    if (!wait_readable(to_parent[0], 10000) || read(to_parent[0], &step, 1) != 1) {
+      driver_error = "the child never asked to detach";
+      return;
+    }
+    bpf_link__destroy(skel->links.on_data_ready);
+    bpf_link__destroy(skel->links.on_data_ready_twin);
+    skel->links.on_data_ready = skel->links.on_data_ready_twin = nullptr;
+    if (write(from_parent[1], "k", 1) != 1) return;
+    if (!wait_readable(to_parent[0], 10000) || read(to_parent[0], &read_ns, sizeof(read_ns)) != sizeof(read_ns)) {
+      driver_error = "the child never read the response";
+      return;
+    }
+    skel->links.on_data_ready = bpf_program__attach(skel->progs.on_data_ready);
+    skel->links.on_data_ready_twin = bpf_program__attach(skel->progs.on_data_ready_twin);
+    if (!skel->links.on_data_ready || !skel->links.on_data_ready_twin)
+      driver_error = std::string("re-attaching sk_data_ready's programs: ") + strerror(errno);
+    if (write(from_parent[1], "k", 1) != 1) return;
+  });
+  const uint32_t netns = run_in_private_netns([&] {
+    // A link lives while any descriptor of it is open: the child's copies
+    // would keep the programs attached.
+    close(bpf_link__fd(skel->links.on_data_ready));
+    close(bpf_link__fd(skel->links.on_data_ready_twin));
+    close(to_parent[0]);
+    close(from_parent[1]);
+    return response_unseen_then_late_fin(to_parent[1], from_parent[0]);
+  });
+  driver.join();
+  for (int fd : {to_parent[0], to_parent[1], from_parent[0], from_parent[1]}) close(fd);
+  ASSERT_TRUE(driver_error.empty()) << driver_error;
+  ASSERT_EQ(wait_for_both_ends(netns), 2);
+
+  const tcpscope_flow_event* client = nullptr;
+  for (const auto& f : flows_)
+    if (f.id.netns == netns && f.id.dir == TCPSCOPE_DIR_ACTIVE) client = &f;
+  ASSERT_TRUE(client);
+  EXPECT_EQ(client->bytes_received, kUnseenResponseBytes);
+  // The data arrived before the client read it, which was 300 ms before the
+  // FIN: the end is placed from the kernel's tick-grained time of the
+  // latest data segment (HZ=100 at the coarsest: two ticks are 20 ms).
+  const int64_t after_read_us = (int64_t(client->data_end_ns) - int64_t(read_ns)) / 1000;
+  EXPECT_LT(after_read_us, 20000) << "the flow ends at the FIN, " << kIdleBeforeFinMs << " ms after the data";
+  EXPECT_GT(after_read_us, -20000);
 }
 
 }  // namespace
