@@ -56,21 +56,38 @@ bool read_all(int fd, size_t n, std::chrono::microseconds pause = {}) {
   return true;
 }
 
+// A connected loopback pair, closed with the object: the listener, the
+// client and the accepted server end.
+struct LoopbackConnection {
+  int listener = -1, client = -1, server = -1;
+  ~LoopbackConnection() {
+    for (int fd : {client, server, listener})
+      if (fd >= 0) close(fd);
+  }
+  // 0, or the child's exit code for the step that failed. A positive
+  // `client_rcvbuf` is set before connect() (the window follows it).
+  int open(int client_rcvbuf = 0) {
+    sockaddr_in a{};
+    if ((listener = listen_on_loopback(&a)) < 0) return 1;
+    client = socket(AF_INET, SOCK_STREAM, 0);
+    if (client_rcvbuf > 0 &&
+        setsockopt(client, SOL_SOCKET, SO_RCVBUF, &client_rcvbuf, sizeof(client_rcvbuf)) != 0)
+      return 5;
+    if (connect(client, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return 2;
+    if ((server = accept(listener, nullptr, nullptr)) < 0) return 3;
+    return 0;
+  }
+};
+
 // One kept-alive connection: per response size, the client sends a request,
 // the server reads it, thinks, and answers; the client reads the answer and
 // pauses before the next request. Runs in the child.
 int keep_alive_exchange() {
-  sockaddr_in a{};
-  int ls = listen_on_loopback(&a);
-  if (ls < 0) return 1;
-  int c = socket(AF_INET, SOCK_STREAM, 0);
+  LoopbackConnection conn;
   // A small window and a slow reader: the large response is limited by the
   // client's window for most of its time, which its record must say.
-  int rcvbuf = kClientRcvBuf;
-  if (setsockopt(c, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)) != 0) return 5;
-  if (connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return 2;
-  int s = accept(ls, nullptr, nullptr);
-  if (s < 0) return 3;
+  if (int failed = conn.open(kClientRcvBuf)) return failed;
+  const int c = conn.client, s = conn.server;
   std::thread server([s] {
     for (size_t bytes : kResponseBytes) {
       if (!read_all(s, kRequestBytes)) return;
@@ -85,9 +102,6 @@ int keep_alive_exchange() {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   server.join();
-  close(c);
-  close(s);
-  close(ls);
   return ok ? 0 : 4;
 }
 
@@ -98,22 +112,15 @@ constexpr int kPieces = 10;
 constexpr size_t kPieceBytes = 10000;
 
 int response_in_pieces() {
-  sockaddr_in a{};
-  int ls = listen_on_loopback(&a);
-  if (ls < 0) return 1;
-  int c = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return 2;
-  int s = accept(ls, nullptr, nullptr);
-  if (s < 0) return 3;
+  LoopbackConnection conn;
+  if (int failed = conn.open()) return failed;
+  const int c = conn.client, s = conn.server;
   bool ok = write_all(c, kRequestBytes) && read_all(s, kRequestBytes);
   for (int i = 0; ok && i < kPieces; ++i) {
     ok = write_all(s, kPieceBytes);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   ok = ok && read_all(c, kPieces * kPieceBytes);
-  close(c);
-  close(s);
-  close(ls);
   return ok ? 0 : 4;
 }
 
@@ -138,13 +145,9 @@ uint64_t monotonic_ns() {
 }
 
 int response_unseen_then_late_fin(int to_parent, int from_parent) {
-  sockaddr_in a{};
-  int ls = listen_on_loopback(&a);
-  if (ls < 0) return 1;
-  int c = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return 2;
-  int s = accept(ls, nullptr, nullptr);
-  if (s < 0) return 3;
+  LoopbackConnection conn;
+  if (int failed = conn.open()) return failed;
+  const int c = conn.client, s = conn.server;
   char ack;
   bool ok = write_all(c, kRequestBytes) && read_all(s, kRequestBytes);
   ok = ok && write(to_parent, "d", 1) == 1 && wait_readable(from_parent, 10000) && read(from_parent, &ack, 1) == 1;
@@ -154,9 +157,6 @@ int response_unseen_then_late_fin(int to_parent, int from_parent) {
        read(from_parent, &ack, 1) == 1;
   std::this_thread::sleep_for(std::chrono::milliseconds(kIdleBeforeFinMs));
   ok = ok && shutdown(s, SHUT_WR) == 0 && read(c, &ack, 1) == 0;
-  close(c);
-  close(s);
-  close(ls);
   return ok ? 0 : 4;
 }
 
