@@ -1,7 +1,8 @@
 // Drives the real BPF programs through request/response exchanges on a
 // kept-alive loopback connection and checks the transfer records the kernel
 // side hands over: one per request and per response, exact payload bytes,
-// seq in start order, and wait_us covering the server's think time.
+// seq in start order, and wait_us covering the server's think time; and
+// where a flow's receive side ends when the wake-ups of its data were missed.
 #include <arpa/inet.h>
 #include <bpf/libbpf.h>
 #include <gtest/gtest.h>
