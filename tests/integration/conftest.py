@@ -293,8 +293,10 @@ class NetPair:
 
     def client(self, tmp, addr, count=1, req=100, resp=1000, parallel=1, port=8080, timeout=120,
                source=None, realtime=False, idle_before_close_ms=0, peer_closes_first=False):
-        """realtime: run the client SCHED_FIFO, so its wall clock stops when the
-        last byte arrives rather than when a busy machine next schedules it.
+        """realtime: for tests that compare clocks: run the client SCHED_FIFO,
+        so its wall clock stops when the last byte arrives rather than when a
+        busy machine next schedules it, and have it report that arrival's
+        receive timestamp (arrival_clock_us: traffic.py --stamp-arrival).
         idle_before_close_ms: wait that long after the last byte before closing.
         peer_closes_first: read to the server's FIN before closing."""
         out = tmp / f"client-{port}-{random.randrange(1 << 30)}.jsonl"
@@ -303,7 +305,10 @@ class NetPair:
             extra += ["--idle-before-close", str(idle_before_close_ms)]
         if peer_closes_first:
             extra.append("--peer-closes-first")
-        rt = ["chrt", "-f", "20"] if realtime else []
+        rt = []
+        if realtime:
+            rt = ["chrt", "-f", "20"]
+            extra.append("--stamp-arrival")
         r = self.ns(self.cli, *rt, sys.executable, str(TRAFFIC), "client", "--addr", addr,
                     "--port", str(port), "--count", str(count), "--req", str(req),
                     "--resp", str(resp), "--parallel", str(parallel), "--out", str(out),
