@@ -614,16 +614,18 @@ int BPF_PROG(on_state_change_nested, const struct sock *sk, int oldstate, int ne
 /* When payload this program first sees with the FIN arrived: with the FIN
  * (in the same tick of the kernel's own time of the latest data segment,
  * icsk_ack.lrcvtime, in jiffies), or that many ticks before it, if the
- * wake-up it came with was missed. A bare FIN does not move lrcvtime. */
-static __always_inline __u64 payload_arrival_before_fin(struct tcp_sock *tp, __u64 now)
+ * wake-up it came with was missed. A bare FIN does not move lrcvtime. Not
+ * before `seen`, the last arrival recorded (a tick's rounding). */
+static __always_inline __u64 payload_arrival_before_fin(struct tcp_sock *tp, __u64 now, __u64 seen)
 {
 	__u32 ticks = (__u32)bpf_jiffies64() - tp->inet_conn.icsk_ack.lrcvtime;
-	__u64 back;
+	__u64 back, at;
 
 	if (ticks <= 1)
 		return now;
 	back = (__u64)jiffies_to_us(ticks) * NSEC_PER_USEC;
-	return back < now ? now - back : now;
+	at = back < now ? now - back : now;
+	return at > seen ? at : seen;
 }
 
 /* The receive side's FCT ends at the last payload byte's arrival. The kernel
@@ -657,9 +659,7 @@ static __always_inline void note_rx_payload(const struct sock *sk, struct flow_s
 		grew -= 1;
 	}
 	now = bpf_ktime_get_ns();
-	at = fin ? payload_arrival_before_fin(tp, now) : now;
-	if (at < st->last_rx_ns)
-		at = st->last_rx_ns; /* a tick's rounding: not before what was seen */
+	at = fin ? payload_arrival_before_fin(tp, now, st->last_rx_ns) : now;
 	note_arrival(sk, tp, st, at, grew);
 	st->last_rx_ns = at;
 }

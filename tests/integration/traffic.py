@@ -89,8 +89,8 @@ def recv_exact(sock, n):
 def recv_exact_stamped(sock, n):
     """recv_exact on a socket with SO_TIMESTAMPNS on, returning the receive
     timestamp handed over with the last read, in CLOCK_MONOTONIC (None for
-    no bytes, or none handed over). TCP puts the timestamp of the last segment each recvmsg()
-    read in its control data, in CLOCK_REALTIME."""
+    no bytes, or none handed over). TCP puts the timestamp of the last
+    segment each recvmsg() read in its control data, in CLOCK_REALTIME."""
     if n == 0:
         return None
     got, stamp = 0, None
@@ -225,7 +225,10 @@ def one_client(args, family, idx):
     s.sendall(struct.pack("!II", req, resp) + b"c" * req)
     t_sent = time.monotonic_ns()         # after the request: the proxy-log trap
     try:
-        arrived = recv_exact_stamped(s, resp) if args.stamp_arrival else recv_exact(s, resp)
+        if args.stamp_arrival:
+            arrived = recv_exact_stamped(s, resp)
+        else:
+            recv_exact(s, resp)
     except (ConnectionError, OSError) as e:
         laddr, lport = endpoint(s, peer=False)
         s.close()
