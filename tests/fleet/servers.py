@@ -30,6 +30,7 @@ is missing, the tail of the server's log).
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import contextlib
 import dataclasses
 import fcntl
@@ -485,14 +486,21 @@ class KafkaBroker(_Server):
 
     def consume(self, topic: str, timeout: float = 60) -> list[KafkaMessage]:
         """Every message the topic holds now, with partition, offset, key and value,
-        ordered by (partition, offset)."""
-        total = self.count(topic)
-        if total == 0:
-            return []
+        ordered by (partition, offset): each partition is read up to the end
+        offset it had when called, even while producers go on appending (one
+        reader over the whole topic that stops after as many messages could
+        return new ones of one partition instead of old ones of another)."""
+        ends = {p: e for p, e in self.end_offsets(topic).items() if e > 0}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(ends))) as pool:
+            parts = pool.map(lambda pe: self._consume_partition(topic, *pe, timeout), ends.items())
+            return [m for part in parts for m in part]
+
+    def _consume_partition(self, topic: str, partition: int, end: int, timeout: float) -> list[KafkaMessage]:
+        """Offsets 0 .. end-1 of one partition (nothing is compacted or deleted here)."""
         r = self.run_tool("org.apache.kafka.tools.consumer.ConsoleConsumer",
-                          ["--bootstrap-server", self.bootstrap, "--topic", topic, "--from-beginning",
-                           "--max-messages", str(total), "--timeout-ms", str(int(timeout * 1000)),
-                           "--group", f"tcpscope-fleet-reader-{uuid.uuid4().hex[:12]}",
+                          ["--bootstrap-server", self.bootstrap, "--topic", topic,
+                           "--partition", str(partition), "--offset", "earliest",
+                           "--max-messages", str(end), "--timeout-ms", str(int(timeout * 1000)),
                            "--property", "print.partition=true", "--property", "print.offset=true",
                            "--property", "print.key=true", "--property", f"key.separator={_FIELD_SEP}",
                            "--property", f"line.separator={_LINE_SEP}", "--property", f"null.literal={_NULL}"],
@@ -511,10 +519,10 @@ class KafkaBroker(_Server):
                                          offset=int(off.removeprefix("Offset:")),
                                          key=None if key == _NULL else key.encode("utf-8", "surrogateescape"),
                                          value=value.encode("utf-8", "surrogateescape")))
-        if len(messages) != total:
-            raise ServerError(f"{topic}: read {len(messages)} messages of {total} in {timeout} s\n"
-                              f"{r.stderr.decode(errors='replace')[-2000:]}")
-        return sorted(messages, key=lambda m: (m.partition, m.offset))
+        if [m.offset for m in messages] != list(range(end)) or any(m.partition != partition for m in messages):
+            raise ServerError(f"{topic}[{partition}]: read {len(messages)} messages, not offsets 0..{end - 1}, "
+                              f"in {timeout} s\n{r.stderr.decode(errors='replace')[-2000:]}")
+        return messages
 
 
 # ---------------------------------------------------------------- ClickHouse

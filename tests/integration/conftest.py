@@ -132,16 +132,22 @@ class Daemon:
             # so a timeout says which are missing rather than how many.
             recs = self.records(net, side)
             seen = ", ".join(f'{r["dir"]} {r["laddr"]}:{r["lport"]}-{r["raddr"]}:{r["rport"]}' for r in recs)
-            try:
-                lost = [line for line in self.metrics().splitlines()
-                        if line.startswith(("tcpscope_records_lost", "tcpscope_transfer_records_lost",
-                                            "tcpscope_flow_log_dropped"))]
-            except OSError as e:
-                lost = [f"no metrics: {e}"]
-            return f"{count} records (have {len(recs)}: {seen}; {lost}; stderr: {self.stderr_text()[-2000:]})"
+            return f"{count} records (have {len(recs)}: {seen}; {self.losses()})"
         wait_for(lambda: len(self.records(net, side)) >= count, timeout, what=have)
         time.sleep(0.3)  # anything beyond the expected count would show up now
         return self.records(net, side)
+
+    def losses(self):
+        """What a timeout waiting for records should show: every counter of
+        records or kernel events the daemon lost, and the tail of its stderr."""
+        try:
+            lost = [line for line in self.metrics().splitlines()
+                    if line.startswith(("tcpscope_records_lost", "tcpscope_transfer_records_lost",
+                                        "tcpscope_flow_log_dropped", "tcpscope_state_changes_missed",
+                                        "tcpscope_bpf_recursion_misses"))]
+        except OSError as e:
+            lost = [f"no metrics: {e}"]
+        return f"{lost}; stderr: {self.stderr_text()[-2000:]}"
 
     def metrics(self):
         with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:

@@ -163,7 +163,7 @@ def test_a_thousand_slow_clients_do_not_delay_scrapes(net, tmp_path, sources):
         else:
             assert rejected["head_timeout"] > 0  # each held until its deadline
         wait_for(lambda: flows_of(d) == 2 * connections[0], 30,
-                 what=f"{2 * connections[0]} flows (have {flows_of(d)})")
+                 what=lambda: f"{2 * connections[0]} flows (have {flows_of(d)}; {d.losses()})")
         assert d.metric_value("tcpscope_records_lost_total") == 0
     finally:
         stop.set()
@@ -281,7 +281,8 @@ def test_thirty_two_maximal_distribution_queries_during_churn_lose_no_record(net
         print(f"\n{len(answers)} maximal queries answered during {connections} connections; "
               f"{len(failures)} failed")
         assert answers and not failures, failures[:5]
-        wait_for(lambda: flows_of(d) == 2 * connections, 30, what=f"{2 * connections} flows (have {flows_of(d)})")
+        wait_for(lambda: flows_of(d) == 2 * connections, 30,
+                 what=lambda: f"{2 * connections} flows (have {flows_of(d)}; {d.losses()})")
         assert d.metric_value("tcpscope_records_lost_total") == 0
 
         status, _, body = http_get(d.url + "/api/v1/distributions?" + urllib.parse.urlencode(

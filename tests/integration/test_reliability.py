@@ -929,7 +929,7 @@ def test_capabilities_are_dropped_and_reload_still_works(net, tmp_path, test_cgr
         # It still works: flows are counted, and a reload installs a policy
         # (loading a congestion control module if the kernel has one to load).
         churn(net, tmp_path, 5)
-        wait_for(lambda: flows_of(d) == 10, 20, what="10 flows")
+        wait_for(lambda: flows_of(d) == 10, 20, what=lambda: f"10 flows (have {flows_of(d)}; {d.losses()})")
         cc = loadable_congestion_control() if snapshots else None
         cc = cc or "reno"
         cfg.write_text(cfg.read_text() + f"cc_policy:\n  rules:\n    - name: r1\n"
@@ -943,7 +943,8 @@ def test_capabilities_are_dropped_and_reload_still_works(net, tmp_path, test_cgr
         net.cgroup = test_cgroup
         reloaded_ns = time.time_ns()
         churn(net, tmp_path, 5, port=8081)
-        wait_for(lambda: flows_of(d) == 20, 20, what="20 flows after the reload")
+        wait_for(lambda: flows_of(d) == 20, 20,
+                 what=lambda: f"20 flows after the reload (have {flows_of(d)}; {d.losses()})")
         # The new rule is applied by the kernel to the new connections.
         # (the metrics count a flow before the flow-log writer thread has written it)
         after_reload = lambda: [r for r in d.all_records() if r["start_ns"] >= reloaded_ns and
