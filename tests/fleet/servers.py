@@ -492,7 +492,7 @@ class KafkaBroker(_Server):
         return new ones of one partition instead of old ones of another)."""
         ends = {p: e for p, e in self.end_offsets(topic).items() if e > 0}
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(ends))) as pool:
-            parts = pool.map(lambda pe: self._consume_partition(topic, *pe, timeout), ends.items())
+            parts = pool.map(lambda pe: self._consume_partition(topic, *pe, timeout), sorted(ends.items()))
             return [m for part in parts for m in part]
 
     def _consume_partition(self, topic: str, partition: int, end: int, timeout: float) -> list[KafkaMessage]:
