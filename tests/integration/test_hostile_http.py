@@ -23,7 +23,7 @@ import pytest
 
 from conftest import TCPSCOPE, Daemon, loadgen_binary, wait_for
 from testlib import proc_mem_kib
-from test_reliability import churn_for, config_for, flows_of, http_get, raw_exchange
+from test_reliability import churn_for, config_for, http_get, raw_exchange, wait_flows
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (BPF, namespaces)")
 
@@ -162,8 +162,7 @@ def test_a_thousand_slow_clients_do_not_delay_scrapes(net, tmp_path, sources):
             assert rejected["connection_limit"] > 0  # the cap replaced the oldest idle ones
         else:
             assert rejected["head_timeout"] > 0  # each held until its deadline
-        wait_for(lambda: flows_of(d) == 2 * connections[0], 30,
-                 what=lambda: f"{2 * connections[0]} flows (have {flows_of(d)}; {d.losses()})")
+        wait_flows(d, 2 * connections[0], 30)
         assert d.metric_value("tcpscope_records_lost_total") == 0
     finally:
         stop.set()
@@ -281,8 +280,7 @@ def test_thirty_two_maximal_distribution_queries_during_churn_lose_no_record(net
         print(f"\n{len(answers)} maximal queries answered during {connections} connections; "
               f"{len(failures)} failed")
         assert answers and not failures, failures[:5]
-        wait_for(lambda: flows_of(d) == 2 * connections, 30,
-                 what=lambda: f"{2 * connections} flows (have {flows_of(d)}; {d.losses()})")
+        wait_flows(d, 2 * connections, 30)
         assert d.metric_value("tcpscope_records_lost_total") == 0
 
         status, _, body = http_get(d.url + "/api/v1/distributions?" + urllib.parse.urlencode(

@@ -95,6 +95,13 @@ def flows_of(d, name="relclass"):
     return d.metric_value("tcpscope_flows_total", {"peer_class": name}) or 0
 
 
+def wait_flows(d, count, timeout, when=""):
+    """Waits until the daemon has counted exactly `count` flows of relclass; a
+    timeout says how many it has, and what it lost."""
+    wait_for(lambda: flows_of(d) == count, timeout,
+             what=lambda: f"{count} flows{when} (have {flows_of(d)}; {d.losses()})")
+
+
 def own_bpf_ids(pid):
     """(prog ids, link ids) of the BPF objects process `pid` holds, from fdinfo:
     exact even while other tcpscope daemons run on the host."""
@@ -404,7 +411,7 @@ def test_sigkill_detaches_everything_and_a_restart_counts_from_zero(net, tmp_pat
     assert {loaded[p] for p in progs} >= OUR_PROGRAMS, {loaded.get(p) for p in progs}
     assert links and links <= set(bpf_links())
     churn(net, tmp_path, 10)
-    wait_for(lambda: flows_of(d) == 20, 20, what="20 flows before the kill")
+    wait_flows(d, 20, 20, " before the kill")
 
     d.proc.send_signal(signal.SIGKILL)
     d.proc.wait(timeout=10)
@@ -459,7 +466,7 @@ def test_stalled_flow_log_pipe_does_not_stall_the_ring(net, tmp_path):
         for round_ in range(3):
             total += churn(net, tmp_path, 150, parallel=8, port=8080 + round_)
             # The ring keeps draining and the metrics keep counting: every flow.
-            wait_for(lambda: flows_of(d) == 2 * total, 30, what=f"{2 * total} flows counted")
+            wait_flows(d, 2 * total, 30)
             status, _, body = http_get(d.url + "/healthz")
             assert status == 200 and body.startswith("ok"), (status, body)
         assert d.metric_value("tcpscope_records_lost_total") == 0
@@ -482,7 +489,7 @@ def test_full_flow_log_disk_drops_counted_and_nothing_else_lost(net, tmp_path):
         d = Daemon(tmp_path, extra_args=("--config", str(cfg), "--flow-log", str(tiny / "flows.ndjson")))
         try:
             n = churn(net, tmp_path, 300, parallel=8)
-            wait_for(lambda: flows_of(d) == 2 * n, 30, what=f"{2 * n} flows counted")
+            wait_flows(d, 2 * n, 30)
             wait_for(lambda: (d.metric_value("tcpscope_flow_log_dropped_total") or 0) > 0, 10,
                      what="drops to be counted")
             # Every record ends up in the file or counted as dropped (the
@@ -659,7 +666,7 @@ def test_user_namespaces_do_not_stall_the_drain_or_the_snapshot(net, tmp_path):
             t0 = time.monotonic()
             status, _, body = http_get(d.url + "/healthz")
             assert status == 200 and time.monotonic() - t0 < 1, (status, body)
-        wait_for(lambda: flows_of(d) == 2 * total, 30, what=f"{2 * total} flows counted")
+        wait_flows(d, 2 * total, 30)
         assert d.metric_value("tcpscope_records_lost_total") == 0
         print(f"\n{USER_NAMESPACES} user namespaces: snapshot namespaces {seen}, {seconds * 1000:.1f} ms")
         assert seen["skipped"] == 0 and seen["failed"] == 0, seen
@@ -732,8 +739,7 @@ def test_fifty_scrapers_during_churn_all_answered_no_record_lost(net, tmp_path):
                 f.result(timeout=30)
         failed = [r for r in results if not r[0]]
         assert len(results) > 200 and not failed, (len(results), failed[:5])
-        wait_for(lambda: flows_of(d) == 2 * connections, 30,
-                 what=f"{2 * connections} flows (have {flows_of(d)})")
+        wait_flows(d, 2 * connections, 30)
         lost = d.metric_value("tcpscope_records_lost_total")
         # On failure, say which kernel-side path it was.
         assert lost == 0, [l for l in d.metrics().splitlines() if "recursion" in l or "missed" in l]
@@ -929,7 +935,7 @@ def test_capabilities_are_dropped_and_reload_still_works(net, tmp_path, test_cgr
         # It still works: flows are counted, and a reload installs a policy
         # (loading a congestion control module if the kernel has one to load).
         churn(net, tmp_path, 5)
-        wait_for(lambda: flows_of(d) == 10, 20, what=lambda: f"10 flows (have {flows_of(d)}; {d.losses()})")
+        wait_flows(d, 10, 20)
         cc = loadable_congestion_control() if snapshots else None
         cc = cc or "reno"
         cfg.write_text(cfg.read_text() + f"cc_policy:\n  rules:\n    - name: r1\n"
@@ -943,8 +949,7 @@ def test_capabilities_are_dropped_and_reload_still_works(net, tmp_path, test_cgr
         net.cgroup = test_cgroup
         reloaded_ns = time.time_ns()
         churn(net, tmp_path, 5, port=8081)
-        wait_for(lambda: flows_of(d) == 20, 20,
-                 what=lambda: f"20 flows after the reload (have {flows_of(d)}; {d.losses()})")
+        wait_flows(d, 20, 20, " after the reload")
         # The new rule is applied by the kernel to the new connections.
         # (the metrics count a flow before the flow-log writer thread has written it)
         after_reload = lambda: [r for r in d.all_records() if r["start_ns"] >= reloaded_ns and
