@@ -132,9 +132,13 @@ static __always_inline void close_ca_interval(struct flow_state *st, __u64 now)
 {
 	__u8 s = st->ca_state;
 
-	/* Open (0) has no counter: see flow_state.h. */
+	/* Open (0) has no counter: see flow_state.h. The mask repeats the
+	 * bound for 6.1's verifier, which loses the checks on `s` across the
+	 * zero-extension of `s - 1` and refuses the program (Debian 12's
+	 * kernel, booted in tests/real_kernels). */
+	_Static_assert(TCPSCOPE_CA_STATES - 1 == 4, "ca_ns's index is masked with 3");
 	if (st->ca_since_ns && s >= 1 && s < TCPSCOPE_CA_STATES && now > st->ca_since_ns)
-		st->ca_ns[s - 1] += now - st->ca_since_ns;
+		st->ca_ns[(s - 1) & 3] += now - st->ca_since_ns;
 	st->ca_since_ns = now;
 }
 

@@ -17,6 +17,7 @@ PACKAGES=(
   iproute2 nftables procps curl python3 python3-pytest python3-pip
   tcpdump  # tests/lab: when each SYN reached the server (ground truth for passive starts)
   lz4 zstd  # tests/kernel_profiles/derive.py: the kernel images' compressions (Debian's 6.1, 6.12)
+  qemu-system-x86 busybox-static kmod file  # tests/real_kernels/run.py: Debian's kernels booted by virtme-ng
   libmaxmind-db-writer-perl prometheus
   dpkg-dev lintian man-db systemd systemd-container strace adduser logrotate
   nginx-light wrk iperf3 libbpf-tools linux-perf  # wrk: bench/churn.py --load nginx
@@ -87,13 +88,14 @@ case "$cmd" in
     build
     echo "== unit tests"
     (cd "$BUILD_DIR" && ctest --output-on-failure)
-    echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"
+    echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-fuzz/)"
     tests/sanitize.sh
     echo "== fuzz targets, a short bounded run each (build-fuzz/)"
     tests/fuzz/run.sh
     echo "== integration tests (real BPF programs, real traffic in network namespaces)"
     install_python_test_deps "$(python_with_pytest)"
-    TCPSCOPE_BUILD="$(pwd)/$BUILD_DIR" "$(python_with_pytest)" -m pytest tests/integration tests/fleet tests/package tests/lab -v -p no:cacheprovider "$@"
+    TCPSCOPE_BUILD="$(pwd)/$BUILD_DIR" "$(python_with_pytest)" -m pytest tests/integration tests/fleet tests/package tests/lab \
+      tests/real_kernels -v -p no:cacheprovider "$@"
     ;;
   *)
     die "usage: $0 run|test|build"

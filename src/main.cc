@@ -11,6 +11,7 @@
 #include "cli/flows_command.h"
 #include "cli/policy_command.h"
 #include "daemon/daemon.h"
+#include "kernel/booted_kernels.h"
 #include "kernel/flow_probe.h"
 #include "record/kernel_capabilities.h"
 
@@ -57,6 +58,7 @@ int cmd_version() {
   std::printf("tcpscope %s\n", TCPSCOPE_VERSION);
   std::printf("libbpf %s\n", tcpscope::libbpf_version_string().c_str());
   std::printf("kernel %s\n", f.kernel_release.c_str());
+  std::printf("  %s\n", tcpscope::booted_in_ci_line(f.kernel_release).c_str());
   std::printf("  btf: %s\n", f.btf ? "yes (/sys/kernel/btf/vmlinux)" : "no");
   std::printf("  ringbuf: %s\n", f.ringbuf ? "yes" : "no (or not permitted to probe)");
   std::printf("  sk_storage: %s\n", f.sk_storage ? "yes" : "no (or not permitted to probe)");

@@ -16,13 +16,23 @@ import time
 RECORD_BYTES = 272 + 8  # struct tcpscope_flow_event + the ring buffer's record header
 
 
+# Set by tests/real_kernels/run.py in a VM that emulates its CPU (QEMU's
+# TCG): every wait for a condition gets TIME_SCALE times longer, and a test
+# skips the checks that rest on timing (RTT-based rules, FCT against a
+# clock), keeping the rest. Such a VM checks correctness, not timing.
+EMULATED = os.environ.get("TCPSCOPE_TEST_EMULATED") == "1"
+TIME_SCALE = float(os.environ.get("TCPSCOPE_TEST_TIME_SCALE", "1"))
+
+
 class WaitTimeout(AssertionError):
     """A wait_for that ran out of time (an AssertionError, so pytest shows it as a failed check)."""
 
 
 def wait_for(pred, timeout, what="condition", interval=0.05):
-    """pred()'s first truthy value within `timeout` seconds; `what` (text, or a
-    callable for text known only at the end) names it in the timeout's message."""
+    """pred()'s first truthy value within `timeout` seconds (times TIME_SCALE);
+    `what` (text, or a callable for text known only at the end) names it in
+    the timeout's message."""
+    timeout *= TIME_SCALE
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         v = pred()

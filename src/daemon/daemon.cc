@@ -30,6 +30,7 @@
 #include "kernel/capabilities.h"
 #include "kernel/flow_probe.h"
 #include "kernel/installed_policy.h"
+#include "kernel/load_log.h"
 #include "kernel/ring_reader.h"
 #include "os/cgroup_path.h"
 #include "pipeline/flow_pipeline.h"
@@ -53,29 +54,6 @@ void log_line(const std::string& msg) { std::fprintf(stderr, "tcpscope: %s\n", m
 int fail(const std::string& msg, int code = 1) {
   log_line(msg);
   return code;
-}
-
-// libbpf's output behind a failed start (for a refused program, the
-// verifier's log: often thousands of lines) does not belong in the one line
-// that says what failed: it goes to a file of its own, which that line names.
-// The logs directory systemd made (LogsDirectory=), else $TMPDIR, else /tmp.
-std::string save_load_log(const std::string& log) {
-  std::string dir = "/tmp";
-  for (const char* var : {"LOGS_DIRECTORY", "TMPDIR"}) {
-    const char* v = getenv(var);
-    if (v && *v) {
-      dir = std::string(v).substr(0, std::string(v).find(':'));
-      break;
-    }
-  }
-  std::string path = dir + "/tcpscope-load-XXXXXX.log";
-  int fd = mkstemps(path.data(), 4);  // O_EXCL, mode 0600
-  if (fd < 0) return std::string("libbpf/verifier log not saved: ") + dir + ": " + strerror(errno);
-  FILE* f = fdopen(fd, "w");
-  bool ok = f && std::fputs(log.c_str(), f) >= 0;
-  if (f ? std::fclose(f) != 0 : close(fd) != 0) ok = false;
-  if (!ok) return "libbpf/verifier log not saved: " + path + ": " + strerror(errno);
-  return "full libbpf/verifier log in " + path;
 }
 
 // Wires the stages: kernel → pipeline → the record sinks (metrics,
@@ -155,6 +133,12 @@ int Daemon::start() {
                          config_.export_.kafka.format
                    : ""));
   for (const auto& d : probe_->degraded()) log_line("warning: this kernel has no tracepoint " + d);
+  // libbpf's output behind a refusal (the verifier's log: often thousands of
+  // lines) goes to a file of its own, which the line names.
+  for (const auto& p : probe_->left_out())
+    log_line("warning: the kernel refused BPF program '" + p.program + "'" +
+             " (" + p.reason + "); running without it: " + p.loses + "; " +
+             save_load_log(p.log));
   for (const auto& c : record_capabilities(probe_->missing_tracepoints())) log_line("kernel: " + c);
   return 0;
 }

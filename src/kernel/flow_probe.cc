@@ -12,11 +12,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdarg>
-#include <cstdio>
 #include <cstdlib>
-#include <regex>
+#include <iterator>
 
+#include "kernel/load_log.h"
 #include "tcpscope.skel.h"
 
 namespace tcpscope {
@@ -46,17 +45,30 @@ constexpr ProgramHook kHooks[] = {
     {&Programs::on_segment_twin, "tcp_probe", false, "send transfers and arrivals where the two hooks above are missing"},
 };
 
-// libbpf's messages (the verifier log among them) are collected while we load,
-// and shown only if something fails.
-std::string* g_libbpf_log = nullptr;
+// The programs that are no tracepoint's, and what goes if the kernel refuses one.
+struct OtherProgram {
+  bpf_program* Programs::*program;
+  const char* loses;
+};
+constexpr OtherProgram kOtherPrograms[] = {
+    {&Programs::cc_policy, "cc_policy rules cannot be applied: a config with rules is refused"},
+    {&Programs::watch_setsockopt,
+     "applications' own congestion-control choices are not seen (app_cc: respect and enforce cannot hold)"},
+    {&Programs::guard_sysctl, "the sysctl guard (cc_policy.sysctl_guard) does not run"},
+    {&Programs::snapshot_open_flows,
+     "no open-flow snapshots: /api/v1/flows, `tcpscope flows` and the open-flow gauges stay empty, and a "
+     "kept-alive connection's finished transfers wait for the next one or its close"},
+};
 
-int collect_libbpf_output(enum libbpf_print_level level, const char* fmt, va_list args) {
-  if (level == LIBBPF_DEBUG) return 0;
-  char buf[4096];
-  int n = vsnprintf(buf, sizeof(buf), fmt, args);
-  if (g_libbpf_log) g_libbpf_log->append(buf);
-  return n;
-}
+// What the loader decided before a load: the tracepoints it does without
+// (missing, or their program refused) and the other programs refused.
+struct LoadPlan {
+  std::vector<std::string> unused_tracepoints;
+  std::vector<std::string> refused_programs;
+  bool uses(const char* tracepoint) const {
+    return std::find(unused_tracepoints.begin(), unused_tracepoints.end(), tracepoint) == unused_tracepoints.end();
+  }
+};
 
 std::string errno_text(int err) {
   err = err < 0 ? -err : err;
@@ -70,22 +82,13 @@ bool has_capability(int cap) {
   return data[cap / 32].effective & (1u << (cap % 32));
 }
 
-// The program libbpf complained about, from its log ("prog 'x': ...").
-std::string failed_program(const std::string& log) {
-  static const std::regex re("prog '([A-Za-z0-9_]+)': failed to load");
-  std::smatch m;
-  std::string name;
-  for (auto it = log.cbegin(); std::regex_search(it, log.cend(), m, re); it = m.suffix().first)
-    name = m[1];
-  return name;
-}
-
 // Test-only overrides, read only while loading (tests/integration/
 // test_flow_records.py uses them to reach start-up failures that a test
 // machine cannot otherwise produce; nothing else should set them):
 //   TCPSCOPE_TEST_BTF_PATH=FILE         check FILE instead of /sys/kernel/btf/vmlinux
-//   TCPSCOPE_TEST_REFUSE_PROGRAM=NAME   load program NAME as sleepable, which the
-//                                       verifier refuses for a tp_btf program
+//   TCPSCOPE_TEST_REFUSE_PROGRAM=NAME   load tracepoint program NAME for sys_enter,
+//                                       whose argument is no socket: every
+//                                       kernel's verifier refuses it
 const char* kernel_btf_path() {
   const char* p = getenv("TCPSCOPE_TEST_BTF_PATH");
   return p && *p ? p : "/sys/kernel/btf/vmlinux";
@@ -129,6 +132,59 @@ KernelFeatures probe_kernel_features() {
   return f;
 }
 
+namespace {
+
+// Opens the object and fixes what must be fixed before load: the maps'
+// sizes, the constants, and which programs load under `plan`. nullptr, with
+// *error naming what failed, on failure.
+tcpscope_bpf* open_for(const FlowProbeOptions& opts, const LoadPlan& plan, std::string* error) {
+  tcpscope_bpf* skel = tcpscope_bpf__open();
+  if (!skel) {
+    *error = "opening the BPF object failed: " + errno_text(errno);
+    return nullptr;
+  }
+  auto fail = [&](std::string why) -> tcpscope_bpf* {
+    *error = std::move(why);
+    tcpscope_bpf__destroy(skel);
+    return nullptr;
+  };
+  if (int err = bpf_map__set_max_entries(skel->maps.events, static_cast<uint32_t>(opts.ring_buffer_bytes)))
+    return fail("sizing ring buffer 'events' to " + std::to_string(opts.ring_buffer_bytes) +
+                " bytes failed: " + errno_text(err));
+  // A wakeup threshold at or above the ring's size never fires (the ring
+  // fills first) and leaves only the periodic drain: wake the reader by a
+  // quarter of the ring at the latest.
+  skel->rodata->wakeup_bytes = std::min<uint64_t>(opts.wakeup_bytes, opts.ring_buffer_bytes / 4);
+  for (bpf_map* trie : {skel->maps.remote_gen0, skel->maps.remote_gen1})
+    if (int err = bpf_map__set_max_entries(trie, opts.remote_trie_entries))
+      return fail(std::string("sizing map '") + bpf_map__name(trie) + "' failed: " + errno_text(err));
+
+  for (const auto& hook : kHooks)
+    if (!plan.uses(hook.tracepoint)) bpf_program__set_autoload(skel->progs.*hook.program, false);
+  for (const auto& name : plan.refused_programs)
+    bpf_program__set_autoload(bpf_object__find_program_by_name(skel->obj, name.c_str()), false);
+  // tcp_probe runs for every segment an established socket receives: it is
+  // loaded only to stand in for the per-call hooks a kernel lacks, taking
+  // send transfers from the ACKs (before 6.16) and arrivals from the
+  // segments (before 6.3).
+  skel->rodata->sends_from_acks = !plan.uses("tcp_sendmsg_locked");
+  skel->rodata->arrivals_from_segments = !plan.uses("sk_data_ready");
+  if (!skel->rodata->sends_from_acks && !skel->rodata->arrivals_from_segments) {
+    bpf_program__set_autoload(skel->progs.on_segment, false);
+    bpf_program__set_autoload(skel->progs.on_segment_twin, false);
+  }
+
+  if (const char* name = getenv("TCPSCOPE_TEST_REFUSE_PROGRAM"); name && *name) {
+    bpf_program* victim = bpf_object__find_program_by_name(skel->obj, name);
+    if (!victim || bpf_program__type(victim) != BPF_PROG_TYPE_TRACING)
+      return fail(std::string("TCPSCOPE_TEST_REFUSE_PROGRAM: no tracepoint program '") + name + "'");
+    if (bpf_program__autoload(victim)) bpf_program__set_attach_target(victim, 0, "sys_enter");
+  }
+  return skel;
+}
+
+}  // namespace
+
 std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& opts, std::string* error,
                                                       std::string* details) {
   constexpr int kCapPerfmon = 38, kCapBpf = 39;
@@ -143,85 +199,25 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
     return nullptr;
   }
 
-  std::string log;
-  g_libbpf_log = &log;
-  libbpf_set_print(collect_libbpf_output);
-  struct LogReset {
-    ~LogReset() { g_libbpf_log = nullptr; }
-  } log_reset;
-
+  LibbpfLogCapture log;
   std::unique_ptr<FlowProbe> probe(new FlowProbe());
-  probe->skel_ = tcpscope_bpf__open();
-  if (!probe->skel_) {
-    *error = "opening the BPF object failed: " + errno_text(errno);
-    *details = log;
-    return nullptr;
-  }
-  auto* skel = probe->skel_;
-
-  // Sizes and constants are fixed before load.
   probe->ring_bytes_ = opts.ring_buffer_bytes;
-  if (int err = bpf_map__set_max_entries(skel->maps.events, static_cast<uint32_t>(opts.ring_buffer_bytes))) {
-    *error = "sizing ring buffer 'events' to " + std::to_string(opts.ring_buffer_bytes) +
-             " bytes failed: " + errno_text(err);
-    return nullptr;
-  }
-  // A wakeup threshold at or above the ring's size never fires (the ring
-  // fills first) and leaves only the periodic drain: wake the reader by a
-  // quarter of the ring at the latest.
-  skel->rodata->wakeup_bytes = std::min<uint64_t>(opts.wakeup_bytes, opts.ring_buffer_bytes / 4);
-  for (bpf_map* trie : {skel->maps.remote_gen0, skel->maps.remote_gen1})
-    if (int err = bpf_map__set_max_entries(trie, opts.remote_trie_entries)) {
-      *error = std::string("sizing map '") + bpf_map__name(trie) + "' failed: " + errno_text(err);
-      return nullptr;
-    }
 
   // Older kernels lack some tracepoints: those programs stay unloaded and the
   // records lose only what they fed (stated by `tcpscope version`).
+  LoadPlan plan;
   btf* vmlinux = btf__load_vmlinux_btf();
   for (const auto& hook : kHooks) {
-    if (tracepoint_exists(vmlinux, hook.tracepoint)) continue;
-    bpf_program* prog = skel->progs.*hook.program;
+    if (tracepoint_exists(vmlinux, hook.tracepoint) || !plan.uses(hook.tracepoint)) continue;  // two programs may share one
     if (hook.required) {
       btf__free(vmlinux);
-      *error = std::string("kernel has no tracepoint ") + hook.tracepoint + " (needed by " + bpf_program__name(prog) + ")";
+      *error = std::string("kernel has no tracepoint ") + hook.tracepoint + " (the flow records are made on it)";
       return nullptr;
     }
-    bpf_program__set_autoload(prog, false);
-    std::string note = std::string(hook.tracepoint) + " (" + hook.loses + ")";
-    if (std::find(probe->degraded_.begin(), probe->degraded_.end(), note) == probe->degraded_.end()) {
-      probe->degraded_.push_back(note);
-      probe->missing_.push_back(hook.tracepoint);
-    }
-  }
-  // tcp_probe runs for every segment an established socket receives: it is
-  // loaded only to stand in for the per-call hooks a kernel lacks, taking
-  // send transfers from the ACKs (before 6.16) and arrivals from the
-  // segments (before 6.3).
-  skel->rodata->sends_from_acks = !tracepoint_exists(vmlinux, "tcp_sendmsg_locked");
-  skel->rodata->arrivals_from_segments = !tracepoint_exists(vmlinux, "sk_data_ready");
-  if (!skel->rodata->sends_from_acks && !skel->rodata->arrivals_from_segments) {
-    bpf_program__set_autoload(skel->progs.on_segment, false);
-    bpf_program__set_autoload(skel->progs.on_segment_twin, false);
+    plan.unused_tracepoints.push_back(hook.tracepoint);
+    probe->degraded_.push_back(std::string(hook.tracepoint) + " (" + hook.loses + ")");
   }
   btf__free(vmlinux);
-
-  if (const char* name = getenv("TCPSCOPE_TEST_REFUSE_PROGRAM"); name && *name) {
-    bpf_program* victim = bpf_object__find_program_by_name(skel->obj, name);
-    if (!victim) {
-      *error = std::string("TCPSCOPE_TEST_REFUSE_PROGRAM: no BPF program '") + name + "'";
-      return nullptr;
-    }
-    bpf_program__set_flags(victim, bpf_program__flags(victim) | BPF_F_SLEEPABLE);
-  }
-
-  if (int err = tcpscope_bpf__load(skel)) {
-    std::string prog = failed_program(log);
-    *error = "the kernel refused BPF program " + (prog.empty() ? std::string("(unknown)") : "'" + prog + "'") +
-             ": " + errno_text(err);
-    *details = log;
-    return nullptr;
-  }
 
   // Tracing programs attach on their own; the policy programs attach to a
   // cgroup (all through fd-based links: nothing outlives the process). The
@@ -235,14 +231,57 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
     probe->cgroup_path_ = opts.cgroup_path;
   }
 
-  bpf_program* prog;
-  bpf_object__for_each_program(prog, skel->obj) {
-    if (!bpf_program__autoload(prog) || prog == skel->progs.cc_policy) continue;
-    if (!probe->attach(prog, error)) {
-      *details = log;
+  // A program the records can do without that the kernel refuses to load or
+  // attach (an older verifier, a helper or attach point it lacks) is left
+  // out, its tracepoint's fallback takes over as on a kernel without that
+  // tracepoint, and the load starts again: once per program at most.
+  constexpr size_t kPrograms = std::size(kHooks) + std::size(kOtherPrograms);
+  for (size_t attempt = 0;; ++attempt) {
+    probe->skel_ = open_for(opts, plan, error);
+    if (!probe->skel_) {
+      *details = log.take();
       return nullptr;
     }
+    auto* skel = probe->skel_;
+    std::string refused, reason;
+    if (const int err = tcpscope_bpf__load(skel)) {
+      refused = refused_program(log.text());
+      const std::string why = refused.empty() ? "" : verifier_reason(log.text(), refused);
+      *error = "the kernel refused BPF program " + (refused.empty() ? std::string("(unknown)") : "'" + refused + "'") +
+               ": " + errno_text(err) + (why.empty() ? "" : " (verifier: " + why + ")");
+      reason = why.empty() ? errno_text(err) : "verifier: " + why;
+    } else {
+      bpf_program* prog;
+      bpf_object__for_each_program(prog, skel->obj) {
+        if (!bpf_program__autoload(prog) || prog == skel->progs.cc_policy) continue;
+        if (!probe->attach(prog, error)) {
+          refused = bpf_program__name(prog);
+          reason = *error;
+          break;
+        }
+      }
+      if (refused.empty()) break;
+    }
+    const ProgramHook* hook = nullptr;
+    const char* loses = nullptr;
+    for (const auto& h : kHooks)
+      if (!h.required && refused == bpf_program__name(skel->progs.*h.program)) hook = &h, loses = h.loses;
+    for (const auto& o : kOtherPrograms)
+      if (refused == bpf_program__name(skel->progs.*o.program)) loses = o.loses;
+    if (!loses || attempt >= kPrograms) {
+      *details = log.take();
+      return nullptr;
+    }
+    tcpscope_bpf__destroy(skel);  // and every link attached so far
+    probe->skel_ = nullptr;
+    probe->attached_.clear();
+    if (hook)
+      plan.unused_tracepoints.push_back(hook->tracepoint);
+    else
+      plan.refused_programs.push_back(refused);
+    probe->left_out_.push_back({refused, reason, loses, log.take()});
   }
+  probe->missing_ = plan.unused_tracepoints;
   probe->ncpus_ = libbpf_num_possible_cpus();
   if (probe->ncpus_ <= 0) probe->ncpus_ = 1;
   return probe;
@@ -270,6 +309,12 @@ bool FlowProbe::attach(bpf_program* prog, std::string* error) {
 bool FlowProbe::set_cc_policy_attached(bool on, std::string* error) {
   bpf_link*& link = skel_->links.cc_policy;
   if (on == (link != nullptr)) return true;
+  if (on && !bpf_program__autoload(skel_->progs.cc_policy)) {
+    *error = "the kernel refused BPF program 'cc_policy' at start, so its rules cannot be applied";
+    for (const auto& p : left_out_)
+      if (p.program == "cc_policy") *error += " (" + p.reason + ")";
+    return false;
+  }
   if (on) return attach(skel_->progs.cc_policy, error);
   bpf_link__destroy(link);
   link = nullptr;

@@ -41,10 +41,23 @@ struct KernelFeatures {
 KernelFeatures probe_kernel_features();
 std::string libbpf_version_string();
 
+// A program the kernel refused to load or attach, which the daemon runs without.
+struct LeftOutProgram {
+  std::string program;
+  std::string reason;  // "verifier: " its last line, or why attaching failed
+  std::string loses;   // what the records or the daemon go without
+  std::string log;     // libbpf's and the verifier's whole output of that load
+};
+
 class FlowProbe {
  public:
-  // On failure returns nullptr and sets `error` to one line naming what failed
-  // and the errno; the verifier log, if any, goes to `details`.
+  // Loads and attaches every program this kernel can run. A program the
+  // kernel refuses is left out (left_out()) and the load retried without it,
+  // unless the flow records need it (the state-change programs): then this
+  // returns nullptr and sets `error` to one line naming the program, the
+  // errno and the verifier's reason, and `details` to libbpf's and the
+  // verifier's whole output. Other failures: nullptr, `error` naming what
+  // failed and the errno.
   static std::unique_ptr<FlowProbe> open_and_attach(const FlowProbeOptions& opts, std::string* error,
                                                     std::string* details);
   ~FlowProbe();
@@ -62,7 +75,8 @@ class FlowProbe {
   std::vector<std::pair<std::string, uint64_t>> recursion_misses() const;
   // Attaches or detaches the sock_ops program that applies cc_policy rules
   // (the policy calls it as rules appear and go). Attaching needs only
-  // CAP_NET_ADMIN, which the daemon keeps; "on" without a cgroup does nothing.
+  // CAP_NET_ADMIN, which the daemon keeps; "on" without a cgroup does nothing,
+  // and fails if the kernel refused the program.
   bool set_cc_policy_attached(bool on, std::string* error);
   // Detaches every program but keeps the maps, so what the kernel already
   // queued can still be drained before exit.
@@ -74,8 +88,11 @@ class FlowProbe {
   const std::vector<std::string>& attached() const { return attached_; }
   // Tracepoints this kernel lacks, each with what the records lose for it.
   const std::vector<std::string>& degraded() const { return degraded_; }
-  // The same tracepoints by name (record_capabilities() reads them).
+  // The tracepoints no program of ours runs on: those the kernel lacks and
+  // those whose programs it refused (record_capabilities() reads them).
   const std::vector<std::string>& missing_tracepoints() const { return missing_; }
+  // Programs the kernel refused, left out.
+  const std::vector<LeftOutProgram>& left_out() const { return left_out_; }
 
  private:
   FlowProbe() = default;
@@ -90,6 +107,7 @@ class FlowProbe {
   std::vector<std::string> attached_;
   std::vector<std::string> degraded_;
   std::vector<std::string> missing_;
+  std::vector<LeftOutProgram> left_out_;
 };
 
 }  // namespace tcpscope

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz/*_fuzz.cc) with clang, ASan and
-# UBSan in build-fuzz/, then runs each one for a bounded time on its seed
-# corpus (tests/fuzz/corpus/<target>/; the config target also reads every
+# UBSan in the sanitized build (tests/sanitized_build.sh: build-fuzz/), then
+# runs each one for a bounded time on its seed corpus
+# (tests/fuzz/corpus/<target>/; the config target also reads every
 # file of tests/data/configs). Fails on any crash, hang, leak or sanitizer
 # report; the input that caused it is kept in build-fuzz/artifacts/<target>/
 # and printed in base64, to be added to the corpus once fixed.
@@ -20,7 +21,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
-BUILD=${TCPSCOPE_FUZZ_BUILD:-$ROOT/build-fuzz}
 SECONDS_EACH=${FUZZ_SECONDS:-20}
 SEED=${FUZZ_SEED:-1}
 TARGETS=("$@")
@@ -28,13 +28,7 @@ TARGETS=("$@")
 
 die() { echo "fuzz: $*" >&2; exit 1; }
 
-CC_BIN=$(command -v clang-14 || command -v clang || true)
-CXX_BIN=$(command -v clang++-14 || command -v clang++ || true)
-[[ -n $CXX_BIN ]] || die "clang++ not found (apt-get install clang libclang-rt-14-dev)"
-
-cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_C_COMPILER="$CC_BIN" -DCMAKE_CXX_COMPILER="$CXX_BIN" \
-  -DTCPSCOPE_FUZZ=ON -DTCPSCOPE_TESTS=OFF -DTCPSCOPE_BENCH=OFF >/dev/null
+BUILD=$("$ROOT/tests/sanitized_build.sh")  # shared with tests/sanitize.sh
 cmake --build "$BUILD" -j "$(nproc)" --target "${TARGETS[@]/%/_fuzz}"
 
 work=$(mktemp -d /tmp/tcpscope-fuzz.XXXXXX)

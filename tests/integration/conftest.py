@@ -6,6 +6,7 @@ daemon sees every TCP socket on the host; tests pick out their own flows by
 the namespace inode the record carries, so other traffic cannot confuse them.
 Everything created is removed even when a test fails.
 """
+import functools
 import json
 import os
 import random
@@ -22,10 +23,29 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from testlib import RECORD_BYTES, metric_value, remove_netns, stop_process, wait_for  # noqa: E402,F401  (shared with bench/ and tests/lab)
+from testlib import (EMULATED, RECORD_BYTES, metric_value, remove_netns, stop_process,  # noqa: E402,F401
+                     wait_for)  # (shared with bench/ and tests/lab)
 BUILD = Path(os.environ.get("TCPSCOPE_BUILD", ROOT / "build"))
 TCPSCOPE = BUILD / "tcpscope"
 TRAFFIC = Path(__file__).with_name("traffic.py")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "real_kernel: also run on each kernel CI boots in a VM (tests/real_kernels/run.py); "
+        "needs no timing precision there")
+
+
+def pytest_report_header(config):
+    return f"kernel {os.uname().release}"
+
+
+def pytest_report_teststatus(report, config):
+    """A real-kernel test's result names the kernel it ran on."""
+    if report.when == "call" and "real_kernel" in report.keywords and config.option.verbose > 0:
+        word = "PASSED" if report.passed else "FAILED" if report.failed else "SKIPPED"
+        return report.outcome, word[0] if word != "PASSED" else ".", f"{word} on kernel {os.uname().release}"
+    return None
 
 
 # Network namespaces (inode numbers) made by the tests' NetPairs: the only
@@ -36,6 +56,13 @@ NETNS_FIELD = re.compile(rb'"netns":(\d+)')
 
 def sh(*cmd, check=True, **kw):
     return subprocess.run(cmd, check=check, capture_output=True, text=True, **kw)
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_tracepoints():
+    """The tracepoints of tcpscope's hooks that this kernel has, as `tcpscope version` lists them."""
+    out = subprocess.run([str(TCPSCOPE), "version"], capture_output=True, text=True, check=True).stdout
+    return set(re.search(r"^  tracepoints:(.*)$", out, re.M).group(1).split())
 
 
 def free_port():

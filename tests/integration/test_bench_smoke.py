@@ -89,7 +89,7 @@ def test_churn_runs_tcplife_where_tracefs_is_not_mounted(tmp_path):
 
 
 def test_floor_reports_every_step(tmp_path):
-    d = run_script("floor", tmp_path, "--seconds", "2", "--reps", "1", "--prefixes", "20000")
+    d = run_script("floor", tmp_path, "--seconds", "1", "--reps", "1", "--prefixes", "20000")
     by_name = {v["variant"]: v for v in d["variants"]}
     assert set(by_name) == {"dispatch", "storage", "record", "hash", "transfers", "tcpscope-default",
                             "tcpscope-default-log", "tcpscope-nolog", "tcpscope"}

@@ -7,13 +7,14 @@ import os
 import re
 import subprocess
 import time
+import urllib.request
 
 from pathlib import Path
 
 import pytest
 
-from conftest import (REQUESTS_PEER, RECORD_BYTES, ROOT, TCPSCOPE, Daemon, free_port, loadgen_binary, read_jsonl,
-                      wait_for)
+from conftest import (REQUESTS_PEER, RECORD_BYTES, ROOT, TCPSCOPE, Daemon, free_port, kernel_tracepoints,
+                      loadgen_binary, read_jsonl, wait_for)
 
 
 def by_tuple(records):
@@ -24,6 +25,7 @@ def by_tuple(records):
     return idx
 
 
+@pytest.mark.real_kernel
 @pytest.mark.parametrize("family", [4, 6])
 def test_exactly_one_record_per_connection_both_directions(daemon, net, tmp_path, family):
     n = 300
@@ -59,6 +61,8 @@ def test_exactly_one_record_per_connection_both_directions(daemon, net, tmp_path
     # accepting server process for passive ones (not whatever ran the softirq).
     assert all(r["comm"].startswith("python") and r["pid"] > 0 for r in recs)
     assert all(r["cc"] for r in recs)
+    # Every program whose tracepoint this kernel has was loaded.
+    assert "refused BPF program" not in daemon.stderr_text(), daemon.stderr_text()
 
 
 @pytest.mark.parametrize("reset", [False, True])
@@ -77,7 +81,11 @@ def test_owner_of_an_accepted_socket_that_never_writes(daemon, net, tmp_path, re
         [(r["pid"], r["comm"]) for r in passive]
 
 
+@pytest.mark.real_kernel
 def test_bytes_match_what_was_moved(daemon, net, tmp_path):
+    """Both ends' records and transfers carry exactly the bytes moved: one
+    request (uploads of up to 1 MB among them) and one response a connection,
+    so one transfer each way, of that request's or response's bytes."""
     sizes = [(0, 0), (1, 1), (100, 70000), (250000, 10), (1_000_000, 3_000_000)]
     server, server_out = net.serve(tmp_path, net.srv_v4, len(sizes))
     clients = []
@@ -95,6 +103,16 @@ def test_bytes_match_what_was_moved(daemon, net, tmp_path):
         p = recs[(net.srv_v4, s["lport"], net.cli_v4, s["rport"])][0]
         assert p["bytes_received"] == s["received"] + 8
         assert p["bytes_acked"] == s["sent"]
+        for rec in (a, p):
+            want = sorted([("send", rec["bytes_acked"])] * bool(rec["bytes_acked"]) +
+                          [("recv", rec["bytes_received"])] * bool(rec["bytes_received"]))
+
+            def transfers(rec=rec):
+                return sorted((t["direction"], t["bytes"]) for t in daemon.all_transfers()
+                              if t["netns"] == rec["netns"] and t["lport"] == rec["lport"]
+                              and t["flow_start_ns"] == rec["start_ns"])
+            wait_for(lambda: len(transfers()) >= len(want), 10, what=f"{want} of {rec['dir']} {rec['lport']}")
+            assert transfers() == want, (rec, transfers())
 
 
 def test_retransmits_equal_tcp_info(daemon, net, tmp_path):
@@ -403,9 +421,11 @@ def test_start_without_btf_is_one_clear_line(tmp_path):
     assert "CONFIG_DEBUG_INFO_BTF" in lines[0]
 
 
+@pytest.mark.real_kernel
 def test_refused_program_is_one_line_naming_it(tmp_path):
-    """The kernel refuses a program: one line names it and the errno, and
-    says where the verifier's full log went; that file holds it."""
+    """The kernel refuses a program the records need: one line names it, the
+    errno and the verifier's reason (its log's last line), and says where the
+    whole log went; that file holds it, reason included."""
     if os.geteuid() != 0:
         pytest.skip("needs root to load BPF programs")
     r, lines = run_expecting_failure(tmp_path, TCPSCOPE_TEST_REFUSE_PROGRAM="on_state_change")
@@ -414,13 +434,73 @@ def test_refused_program_is_one_line_naming_it(tmp_path):
     line = lines[0]
     assert "refused BPF program 'on_state_change'" in line, line
     assert re.search(r"\(errno \d+\)", line), line
+    # TCPSCOPE_TEST_REFUSE_PROGRAM loads it for sys_enter: the verifier
+    # refuses its first read of a socket through that tracepoint's pt_regs.
+    reason = re.search(r"\(verifier: ([^)]+)\)", line)
+    assert reason and re.search(r"bpf_context access|pt_regs", reason.group(1)), line
     m = re.search(r"log in (\S+\.log)$", line)
     assert m, line
     log = Path(m.group(1))
     assert log.parent == tmp_path and log.exists(), line
     text = log.read_text()
     assert "on_state_change" in text and "BEGIN PROG LOAD LOG" in text, text[:2000]
+    assert reason.group(1) + "\n" in text and "END PROG LOAD LOG" in text, text[-2000:]
     assert not (tmp_path / "flows.ndjson").exists() or not (tmp_path / "flows.ndjson").read_text()
+
+
+@pytest.mark.real_kernel
+@pytest.mark.parametrize("program", ["on_sendmsg", "on_cong_state"])
+def test_refused_optional_program_is_left_out_and_its_fallback_runs(net, tmp_path, program):
+    """The kernel refuses a program the records can do without: the daemon
+    says so with the verifier's reason and the log's file, and runs without
+    it, as on a kernel without its tracepoint. on_sendmsg: send transfers
+    come from the ACKs (tcp_probe) instead, one per response, exact bytes;
+    on_cong_state: no time per congestion state, the transfers as before."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to load BPF programs")
+    tracepoint = {"on_sendmsg": "tcp_sendmsg_locked", "on_cong_state": "tcp_cong_state_set"}[program]
+    if tracepoint not in kernel_tracepoints():
+        pytest.skip(f"this kernel has no {tracepoint}: {program} is not loaded to be refused")
+    env = dict(os.environ, TCPSCOPE_TEST_REFUSE_PROGRAM=program, TMPDIR=str(tmp_path))
+    env.pop("LOGS_DIRECTORY", None)
+    d = Daemon(tmp_path, env=env)
+    try:
+        err = wait_for(lambda: "kernel: congestion-state times" in d.stderr_text() and d.stderr_text(), 10,
+                       what="the capability lines")
+        warning = [l for l in err.splitlines() if f"refused BPF program '{program}'" in l]
+        assert len(warning) == 1, err
+        assert re.search(r"\(verifier: [^)]*(bpf_context access|pt_regs)", warning[0]), warning
+        assert "running without it" in warning[0], warning
+        log = re.search(r"log in (\S+\.log)$", warning[0])
+        assert log and "BEGIN PROG LOAD LOG" in Path(log.group(1)).read_text(), warning
+        attached = re.search(r"running: \d+ BPF programs attached \(([^)]*)\)", err).group(1).split(",")
+        assert program not in attached, attached
+        if program == "on_sendmsg":
+            assert {"on_segment", "on_segment_twin"} <= set(attached), attached
+        else:
+            assert "tcpscope: kernel: congestion-state times: no" in err, err
+        departs = program == "on_sendmsg" or "tcp_sendmsg_locked" not in kernel_tracepoints()
+        sizes = [20_000, 300_000, 1_000]
+        text = ",".join(str(n) for n in sizes)
+        ready = tmp_path / "server.ready"
+        server = net.spawn(net.srv, "python3", "-c", REQUESTS_PEER, "server", net.srv_v4, "8096", text,
+                           str(len(sizes)), str(ready))
+        wait_for(ready.exists, 10, what="server start")
+        client = net.spawn(net.cli, "python3", "-c", REQUESTS_PEER, "client", net.srv_v4, "8096", text,
+                           str(len(sizes)))
+        assert client.wait(timeout=60) == 0 and server.wait(timeout=10) == 0
+        srv = next(r for r in d.wait_records(net, 2) if r["dir"] == "passive")
+
+        def sent():
+            mine = [t for t in d.all_transfers() if t["netns"] == srv["netns"] and t["direction"] == "send"
+                    and t["flow_start_ns"] == srv["start_ns"]]
+            return sorted(mine, key=lambda t: t["seq"])
+        wait_for(lambda: sum(t["bytes"] for t in sent()) >= sum(sizes), 10, what="the server's send transfers")
+        assert [(t["bytes"], t["delimited_by"]) for t in sent()] == \
+            [(n, "departure" if departs else "write") for n in sizes], sent()
+    finally:
+        rc = d.stop()
+    assert rc == 0, d.stderr_text()
 
 
 KEPT_ALIVE_PEER = """
@@ -445,6 +525,41 @@ else:
     time.sleep(float(sys.argv[5]))
     c.close()
 """
+
+
+@pytest.mark.real_kernel
+def test_an_open_flow_is_in_the_snapshot_with_its_bytes(net, tmp_path):
+    """The socket iterator: a kept-alive connection that moved a request and
+    a response and now idles is in /api/v1/flows, both ends, with exactly
+    those bytes, while no record of it has closed."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to load BPF programs")
+    cfg = tmp_path / "tcpscope.yaml"
+    cfg.write_text("snapshot_interval_s: 1\n")
+    d = Daemon(tmp_path, extra_args=("--config", str(cfg)))
+    try:
+        ready, done = tmp_path / "server.ready", tmp_path / "response.in"
+        server = net.spawn(net.srv, "python3", "-c", KEPT_ALIVE_PEER, "server", net.srv_v4, "8093", str(ready))
+        wait_for(ready.exists, 10, what="server start")
+        net.spawn(net.cli, "python3", "-c", KEPT_ALIVE_PEER, "client", net.srv_v4, "8093", str(done), "600")
+        wait_for(done.exists, 10, what="the response")
+        ids = set(net.netns_ids.values())
+
+        def listed():
+            with urllib.request.urlopen(d.url + "/api/v1/flows", timeout=10) as r:
+                mine = [f for f in json.load(r) if f["netns"] in ids and f["start_ns"] >= net.created_ns]
+            return mine if len(mine) == 2 and all(f["bytes_acked"] for f in mine) else None
+        flows = {f["dir"]: f for f in wait_for(listed, 15, interval=0.2, what="both ends in /api/v1/flows")}
+        srv, cli = flows["passive"], flows["active"]
+        assert (srv["lport"], cli["rport"], srv["rport"]) == (8093, 8093, cli["lport"]), flows
+        assert (srv["bytes_received"], srv["bytes_acked"]) == (100, 50000), srv
+        assert (cli["bytes_acked"], cli["bytes_received"]) == (100, 50000), cli
+        assert srv["outcome"] == "ok" and srv["partial"] is False and cli["partial"] is False, flows
+        assert d.records(net) == [] and server.poll() is None, "nothing has closed yet"
+    finally:
+        net.close()
+        rc = d.stop()
+    assert rc == 0, d.stderr_text()
 
 
 def test_an_idle_kept_alive_connections_finished_transfers_come_before_its_close(net, tmp_path):

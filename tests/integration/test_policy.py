@@ -199,6 +199,7 @@ def test_sockops_is_attached_only_while_rules_exist(net, tmp_path, test_cgroup):
         assert d.stop() == 0, d.stderr_text()
 
 
+@pytest.mark.real_kernel
 def test_experiment_splits_flows_between_arms(net, tmp_path, test_cgroup):
     net.cgroup = test_cgroup
     with policy_daemon(tmp_path, test_cgroup,
@@ -233,7 +234,7 @@ def test_experiment_splits_flows_between_arms(net, tmp_path, test_cgroup):
         assert sum(a["assigned"] for a in pj["rules"][0]["experiment"]["arms"]) == 2 * n
 
 
-@pytest.mark.parametrize("mode", ["respect", "enforce"])
+@pytest.mark.parametrize("mode", ["respect", pytest.param("enforce", marks=pytest.mark.real_kernel)])
 def test_application_that_sets_its_own_cc(net, tmp_path, test_cgroup, mode):
     if shutil.which("iperf3") is None:
         pytest.skip("iperf3 not installed")
@@ -446,6 +447,7 @@ def in_cgroup(cgroup, *cmd):
     return sh("sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(cgroup), *cmd, check=False)
 
 
+@pytest.mark.real_kernel
 def test_sysctl_guard_denies_the_hosts_writes_only(net, tmp_path, test_cgroup):
     """sysctl_guard: deny refuses writes to the host's CC sysctls; another
     network namespace's are its own (a container runtime's, or any user's

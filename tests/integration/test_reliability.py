@@ -437,6 +437,7 @@ def test_sigkill_detaches_everything_and_a_restart_counts_from_zero(net, tmp_pat
         assert d2.stop() == 0, d2.stderr_text()
 
 
+@pytest.mark.real_kernel
 def test_clean_stop_leaves_nothing_attached_or_pinned(tmp_path, test_cgroup):
     before = bpffs_entries()
     d = Daemon(tmp_path, extra_args=("--cgroup", str(test_cgroup)))
@@ -910,7 +911,8 @@ def loadable_congestion_control():
     return None
 
 
-@pytest.mark.parametrize("snapshots", [True, False], ids=["snapshots", "no-snapshots"])
+@pytest.mark.parametrize("snapshots", [pytest.param(True, marks=pytest.mark.real_kernel), False],
+                         ids=["snapshots", "no-snapshots"])
 def test_capabilities_are_dropped_and_reload_still_works(net, tmp_path, test_cgroup, snapshots):
     cfg = config_for(tmp_path, net, extra="" if snapshots else "snapshot_interval_s: 0\n")
     if not snapshots:

@@ -318,6 +318,10 @@ TEST_F(TransferProbe, AResponseWrittenInPiecesIsOneTransfer) {
 }
 
 TEST_F(TransferProbe, PayloadWhoseWakeUpWasMissedEndsTheFlowWhereItArrivedNotAtTheFin) {
+  const auto& missing = probe_->missing_tracepoints();
+  if (std::find(missing.begin(), missing.end(), "sk_data_ready") != missing.end())
+    GTEST_SKIP() << "no sk_data_ready on this kernel (before 6.3): arrivals come from tcp_probe's segments, "
+                    "which no wake-up can miss";
   int to_parent[2], from_parent[2];
   ASSERT_EQ(pipe(to_parent), 0);
   ASSERT_EQ(pipe(from_parent), 0);

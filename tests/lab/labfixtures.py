@@ -47,9 +47,12 @@ import lab as labmod  # noqa: E402  (the lab library next to this file)
 sys.path.insert(0, str(HERE.parent / "kernel_profiles"))
 import derive as kernel_profiles  # noqa: E402  (tests/kernel_profiles: kernels older than this one)
 
-# This kernel (None), then the profiles of the kernels fleets run, each with
-# the tracepoints its kernel lacks hidden from the daemon.
-KERNEL_PROFILES = [None, *sorted(kernel_profiles.PROFILES)]
+# This kernel (None), then Debian 12's 6.1 as its profile: the tracepoints it
+# lacks hidden from the daemon, so that both fallbacks (send transfers from
+# the ACKs, arrivals from the segments, tcp_probe) meet the lab's timing
+# checks. 6.12's profile hides only the first of them; both kernels are
+# booted for real in CI (tests/real_kernels), where timing cannot be checked.
+KERNEL_PROFILES = [None, "debian12-6.1"]
 
 _spec = importlib.util.spec_from_file_location(
     "tcpscope_integration_conftest", HERE.parent / "integration" / "conftest.py")
