@@ -244,7 +244,12 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
     }
     auto* skel = probe->skel_;
     std::string refused, reason;
+    // EPERM is this process's missing privilege (a capability the unit or
+    // the caller did not grant), not the kernel's inability: no program is
+    // left out for it, the start fails and says so.
+    int failed_errno = 0;
     if (const int err = tcpscope_bpf__load(skel)) {
+      failed_errno = -err;
       refused = refused_program(log.text());
       const std::string why = refused.empty() ? "" : verifier_reason(log.text(), refused);
       *error = "the kernel refused BPF program " + (refused.empty() ? std::string("(unknown)") : "'" + refused + "'") +
@@ -255,6 +260,7 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
       bpf_object__for_each_program(prog, skel->obj) {
         if (!bpf_program__autoload(prog) || prog == skel->progs.cc_policy) continue;
         if (!probe->attach(prog, error)) {
+          failed_errno = errno;
           refused = bpf_program__name(prog);
           reason = *error;
           break;
@@ -268,7 +274,7 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
       if (!h.required && refused == bpf_program__name(skel->progs.*h.program)) hook = &h, loses = h.loses;
     for (const auto& o : kOtherPrograms)
       if (refused == bpf_program__name(skel->progs.*o.program)) loses = o.loses;
-    if (!loses || attempt >= kPrograms) {
+    if (!loses || failed_errno == EPERM || attempt >= kPrograms) {
       *details = log.take();
       return nullptr;
     }
@@ -297,6 +303,7 @@ bool FlowProbe::attach(bpf_program* prog, std::string* error) {
     const int err = errno;
     *error = std::string("attaching BPF program '") + bpf_program__name(prog) + "'" +
              (for_cgroup ? " to cgroup " + cgroup_path_ : std::string()) + " failed: " + errno_text(err);
+    errno = err;  // for the caller, which tells a missing privilege from a kernel's refusal
     return false;
   }
   // The skeleton's destroy() closes links it knows; keep ours with it.
