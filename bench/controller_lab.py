@@ -185,6 +185,7 @@ def controller_config(lab, path: FsPath, arms=("bbr", "cubic"), min_transfers=40
         control_percent: {control_percent}
         min_transfers: {min_transfers}
         interval_s: {interval_s}
+        evidence_netns: [{lab.server_ns}]
 """))
 
 

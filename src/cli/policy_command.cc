@@ -84,7 +84,8 @@ std::string render_controller(const std::string& json_text) {
   std::ostringstream o;
   for (const auto& r : j["rules"]) {
     o << "\ncontroller of rule " << cell(r.value("rule", "")) << ": cohort " << cell(r.value("cohort", "")) << ", control "
-      << r.value("control_percent", 0) << "%, min_transfers " << r.value("min_transfers", 0) << " per arm, every "
+      << r.value("control_percent", 0) << "%, min_transfers " << r.value("min_transfers", 0) << " from "
+      << r.value("min_connections", 0) << " connections per arm, every "
       << r.value("interval_s", 0) << " s, FDR " << r.value("fdr", 0.0) << "; " << r.value("decisions", 0)
       << " decisions, " << r.value("reverts", 0) << " reverts, " << r.value("pooled_asns", 0)
       << " pooled ASNs followed\n";
@@ -98,16 +99,25 @@ std::string render_controller(const std::string& json_text) {
       std::string weights;
       for (const auto& [arm, w] : c["weights"].items()) weights += (weights.empty() ? "" : " ") + arm + "=" + w.dump();
       std::string evidence;
+      // Per arm: transfers (fct/throughput) from connections (fct/throughput).
       for (const auto& [arm, a] : c["evidence"]["arms"].items())
         evidence += (evidence.empty() ? "" : ", ") + arm + " n=" + std::to_string(a.value("n_fct", 0)) + "/" +
-                    std::to_string(a.value("n_throughput", 0));
+                    std::to_string(a.value("n_throughput", 0)) + " from " +
+                    std::to_string(a.value("connections_fct", 0)) + "/" +
+                    std::to_string(a.value("connections_throughput", 0)) + " conns";
       const auto& t = c["evidence"]["test"];
       if (t.contains("change")) {
+        // A confidence-sequence end no difference could reach yet is null.
+        auto end = [](const nlohmann::json& v) {
+          char b[32];
+          if (!v.is_number()) return std::string("unbounded");
+          std::snprintf(b, sizeof(b), "%+.1f%%", v.get<double>() * 100);
+          return std::string(b);
+        };
         char buf[160];
-        std::snprintf(buf, sizeof(buf), "; %s %s vs %s %+.1f%% [%+.1f%%, %+.1f%%] e=%.3g",
-                      t.value("objective", "").c_str(), t.value("arm", "").c_str(), t.value("against", "").c_str(),
-                      t.value("change", 0.0) * 100, t["ci"][0].get<double>() * 100, t["ci"][1].get<double>() * 100,
-                      t.value("e_value", 1.0));
+        std::snprintf(buf, sizeof(buf), "; %s %s vs %s %+.1f%% [%s, %s] e=%.3g", t.value("objective", "").c_str(),
+                      t.value("arm", "").c_str(), t.value("against", "").c_str(), t.value("change", 0.0) * 100,
+                      end(t["ci"][0]).c_str(), end(t["ci"][1]).c_str(), t.value("e_value", 1.0));
         evidence += buf;
       } else if (t.contains("waiting_for")) {
         evidence += "; waiting for " + t["waiting_for"].get<std::string>();

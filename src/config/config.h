@@ -50,6 +50,10 @@ struct ControllerSpec {
   CohortKind cohort = CohortKind::kAsn;
   uint32_t control_percent = 10;  // of each cohort's flows, randomized between all arms forever
   uint64_t min_transfers = 500;   // per arm and cohort (and objective) before any decision
+  // ... from at least this many connections: the kernel draws the arm per
+  // connection, so the connections are the units of evidence, and too few
+  // of them cannot tell the arm from the clients that drew it.
+  uint64_t min_connections = 4;
   // The evidence is re-tested this often. 30 s: a cohort with a 10x effect
   // keeps 0.82 of the oracle's throughput over its first five minutes, 0.76
   // at 60 s (tests/unit/control/loop_simulation_test.cc); the sequential
@@ -58,6 +62,11 @@ struct ControllerSpec {
   double fdr = 0.05;              // false discovery rate held across all cohorts' decisions
   uint32_t ramp_step_percent = 25;  // the winner's weight moves at most this much per interval
   uint32_t max_cohorts = 50;      // ASN cohorts per rule (peer classes always have one)
+  // The network namespaces whose sockets count as evidence: "self" (the
+  // daemon's own), a name of /run/netns, or a path of a namespace's nsfs
+  // file. sock_ops steers every namespace, any local user's own among them,
+  // so only the service's may decide.
+  std::vector<std::string> evidence_netns = {"self"};
   double retrans_share_increase = 0.2;   // guard: the winner's retransmit share may exceed the other arm's by this much (absolute)
   double rtt_inflation_increase = 0.5;   // guard: its srtt/min_rtt may exceed the other arm's by this factor - 1
 

@@ -125,6 +125,26 @@ const ConfigSection<ControllerSpec>& controller_section() {
                       "share of each cohort's flows that stays randomized between all arms"),
           integer_key("min_transfers", &ControllerSpec::min_transfers, 2, 100000000,
                       "transfers per arm and cohort (and objective) before any decision"),
+          integer_key("min_connections", &ControllerSpec::min_connections, 2, 1000000,
+                      "connections those transfers come from, per arm and cohort (and objective), before any "
+                      "decision: the kernel draws the arm per connection"),
+          member_key<ControllerSpec, std::vector<std::string>>(
+              "evidence_netns", &ControllerSpec::evidence_netns, "list of network namespaces", "[self]",
+              "whose sockets count as evidence: self (the daemon's own), a name of /run/netns, or an nsfs path",
+              [](R& r, const ConfigEntry& f, const std::string& path, std::vector<std::string>* out) {
+                out->clear();
+                const auto count = r.each_item(f, path, [&](const YAML::Node& n, int line, const std::string& item) {
+                  const std::string v = n.IsScalar() ? n.Scalar() : "";
+                  const bool name = !v.empty() && v.size() <= 255 && v != "." && v != ".." &&
+                                    v.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                                        "0123456789._-") == std::string::npos;
+                  const bool path_ok = v.size() > 1 && v[0] == '/' && v.size() <= 4096;
+                  if (!name && !path_ok)
+                    return r.error(line, item + " must be self, a network namespace's name or an absolute path");
+                  out->push_back(v);
+                });
+                if (count && *count == 0) r.error(f.line, path + " names no namespace: no record could count");
+              }),
           integer_key("interval_s", &ControllerSpec::interval_s, 1, 86400, "seconds between tests of the evidence"),
           number_key("fdr", &ControllerSpec::fdr, 1e-6, 0.5,
                      "false discovery rate held across all cohorts' decisions"),

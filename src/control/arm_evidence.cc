@@ -1,5 +1,6 @@
 #include "control/arm_evidence.h"
 
+#include <atomic>
 #include <cmath>
 #include <exception>
 #include <string>
@@ -21,17 +22,14 @@ FlowSketch sketch_for(Measure m) {
   return FlowSketch(FlowSketch::kDefaultRelativeAccuracy, 0, span.lo, span.hi);
 }
 
-// What a value of an older saved state is multiplied by to be in the
-// metric's unit: version 1 kept fct in seconds, version 2 throughput in bit/s.
-double saved_state_scale(Objective o, int state_version) {
-  if (state_version == 1 && o == Objective::kFct) return 1e6;          // s -> µs
-  if (state_version == 2 && o == Objective::kThroughput) return 1.0 / 8;  // bit/s -> bytes/s
-  return 1;
+uint64_t next_id() {
+  static std::atomic<uint64_t> ids{0};
+  return ++ids;
 }
 
-// Whether the saved state's sketch of `o` is in the metric's unit (see from_json).
-bool sketch_kept(Objective o, int state_version) {
-  return state_version >= 3 || (state_version == 2 && o == Objective::kFct);
+// The cluster `sums` is in this evidence (a new one if they were kept for another).
+void claim(ConnectionSums* sums, uint64_t evidence) {
+  if (sums->evidence != evidence) *sums = ConnectionSums{evidence, {}, {}};
 }
 
 }  // namespace
@@ -41,36 +39,42 @@ const char* objective_name(Objective o) { return o == Objective::kFct ? "fct" : 
 Measure metric_of(Objective o) { return o == Objective::kFct ? Measure::kFct : Measure::kThroughput; }
 
 ArmEvidence::ArmEvidence()
-    : sketch_{sketch_for(metric_of(Objective::kFct)), sketch_for(metric_of(Objective::kThroughput))} {}
+    : id_(next_id()), sketch_{sketch_for(metric_of(Objective::kFct)), sketch_for(metric_of(Objective::kThroughput))} {}
 
-void ArmEvidence::add_transfer(const TransferRecord& t, uint64_t throughput_min_bytes) {
+ArmEvidence::ArmEvidence(const ArmEvidence& o)
+    : id_(next_id()),
+      transfers_(o.transfers_),
+      objective_(o.objective_),
+      sketch_(o.sketch_),
+      inflation_(o.inflation_),
+      retrans_(o.retrans_) {}
+
+ArmEvidence& ArmEvidence::operator=(const ArmEvidence& o) {
+  if (this != &o) *this = ArmEvidence(o);  // a copy's new id, moved in
+  return *this;
+}
+
+void ArmEvidence::add_transfer(const TransferRecord& t, uint64_t throughput_min_bytes, ConnectionSums* sums) {
   if (t.direction != TransferDirection::kSend || t.xfer_us <= 0) return;
+  claim(sums, id_);
   ++transfers_;
   const MetricInputs in = metric_inputs(t);
   MetricOptions opts;
   opts.throughput_min_bytes = throughput_min_bytes;
   for (Objective o : kObjectives) {
-    if (const auto v = metric_value(metric_of(o), in, opts)) {
-      objective_[static_cast<int>(o)].add(*v);
-      sketch_[static_cast<int>(o)].add(*v);
-    }
+    const auto v = metric_value(metric_of(o), in, opts);
+    if (!v || !(*v > 0) || !std::isfinite(*v)) continue;
+    const int i = static_cast<int>(o);
+    objective_[i].add(&sums->objective[i], std::log(*v), 1);
+    sketch_[i].add(*v);
   }
   if (t.min_rtt_us > 0 && t.srtt_us > 0)
-    inflation_.add(static_cast<double>(t.srtt_us) / static_cast<double>(t.min_rtt_us));
+    inflation_.add(&sums->inflation, std::log(static_cast<double>(t.srtt_us) / static_cast<double>(t.min_rtt_us)),
+                   1);
 }
 
 void ArmEvidence::add_flow(const FlowRecord& f) {
-  if (f.segs_out) retrans_.add(f.retrans_segs, f.segs_out);
-}
-
-void ArmEvidence::merge(const ArmEvidence& o) {
-  transfers_ += o.transfers_;
-  for (int i = 0; i < kObjectiveCount; ++i) {
-    objective_[i].merge(o.objective_[i]);
-    sketch_[i].merge(o.sketch_[i]);
-  }
-  inflation_.merge(o.inflation_);
-  retrans_.add(o.retrans_.events, o.retrans_.trials);
+  if (f.segs_out) retrans_.add_cluster(f.retrans_segs, f.segs_out);
 }
 
 nlohmann::json ArmEvidence::to_json() const {
@@ -83,27 +87,28 @@ nlohmann::json ArmEvidence::to_json() const {
           {"throughput_sketch", sketch(Objective::kThroughput).to_json()}};
 }
 
-bool ArmEvidence::from_json(const nlohmann::json& j, int state_version, ArmEvidence* out,
-                            uint64_t* dropped_values) {
+bool ArmEvidence::from_json(const nlohmann::json& j, ArmEvidence* out) {
   try {
     ArmEvidence e;
     if (!j.is_object() || !j.at("transfers").is_number_unsigned()) return false;
     e.transfers_ = j.at("transfers").get<uint64_t>();
     for (Objective o : kObjectives) {
+      const int i = static_cast<int>(o);
       const std::string name = objective_name(o);
-      LogMoments& m = e.objective_[static_cast<int>(o)];
-      if (!tcpscope::from_json(j.at(name), &m)) return false;
-      // The moments are of log values: a change of unit shifts the mean only.
-      if (m.n) m.mean += std::log(saved_state_scale(o, state_version));
-      if (state_version == 1) continue;  // no sketches yet worth keeping
+      if (!tcpscope::from_json(j.at(name), &e.objective_[i])) return false;
+      // The sketch must be one this evidence makes: its metric's accuracy
+      // and span (its buckets inside that span: FlowSketch::from_json).
       const FlowSketch saved = FlowSketch::from_json(j.at(name + "_sketch"));
-      if (sketch_kept(o, state_version))
-        e.sketch_[static_cast<int>(o)] = saved;
-      else if (dropped_values)
-        *dropped_values += saved.count();
+      const FlowSketch& shape = e.sketch_[i];
+      if (saved.relative_accuracy() != shape.relative_accuracy() || saved.min_value() != shape.min_value() ||
+          saved.max_value() != shape.max_value() || saved.max_buckets() != shape.max_buckets())
+        return false;
+      e.sketch_[i] = saved;
+      if (e.objective_[i].x > static_cast<double>(e.transfers_)) return false;
     }
     if (!tcpscope::from_json(j.at("rtt_inflation"), &e.inflation_) || !tcpscope::from_json(j.at("retrans"), &e.retrans_))
       return false;
+    if (e.inflation_.x > static_cast<double>(e.transfers_)) return false;
     *out = std::move(e);
     return true;
   } catch (const std::exception&) {

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <numeric>
 #include <sstream>
+#include <stdexcept>
 
+#include "control/connection_table.h"
 #include "control/controller_metrics.h"
 #include "control/evidence_gate.h"
 #include "record/flow_record.h"
@@ -21,23 +24,25 @@ namespace {
 // The mixing scale of the sequential tests, in log units: most power for
 // changes around 10 %, the size of the effects the CDN study acted on.
 constexpr double kMixingScale = 0.1;
-// Version 3: the evidence in its metrics' units (fct µs, throughput
-// bytes/s); versions 1 and 2 (throughput in bit/s) are read and converted
-// (ArmEvidence::from_json).
-constexpr int kStateVersion = 3;
+// Version 4: the evidence as ratios over connections (sequential_test.h),
+// with each open connection's sums. Versions 1 to 3 counted transfers as
+// independent units, which cannot be turned into connections: their
+// cohorts' states and weights are kept, their evidence starts afresh.
+constexpr int kStateVersion = 4;
 // ASNs followed while pooled, per allowed ASN cohort (their evidence decides
 // which are promoted); the smallest are dropped beyond that.
 constexpr size_t kCandidatesPerCohort = 4;
 constexpr size_t kMinCandidates = 64;
 // A decided cohort is also watched batch by batch (the evidence since the
-// last batch): each batch's e-value that the winner is worse, multiplied up
+// last batch, clustered by connection like the rest): each batch's e-value
+// that the winner is worse, multiplied up
 // in an e-detector (CUSUM: R = max(R, 1) * e, Shin, Ramdas and Rinaldo,
 // "E-detectors"), reverts it once R reaches kReversalAlarm. The cumulative
 // test alone needs as long to overturn a winner as it was good before; the
 // detector sees a turn within batches of it. With no change it alarms less
 // than once in kReversalAlarm batches on average (at least three days of
-// 30 s intervals); a batch waits for kMinBatch values per arm, so that its
-// plug-in variance is not a handful of values.
+// 30 s intervals); a batch waits for kMinBatch values per arm (and
+// min_connections connections), so that its variance is not a handful of values.
 constexpr double kReversalAlarm = 1e4;
 constexpr uint64_t kMinBatch = 30;
 // The detector's mixing scale: most power for changes around 50 %, a
@@ -64,7 +69,17 @@ std::string e_value_text(double e) {
   return buf;
 }
 
-std::string percent_text(double change) { return (change >= 0 ? "+" : "") + fixed(change * 100, 1) + "%"; }
+std::string percent_text(double change) {
+  if (std::isinf(change)) return change > 0 ? "+inf" : "-inf";
+  return (change >= 0 ? "+" : "") + fixed(change * 100, 1) + "%";
+}
+
+nlohmann::json finite_or_null(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+// "1200 transfers of 40 connections"
+std::string counts_text(const ClusteredRatio& r) {
+  return std::to_string(static_cast<uint64_t>(r.x)) + " transfers of " + std::to_string(r.clusters) + " connections";
+}
 
 std::vector<uint32_t> equal_shares(size_t k) {
   std::vector<uint32_t> w(k, static_cast<uint32_t>(100 / k));
@@ -112,10 +127,10 @@ struct CcController::Cohort {
   Objective objective = Objective::kFct;  // what the winner won
   std::vector<uint32_t> weights;
   std::vector<ArmEvidence> evidence;  // this epoch's, per arm
-  // Decided: each arm's objective moments where the current batch starts,
-  // and the reversal detector's statistic (neither saved: a restart starts
-  // a batch and the detector afresh).
-  std::vector<LogMoments> batch_start;
+  // Decided: each arm's evidence of the current batch, and the reversal
+  // detector's statistic (neither saved: a restart starts a batch and the
+  // detector afresh).
+  std::vector<ArmEvidence> batch;
   double reversal_e = 1;
   double epoch_start_s = 0;
   std::optional<double> decided_at_s;
@@ -139,6 +154,7 @@ struct CcController::Rule {
   std::map<std::string, Cohort> pools;    // by peer class
   std::map<uint32_t, Cohort> asns;        // ASN cohorts
   std::map<uint32_t, std::vector<ArmEvidence>> candidates;  // pooled ASNs followed for promotion
+  ConnectionTable connections;  // the open ones with send transfers counted, each one's sums
   double next_test_s = 0;
   uint64_t decisions = 0, reverts = 0;
 
@@ -181,6 +197,7 @@ nlohmann::json settings_of(const ControllerSpec& s, const CcMatch& m, const std:
           {"cohort", s.cohort == CohortKind::kAsn ? "asn" : "peer_class"},
           {"control_percent", s.control_percent},
           {"min_transfers", s.min_transfers},
+          {"min_connections", s.min_connections},
           {"fdr", s.fdr},
           {"max_cohorts", s.max_cohorts},
           {"guards", {s.retrans_share_increase, s.rtt_inflation_increase}},
@@ -219,7 +236,11 @@ void CcController::configure(const Config& config) {
       r->throughput_min_bytes = config.throughput_min_bytes;
     }
     r->index = i;
-    r->gate = EvidenceGate{cr.match.lports, port_start};
+    r->gate = EvidenceGate{cr.match.lports, port_start, {}, local_addresses_};
+    for (const auto& name : cr.controller->evidence_netns) {
+      auto ns = netns_by_name_.find(name);
+      if (ns != netns_by_name_.end()) r->gate.netns.push_back(ns->second);
+    }
     next.push_back(std::move(r));
   }
   rules_ = std::move(next);
@@ -248,44 +269,68 @@ CcController::Cohort* CcController::cohort_of(Rule& r, uint32_t asn, const std::
   return &it->second;
 }
 
-// The evidence a record of a controller rule adds to: its cohort's, and
-// while its ASN is pooled, the ASN's own (followed for promotion; only
-// transfers start following an ASN).
-template <class Record, class Add>
-void CcController::add_evidence(const Record& record, bool may_follow_asn, Add add) {
+// Where a record of a controller rule's socket counts: its rule, arm and
+// cohort (the pool when its ASN has none of its own), unless it is no
+// controller's or the rule's evidence gate keeps it out (counted). mu_ held.
+template <class Record>
+std::optional<CcController::Target> CcController::target_of(const Record& record) {
   const Enrichment& rec = record.enrichment;
-  if (!rec.experiment || *rec.experiment != kControllerExperiment || !rec.cc_rule || !rec.arm) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  if (!rec.experiment || *rec.experiment != kControllerExperiment || !rec.cc_rule || !rec.arm) return std::nullopt;
   auto rit = by_name_.find(*rec.cc_rule);
-  if (rit == by_name_.end()) return;
+  if (rit == by_name_.end()) return std::nullopt;
   Rule& r = *rit->second;
   auto ait = r.arm_index.find(*rec.arm);
-  if (ait == r.arm_index.end()) return;
-  const EvidenceVerdict verdict = r.gate.judge(record.dir, record.laddr, record.lport, record.raddr);
+  if (ait == r.arm_index.end()) return std::nullopt;
+  const EvidenceVerdict verdict = r.gate.judge(record.dir, record.netns, record.laddr, record.lport, record.raddr);
   if (verdict != EvidenceVerdict::kCounts) {
     ++r.refused[static_cast<int>(verdict)];
-    return;
+    return std::nullopt;
   }
   bool pooled = false;
   Cohort* c = cohort_of(r, rec.asn, rec.peer_class, &pooled);
-  if (!c) return;
-  add(c->evidence[ait->second], r);
-  if (!pooled || !rec.asn || r.spec.cohort != CohortKind::kAsn || !r.spec.max_cohorts) return;
-  auto cit = r.candidates.find(rec.asn);
-  if (cit == r.candidates.end()) {
-    if (!may_follow_asn || r.candidates.size() >= candidate_cap(r.spec)) return;
-    cit = r.candidates.emplace(rec.asn, std::vector<ArmEvidence>(r.arm_names.size())).first;
+  if (!c) return std::nullopt;
+  // While its ASN is pooled, the ASN's own evidence too (followed for promotion).
+  std::vector<ArmEvidence>* candidate = nullptr;
+  if (pooled && rec.asn && r.spec.cohort == CohortKind::kAsn && r.spec.max_cohorts) {
+    auto cit = r.candidates.find(rec.asn);
+    if (cit != r.candidates.end()) candidate = &cit->second;
   }
-  add(cit->second[ait->second], r);
+  return Target{&r, ait->second, c, candidate};
 }
 
 void CcController::observe(const TransferRecord& t) {
   if (t.direction != TransferDirection::kSend) return;  // the peer's sending
-  add_evidence(t, true, [&t](ArmEvidence& e, const Rule& r) { e.add_transfer(t, r.throughput_min_bytes); });
+  std::lock_guard<std::mutex> lock(mu_);
+  auto target = target_of(t);
+  if (!target) return;
+  Rule& r = *target->rule;
+  const uint32_t arm = target->arm;
+  const uint32_t asn = t.enrichment.asn;
+  if (!target->candidate && asn && r.spec.cohort == CohortKind::kAsn && r.spec.max_cohorts &&
+      r.candidates.size() < candidate_cap(r.spec) && !r.asns.count(asn))
+    target->candidate = &r.candidates.emplace(asn, std::vector<ArmEvidence>(r.arm_names.size())).first->second;
+  ConnectionTable::Entry* conn = r.connections.find_or_add(connection_key(t), static_cast<double>(t.end_ns) / 1e9);
+  if (!conn) {
+    ++r.refused[static_cast<int>(EvidenceVerdict::kConnectionCap)];
+    return;
+  }
+  ArmEvidence& cohort = target->cohort->evidence[arm];
+  ArmEvidence* batch = target->cohort->batch.size() > arm ? &target->cohort->batch[arm] : nullptr;
+  ArmEvidence* candidate = target->candidate ? &(*target->candidate)[arm] : nullptr;
+  const std::initializer_list<uint64_t> in_use = {cohort.id(), batch ? batch->id() : 0,
+                                                  candidate ? candidate->id() : 0};
+  for (ArmEvidence* e : {&cohort, batch, candidate})
+    if (e) e->add_transfer(t, r.throughput_min_bytes, ConnectionTable::sums_in(conn, e->id(), in_use));
 }
 
 void CcController::observe(const FlowRecord& f) {
-  add_evidence(f, false, [&f](ArmEvidence& e, const Rule&) { e.add_flow(f); });
+  std::lock_guard<std::mutex> lock(mu_);
+  auto target = target_of(f);
+  if (!target) return;
+  target->cohort->evidence[target->arm].add_flow(f);
+  if (target->candidate) (*target->candidate)[target->arm].add_flow(f);
+  // Closed: its sums are final in every evidence, and its entry goes.
+  target->rule->connections.close(connection_key(f));
 }
 
 namespace {
@@ -305,19 +350,27 @@ struct CohortTest {
 };
 
 std::string retrans_note(const ArmEvidence& w, const ArmEvidence& x) {
-  return "retransmit share " + fixed(w.retrans().share() * 100, 2) + "% vs " + fixed(x.retrans().share() * 100, 2) +
+  return "retransmit share " + fixed(w.retrans().ratio() * 100, 2) + "% vs " + fixed(x.retrans().ratio() * 100, 2) +
          "%";
 }
 
 std::string inflation_note(const ArmEvidence& w, const ArmEvidence& x) {
-  return "RTT inflation x" + fixed(std::exp(w.rtt_inflation().mean), 2) + " vs x" +
-         fixed(std::exp(x.rtt_inflation().mean), 2);
+  return "RTT inflation x" + fixed(std::exp(w.rtt_inflation().ratio()), 2) + " vs x" +
+         fixed(std::exp(x.rtt_inflation().ratio()), 2);
 }
 
-uint64_t min_count(const std::vector<ArmEvidence>& ev, Objective o) {
-  uint64_t n = UINT64_MAX;
-  for (const auto& a : ev) n = std::min<uint64_t>(n, a.objective(o).n);
-  return ev.empty() ? 0 : n;
+// The arm has min_transfers transfers from min_connections connections on `o`.
+bool enough(const ArmEvidence& a, Objective o, const ControllerSpec& spec) {
+  return a.objective(o).x >= static_cast<double>(spec.min_transfers) &&
+         a.objective(o).clusters >= spec.min_connections;
+}
+bool enough(const std::vector<ArmEvidence>& ev, Objective o, const ControllerSpec& spec) {
+  return !ev.empty() && std::all_of(ev.begin(), ev.end(), [&](const ArmEvidence& a) { return enough(a, o, spec); });
+}
+
+// The relative change of `to`'s geometric mean from `from`'s on `o`.
+SequentialResult compare_arms(const ArmEvidence& from, const ArmEvidence& to, Objective o, double tau, double alpha) {
+  return as_relative_change(mixture_sprt(from.objective(o), to.objective(o), tau, alpha));
 }
 
 // diff of `to` relative to `from`, signed so that > 0 is better for `to`.
@@ -326,15 +379,17 @@ double better_by(Objective o, double diff) { return lower_is_better(o) ? -diff :
 nlohmann::json arm_json(const ArmEvidence& a) {
   nlohmann::json j;
   j["transfers"] = a.transfers();
-  j["n_fct"] = a.objective(Objective::kFct).n;
-  j["n_throughput"] = a.objective(Objective::kThroughput).n;
+  j["n_fct"] = static_cast<uint64_t>(a.objective(Objective::kFct).x);
+  j["n_throughput"] = static_cast<uint64_t>(a.objective(Objective::kThroughput).x);
+  j["connections_fct"] = a.objective(Objective::kFct).clusters;
+  j["connections_throughput"] = a.objective(Objective::kThroughput).clusters;
   // The sketches hold the metrics' units: fct µs (shown in ms), throughput
   // bytes/s (shown in bit/s, as network rates are quoted).
   if (!a.sketch(Objective::kFct).empty()) j["fct_p50_ms"] = a.sketch(Objective::kFct).quantile(0.5) / 1e3;
   if (!a.sketch(Objective::kThroughput).empty())
     j["throughput_p50_bps"] = a.sketch(Objective::kThroughput).quantile(0.5) * display_scale(Measure::kThroughput);
-  if (a.retrans().trials > 0) j["retrans_share"] = a.retrans().share();
-  if (a.rtt_inflation().n) j["rtt_inflation"] = std::exp(a.rtt_inflation().mean);
+  if (a.retrans().x > 0) j["retrans_share"] = a.retrans().ratio();
+  if (a.rtt_inflation().x > 0) j["rtt_inflation"] = std::exp(a.rtt_inflation().ratio());
   return j;
 }
 
@@ -344,19 +399,19 @@ CohortTest test_exploring(const std::vector<ArmEvidence>& ev, const ControllerSp
   int testable_objectives = 0;
   std::vector<CohortTest> per_objective;
   for (Objective o : {Objective::kFct, Objective::kThroughput}) {
-    if (min_count(ev, o) < spec.min_transfers) continue;
+    if (!enough(ev, o, spec)) continue;
     ++testable_objectives;
     CohortTest t;
     t.objective = o;
     t.winner = 0;
     for (int a = 1; a < static_cast<int>(ev.size()); ++a) {
-      const double m = ev[a].objective(o).mean, w = ev[t.winner].objective(o).mean;
+      const double m = ev[a].objective(o).ratio(), w = ev[t.winner].objective(o).ratio();
       if (lower_is_better(o) ? m < w : m > w) t.winner = a;
     }
     t.e = HUGE_VAL;
     for (int a = 0; a < static_cast<int>(ev.size()); ++a) {
       if (a == t.winner) continue;
-      SequentialResult r = mixture_sprt(ev[a].objective(o), ev[t.winner].objective(o), kMixingScale, spec.fdr);
+      SequentialResult r = compare_arms(ev[a], ev[t.winner], o, kMixingScale, spec.fdr);
       const double e = r.testable ? r.e_value : 1;
       if (e < t.e) t.e = e, t.other = a, t.pair = r;
     }
@@ -373,19 +428,19 @@ CohortTest test_exploring(const std::vector<ArmEvidence>& ev, const ControllerSp
   for (int a = 0; a < static_cast<int>(ev.size()); ++a) {
     if (a == best.winner) continue;
     const ArmEvidence& x = ev[a];
-    if (w.retrans().trials > 0 && x.retrans().trials > 0 &&
-        w.retrans().share() - x.retrans().share() > spec.retrans_share_increase) {
+    if (w.retrans().x > 0 && x.retrans().x > 0 &&
+        w.retrans().ratio() - x.retrans().ratio() > spec.retrans_share_increase) {
       best.guards_ok = false;
       best.guard_note = retrans_note(w, x);
     }
-    if (w.rtt_inflation().n >= 2 && x.rtt_inflation().n >= 2 &&
-        std::exp(w.rtt_inflation().mean - x.rtt_inflation().mean) - 1 > spec.rtt_inflation_increase) {
+    if (w.rtt_inflation().clusters >= 2 && x.rtt_inflation().clusters >= 2 &&
+        std::exp(w.rtt_inflation().ratio() - x.rtt_inflation().ratio()) - 1 > spec.rtt_inflation_increase) {
       best.guards_ok = false;
       best.guard_note = inflation_note(w, x);
     }
     for (Objective o : {Objective::kFct, Objective::kThroughput}) {
-      if (o == best.objective || min_count(ev, o) < spec.min_transfers) continue;
-      SequentialResult r = mixture_sprt(x.objective(o), w.objective(o), kMixingScale, spec.fdr);
+      if (o == best.objective || !enough(ev, o, spec)) continue;
+      SequentialResult r = compare_arms(x, w, o, kMixingScale, spec.fdr);
       const bool worse = lower_is_better(o) ? r.ci_lo > 0 : r.ci_hi < 0;
       if (r.testable && worse) {
         best.guards_ok = false;
@@ -399,59 +454,53 @@ CohortTest test_exploring(const std::vector<ArmEvidence>& ev, const ControllerSp
 
 // Decided: is the winner now worse than an arm of the control slice on the
 // objective it won, or beyond a guard's bound?
-// The batch since `batch_start`: its e-value that the winner is worse than
-// the worst other arm (1 until every arm has kMinBatch values, the batch
-// then going on), multiplied into the detector `reversal_e`.
-bool reversal_seen(const std::vector<ArmEvidence>& ev, int winner, Objective o, std::vector<LogMoments>* batch_start,
+// The current batch (`batch`, each arm's evidence since the last batch): its
+// e-value that the winner is worse than the worst other arm (1 until every
+// arm has kMinBatch values from min_connections connections, the batch then
+// going on), multiplied into the detector `reversal_e`; then a new batch.
+bool reversal_seen(int winner, Objective o, const ControllerSpec& spec, std::vector<ArmEvidence>* batch,
                    double* reversal_e) {
-  const size_t k = ev.size();
-  if (batch_start->size() != k) {
-    batch_start->clear();
-    for (const auto& a : ev) batch_start->push_back(a.objective(o));
-    return false;
-  }
-  std::vector<LogMoments> batch;
-  for (size_t a = 0; a < k; ++a) {
-    batch.push_back(ev[a].objective(o).since((*batch_start)[a]));
-    if (batch.back().n < kMinBatch) return false;
-  }
+  const size_t k = batch->size();
+  for (const auto& a : *batch)
+    if (a.objective(o).x < kMinBatch || a.objective(o).clusters < spec.min_connections) return false;
   double e = 0;
   for (size_t a = 0; a < k; ++a) {
     if (static_cast<int>(a) == winner) continue;
-    const SequentialResult r = mixture_sprt(batch[a], batch[winner], kReversalMixingScale, 0.05);
+    const SequentialResult r = compare_arms((*batch)[a], (*batch)[winner], o, kReversalMixingScale, 0.05);
     e = std::max(e, r.testable && better_by(o, r.diff) < 0 ? r.e_value / static_cast<double>(k - 1) : 0.0);
   }
-  for (size_t a = 0; a < k; ++a) (*batch_start)[a] = ev[a].objective(o);
+  batch->assign(k, ArmEvidence());
   *reversal_e = std::max(*reversal_e, 1.0) * e;
   return *reversal_e >= kReversalAlarm;
 }
 
 CohortTest test_decided(const std::vector<ArmEvidence>& ev, int winner, Objective o, const ControllerSpec& spec,
-                        std::vector<LogMoments>* batch_start, double* reversal_e) {
+                        std::vector<ArmEvidence>* batch, double* reversal_e) {
   CohortTest t;
   t.winner = winner;
   t.objective = o;
   const int others = static_cast<int>(ev.size()) - 1;
   const ArmEvidence& w = ev[winner];
-  t.reversal_alarm = reversal_seen(ev, winner, o, batch_start, reversal_e);
+  if (batch->size() != ev.size())
+    batch->assign(ev.size(), ArmEvidence());  // restored, or decided just now: the first batch starts
+  else
+    t.reversal_alarm = reversal_seen(winner, o, spec, batch, reversal_e);
   for (int a = 0; a < static_cast<int>(ev.size()); ++a) {
     if (a == winner) continue;
     const ArmEvidence& x = ev[a];
-    if (std::min(w.objective(o).n, x.objective(o).n) < spec.min_transfers) continue;
+    if (!enough(w, o, spec) || !enough(x, o, spec)) continue;
     t.testable = true;
-    SequentialResult r = mixture_sprt(x.objective(o), w.objective(o), kMixingScale, spec.fdr);
+    SequentialResult r = compare_arms(x, w, o, kMixingScale, spec.fdr);
     // Evidence counts only in the worse direction (e * 1{worse} is still an
     // e-value); the largest of `others` over `others` stays one.
     const double e = r.testable && better_by(o, r.diff) < 0 ? r.e_value / others : 1;
     if (t.other < 0 || e > t.e) t.e = e, t.other = a, t.pair = r;
-    if (w.retrans().trials > 0 && x.retrans().trials > 0) {
-      SequentialResult g = mixture_sprt(x.retrans(), w.retrans(), kMixingScale, spec.fdr);
-      if (g.testable && g.ci_lo > spec.retrans_share_increase) {
-        t.guards_ok = false;
-        t.guard_note = retrans_note(w, x);
-      }
+    SequentialResult g = mixture_sprt(x.retrans(), w.retrans(), kMixingScale, spec.fdr);
+    if (g.testable && g.ci_lo > spec.retrans_share_increase) {
+      t.guards_ok = false;
+      t.guard_note = retrans_note(w, x);
     }
-    SequentialResult gi = mixture_sprt(x.rtt_inflation(), w.rtt_inflation(), kMixingScale, spec.fdr);
+    SequentialResult gi = as_relative_change(mixture_sprt(x.rtt_inflation(), w.rtt_inflation(), kMixingScale, spec.fdr));
     if (gi.testable && gi.ci_lo > spec.rtt_inflation_increase) {
       t.guards_ok = false;
       t.guard_note = inflation_note(w, x);
@@ -522,7 +571,7 @@ void CcController::test_rule(Rule& r, double now_s, bool* changed) {
   auto consider = [&](Cohort& c) {
     if (c.epoch_start_s == 0) c.epoch_start_s = now_s;
     CohortTest t = c.state == CohortState::kDecided
-                       ? test_decided(c.evidence, c.winner, c.objective, r.spec, &c.batch_start, &c.reversal_e)
+                       ? test_decided(c.evidence, c.winner, c.objective, r.spec, &c.batch, &c.reversal_e)
                        : test_exploring(c.evidence, r.spec);
     nlohmann::json j;
     j["hypothesis"] = c.state == CohortState::kDecided ? "winner worse than the control slice"
@@ -533,7 +582,9 @@ void CcController::test_rule(Rule& r, double now_s, bool* changed) {
       j["arm"] = r.arm_names[t.winner];
       if (t.other >= 0) j["against"] = r.arm_names[t.other];
       j["change"] = t.pair.diff;
-      j["ci"] = {t.pair.ci_lo, t.pair.ci_hi};
+      // An end no difference could reach yet (too few connections) is null.
+      j["ci"] = {finite_or_null(t.pair.ci_lo), finite_or_null(t.pair.ci_hi)};
+      j["dof"] = t.pair.dof;
       j["e_value"] = t.e;
       j["p_value"] = always_valid_p(c.max_e);
       j["guards_ok"] = t.guards_ok;
@@ -548,7 +599,8 @@ void CcController::test_rule(Rule& r, double now_s, bool* changed) {
     } else if (!send_transfers_) {
       j["waiting_for"] = kNoSendTransfers;
     } else {
-      j["waiting_for"] = "min_transfers " + std::to_string(r.spec.min_transfers) + " per arm";
+      j["waiting_for"] = "min_transfers " + std::to_string(r.spec.min_transfers) + " from min_connections " +
+                         std::to_string(r.spec.min_connections) + " per arm";
     }
     c.last_test = std::move(j);
   };
@@ -573,9 +625,9 @@ void CcController::test_rule(Rule& r, double now_s, bool* changed) {
     const std::string what = "rule " + r.name + " cohort " + (c.is_asn ? "asn " : "peer_class ") + c.label;
     const std::string stats = std::string(objective_name(t.objective)) + " " + r.arm_names[t.winner] + " vs " +
                               (t.other >= 0 ? r.arm_names[t.other] : "-") + " " + percent_text(t.pair.diff) + " [" +
-                              percent_text(t.pair.ci_lo) + ", " + percent_text(t.pair.ci_hi) + "], n " +
-                              std::to_string(c.evidence[t.winner].objective(t.objective).n) + "/" +
-                              std::to_string(t.other >= 0 ? c.evidence[t.other].objective(t.objective).n : 0) +
+                              percent_text(t.pair.ci_lo) + ", " + percent_text(t.pair.ci_hi) + "], " +
+                              counts_text(c.evidence[t.winner].objective(t.objective)) + " vs " +
+                              (t.other >= 0 ? counts_text(c.evidence[t.other].objective(t.objective)) : "-") +
                               ", e " + e_value_text(t.e) + " (e-BH over " + std::to_string(tests.size()) +
                               " cohorts at FDR " + fixed(r.spec.fdr, 3) + ")";
     if (c.state == CohortState::kDecided) {
@@ -620,7 +672,7 @@ void CcController::test_rule(Rule& r, double now_s, bool* changed) {
     }
     // A new epoch: the next decision rests on evidence gathered from now on.
     c.evidence.assign(k, ArmEvidence());
-    c.batch_start.clear();
+    c.batch.clear();
     c.reversal_e = 1;
     c.epoch_start_s = now_s;
     c.max_e = 1;
@@ -688,6 +740,21 @@ nlohmann::json cohort_status(const std::vector<std::string>& arm_names, const Co
 
 }  // namespace
 
+void CcController::set_namespaces(std::map<std::string, uint32_t> netns_by_name,
+                                  std::shared_ptr<const LocalAddresses> local) {
+  std::lock_guard<std::mutex> lock(mu_);
+  netns_by_name_ = std::move(netns_by_name);
+  local_addresses_ = std::move(local);
+  for (auto& r : rules_) {
+    r->gate.local = local_addresses_;
+    r->gate.netns.clear();
+    for (const auto& name : r->spec.evidence_netns) {
+      auto ns = netns_by_name_.find(name);
+      if (ns != netns_by_name_.end()) r->gate.netns.push_back(ns->second);
+    }
+  }
+}
+
 void CcController::set_send_transfers(bool available) {
   std::lock_guard<std::mutex> lock(mu_);
   send_transfers_ = available;
@@ -705,6 +772,7 @@ std::string CcController::status_json() const {
     rj["cohort"] = r->spec.cohort == CohortKind::kAsn ? "asn" : "peer_class";
     rj["control_percent"] = r->spec.control_percent;
     rj["min_transfers"] = r->spec.min_transfers;
+    rj["min_connections"] = r->spec.min_connections;
     rj["interval_s"] = r->spec.interval_s;
     rj["fdr"] = r->spec.fdr;
     rj["decisions"] = r->decisions;
@@ -726,8 +794,35 @@ std::string CcController::status_json() const {
 
 namespace {
 
+// The open connections' sums of each evidence (by its id), as saved: one
+// array per connection, [key, fct y, fct x, throughput y, throughput x,
+// inflation y, inflation x, last seen s].
+using OpenSums = std::map<uint64_t, nlohmann::json>;
+
+OpenSums open_sums(const ConnectionTable& table) {
+  OpenSums out;
+  table.for_each_slot([&](uint64_t key, const ConnectionSums& s, double last_seen_s) {
+    auto& list = out[s.evidence];
+    if (list.is_null()) list = nlohmann::json::array();
+    list.push_back({key, s.objective[0].y, s.objective[0].x, s.objective[1].y, s.objective[1].x, s.inflation.y,
+                    s.inflation.x, last_seen_s});
+  });
+  return out;
+}
+
+nlohmann::json evidence_json(const std::vector<ArmEvidence>& ev, const OpenSums& open) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& a : ev) {
+    nlohmann::json aj = a.to_json();
+    auto it = open.find(a.id());
+    aj["open"] = it == open.end() ? nlohmann::json::array() : it->second;
+    j.push_back(std::move(aj));
+  }
+  return j;
+}
+
 template <class Cohort>
-nlohmann::json cohort_state(const Cohort& c) {
+nlohmann::json cohort_state(const Cohort& c, const OpenSums& open) {
   nlohmann::json j = {{"label", c.label},
                       {"is_asn", c.is_asn},
                       {"kernel_key", c.kernel_key},
@@ -740,19 +835,80 @@ nlohmann::json cohort_state(const Cohort& c) {
                       {"decision", c.decision},
                       {"last_test", c.last_test}};
   if (c.decided_at_s) j["decided_at_s"] = *c.decided_at_s;
-  j["evidence"] = nlohmann::json::array();
-  for (const auto& a : c.evidence) j["evidence"].push_back(a.to_json());
+  j["evidence"] = evidence_json(c.evidence, open);
   return j;
 }
 
-bool evidence_from(const nlohmann::json& j, size_t k, int state_version, std::vector<ArmEvidence>* out,
-                   uint64_t* dropped_values) {
-  if (!j.is_array() || j.size() != k) return false;
+// Checked reads of a saved state: a value of the wrong type or out of
+// range is an error, never a silent conversion.
+bool non_negative_integer(const nlohmann::json& v) {
+  return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
+}
+uint64_t u64_at(const nlohmann::json& j, const char* key) {
+  const auto& v = j.at(key);
+  if (!non_negative_integer(v)) throw std::invalid_argument(std::string(key) + " is not an unsigned integer");
+  return v.get<uint64_t>();
+}
+uint32_t u32_at(const nlohmann::json& j, const char* key) {
+  const uint64_t v = u64_at(j, key);
+  if (v > UINT32_MAX) throw std::invalid_argument(std::string(key) + " " + std::to_string(v) + " is out of range");
+  return static_cast<uint32_t>(v);
+}
+double finite_at(const nlohmann::json& j, const char* key) {
+  const auto& v = j.at(key);
+  if (!v.is_number() || !std::isfinite(v.get<double>())) throw std::invalid_argument(std::string(key) + " is not a number");
+  return v.get<double>();
+}
+// An ASN written as decimal text: 1 to 2^32 - 1.
+uint32_t asn_of(const std::string& text) {
+  if (text.empty() || text.size() > 10 || text.find_first_not_of("0123456789") != std::string::npos)
+    throw std::invalid_argument("ASN \"" + text + "\" is not a decimal number");
+  const uint64_t v = std::stoull(text);
+  if (v == 0 || v > UINT32_MAX) throw std::invalid_argument("ASN " + text + " is out of range");
+  return static_cast<uint32_t>(v);
+}
+
+// One connection's saved sums, checked: x values are counts of transfers.
+struct SavedSums {
+  uint64_t key;
+  ConnectionSums sums;
+  double last_seen_s;
+};
+SavedSums saved_sums(const nlohmann::json& j) {
+  if (!j.is_array() || j.size() != 8 || !non_negative_integer(j[0]))
+    throw std::invalid_argument("an open connection's sums are malformed");
+  double v[7];
+  for (int i = 0; i < 7; ++i) {
+    if (!j[i + 1].is_number() || !std::isfinite(j[i + 1].get<double>()))
+      throw std::invalid_argument("an open connection's sums are not numbers");
+    v[i] = j[i + 1].get<double>();
+  }
+  for (int i : {1, 3, 5})
+    if (v[i] < 0 || v[i] > 1e15) throw std::invalid_argument("an open connection's count is out of range");
+  SavedSums s{j[0].get<uint64_t>(), {}, v[6]};
+  s.sums.objective[0] = {v[0], v[1]};
+  s.sums.objective[1] = {v[2], v[3]};
+  s.sums.inflation = {v[4], v[5]};
+  return s;
+}
+
+// The evidence of k arms with their open connections' sums (each given its
+// new evidence id). Throws on anything malformed.
+std::vector<ArmEvidence> evidence_from(const nlohmann::json& j, size_t k, std::vector<SavedSums>* open) {
+  if (!j.is_array() || j.size() != k) throw std::invalid_argument("evidence is not one per arm");
   std::vector<ArmEvidence> ev(k);
-  for (size_t a = 0; a < k; ++a)
-    if (!ArmEvidence::from_json(j[a], state_version, &ev[a], dropped_values)) return false;
-  *out = std::move(ev);
-  return true;
+  for (size_t a = 0; a < k; ++a) {
+    if (!ArmEvidence::from_json(j[a], &ev[a])) throw std::invalid_argument("malformed evidence");
+    const auto& list = j[a].at("open");
+    if (!list.is_array() || list.size() > ConnectionTable::kMaxConnections)
+      throw std::invalid_argument("open connections malformed");
+    for (const auto& oj : list) {
+      SavedSums s = saved_sums(oj);
+      s.sums.evidence = ev[a].id();
+      open->push_back(s);
+    }
+  }
+  return ev;
 }
 
 }  // namespace
@@ -761,19 +917,16 @@ nlohmann::json CcController::save() const {
   std::lock_guard<std::mutex> lock(mu_);
   nlohmann::json doc = {{"version", kStateVersion}, {"rules", nlohmann::json::object()}};
   for (const auto& r : rules_) {
+    const OpenSums open = open_sums(r->connections);
     nlohmann::json rj;
     rj["settings"] = settings_of(r->spec, r->match, r->class_names, r->throughput_min_bytes);
     rj["decisions"] = r->decisions;
     rj["reverts"] = r->reverts;
     rj["cohorts"] = nlohmann::json::array();
-    for (const auto& [_, c] : r->pools) rj["cohorts"].push_back(cohort_state(c));
-    for (const auto& [_, c] : r->asns) rj["cohorts"].push_back(cohort_state(c));
+    for (const auto& [_, c] : r->pools) rj["cohorts"].push_back(cohort_state(c, open));
+    for (const auto& [_, c] : r->asns) rj["cohorts"].push_back(cohort_state(c, open));
     rj["candidates"] = nlohmann::json::object();
-    for (const auto& [asn, ev] : r->candidates) {
-      nlohmann::json a = nlohmann::json::array();
-      for (const auto& e : ev) a.push_back(e.to_json());
-      rj["candidates"][std::to_string(asn)] = std::move(a);
-    }
+    for (const auto& [asn, ev] : r->candidates) rj["candidates"][std::to_string(asn)] = evidence_json(ev, open);
     doc["rules"][r->name] = std::move(rj);
   }
   return doc;
@@ -781,16 +934,16 @@ nlohmann::json CcController::save() const {
 
 bool CcController::restore(const nlohmann::json& doc, std::string* error) {
   std::lock_guard<std::mutex> lock(mu_);
-  // Everything is parsed before anything is applied.
+  // Everything is parsed and checked before anything is applied.
   struct Parsed {
     Rule* rule;
     std::map<std::string, Cohort> pools;
     std::map<uint32_t, Cohort> asns;
     std::map<uint32_t, std::vector<ArmEvidence>> candidates;
+    std::vector<SavedSums> open;
     uint64_t decisions, reverts;
   };
   std::vector<Parsed> parsed;
-  uint64_t dropped_values = 0;  // in sketches an older state held in another unit
   int version = 0;
   try {
     if (!doc.is_object() || !doc.at("version").is_number_integer() || doc.at("version") < 1 ||
@@ -799,6 +952,10 @@ bool CcController::restore(const nlohmann::json& doc, std::string* error) {
       return false;
     }
     version = doc.at("version").get<int>();
+    // Before version 4 the evidence counted transfers as independent units:
+    // the cohorts' states and weights are kept, their evidence is not.
+    const bool with_evidence = version >= 4;
+    if (!doc.at("rules").is_object()) throw std::invalid_argument("rules is not an object");
     for (const auto& [name, rj] : doc.at("rules").items()) {
       auto it = by_name_.find(name);
       if (it == by_name_.end()) continue;  // no longer a controller rule
@@ -806,12 +963,14 @@ bool CcController::restore(const nlohmann::json& doc, std::string* error) {
       const size_t k = r.arm_names.size();
       if (rj.at("settings") != settings_of(r.spec, r.match, r.class_names, r.throughput_min_bytes))
         continue;  // the rule changed: it starts afresh
-      Parsed p{&r, {}, {}, {}, rj.at("decisions").get<uint64_t>(), rj.at("reverts").get<uint64_t>()};
+      Parsed p{&r, {}, {}, {}, {}, u64_at(rj, "decisions"), u64_at(rj, "reverts")};
+      if (!rj.at("cohorts").is_array() || rj.at("cohorts").size() > r.class_names.size() + r.spec.max_cohorts)
+        throw std::invalid_argument("more cohorts than the rule can have");
       for (const auto& cj : rj.at("cohorts")) {
         Cohort c;
         c.label = cj.at("label").get<std::string>();
         c.is_asn = cj.at("is_asn").get<bool>();
-        c.kernel_key = cj.at("kernel_key").get<uint32_t>();
+        c.kernel_key = u32_at(cj, "kernel_key");
         const std::string state = cj.at("state").get<std::string>();
         if (state == "decided") {
           c.state = CohortState::kDecided;
@@ -821,27 +980,42 @@ bool CcController::restore(const nlohmann::json& doc, std::string* error) {
           *error = "cohort " + c.label + ": unknown state \"" + state + "\"";
           return false;
         }
+        if (!cj.at("winner").is_number_integer() || cj.at("winner") < -1 || cj.at("winner") >= static_cast<int>(k))
+          throw std::invalid_argument("cohort " + c.label + ": winner out of range");
         c.winner = cj.at("winner").get<int>();
-        c.objective = cj.at("objective") == "throughput" ? Objective::kThroughput : Objective::kFct;
-        c.weights = cj.at("weights").get<std::vector<uint32_t>>();
-        const bool winner_ok = c.state == CohortState::kDecided ? c.winner >= 0 && c.winner < static_cast<int>(k)
-                                                                 : c.winner == -1;
-        if (!winner_ok || c.weights.size() != k ||
-            std::accumulate(c.weights.begin(), c.weights.end(), 0u) != 100) {
+        const std::string objective = cj.at("objective").get<std::string>();
+        if (objective != "fct" && objective != "throughput")
+          throw std::invalid_argument("cohort " + c.label + ": unknown objective \"" + objective + "\"");
+        c.objective = objective == "throughput" ? Objective::kThroughput : Objective::kFct;
+        if (!cj.at("weights").is_array() || cj.at("weights").size() != k)
+          throw std::invalid_argument("cohort " + c.label + ": weights do not fit the rule's arms");
+        uint64_t sum = 0;  // in 64 bits: no wrap-around passes for 100
+        for (const auto& w : cj.at("weights")) {
+          if (!non_negative_integer(w) || w.get<uint64_t>() > 100)
+            throw std::invalid_argument("cohort " + c.label + ": a weight is not a percentage");
+          sum += w.get<uint64_t>();
+          c.weights.push_back(w.get<uint32_t>());
+        }
+        const bool winner_ok = c.state == CohortState::kDecided ? c.winner >= 0 : c.winner == -1;
+        if (!winner_ok || sum != 100) {
           *error = "cohort " + c.label + ": winner or weights do not fit the rule's " + std::to_string(k) + " arms";
           return false;
         }
-        c.epoch_start_s = cj.at("epoch_start_s").get<double>();
-        c.max_e = cj.at("max_e").get<double>();
+        c.epoch_start_s = finite_at(cj, "epoch_start_s");
+        c.max_e = finite_at(cj, "max_e");
+        if (c.max_e < 1) throw std::invalid_argument("cohort " + c.label + ": max_e below 1");
         c.decision = cj.at("decision");
         c.last_test = cj.value("last_test", nlohmann::json());
-        if (cj.contains("decided_at_s")) c.decided_at_s = cj.at("decided_at_s").get<double>();
-        if (!evidence_from(cj.at("evidence"), k, version, &c.evidence, &dropped_values)) {
-          *error = "cohort " + c.label + ": malformed evidence";
-          return false;
+        if (cj.contains("decided_at_s")) c.decided_at_s = finite_at(cj, "decided_at_s");
+        if (with_evidence) {
+          c.evidence = evidence_from(cj.at("evidence"), k, &p.open);
+        } else {
+          c.evidence.assign(k, ArmEvidence());
+          c.epoch_start_s = 0;  // the next test starts the epoch
+          c.max_e = 1;
         }
         if (c.is_asn) {
-          if (r.spec.cohort != CohortKind::kAsn || c.kernel_key != std::stoul(c.label)) {
+          if (r.spec.cohort != CohortKind::kAsn || c.kernel_key != asn_of(c.label)) {
             *error = "cohort " + c.label + ": not an ASN cohort of this rule";
             return false;
           }
@@ -853,30 +1027,34 @@ bool CcController::restore(const nlohmann::json& doc, std::string* error) {
           p.pools.emplace(c.label, std::move(c));
         }
       }
-      for (const auto& [asn, ej] : rj.at("candidates").items()) {
-        std::vector<ArmEvidence> ev;
-        if (!evidence_from(ej, k, version, &ev, &dropped_values)) {
-          *error = "candidate ASN " + asn + ": malformed evidence";
-          return false;
-        }
-        p.candidates.emplace(static_cast<uint32_t>(std::stoul(asn)), std::move(ev));
+      if (p.asns.size() > r.spec.max_cohorts) throw std::invalid_argument("more ASN cohorts than max_cohorts");
+      if (with_evidence) {
+        if (!rj.at("candidates").is_object() || rj.at("candidates").size() > candidate_cap(r.spec))
+          throw std::invalid_argument("more candidate ASNs than the rule follows");
+        for (const auto& [asn, ej] : rj.at("candidates").items())
+          p.candidates.emplace(asn_of(asn), evidence_from(ej, k, &p.open));
       }
+      if (p.open.size() > ConnectionTable::kMaxConnections * ConnectionTable::kSlots)
+        throw std::invalid_argument("more open connections than the rule keeps");
       parsed.push_back(std::move(p));
     }
   } catch (const std::exception& e) {
     *error = e.what();
     return false;
   }
-  if (dropped_values && log_)
-    log_("tcpscope: controller: saved state version " + std::to_string(version) + ": dropped the throughput "
-         "sketches (" + std::to_string(dropped_values) + " transfers, in bit/s), which cannot be moved to bytes/s "
-         "within their accuracy; the evidence for decisions is kept, the throughput medians shown restart");
+  if (version < 4 && log_ && !parsed.empty())
+    log_("tcpscope: controller: saved state version " + std::to_string(version) + " counted transfers as "
+         "independent units, not connections: the cohorts' states and weights are kept, their evidence starts "
+         "afresh");
   for (auto& p : parsed) {
-    p.rule->pools = std::move(p.pools);
-    p.rule->asns = std::move(p.asns);
-    p.rule->candidates = std::move(p.candidates);
-    p.rule->decisions = p.decisions;
-    p.rule->reverts = p.reverts;
+    Rule& r = *p.rule;
+    r.pools = std::move(p.pools);
+    r.asns = std::move(p.asns);
+    r.candidates = std::move(p.candidates);
+    r.decisions = p.decisions;
+    r.reverts = p.reverts;
+    r.connections.clear();
+    for (const auto& s : p.open) r.connections.restore(s.key, s.sums, s.last_seen_s);
   }
   update_metrics();
   return true;

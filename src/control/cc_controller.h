@@ -16,9 +16,14 @@
 // control slice shows the winner worse on its objective, or breaking a
 // guard; a reverted cohort may decide again, for either arm.
 //
-// Statistics (control/sequential_test.h). Every interval every cohort's
-// evidence is re-tested, so each test is sequential: the mixture SPRT's
-// e-value, valid however often it is looked at. An exploring cohort's
+// Statistics (control/sequential_test.h). A connection is the unit of
+// evidence: the kernel draws the arm per connection, so an arm's values are
+// ratios of sums over its connections with a variance that counts each
+// connection once, and a test waits for min_connections connections as well
+// as min_transfers transfers per arm. Every interval every cohort's evidence
+// is re-tested, so each test is sequential: the mixture SPRT's e-value,
+// under Student's t for the connections' own spread, valid however often it
+// is looked at. An exploring cohort's
 // hypothesis: "the best-looking arm of an objective is better than each
 // other arm" (e = the smallest of those pairs' e-values; with both
 // objectives testable, the larger divided by 2). A decided cohort's: "the
@@ -51,6 +56,7 @@
 
 #include "config/config.h"
 #include "control/arm_evidence.h"
+#include "control/evidence_gate.h"
 #include "policy/cc_policy.h"
 #include "record/enrichment.h"
 
@@ -80,6 +86,13 @@ class CcController {
   // there are forgotten.
   void configure(const Config& config);
   bool empty() const;
+
+  // The network namespaces the rules' evidence_netns name, resolved (name
+  // -> inode; a name missing here counts nothing), and each one's local
+  // addresses (evidence_gate.h). The closed loop reads them and calls this
+  // after configure() and whenever the addresses change; until then no
+  // record counts.
+  void set_namespaces(std::map<std::string, uint32_t> netns_by_name, std::shared_ptr<const LocalAddresses> local);
 
   // Whether this kernel makes send transfers, the controller's evidence
   // (kernel_capabilities.h); without them no cohort can ever be tested,
@@ -115,10 +128,14 @@ class CcController {
   struct Cohort;
   struct Rule;
   Cohort* cohort_of(Rule& r, uint32_t asn, const std::string& peer_class, bool* pooled);
-  // A flow or transfer record of a controller rule's socket, unless the
-  // rule's evidence gate (evidence_gate.h) keeps it out.
-  template <class Record, class Add>
-  void add_evidence(const Record& record, bool may_follow_asn, Add add);
+  struct Target {
+    Rule* rule;
+    uint32_t arm;
+    Cohort* cohort;
+    std::vector<ArmEvidence>* candidate;  // its pooled ASN's own evidence, if followed
+  };
+  template <class Record>
+  std::optional<Target> target_of(const Record& record);
   void test_rule(Rule& r, double now_s, bool* changed);
   void promote_asns(Rule& r, double now_s, bool* changed);
   void ramp(Rule& r, bool* changed);
@@ -130,6 +147,8 @@ class CcController {
   std::unique_ptr<ControllerMetrics> metrics_;
   LogSink log_;
   bool send_transfers_ = true;
+  std::map<std::string, uint32_t> netns_by_name_;
+  std::shared_ptr<const LocalAddresses> local_addresses_;
 };
 
 }  // namespace tcpscope

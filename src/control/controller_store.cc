@@ -16,7 +16,7 @@ namespace {
 
 constexpr const char* kDefaultDir = "/var/lib/tcpscope";
 constexpr const char* kFileName = "controller.json";
-constexpr size_t kMaxStateBytes = 64u << 20;
+constexpr size_t kMaxStateBytes = ControllerStore::kMaxStateBytes;
 
 std::string errno_text(int err) { return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")"; }
 

@@ -19,6 +19,9 @@ namespace tcpscope {
 
 class ControllerStore {
  public:
+  // The largest state load() accepts (and so save() writes: state_fit.h).
+  static constexpr size_t kMaxStateBytes = size_t{64} << 20;
+
   // `dir` empty: from the environment as above.
   explicit ControllerStore(std::string dir = "");
   const std::string& path() const { return path_; }

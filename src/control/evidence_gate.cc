@@ -15,6 +15,10 @@ const char* to_string(EvidenceVerdict v) {
       return "port";
     case EvidenceVerdict::kLocalPeer:
       return "local_peer";
+    case EvidenceVerdict::kConnectionCap:
+      return "connection_cap";
+    case EvidenceVerdict::kNetns:
+      return "netns";
   }
   return "counts";
 }
@@ -29,12 +33,18 @@ bool loopback(const IpAddr& a) {
 
 }  // namespace
 
-EvidenceVerdict EvidenceGate::judge(Direction dir, const IpAddr& laddr, uint16_t lport, const IpAddr& raddr) const {
+EvidenceVerdict EvidenceGate::judge(Direction dir, uint32_t ns, const IpAddr& laddr, uint16_t lport,
+                                    const IpAddr& raddr) const {
+  if (std::find(netns.begin(), netns.end(), ns) == netns.end()) return EvidenceVerdict::kNetns;
   if (dir != Direction::kPassive) return EvidenceVerdict::kOutgoing;
   const bool governed = lports.empty() ? lport < unprivileged_port_start
                                        : std::find(lports.begin(), lports.end(), lport) != lports.end();
   if (!governed) return EvidenceVerdict::kPort;
   if (raddr == laddr || loopback(raddr)) return EvidenceVerdict::kLocalPeer;
+  if (local) {
+    auto it = local->find(ns);
+    if (it != local->end() && it->second->lookup(raddr)) return EvidenceVerdict::kLocalPeer;
+  }
   return EvidenceVerdict::kCounts;
 }
 

@@ -1,38 +1,56 @@
 // Which records may count as a controller's evidence. The kernel gives a
 // controller rule's arms to every socket the rule matches, a local user's
-// too: an unprivileged process could open connections of its own that match
-// (a rule on `peer_class: client` matches outgoing connections as well), see
-// its arm (getsockopt TCP_CONGESTION), and make one arm look worse by how it
-// sends or reads. So only the service's sockets count:
+// too: sock_ops runs for every network namespace, so an unprivileged process
+// could open connections of its own that match (a rule on `peer_class:
+// client` matches outgoing connections as well, and in a user and network
+// namespace of its own, `unshare -rn`, anyone serves any port from any
+// address), see its arm (getsockopt TCP_CONGESTION), and make one arm look
+// worse by how it sends or reads. So only the service's sockets count:
+//   - in a network namespace the rule names (evidence_netns, by default the
+//     daemon's own);
 //   - accepted ones: an outgoing connection's sends are requests, and anyone
 //     can open one;
 //   - on a port the rule names (match.lports), else on a privileged port
 //     (below net.ipv4.ip_unprivileged_port_start), which only a process
 //     with CAP_NET_BIND_SERVICE can listen on;
-//   - from a peer that is not this host: a local client of the service
-//     (loopback, or the same address at both ends) is a local user again.
+//   - from a peer that is not this host: a peer inside its namespace's local
+//     routing table (any of the host's addresses: a second NIC, docker0, a
+//     VIP; loopback; AnyIP ranges) is a local user again.
 // Steering is not changed: the other sockets still get the cohort's arms.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <vector>
 
 #include "net/ip_addr.h"
+#include "net/prefix_trie.h"
 #include "record/flow_record.h"
 
 namespace tcpscope {
 
-enum class EvidenceVerdict : uint8_t { kCounts, kOutgoing, kPort, kLocalPeer };
-constexpr int kEvidenceVerdicts = 4;
-// "counts", "outgoing", "port", "local_peer": the reason label of
-// tcpscope_controller_records_refused_total.
+// kConnectionCap is the controller's, not the gate's: a connection that
+// found no room in its rule's table of open connections (connection_table.h).
+enum class EvidenceVerdict : uint8_t { kCounts, kOutgoing, kPort, kLocalPeer, kConnectionCap, kNetns };
+constexpr int kEvidenceVerdicts = 6;
+// "counts", "outgoing", "port", "local_peer", "connection_cap", "netns": the
+// reason label of tcpscope_controller_records_refused_total.
 const char* to_string(EvidenceVerdict v);
+
+// This host's addresses as each network namespace (by inode) routes them:
+// its local routing table (net/local_routes.h).
+using LocalAddresses = std::map<uint32_t, std::shared_ptr<const PrefixTrie<uint8_t>>>;
 
 struct EvidenceGate {
   std::vector<uint16_t> lports;  // the rule's match.lports; empty: privileged ports only
   uint16_t unprivileged_port_start = 1024;
+  std::vector<uint32_t> netns;   // the namespaces whose sockets count (inodes); empty: none
+  // Each one's local addresses; a namespace without a table still refuses
+  // loopback and a peer at the socket's own address.
+  std::shared_ptr<const LocalAddresses> local;
 
-  EvidenceVerdict judge(Direction dir, const IpAddr& laddr, uint16_t lport, const IpAddr& raddr) const;
+  EvidenceVerdict judge(Direction dir, uint32_t netns, const IpAddr& laddr, uint16_t lport, const IpAddr& raddr) const;
 };
 
 // This host's net.ipv4.ip_unprivileged_port_start, 1024 (the kernel's

@@ -2,81 +2,81 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include <nlohmann/json.hpp>
 
 namespace tcpscope {
 
-void LogMoments::add(double value) {
-  if (value > 0 && std::isfinite(value)) add_log(std::log(value));
-}
-void LogMoments::add_log(double x) {
-  ++n;
-  const double d = x - mean;
-  mean += d / static_cast<double>(n);
-  m2 += d * (x - mean);
-}
-void LogMoments::merge(const LogMoments& o) {
-  if (!o.n) return;
-  if (!n) {
-    *this = o;
-    return;
-  }
-  const double na = static_cast<double>(n), nb = static_cast<double>(o.n), d = o.mean - mean;
-  mean += d * nb / (na + nb);
-  m2 += o.m2 + d * d * na * nb / (na + nb);
-  n += o.n;
-}
-LogMoments LogMoments::since(const LogMoments& earlier) const {
-  if (!earlier.n) return *this;
-  if (earlier.n >= n) return {};
-  const double na = static_cast<double>(earlier.n), nb = static_cast<double>(n - earlier.n);
-  LogMoments b;
-  b.n = n - earlier.n;
-  b.mean = (static_cast<double>(n) * mean - na * earlier.mean) / nb;
-  const double d = b.mean - earlier.mean;
-  b.m2 = std::max(0.0, m2 - earlier.m2 - d * d * na * nb / static_cast<double>(n));
-  return b;
+void ClusteredRatio::add(ClusterSums* c, double dy, double dx) {
+  if (c->x == 0) ++clusters;
+  y += dy;
+  x += dx;
+  yy += dy * (2 * c->y + dy);
+  xy += c->y * dx + dy * c->x + dy * dx;
+  xx += dx * (2 * c->x + dx);
+  c->y += dy;
+  c->x += dx;
 }
 
-double LogMoments::variance() const { return n < 2 ? 0 : m2 / static_cast<double>(n - 1); }
-void Proportion::add(double e, double t) {
-  events += e;
-  trials += t;
+double ClusteredRatio::variance() const {
+  if (clusters < 2 || !(x > 0)) return 0;
+  const double r = y / x;
+  const double residual = std::max(0.0, yy - 2 * r * xy + r * r * xx);
+  const double k = static_cast<double>(clusters);
+  return k / (k - 1) * residual / (x * x);
 }
-double Proportion::share() const { return trials > 0 ? events / trials : 0; }
 
 namespace {
-SequentialResult msprt(double theta, double v, double tau, double alpha) {
-  SequentialResult r;
-  if (!(v > 0) || !std::isfinite(v)) return r;
-  r.testable = true;
-  const double t2 = tau * tau;
-  const double log_e = 0.5 * std::log(v / (v + t2)) + t2 * theta * theta / (2 * v * (v + t2));
-  r.e_value = std::exp(std::min(log_e, 690.0));
-  const double half = std::sqrt(2 * v * (v + t2) / t2 * (std::log(1 / alpha) + 0.5 * std::log((v + t2) / v)));
-  r.diff = theta;
-  r.ci_lo = theta - half;
-  r.ci_hi = theta + half;
-  return r;
+
+constexpr double kMaxLogE = 690;  // e^690: below DBL_MAX
+
+// log e of the t mixture at statistic t, nu degrees of freedom, rho = tau^2 / V.
+double log_e(double t, double nu, double rho) {
+  const double t2 = t * t;
+  return -0.5 * std::log1p(rho) + (nu + 1) / 2 * (std::log1p(t2 / nu) - std::log1p(t2 / (nu * (1 + rho))));
 }
+
+// The |t| at which the e-value reaches 1/alpha, infinity when it never does
+// (its supremum, (1 + rho)^(nu/2), is below).
+double t_boundary(double nu, double rho, double alpha) {
+  const double target = std::log(1 / alpha);
+  if (nu / 2 * std::log1p(rho) <= target) return std::numeric_limits<double>::infinity();
+  double lo = 0, hi = 1;
+  for (int i = 0; i < 200 && log_e(hi, nu, rho) < target; ++i) hi *= 2;
+  for (int i = 0; i < 100; ++i) {
+    const double mid = (lo + hi) / 2;
+    (log_e(mid, nu, rho) < target ? lo : hi) = mid;
+  }
+  return hi;
+}
+
 }  // namespace
 
-SequentialResult mixture_sprt(const LogMoments& a, const LogMoments& b, double tau, double alpha) {
-  if (a.n < 2 || b.n < 2) return {};
-  SequentialResult r = msprt(b.mean - a.mean, a.variance() / a.n + b.variance() / b.n, tau, alpha);
-  if (!r.testable) return r;
+SequentialResult mixture_sprt(const ClusteredRatio& a, const ClusteredRatio& b, double tau, double alpha) {
+  SequentialResult r;
+  if (a.clusters < 2 || b.clusters < 2) return r;
+  const double va = a.variance(), vb = b.variance(), v = va + vb;
+  if (!(v > 0) || !std::isfinite(v)) return r;
+  r.testable = true;
+  const double ka = static_cast<double>(a.clusters) - 1, kb = static_cast<double>(b.clusters) - 1;
+  r.dof = v * v / (va * va / ka + vb * vb / kb);
+  const double rho = tau * tau / v;
+  r.diff = b.ratio() - a.ratio();
+  const double t = r.diff / std::sqrt(v);
+  r.e_value = std::exp(std::min(log_e(t, r.dof, rho), kMaxLogE));
+  const double half = t_boundary(r.dof, rho, alpha) * std::sqrt(v);
+  r.ci_lo = r.diff - half;
+  r.ci_hi = r.diff + half;
+  return r;
+}
+
+SequentialResult as_relative_change(SequentialResult r) {
   r.diff = std::expm1(r.diff);
   r.ci_lo = std::expm1(r.ci_lo);
   r.ci_hi = std::expm1(r.ci_hi);
   return r;
-}
-
-SequentialResult mixture_sprt(const Proportion& a, const Proportion& b, double tau, double alpha) {
-  if (!(a.trials > 0) || !(b.trials > 0)) return {};
-  const double pa = a.share(), pb = b.share();
-  return msprt(pb - pa, pa * (1 - pa) / a.trials + pb * (1 - pb) / b.trials, tau, alpha);
 }
 
 std::vector<size_t> e_benjamini_hochberg(const std::vector<double>& e, double alpha) {
@@ -92,24 +92,34 @@ std::vector<size_t> e_benjamini_hochberg(const std::vector<double>& e, double al
 
 double always_valid_p(double max_e) { return max_e > 1 ? 1 / max_e : 1; }
 
-nlohmann::json to_json(const LogMoments& m) { return {{"n", m.n}, {"mean", m.mean}, {"m2", m.m2}}; }
-bool from_json(const nlohmann::json& j, LogMoments* out) {
-  if (!j.is_object() || !j.contains("n") || !j["n"].is_number_unsigned() || !j.contains("mean") ||
-      !j["mean"].is_number() || !j.contains("m2") || !j["m2"].is_number())
-    return false;
-  LogMoments m{j["n"].get<uint64_t>(), j["mean"].get<double>(), j["m2"].get<double>()};
-  if (!std::isfinite(m.mean) || !std::isfinite(m.m2) || m.m2 < 0) return false;
-  *out = m;
-  return true;
+nlohmann::json to_json(const ClusteredRatio& r) {
+  return {{"clusters", r.clusters}, {"y", r.y}, {"x", r.x}, {"yy", r.yy}, {"xy", r.xy}, {"xx", r.xx}};
 }
-nlohmann::json to_json(const Proportion& p) { return {{"events", p.events}, {"trials", p.trials}}; }
-bool from_json(const nlohmann::json& j, Proportion* out) {
-  if (!j.is_object() || !j.contains("events") || !j["events"].is_number() || !j.contains("trials") ||
-      !j["trials"].is_number())
+
+bool from_json(const nlohmann::json& j, ClusteredRatio* out) {
+  if (!j.is_object()) return false;
+  for (const char* k : {"y", "x", "yy", "xy", "xx"})
+    if (!j.contains(k) || !j[k].is_number() || !std::isfinite(j[k].get<double>())) return false;
+  if (!j.contains("clusters") || !j["clusters"].is_number_unsigned()) return false;
+  ClusteredRatio r;
+  r.clusters = j["clusters"].get<uint64_t>();
+  r.y = j["y"].get<double>();
+  r.x = j["x"].get<double>();
+  r.yy = j["yy"].get<double>();
+  r.xy = j["xy"].get<double>();
+  r.xx = j["xx"].get<double>();
+  const double k = static_cast<double>(r.clusters);
+  // Every cluster has x >= 1 (a value, or a flow's segments), and by
+  // Cauchy-Schwarz sum x_c^2 >= (sum x_c)^2 / K, likewise for y, and
+  // (sum x_c y_c)^2 <= sum x_c^2 * sum y_c^2: a state that breaks these was
+  // not made by add(). The slack is for rounding.
+  constexpr double kSlack = 1e-9;
+  const bool empty_ok = r.clusters > 0 || (r.y == 0 && r.x == 0 && r.yy == 0 && r.xy == 0 && r.xx == 0);
+  if (!empty_ok || r.x < k || r.x > 1e15 || r.yy < 0 || r.xx < 0) return false;
+  if (r.clusters > 0 && (r.xx * k < r.x * r.x * (1 - kSlack) || r.yy * k < r.y * r.y * (1 - kSlack) ||
+                         r.xy * r.xy > r.xx * r.yy * (1 + kSlack)))
     return false;
-  Proportion p{j["events"].get<double>(), j["trials"].get<double>()};
-  if (!std::isfinite(p.events) || !std::isfinite(p.trials) || p.events < 0 || p.trials < 0) return false;
-  *out = p;
+  *out = r;
   return true;
 }
 

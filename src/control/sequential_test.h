@@ -1,28 +1,46 @@
 // The statistics the closed loop decides with (control/cc_controller.h).
 //
+// The unit of evidence. The kernel draws an arm per connection (sock_ops,
+// at the handshake), so a connection's transfers share its arm, its client
+// and its path: they are a cluster, not independent units. One kept-alive
+// connection can carry thousands of transfers; counted as independent, two
+// connections of two clients look like thousands of units and an A/A run
+// decides for the arm that happened to get the nearer client. So an arm's
+// evidence is a ratio of sums over its connections, R = sum(y) / sum(x) (a
+// transfer's log value with x = 1: R is the mean log value, the log of the
+// geometric mean; a flow's retransmitted segments of x segments sent: R is
+// the retransmit share), and the variance of R counts each connection once:
+// the delta method for a ratio of cluster sums (the cluster-robust
+// variance; Deng, Knoblich, Lu, "Applying the Delta Method in Metric
+// Analytics", KDD 2018, as experimentation platforms analyse when the unit
+// of randomization is coarser than the unit of analysis):
+//   Var(R) = K / (K - 1) * sum_c (y_c - R x_c)^2 / (sum x)^2,  K connections.
+// With one value per connection it is the usual s^2 / n.
+//
 // Why sequential. The controller re-tests every cohort every interval. A
 // fixed-horizon p-value checked again and again is bound to cross 0.05 on
 // two identical arms sooner or later (the unit test's simulation: in 33.8 %
-// of A/A cohorts within 40 looks; this test: 1.3 %). The mixture sequential probability ratio
-// test (Robbins 1970; Johari, Pekelis, Walsh, "Always valid inference")
-// avoids that: under "no difference" its likelihood ratio, mixed over a
-// N(0, tau^2) prior on the difference theta, is a nonnegative martingale, so
-// by Ville's inequality the chance that it EVER reaches 1/alpha is at most
-// alpha, however often it is looked at. Its value at any look is an
-// e-value, 1 / its running maximum an always-valid p-value, and the set of
-// theta it would not reject is a confidence sequence: an interval that holds
-// the true difference at every look at once.
+// of A/A cohorts within 40 looks; this test: 1.3 %). The mixture sequential
+// probability ratio test (Robbins 1970; Johari, Pekelis, Walsh, "Always
+// valid inference") avoids that: under "no difference" its likelihood ratio,
+// mixed over a N(0, tau^2) prior on the difference theta, is a nonnegative
+// martingale, so by Ville's inequality the chance that it EVER reaches
+// 1/alpha is at most alpha, however often it is looked at. Its value at any
+// look is an e-value, 1 / its running maximum an always-valid p-value, and
+// the set of theta it would not reject is a confidence sequence.
 //
-// What is tested: theta = mean(log b) - mean(log a), the log of the ratio of
-// the arms' geometric means (completion times and throughputs are
-// log-normal-ish and their effects multiplicative), with the plug-in
-// variance V = s_a^2/n_a + s_b^2/n_b. The Gaussian likelihood holds by the
-// central limit theorem, which is why the controller waits for a minimum
-// sample per arm before any test counts:
-//   e  = sqrt(V / (V + tau^2)) * exp(tau^2 theta^2 / (2 V (V + tau^2)))
-//   CS = theta +- sqrt(2 V (V + tau^2) / tau^2 * (log(1/alpha) + log((V + tau^2) / V) / 2))
-// Proportions (retransmitted of sent segments) are tested the same way on
-// the difference of shares with V = p(1-p)/n per arm.
+// Few connections. The variance is estimated from the connections, and with
+// few of them the estimate is itself noisy: the statistic t = theta / sqrt(V)
+// has Student's t tails, not a normal's. So the mixture is taken under the t
+// likelihood, with Welch-Satterthwaite's degrees of freedom nu (Rouder et
+// al.'s Bayes factor with a normal prior on the effect, as the "safe t-test"
+// of Grunwald et al. uses; rho = tau^2 / V):
+//   e = (1 + rho)^(-1/2) * ((1 + t^2/nu) / (1 + t^2/(nu (1 + rho))))^((nu+1)/2)
+// which is the Gaussian mixture's e-value as nu grows, and with nu
+// connections' worth of freedom never exceeds (1 + rho)^(nu/2): eight
+// connections cannot outvote their own spread however many transfers they
+// carry. The confidence sequence is the set of theta whose e stays below
+// 1/alpha (unbounded while no theta could reach it).
 //
 // Across cohorts: e-BH (Wang and Ramdas, "False discovery rate control with
 // e-values"): with K e-values, reject the k* largest, k* = max{k : e_(k) >=
@@ -38,46 +56,51 @@
 
 namespace tcpscope {
 
-// Running moments of log(value) of one arm (Welford), mergeable.
-struct LogMoments {
-  uint64_t n = 0;
-  double mean = 0;  // of log(value)
-  double m2 = 0;    // sum of squared deviations from the mean
-  void add(double value);  // ignores values <= 0 and non-finite ones
-  void add_log(double log_value);
-  void merge(const LogMoments& o);  // Chan et al.'s parallel combination
-  // The moments of the values added since `earlier` was a copy of this
-  // (merge() undone).
-  LogMoments since(const LogMoments& earlier) const;
-  double variance() const;          // sample variance, 0 below 2 values
+// One cluster's sums so far: a connection's, in the evidence it adds to.
+struct ClusterSums {
+  double y = 0, x = 0;
 };
 
-// Events out of trials (retransmitted segments of segments sent).
-struct Proportion {
-  double events = 0, trials = 0;
-  void add(double e, double t);
-  double share() const;
+// sum(y) / sum(x) over clusters, with the sums the delta method needs.
+struct ClusteredRatio {
+  uint64_t clusters = 0;
+  double y = 0, x = 0;             // sum over clusters of y_c and x_c
+  double yy = 0, xy = 0, xx = 0;   // sum of y_c^2, x_c y_c, x_c^2
+
+  // Adds (dy, dx) to the cluster whose sums so far are *c (x == 0: a
+  // cluster not seen before), and updates *c. dx > 0.
+  void add(ClusterSums* c, double dy, double dx);
+  // A whole cluster at once (a flow's segments, at its close).
+  void add_cluster(double cy, double cx) {
+    ClusterSums c;
+    add(&c, cy, cx);
+  }
+  double ratio() const { return x > 0 ? y / x : 0; }
+  // Var(ratio()) by the delta method over clusters; 0 below 2 clusters.
+  double variance() const;
 };
 
 struct SequentialResult {
-  bool testable = false;  // both arms have 2 values (trials) and V > 0
-  double diff = 0;        // log moments: exp(theta) - 1, the relative change from a to b; proportions: b - a
-  double ci_lo = 0, ci_hi = 0;  // the 1 - alpha confidence sequence of diff, valid at every look
+  bool testable = false;  // both arms have 2 clusters and V > 0
+  double diff = 0;        // ratio(b) - ratio(a) (as_relative_change(): exp(diff) - 1)
+  double ci_lo = 0, ci_hi = 0;  // the 1 - alpha confidence sequence of diff (may be +-infinity)
   double e_value = 1;     // the mixture likelihood ratio at this look (capped at e^690)
+  double dof = 0;         // Welch-Satterthwaite's degrees of freedom
 };
 
-SequentialResult mixture_sprt(const LogMoments& a, const LogMoments& b, double tau, double alpha);
-SequentialResult mixture_sprt(const Proportion& a, const Proportion& b, double tau, double alpha);
+SequentialResult mixture_sprt(const ClusteredRatio& a, const ClusteredRatio& b, double tau, double alpha);
+// A result on mean log values as the relative change of the geometric
+// means: exp(diff) - 1, and so for its confidence sequence.
+SequentialResult as_relative_change(SequentialResult r);
 // The indexes e-BH rejects at `alpha`, in no particular order.
 std::vector<size_t> e_benjamini_hochberg(const std::vector<double>& e_values, double alpha);
 // 1 / the running maximum of an e-process, at most 1.
 double always_valid_p(double max_e_so_far);
 
-// For the saved state: false (and `out` untouched) on a malformed, negative
-// or non-finite value; never throws.
-nlohmann::json to_json(const LogMoments& m);
-bool from_json(const nlohmann::json& j, LogMoments* out);
-nlohmann::json to_json(const Proportion& p);
-bool from_json(const nlohmann::json& j, Proportion* out);
+// For the saved state: false (and `out` untouched) on a malformed, negative,
+// non-finite or inconsistent value (more clusters than x, sums of squares
+// below what the sums imply); never throws.
+nlohmann::json to_json(const ClusteredRatio& r);
+bool from_json(const nlohmann::json& j, ClusteredRatio* out);
 
 }  // namespace tcpscope

@@ -1,7 +1,11 @@
 #include "daemon/closed_loop.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 
 namespace tcpscope {
 
@@ -15,6 +19,7 @@ ClosedLoop::ClosedLoop(InstalledPolicy& policy, const Enricher& enricher, const 
 
 bool ClosedLoop::start(std::string* error) {
   controller_.configure(config_);
+  watch_namespaces(config_);
   if (!controller_.empty()) {
     std::string store_error;
     if (auto saved = store_.load(&store_error)) {
@@ -34,6 +39,7 @@ bool ClosedLoop::reload(const Config& next, const AsnDatabase* asn_db, std::stri
   const nlohmann::json before = controller_.save();
   std::string ignored;
   controller_.configure(next);
+  watch_namespaces(next);
   policy_.set_cohorts(controller_.cohort_asns(), controller_.cohort_weights(), &ignored);
   if (policy_.load(next, asn_db, error)) return true;
   controller_.configure(config_);
@@ -42,8 +48,16 @@ bool ClosedLoop::reload(const Config& next, const AsnDatabase* asn_db, std::stri
   return false;
 }
 
-void ClosedLoop::tick(Clock::time_point) {
+void ClosedLoop::tick(Clock::time_point now) {
   if (controller_.empty()) return;
+  // Addresses come and go (a VIP, a new interface): a local table is read
+  // again when its namespace says a route changed, and once a minute anyway.
+  bool changed = now >= next_routes_read_;
+  for (auto& [_, ns] : namespaces_) changed = ns.routes->changed() || changed;
+  if (changed) {
+    next_routes_read_ = now + std::chrono::seconds(60);
+    read_local_routes();
+  }
   const double now_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const CcController::StepResult step = controller_.step(now_s);
   if (step.changed) apply_cohorts();
@@ -52,6 +66,53 @@ void ClosedLoop::tick(Clock::time_point) {
 
 void ClosedLoop::close(std::chrono::milliseconds) {
   if (!controller_.empty()) save();
+}
+
+void ClosedLoop::watch_namespaces(const Config& config) {
+  for (const auto& rule : config.cc_policy.rules) {
+    if (!rule.controller) continue;
+    for (const auto& name : rule.controller->evidence_netns) {
+      if (namespaces_.count(name)) continue;
+      const std::string path = name == "self" ? "/proc/self/ns/net" : name[0] == '/' ? name : "/run/netns/" + name;
+      struct stat st {};
+      std::string error;
+      if (::stat(path.c_str(), &st) != 0) {
+        log_("controller: evidence_netns " + name + ": " + path + ": " + std::strerror(errno) +
+             "; no record of it counts");
+        continue;
+      }
+      auto routes = LocalRoutes::open(name == "self" ? "" : path, &error);
+      if (!routes)
+        log_("controller: evidence_netns " + name + ": its local routing table cannot be read (" + error +
+             "); no record of it counts until the next start");
+      else
+        namespaces_[name] = {static_cast<uint32_t>(st.st_ino), std::move(routes)};
+    }
+  }
+  read_local_routes();
+}
+
+void ClosedLoop::read_local_routes() {
+  std::map<std::string, uint32_t> inodes;
+  auto local = std::make_shared<LocalAddresses>();
+  std::string errors;
+  for (auto& [name, ns] : namespaces_) {
+    std::vector<Prefix> routes;
+    std::string error;
+    if (!ns.routes->read(&routes, &error)) {
+      errors += (errors.empty() ? "" : "; ") + name + ": " + error;
+      continue;  // its records do not count while its own addresses are unknown
+    }
+    auto trie = std::make_shared<PrefixTrie<uint8_t>>();
+    for (const auto& p : routes) trie->insert(p.addr, p.len, 1);
+    (*local)[ns.inode] = std::move(trie);
+    inodes[name] = ns.inode;
+  }
+  if (errors != routes_error_) {
+    if (!errors.empty()) log_("controller: local routing table unreadable (" + errors + "); its records do not count");
+    routes_error_ = errors;
+  }
+  controller_.set_namespaces(std::move(inodes), std::move(local));
 }
 
 void ClosedLoop::apply_cohorts() {

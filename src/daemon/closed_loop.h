@@ -4,6 +4,7 @@
 // and keeps its state on disk (control/controller_store.h) across restarts.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -11,6 +12,7 @@
 #include "control/controller_store.h"
 #include "enrich/enricher.h"
 #include "kernel/installed_policy.h"
+#include "net/local_routes.h"
 #include "pipeline/record_sink.h"
 
 namespace tcpscope {
@@ -42,6 +44,21 @@ class ClosedLoop final : public RecordSink {
   // policy, so the trie names it.
   void apply_cohorts();
   void save();
+  // The namespaces the controller rules' evidence_netns name: each one's
+  // inode and a reader of its local routing table, opened for names not
+  // seen before (another namespace than the daemon's own can be entered
+  // only at start: after that it lacks CAP_SYS_ADMIN, and says so).
+  void watch_namespaces(const Config& config);
+  // Their local tables now, to the controller.
+  void read_local_routes();
+
+  struct WatchedNamespace {
+    uint32_t inode = 0;
+    std::unique_ptr<LocalRoutes> routes;
+  };
+  std::map<std::string, WatchedNamespace> namespaces_;
+  Clock::time_point next_routes_read_{};
+  std::string routes_error_;  // the last one logged
 
   InstalledPolicy& policy_;
   const Enricher& enricher_;

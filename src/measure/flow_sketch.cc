@@ -261,8 +261,17 @@ FlowSketch FlowSketch::from_json(const nlohmann::json& j) {
     if (s.total_ != sum + s.zero_count_)
       throw std::invalid_argument("sketch count " + std::to_string(s.total_) + " is not the sum of its buckets " +
                                   std::to_string(sum + s.zero_count_));
+    // Every bucket a sketch fills lies within its span (add() clamps into
+    // it): one outside says the document was not made by a sketch, and its
+    // offset arithmetic could run past int32.
+    if (!s.counts_.empty() &&
+        (int64_t{s.offset_} < int64_t{s.index_of(s.lo_)} - 1 ||
+         int64_t{s.offset_} + static_cast<int64_t>(s.counts_.size()) - 1 > int64_t{s.index_of(s.hi_)} + 1))
+      throw std::invalid_argument("sketch buckets " + std::to_string(s.offset_) + ".. lie outside its span");
     s.min_ = j.at("min").get<double>();
     s.max_ = j.at("max").get<double>();
+    if (!std::isfinite(s.min_) || !std::isfinite(s.max_) || (s.total_ && s.min_ > s.max_))
+      throw std::invalid_argument("sketch min and max are not an interval");
     s.collapsed_ = j.at("collapsed").get<bool>();
     s.clamped_ = j.value("clamped", uint64_t{0});
     return s;

@@ -47,6 +47,7 @@ std::string policy_json(const PolicyStatus& s) {
         rule["controller"] = {{"cohort", src.controller->cohort == CohortKind::kAsn ? "asn" : "peer_class"},
                               {"control_percent", src.controller->control_percent},
                               {"min_transfers", src.controller->min_transfers},
+                              {"min_connections", src.controller->min_connections},
                               {"interval_s", src.controller->interval_s},
                               {"fdr", src.controller->fdr},
                               {"arms", arms}};

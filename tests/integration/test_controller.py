@@ -22,7 +22,7 @@ CONNECT = ("import socket,sys\n"
            "  while got<200: got+=len(c.recv(65536))\n"
            "  c.close()\n")
 
-def controller_config(pfx2as, min_transfers=1000000):
+def controller_config(pfx2as, netns, min_transfers=1000000):
     return f"""
 asn:
   prefix_file: {pfx2as}
@@ -36,6 +36,7 @@ cc_policy:
         control_percent: 10
         min_transfers: {min_transfers}
         interval_s: 1
+        evidence_netns: [{netns}]
 """
 
 
@@ -81,7 +82,7 @@ class Setup:
 
 def test_cohort_weights_steer_the_kernel_and_survive_a_restart(net, tmp_path, test_cgroup):
     s = Setup(net, tmp_path, test_cgroup)
-    d = s.daemon(controller_config(s.pfx2as))
+    d = s.daemon(controller_config(s.pfx2as, s.net.srv))
     try:
         recs = s.connections(d, net.cli_v4, 60)
         for r in recs:
@@ -118,7 +119,7 @@ def test_cohort_weights_steer_the_kernel_and_survive_a_restart(net, tmp_path, te
     cohorts.append(asn)
     path.write_text(json.dumps(saved))
 
-    d = s.daemon(controller_config(s.pfx2as))
+    d = s.daemon(controller_config(s.pfx2as, s.net.srv))
     try:
         assert f"controller state restored from {path}" in d.stderr_text()
         rule = get_json(d, "/api/v1/controller")["rules"][0]
@@ -158,7 +159,7 @@ cc_policy:
 def test_a_corrupt_state_is_reported_and_ignored(net, tmp_path, test_cgroup):
     s = Setup(net, tmp_path, test_cgroup)
     (s.state / "controller.json").write_text('{"version": 1, "rules": {"auto": {"arms": ')
-    d = s.daemon(controller_config(s.pfx2as))
+    d = s.daemon(controller_config(s.pfx2as, s.net.srv))
     try:
         assert "controller state ignored: " in d.stderr_text() and "not valid JSON" in d.stderr_text()
         assert get_json(d, "/api/v1/controller")["rules"][0]["cohorts"] == []
@@ -175,7 +176,7 @@ def test_without_send_transfers_the_status_says_so(net, tmp_path, test_cgroup):
     the controller and for each cohort's test, instead of waiting for
     min_transfers."""
     s = Setup(net, tmp_path, test_cgroup)
-    d = s.daemon(controller_config(s.pfx2as, min_transfers=5), missing_tracepoints=("tcp_sendmsg_locked", "tcp_probe"))
+    d = s.daemon(controller_config(s.pfx2as, s.net.srv, min_transfers=5), missing_tracepoints=("tcp_sendmsg_locked", "tcp_probe"))
     none = "no send transfers on this kernel (they need tcp_sendmsg_locked, Linux 6.16, or tcp_probe)"
     try:
         assert get_json(d, "/api/v1/controller")["note"] == none

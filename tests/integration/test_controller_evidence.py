@@ -4,12 +4,15 @@ closed loop with connections of their own, each of which learns its arm
 transfer slowly, so it takes long to finish):
   - a listener on a port anyone can bind, with an accomplice connecting in;
   - outgoing connections to an accomplice;
-  - connections to the service itself, from this host.
+  - connections to the service itself, from this host: from its own address,
+    and from another address of the host;
+  - in a user and network namespace of the user's own (`unshare -rn`), a
+    service on the "privileged" port 443 there and clients of it.
 None of them counts: the controller takes evidence only from the service's
-accepted sockets on the rule's ports, from other hosts
-(src/control/evidence_gate.h). The same pattern from a remote client of the
-service does count, and flips the decision: the attack is real, the gate is
-what stops it."""
+namespace (evidence_netns), its accepted sockets on the rule's ports, from
+peers outside the host's local routing table (src/control/evidence_gate.h).
+The same pattern from a remote client of the service does count, and flips
+the decision: the attack is real, the gate is what stops it."""
 import json
 import os
 import sys
@@ -59,10 +62,12 @@ def listen(addr, port, handle):
         c, _ = s.accept()
         threading.Thread(target=handle, args=(c,), daemon=True).start()
 
-def connect_n(addr, port, n, handle):
+def connect_n(addr, port, n, handle, source=None):
     def one():
         c = small_buffer_socket()
         c.settimeout(30)
+        if source:
+            c.bind((source, 0))
         c.connect((addr, port))
         handle(c)
     for start in range(0, n, 8):
@@ -73,7 +78,7 @@ def connect_n(addr, port, n, handle):
 role, addr, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if role == "serve": listen(addr, port, send_arm_and_body)
 elif role == "sink": listen(addr, port, read_as_told)
-elif role == "fetch": connect_n(addr, port, int(sys.argv[4]), read_as_told)
+elif role == "fetch": connect_n(addr, port, int(sys.argv[4]), read_as_told, sys.argv[5] if len(sys.argv) > 5 else None)
 elif role == "push": connect_n(addr, port, int(sys.argv[4]), send_arm_and_body)
 '''
 
@@ -82,7 +87,11 @@ SERVICE_PORT, HOSTILE_PORT, ACCOMPLICE_PORT = 443, 9090, 9091
 NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
 
 
-def config():
+# A user's own namespace: the service and its clients on addresses its lo is given.
+OWN_SERVICE, OWN_CLIENT = "198.19.250.1", "198.19.250.7"
+
+
+def config(service_netns):
     return f"""
 snapshot_interval_s: 0
 cc_policy:
@@ -95,6 +104,7 @@ cc_policy:
         control_percent: 10
         min_transfers: 20
         interval_s: 1
+        evidence_netns: [{service_netns}]
 """
 
 
@@ -125,7 +135,7 @@ def test_a_local_user_cannot_steer_the_loop_and_a_remote_client_can(net, tmp_pat
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     cfg = tmp_path / "tcpscope.yaml"
-    cfg.write_text(config())
+    cfg.write_text(config(net.srv))
     home = tmp_path / "daemon"
     home.mkdir()
     d = Daemon(home, extra_args=("--config", str(cfg), "--cgroup", str(test_cgroup)),
@@ -136,22 +146,38 @@ def test_a_local_user_cannot_steer_the_loop_and_a_remote_client_can(net, tmp_pat
         # The local user's listener, and an accomplice on the client side.
         start(net, net.srv, "serve", net.srv_v4, HOSTILE_PORT, *NOBODY)
         start(net, net.cli, "sink", net.cli_v4, ACCOMPLICE_PORT)
+        # Another address of the service's host (a second NIC, a VIP).
+        other_address = net.srv_v4.rsplit(".", 1)[0] + ".9"
+        net.ns(net.srv, "ip", "addr", "add", f"{other_address}/32", "dev", "lo")
+        # The user's own namespace, serving itself on its "privileged" 443.
+        # Debian's python3: the user's own namespace cannot reach root's
+        # files (a python under /root) that an outsider's caps could.
+        own_ns = ("unshare", "-rn", "sh", "-c",
+                  f"ip link set lo up && ip addr add {OWN_SERVICE}/32 dev lo && ip addr add {OWN_CLIENT}/32 dev lo && "
+                  f"{{ /usr/bin/python3 -c \"$0\" serve {OWN_SERVICE} 443 & "
+                  "for i in $(seq 100); do ss -Hltn 'sport = :443' | grep -q . && break; sleep 0.1; done; "
+                  f"/usr/bin/python3 -c \"$0\" fetch {OWN_SERVICE} 443 60 {OWN_CLIENT}; kill $!; }}", ARM_AWARE)
         for _ in range(2):
             net.ns(net.cli, sys.executable, "-c", ARM_AWARE, "fetch", net.srv_v4, str(HOSTILE_PORT), "60")
             net.ns(net.srv, *NOBODY, sys.executable, "-c", ARM_AWARE, "push", net.cli_v4, str(ACCOMPLICE_PORT), "60")
             net.ns(net.srv, *NOBODY, sys.executable, "-c", ARM_AWARE, "fetch", net.srv_v4, str(SERVICE_PORT), "60")
+            net.ns(net.srv, *NOBODY, sys.executable, "-c", ARM_AWARE, "fetch", net.srv_v4, str(SERVICE_PORT), "60",
+                   other_address)
+            r = net.ns(net.srv, *NOBODY, *own_ns, check=False)
+            assert r.returncode == 0, r.stderr
         refused = lambda: status(d).get("records_refused", {})
-        wait_for(lambda: refused().get("outgoing", 0) and refused().get("port", 0) and refused().get("local_peer", 0),
+        wait_for(lambda: all(refused().get(k, 0) for k in ("outgoing", "port", "local_peer", "netns")),
                  20, what=lambda: f"every hostile kind refused: {refused()}")
         time.sleep(3)  # three test intervals (interval_s 1) after 120 connections of each kind
         rule = status(d)
         assert rule["decisions"] == 0, rule
         assert evidence_transfers(d) == 0, client_cohort(d)
         r = refused()
-        # Each hostile connection is refused at least for its data transfer.
-        assert r["port"] >= 120 and r["outgoing"] >= 120 and r["local_peer"] >= 120, r
+        # Each hostile connection is refused at least for its data transfer:
+        # from the host's own address and from its other one, both local.
+        assert r["port"] >= 120 and r["outgoing"] >= 120 and r["local_peer"] >= 240 and r["netns"] >= 120, r
         assert d.metric_value("tcpscope_controller_records_refused_total",
-                              {"rule": "auto", "reason": "local_peer"}) >= 120
+                              {"rule": "auto", "reason": "local_peer"}) >= 240
 
         # The same pattern from a remote client of the service is evidence,
         # and BBR's slow transfers lose it the cohort.

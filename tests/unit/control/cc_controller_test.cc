@@ -50,20 +50,35 @@ Config controller_config(CohortKind cohort, std::vector<std::string> arms = {"bb
   return c;
 }
 
-// A record of a socket the service accepted on 443 from another host: the
-// only kind that counts as evidence (evidence_gate.h).
+// The service's network namespace, the one its rules' evidence_netns
+// ("self") names.
+constexpr uint32_t kServiceNetns = 4026531840;
+
+// Configures `c` with `cfg`, its "self" being the service's namespace.
+void configure(CcController& c, const Config& cfg) {
+  c.set_namespaces({{"self", kServiceNetns}}, nullptr);
+  c.configure(cfg);
+}
+
+// A record of a socket the service accepted on 443 from another host in its
+// namespace: the only kind that counts as evidence (evidence_gate.h).
 template <class Record>
 void served(Record* r) {
+  r->netns = kServiceNetns;
   r->dir = Direction::kPassive;
   r->laddr = *IpAddr::parse("198.18.0.1");
   r->raddr = *IpAddr::parse("198.18.1.2");
   r->lport = 443;
 }
 
+// Each transfer of a connection of its own (its flow's start tells them
+// apart), unless the caller gives it one.
 TransferRecord transfer(const std::string& arm, uint32_t asn, const std::string& peer_class, uint64_t bytes,
                         double seconds, uint32_t srtt_us = 55000, uint32_t min_rtt_us = 50000) {
+  static int64_t next_connection = 1;
   TransferRecord t;
   served(&t);
+  t.flow_start_ns = next_connection++;
   t.direction = TransferDirection::kSend;
   t.bytes = bytes;
   t.xfer_us = std::max<int64_t>(1, std::llround(seconds * 1e6));
@@ -108,7 +123,7 @@ void feed_large(CcController* c, std::mt19937_64* rng, const std::string& arm, u
 // Configured with `cfg`, 300 large transfers per arm, bbr at 40 Mbit/s and
 // cubic at 20, one step.
 void feed_bbr_twice_as_fast(CcController* c, const Config& cfg) {
-  c->configure(cfg);
+  configure(*c, cfg);
   std::mt19937_64 rng(6);
   feed_large(c, &rng, "bbr", 0, "client", 40, 300);
   feed_large(c, &rng, "cubic", 0, "client", 20, 300);
@@ -118,7 +133,7 @@ void feed_bbr_twice_as_fast(CcController* c, const Config& cfg) {
 TEST(CcController, LearnsTheBetterArmPerPeerClassAndRampsItUp) {
   Lines log;
   CcController c(std::make_shared<prometheus::Registry>(), log.sink());
-  c.configure(controller_config(CohortKind::kPeerClass));
+  configure(c, controller_config(CohortKind::kPeerClass));
   std::mt19937_64 rng(1);
   double now = 1000;
   EXPECT_TRUE(c.step(now).tested);  // nothing yet
@@ -167,7 +182,7 @@ TEST(CcController, LearnsTheBetterArmPerPeerClassAndRampsItUp) {
 TEST(CcController, SaysWhenTheKernelHasNoSendTransfers) {
   Lines log;
   CcController c(std::make_shared<prometheus::Registry>(), log.sink());
-  c.configure(controller_config(CohortKind::kPeerClass));
+  configure(c, controller_config(CohortKind::kPeerClass));
   std::mt19937_64 rng(3);
   feed_large(&c, &rng, "bbr", 0, "client", 40, 5);
   c.step(1000);
@@ -186,7 +201,7 @@ TEST(CcController, SaysWhenTheKernelHasNoSendTransfers) {
 
 TEST(CcController, CountsOnlyItsOwnRulesSendTransfers) {
   CcController c(std::make_shared<prometheus::Registry>(), nullptr);
-  c.configure(controller_config(CohortKind::kPeerClass, {"bbr", "cubic"}, 2));
+  configure(c, controller_config(CohortKind::kPeerClass, {"bbr", "cubic"}, 2));
   TransferRecord recv = transfer("bbr", 0, "client", 1000, 0.1);
   recv.direction = TransferDirection::kRecv;
   TransferRecord other = transfer("bbr", 0, "client", 1000, 0.1);
@@ -207,7 +222,7 @@ TEST(CcController, CountsOnlyItsOwnRulesSendTransfers) {
 // clamped), which read 35.8 ms for a 33.7 ms median.
 TEST(CcController, ReportsTheMediansOfTheTransfersItWasFed) {
   CcController c(std::make_shared<prometheus::Registry>(), nullptr);
-  c.configure(controller_config(CohortKind::kPeerClass, {"bbr", "cubic"}, 1000));
+  configure(c, controller_config(CohortKind::kPeerClass, {"bbr", "cubic"}, 1000));
   std::mt19937_64 rng(11);
   std::lognormal_distribution<double> fct_s(std::log(0.0337), 0.3), rate_bytes(std::log(5e6), 0.4);
   std::vector<double> fct_ms, rate_bps;
@@ -230,110 +245,111 @@ TEST(CcController, ReportsTheMediansOfTheTransfersItWasFed) {
   EXPECT_NEAR(arm["throughput_p50_bps"].get<double>(), want_rate, 0.01 * want_rate) << arm.dump();
 }
 
-// A state saved by a version that kept fct in seconds (and throughput in
-// bytes/s, as now) is read in the metrics' units: the same cohort, the same
-// log-scale evidence shifted by the unit, and it still decides the same way.
-TEST(CcController, AVersion1StateIsReadInTheMetricsUnits) {
+// A state of a version that counted transfers as independent units
+// (versions 1 to 3, moments of log values per arm): its cohorts keep their
+// states, winners and weights, their evidence starts afresh (it cannot be
+// turned into connections), and one log line says so.
+TEST(CcController, AStateThatCountedTransfersKeepsItsDecisionsAndDropsItsEvidence) {
   CcController a(std::make_shared<prometheus::Registry>(), nullptr);
   const Config cfg = controller_config(CohortKind::kPeerClass);
   feed_bbr_twice_as_fast(&a, cfg);
-  nlohmann::json v1 = a.save();
-  ASSERT_EQ(v1["version"], 3);
-  v1["version"] = 1;
-  for (auto& rule : v1["rules"]) {
-    for (auto& cohort_json : rule["cohorts"]) {
-      for (auto& ev : cohort_json["evidence"]) {
-        auto& m = ev["fct"];
-        if (m["n"].get<uint64_t>()) m["mean"] = m["mean"].get<double>() - std::log(1e6);
-      }
-    }
-  }
-  CcController b(std::make_shared<prometheus::Registry>(), nullptr);
-  b.configure(cfg);
-  std::string error;
-  ASSERT_TRUE(b.restore(v1, &error)) << error;
-  const nlohmann::json restored = b.save();
-  ASSERT_EQ(restored["rules"]["auto"]["cohorts"].size(), 1u);
-  const nlohmann::json saved = a.save();
-  const auto& want = saved["rules"]["auto"]["cohorts"][0]["evidence"];
-  const auto& got = restored["rules"]["auto"]["cohorts"][0]["evidence"];
-  for (size_t arm = 0; arm < 2; ++arm) {
-    EXPECT_NEAR(got[arm]["throughput"]["mean"].get<double>(), want[arm]["throughput"]["mean"].get<double>(), 1e-9);
-    EXPECT_EQ(got[arm]["throughput"]["n"], want[arm]["throughput"]["n"]);
-  }
-  b.step(20);
   a.step(20);
-  EXPECT_EQ((*cohort(status(b), "client"))["state"], (*cohort(status(a), "client"))["state"]);
-  v1["version"] = 4;
+  ASSERT_EQ((*cohort(status(a), "client"))["state"], "decided");
+  nlohmann::json v3 = a.save();
+  ASSERT_EQ(v3["version"], 4);
+  v3["version"] = 3;
+  for (auto& rule : v3["rules"])
+    for (auto& cohort_json : rule["cohorts"])
+      for (auto& ev : cohort_json["evidence"])
+        ev = {{"transfers", 300}, {"fct", {{"n", 0}, {"mean", 0}, {"m2", 0}}},
+              {"throughput", {{"n", 300}, {"mean", 15.2}, {"m2", 70.1}}}};
+  Lines log;
+  CcController b(std::make_shared<prometheus::Registry>(), log.sink());
+  configure(b, cfg);
+  std::string error;
+  ASSERT_TRUE(b.restore(v3, &error)) << error;
+  const auto restored = *cohort(status(b), "client");
+  EXPECT_EQ(restored["state"], "decided");
+  EXPECT_EQ(restored["winner"], "bbr");
+  EXPECT_EQ(b.cohort_weights(), a.cohort_weights());
+  EXPECT_EQ(restored["evidence"]["arms"]["bbr"]["transfers"], 0) << restored.dump();
+  ASSERT_EQ(log.lines.size(), 1u);
+  EXPECT_NE(log.lines[0].find("saved state version 3 counted transfers as independent units"), std::string::npos)
+      << log.lines[0];
+  v3["version"] = 5;
   CcController d(std::make_shared<prometheus::Registry>(), nullptr);
-  d.configure(cfg);
-  EXPECT_FALSE(d.restore(v1, &error));
+  configure(d, cfg);
+  EXPECT_FALSE(d.restore(v3, &error));
   EXPECT_NE(error.find("version"), std::string::npos) << error;
 }
 
-// A state saved by a version that kept throughput in bit/s: its log-scale
-// throughput evidence is moved to bytes/s exactly and still decides the same
-// way; its fct sketch is kept, its throughput sketch (whose bit/s buckets
-// cannot be moved to bytes/s ones within the sketch's accuracy) dropped with
-// a log line saying so.
-TEST(CcController, AVersion2StateIsReadInBytesPerSecondAndDropsOnlyTheThroughputSketch) {
-  CcController a(std::make_shared<prometheus::Registry>(), nullptr);
-  const Config cfg = controller_config(CohortKind::kPeerClass);
-  a.configure(cfg);
-  std::mt19937_64 rng(6);
-  feed_large(&a, &rng, "bbr", 0, "client", 40, 300);
-  feed_large(&a, &rng, "cubic", 0, "client", 20, 300);
-  for (int i = 0; i < 30; ++i) a.observe(transfer("bbr", 0, "client", 60'000, 0.02 + 0.001 * i));
-  // Saved before a step decides (a decision starts the evidence afresh).
-  nlohmann::json v2 = a.save();
-  ASSERT_EQ(v2["version"], 3);
-  v2["version"] = 2;
-  const MetricSpan bit_span{1e3, 1e13};  // version 2's throughput span, in bit/s
-  for (auto& rule : v2["rules"]) {
-    for (auto& cohort_json : rule["cohorts"]) {
-      for (auto& ev : cohort_json["evidence"]) {
-        auto& m = ev["throughput"];
-        if (m["n"].get<uint64_t>()) m["mean"] = m["mean"].get<double>() + std::log(8.0);
-        FlowSketch bits(FlowSketch::kDefaultRelativeAccuracy, 0, bit_span.lo, bit_span.hi);
-        for (const auto& [value, count] : FlowSketch::from_json(ev["throughput_sketch"]).bins())
-          bits.add(8 * value, count);
-        ev["throughput_sketch"] = bits.to_json();
-      }
+// The kernel draws an arm per connection, so a connection's transfers are
+// one unit of evidence however many there are: 2 connections per arm with
+// 300 transfers each are 2 units, too few to test, and an A/A pair of them
+// decides nothing however far apart their clients are.
+TEST(CcController, AConnectionsTransfersAreOneUnitOfEvidence) {
+  CcController c(std::make_shared<prometheus::Registry>(), nullptr);
+  configure(c, controller_config(CohortKind::kPeerClass, {"cubic", "cubic"}, 200));
+  std::mt19937_64 rng(21);
+  // A near client for cubic, a far one for cubic#2: 10 Mbit/s apart.
+  std::lognormal_distribution<double> near(std::log(40e6 / 8), 0.3), far(std::log(30e6 / 8), 0.3);
+  for (int conn = 0; conn < 4; ++conn)
+    for (int i = 0; i < 300; ++i) {
+      const bool is_near = conn % 2 == 0;
+      TransferRecord t = transfer(is_near ? "cubic" : "cubic#2", 0, "client", kLarge,
+                                  kLarge / (is_near ? near(rng) : far(rng)));
+      t.flow_start_ns = 42 + conn;  // four connections, two per arm
+      c.observe(t);
     }
+  c.step(10);
+  const auto s = status(c);
+  const auto& pool = *cohort(s, "client");
+  EXPECT_EQ(pool["evidence"]["arms"]["cubic"]["n_throughput"], 600);
+  EXPECT_EQ(pool["evidence"]["arms"]["cubic"]["connections_throughput"], 2);
+  EXPECT_EQ(pool["state"], "exploring");
+  EXPECT_NE(pool["evidence"]["test"]["waiting_for"].get<std::string>().find("min_connections 4"), std::string::npos)
+      << pool.dump();
+}
+
+// An open connection's sums survive a restart: its next transfer joins its
+// cluster instead of counting as another connection.
+TEST(CcController, AnOpenConnectionStaysOneUnitAcrossARestart) {
+  CcController a(std::make_shared<prometheus::Registry>(), nullptr);
+  const Config cfg = controller_config(CohortKind::kPeerClass, {"bbr", "cubic"}, 1000);
+  configure(a, cfg);
+  for (int i = 0; i < 10; ++i) {
+    TransferRecord t = transfer("bbr", 0, "client", kLarge, 1.0 + 0.1 * i);
+    t.flow_start_ns = 7;
+    a.observe(t);
   }
-  Lines log;
-  CcController b(std::make_shared<prometheus::Registry>(), log.sink());
-  b.configure(cfg);
+  CcController b(std::make_shared<prometheus::Registry>(), nullptr);
+  configure(b, cfg);
   std::string error;
-  ASSERT_TRUE(b.restore(v2, &error)) << error;
-  const nlohmann::json saved = a.save(), restored = b.save();
-  const auto& want = saved["rules"]["auto"]["cohorts"][0]["evidence"];
-  const auto& got = restored["rules"]["auto"]["cohorts"][0]["evidence"];
-  ASSERT_EQ(got.size(), 2u) << restored.dump();
-  for (size_t arm = 0; arm < 2; ++arm) {
-    EXPECT_NEAR(got[arm]["throughput"]["mean"].get<double>(), want[arm]["throughput"]["mean"].get<double>(), 1e-9)
-        << "arm " << arm;
-    EXPECT_EQ(got[arm]["throughput"]["n"], want[arm]["throughput"]["n"]) << "arm " << arm;
-    EXPECT_EQ(got[arm]["throughput_sketch"]["count"], 0) << "arm " << arm << ": the bit/s sketch is dropped";
-    EXPECT_EQ(got[arm]["fct_sketch"], want[arm]["fct_sketch"]) << "arm " << arm << ": the fct sketch is kept";
-  }
-  EXPECT_GT(want[0]["fct_sketch"]["count"].get<uint64_t>(), 0u) << "the test needs an fct sketch to keep";
-  ASSERT_EQ(log.lines.size(), 1u);
-  EXPECT_NE(log.lines[0].find("saved state version 2: dropped the throughput sketches (600 transfers"),
-            std::string::npos)
-      << log.lines[0];
-  const nlohmann::json arm = (*cohort(status(b), "client"))["evidence"]["arms"]["bbr"];
-  EXPECT_FALSE(arm.contains("throughput_p50_bps")) << arm.dump();
-  EXPECT_TRUE(arm.contains("fct_p50_ms")) << arm.dump();
-  b.step(20);
-  a.step(20);
-  EXPECT_EQ((*cohort(status(b), "client"))["state"], (*cohort(status(a), "client"))["state"]);
+  ASSERT_TRUE(b.restore(nlohmann::json::parse(a.save().dump()), &error)) << error;
+  TransferRecord later = transfer("bbr", 0, "client", kLarge, 2.0);
+  later.flow_start_ns = 7;
+  b.observe(later);
+  b.step(10);
+  const auto sb = status(b);
+  ASSERT_TRUE(cohort(sb, "client")) << sb.dump() << "\n" << a.save().dump();
+  const auto& arm = (*cohort(sb, "client"))["evidence"]["arms"]["bbr"];
+  EXPECT_EQ(arm["n_throughput"], 11);
+  EXPECT_EQ(arm["connections_throughput"], 1) << arm.dump();
+  // Closed, it leaves the table: nothing is saved for it any more.
+  FlowRecord f;
+  served(&f);
+  f.start_ns = 7;
+  f.segs_out = 100;
+  f.enrichment = later.enrichment;
+  b.observe(f);
+  const nlohmann::json saved = b.save();
+  EXPECT_TRUE(saved["rules"]["auto"]["cohorts"][0]["evidence"][0]["open"].empty()) << saved.dump();
 }
 
 TEST(CcController, AnAsnWithEnoughTransfersGetsItsOwnCohort) {
   Lines log;
   CcController c(std::make_shared<prometheus::Registry>(), log.sink());
-  c.configure(controller_config(CohortKind::kAsn, {"bbr", "cubic"}, 50, 2));
+  configure(c, controller_config(CohortKind::kAsn, {"bbr", "cubic"}, 50, 2));
   std::mt19937_64 rng(2);
   for (uint32_t asn : {64501u, 64502u, 64503u}) {
     feed_large(&c, &rng, "bbr", asn, "client", 30, 60 + static_cast<int>(asn - 64500));
@@ -361,7 +377,7 @@ TEST(CcController, AnAsnWithEnoughTransfersGetsItsOwnCohort) {
 TEST(CcController, AnAaRunDecidesAlmostNothing) {
   Lines log;
   CcController c(std::make_shared<prometheus::Registry>(), log.sink());
-  c.configure(controller_config(CohortKind::kAsn, {"cubic", "cubic"}, 30, 60));
+  configure(c, controller_config(CohortKind::kAsn, {"cubic", "cubic"}, 30, 60));
   std::mt19937_64 rng(3);
   std::lognormal_distribution<double> fct(std::log(0.08), 0.8);
   double now = 0;
@@ -386,7 +402,7 @@ TEST(CcController, AnAaRunDecidesAlmostNothing) {
 TEST(CcController, RevertsWhenTheControlSliceShowsTheWinnerWorse) {
   Lines log;
   CcController c(std::make_shared<prometheus::Registry>(), log.sink());
-  c.configure(controller_config(CohortKind::kPeerClass, {"bbr", "cubic"}, 100));
+  configure(c, controller_config(CohortKind::kPeerClass, {"bbr", "cubic"}, 100));
   std::mt19937_64 rng(4);
   feed_large(&c, &rng, "bbr", 0, "client", 40, 150);
   feed_large(&c, &rng, "cubic", 0, "client", 20, 150);
@@ -412,7 +428,7 @@ TEST(CcController, RevertsWhenTheControlSliceShowsTheWinnerWorse) {
 
 TEST(CcController, AGuardBlocksAWinner) {
   CcController c(std::make_shared<prometheus::Registry>(), nullptr);
-  c.configure(controller_config(CohortKind::kPeerClass, {"bbr", "cubic"}, 100));
+  configure(c, controller_config(CohortKind::kPeerClass, {"bbr", "cubic"}, 100));
   std::mt19937_64 rng(5);
   feed_large(&c, &rng, "bbr", 0, "client", 40, 150);
   feed_large(&c, &rng, "cubic", 0, "client", 20, 150);
@@ -441,11 +457,12 @@ TEST(CcController, AGuardBlocksAWinner) {
 TEST(CcController, OnlyTheServicesSocketsAreEvidence) {
   auto registry = std::make_shared<prometheus::Registry>();
   CcController c(registry, nullptr);
-  c.configure(controller_config(CohortKind::kPeerClass, {"bbr", "cubic"}, 20));
+  configure(c, controller_config(CohortKind::kPeerClass, {"bbr", "cubic"}, 20));
   const std::pair<const char*, void (*)(TransferRecord*)> hostile[] = {
       {"outgoing", [](TransferRecord* t) { t->dir = Direction::kActive; }},
       {"port", [](TransferRecord* t) { t->lport = 9090; }},
       {"local_peer", [](TransferRecord* t) { t->raddr = t->laddr; }},
+      {"netns", [](TransferRecord* t) { t->netns = kServiceNetns + 1; }},  // a user's own namespace
   };
   std::mt19937_64 rng(7);
   for (const auto& [reason, make_hostile] : hostile) {
@@ -457,7 +474,11 @@ TEST(CcController, OnlyTheServicesSocketsAreEvidence) {
   auto s = status(c);
   const auto& rule = s["rules"][0];
   EXPECT_EQ(rule["decisions"], 0) << s.dump(2);
-  EXPECT_EQ(rule["records_refused"], nlohmann::json({{"outgoing", 200}, {"port", 200}, {"local_peer", 200}}));
+  EXPECT_EQ(rule["records_refused"], nlohmann::json({{"outgoing", 200},
+                                                     {"port", 200},
+                                                     {"local_peer", 200},
+                                                     {"netns", 200},
+                                                     {"connection_cap", 0}}));
   const auto* pool = cohort(s, "client");
   EXPECT_TRUE(!pool || (*pool)["evidence"]["arms"]["bbr"]["transfers"] == 0) << s.dump(2);
   const std::string text = prometheus::TextSerializer().Serialize(registry->Collect());
@@ -479,7 +500,7 @@ TEST(CcController, StateSurvivesARestartAndAChangedRuleStartsAfresh) {
   const nlohmann::json saved = a.save();
 
   CcController b(std::make_shared<prometheus::Registry>(), nullptr);
-  b.configure(cfg);
+  configure(b, cfg);
   std::string error;
   ASSERT_TRUE(b.restore(nlohmann::json::parse(saved.dump()), &error)) << error;
   EXPECT_EQ(status(b), status(a));
@@ -488,26 +509,27 @@ TEST(CcController, StateSurvivesARestartAndAChangedRuleStartsAfresh) {
   Config changed = cfg;
   changed.cc_policy.rules[1].controller->control_percent = 20;
   CcController d(std::make_shared<prometheus::Registry>(), nullptr);
-  d.configure(changed);
+  configure(d, changed);
   ASSERT_TRUE(d.restore(saved, &error)) << error;
   EXPECT_TRUE(status(d)["rules"][0]["cohorts"].empty()) << "a saved state of other settings does not apply";
 
   // SIGHUP: the same rule keeps its cohorts, a changed one starts afresh.
-  a.configure(cfg);
+  configure(a, cfg);
   EXPECT_EQ((*cohort(status(a), "client"))["state"], "decided");
-  a.configure(changed);
+  configure(a, changed);
   EXPECT_TRUE(status(a)["rules"][0]["cohorts"].empty());
-  a.configure(Config{});
+  configure(a, Config{});
   EXPECT_TRUE(a.empty());
   EXPECT_TRUE(a.cohort_weights().empty());
 }
 
 TEST(CcController, AMalformedStateIsRefusedWhole) {
   CcController a(std::make_shared<prometheus::Registry>(), nullptr);
-  a.configure(controller_config(CohortKind::kPeerClass));
+  configure(a, controller_config(CohortKind::kPeerClass));
   std::mt19937_64 rng(7);
   feed_large(&a, &rng, "bbr", 0, "client", 40, 300);
   feed_large(&a, &rng, "cubic", 0, "client", 20, 300);
+  const nlohmann::json fed = a.save();  // before the decision starts the evidence afresh
   a.step(10);
   nlohmann::json good = a.save();
   const std::string before = a.status_json();
@@ -520,6 +542,20 @@ TEST(CcController, AMalformedStateIsRefusedWhole) {
   bad_weights["rules"]["auto"]["cohorts"][0]["weights"] = {90, 20};
   EXPECT_FALSE(a.restore(bad_weights, &error));
   EXPECT_NE(error.find("weights"), std::string::npos) << error;
+  // Summed in 64 bits: 4294967196 + 200 is not 100.
+  bad_weights["rules"]["auto"]["cohorts"][0]["weights"] = {4294967196u, 200u};
+  EXPECT_FALSE(a.restore(bad_weights, &error));
+  EXPECT_NE(error.find("weight"), std::string::npos) << error;
+  nlohmann::json bad_asn = good;
+  bad_asn["rules"]["auto"]["candidates"]["4294967297"] = good["rules"]["auto"]["cohorts"][0]["evidence"];
+  EXPECT_FALSE(a.restore(bad_asn, &error));
+  EXPECT_NE(error.find("4294967297"), std::string::npos) << error;
+  nlohmann::json bad_sketch = fed;
+  bad_sketch["rules"]["auto"]["cohorts"][0]["evidence"][0]["throughput_sketch"]["offset"] = 2147483000;
+  EXPECT_FALSE(a.restore(bad_sketch, &error)) << "a sketch whose buckets lie outside its span";
+  nlohmann::json bad_moments = fed;
+  bad_moments["rules"]["auto"]["cohorts"][0]["evidence"][0]["throughput"]["clusters"] = 1000000;
+  EXPECT_FALSE(a.restore(bad_moments, &error)) << "more connections than transfers";
   nlohmann::json bad_evidence = good;
   bad_evidence["rules"]["auto"]["cohorts"][0]["evidence"][0]["fct"] = "x";
   EXPECT_FALSE(a.restore(bad_evidence, &error));

@@ -62,8 +62,9 @@ std::pair<uint64_t, uint64_t> aggregated(const MetricOptions& mo) {
 
 uint64_t evidence(const MetricOptions& mo) {
   ArmEvidence e;
-  e.add_transfer(sent_transfer(), mo.throughput_min_bytes);
-  return e.objective(Objective::kThroughput).n;
+  ConnectionSums sums;
+  e.add_transfer(sent_transfer(), mo.throughput_min_bytes, &sums);
+  return static_cast<uint64_t>(e.objective(Objective::kThroughput).x);
 }
 
 uint64_t read_from_flow_log(const MetricOptions& mo) {
