@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "policy/cc_policy.h"
 #include "record/enrichment.h"
 #include "tcpscope/policy.h"
@@ -31,6 +33,11 @@ class RuleNames {
   uint16_t next_install() const { return next_install_; }
   // `policy` was installed as next_install(): keeps its names, moves on.
   void add(const CompiledPolicy& policy);
+
+  // Across a restart (kernel/handover.h): the next daemon names the flows
+  // this one's installs tagged. from_json() refuses anything malformed.
+  nlohmann::json to_json() const;
+  static std::optional<RuleNames> from_json(const nlohmann::json& j);
   // cc_rule / experiment / arm of a record of a flow whose socket the kernel
   // tagged `rule_tag` and `arm_tag` (the cc_rule and arm of its
   // tcpscope_flow_event or tcpscope_transfer_event); left unset when no rule

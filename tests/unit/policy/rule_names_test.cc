@@ -144,5 +144,22 @@ TEST(RuleNames, APlainRuleHasNoArmWhateverTheTag) {
   EXPECT_FALSE(f.arm);
 }
 
+// Across a restart the next daemon names the flows the last one's installs
+// tagged, and installs on from the next id.
+TEST(RuleNames, SurviveARestartThroughJson) {
+  RuleNames names;
+  install(names, policy_of({plain("lan", "cubic")}));
+  const uint16_t id = install(names, policy_of({plain("lan", "bbr")}));
+  auto back = RuleNames::from_json(nlohmann::json::parse(names.to_json().dump()));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->next_install(), names.next_install());
+  EXPECT_EQ(named(*back, TCPSCOPE_RULE_TAG(id, 0), 1).cc_rule, "lan");
+  EXPECT_EQ(back->to_json(), names.to_json());
+  for (const char* bad : {R"({"next_install": 0, "installs": []})", R"({"next_install": 70000, "installs": []})",
+                          R"({"next_install": 2, "installs": [{"id": 0, "rules": []}]})",
+                          R"({"next_install": 2, "installs": [{"id": 1, "rules": [{"name": 3}]}]})", "[]"})
+    EXPECT_FALSE(RuleNames::from_json(nlohmann::json::parse(bad))) << bad;
+}
+
 }  // namespace
 }  // namespace tcpscope
