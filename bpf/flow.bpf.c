@@ -438,7 +438,10 @@ static __always_inline __u32 receive_window(struct tcp_sock *tp)
 }
 
 #define TCP_PAWS_WINDOW 1
-#define TCP_PAWS_WRAP_S 2147 /* INT_MAX / USEC_PER_SEC: 6.7's bound (6.1's is 24 days) */
+/* INT_MAX / USEC_PER_SEC, since TCP's µs timestamps; 6.1 trusts ts_recent
+ * for 24 days, so there an old TSval after more idle than this is taken
+ * for accepted, as before this check. */
+#define TCP_PAWS_WRAP_S 2147
 
 /* RFC 7323's PAWS, as tcp_paws_check(): a TSval older than the last one
  * taken (ts_recent, 0 on a connection without timestamps) by more than a
@@ -760,10 +763,10 @@ static __always_inline void note_rx_payload(const struct sock *sk, struct flow_s
  * hundred instructions later. A segment delivers payload when it starts at
  * or before rcv_nxt and ends after it (an out-of-order one delivers nothing
  * until the segment filling the hole before it arrives: that one is the
- * arrival), and TCP takes it. rx_mark gets what bytes_received will be with this segment in,
- * so the twin program finds the arrival already recorded. Data that arrives
- * after this side sent its FIN (FIN_WAIT) is processed outside
- * tcp_rcv_established and is not seen. */
+ * arrival), and TCP takes it. rx_mark gets what bytes_received will be
+ * with this segment in, so the twin program finds the arrival already
+ * recorded. Data that arrives after this side sent its FIN (FIN_WAIT) is
+ * processed outside tcp_rcv_established and is not seen. */
 static __always_inline void note_rx_segment(const struct sock *sk, struct tcp_sock *tp,
 					    struct flow_state *st, struct sk_buff *skb)
 {

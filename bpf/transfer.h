@@ -254,9 +254,9 @@ static __always_inline void note_send(const struct sock *sk, struct tcp_sock *tp
  * idle leaves TRANSFER_IDLE_NS after that ACK, whose time tx_end_ns keeps
  * (it is free until our FIN: check_tx_done() owns it from then on).
  *
- * tcp_probe shows a segment before TCP checks it: one TCP drops (an old
- * TCP timestamp, outside the receive window: segment_accepted()) ends
- * nothing, as its ACK is not taken.
+ * tcp_probe shows a segment before TCP checks it: one TCP drops (a SYN or
+ * RST, an old TCP timestamp, outside the receive window:
+ * segment_accepted()) ends nothing, as its ACK is not taken.
  *
  * A flight still undelivered when we close leaves ESTABLISHED, where
  * tcp_probe runs, before its first ACK: the state change looks for it.
