@@ -254,6 +254,10 @@ static __always_inline void note_send(const struct sock *sk, struct tcp_sock *tp
  * idle leaves TRANSFER_IDLE_NS after that ACK, whose time tx_end_ns keeps
  * (it is free until our FIN: check_tx_done() owns it from then on).
  *
+ * tcp_probe shows a segment before TCP checks it: one TCP drops (a SYN or
+ * RST, an old TCP timestamp, outside the receive window:
+ * segment_accepted()) ends nothing, as its ACK is not taken.
+ *
  * A flight still undelivered when we close leaves ESTABLISHED, where
  * tcp_probe runs, before its first ACK: the state change looks for it.
  */
@@ -287,10 +291,9 @@ static __always_inline void note_flight(const struct sock *sk, struct tcp_sock *
 static __always_inline void note_segment(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st,
 					 struct sk_buff *skb)
 {
-	struct tcp_skb_cb *cb = (void *)skb->cb;
-	__u32 una = tp->snd_una, ack = 0, seq, end_seq;
-	__u8 tcp_flags = 0;
-	bool acks_all = false, data;
+	__u32 una = tp->snd_una;
+	struct segment seg;
+	bool acks_all = false;
 
 	if (st->flags & TCPSCOPE_F_FIN_SENT)
 		return; /* no data can follow: close and check_tx_done() end it */
@@ -298,36 +301,35 @@ static __always_inline void note_segment(const struct sock *sk, struct tcp_sock 
 	/* The segment is read only when it can end something: not while data
 	 * waits unsent (a bulk sender's ACKs), nor, with nothing outstanding,
 	 * outside a transfer (a bulk receiver's data). */
-	if (tp->snd_nxt != tp->write_seq)
+	if (tp->snd_nxt != tp->write_seq || (una == tp->snd_nxt && !(st->flags & TCPSCOPE_ST_TX_OPEN)))
+		return;
+	if (!read_segment(skb, &seg))
 		return;
 	if (una != tp->snd_nxt) {
 		/* Only the ACK of the last byte sent can end it: a peer that
 		 * sends while it receives (HTTP/2's WINDOW_UPDATEs) acknowledges
 		 * part of the data in segments that carry payload. */
-		tcp_flags = BPF_CORE_READ(cb, tcp_flags);
-		ack = BPF_CORE_READ(cb, ack_seq);
-		acks_all = (tcp_flags & TCPHDR_ACK) && ack == tp->snd_nxt;
-		if (!acks_all)
+		if (seg.ack != tp->snd_nxt)
 			return; /* data still outstanding */
-		st->tx_end_ns = bpf_ktime_get_ns();
+		acks_all = true;
 	}
+	/* Nor can a segment TCP is about to drop: its ACK is not taken, and
+	 * its payload does not arrive. */
+	if (!segment_accepted(tp, &seg))
+		return;
+	if (acks_all)
+		st->tx_end_ns = bpf_ktime_get_ns();
 	if (!(st->flags & TCPSCOPE_ST_TX_OPEN))
 		return;
-	if (st->last_rx_ns <= st->tx_start_ns) {
-		/* Payload beyond what we had (a bare FIN's sequence number is not). */
-		if (!acks_all)
-			tcp_flags = BPF_CORE_READ(cb, tcp_flags);
-		seq = BPF_CORE_READ(cb, seq);
-		end_seq = BPF_CORE_READ(cb, end_seq);
-		data = end_seq - seq > (tcp_flags & TCPHDR_FIN ? 1u : 0u) && !seq_geq(tp->rcv_nxt, end_seq);
-		if (!data)
-			return;
-	}
+	/* Unless data came in since it began, this segment must bring payload
+	 * beyond what we had (a bare FIN's sequence number is not). */
+	if (st->last_rx_ns <= st->tx_start_ns && !(seg.len && !seq_geq(tp->rcv_nxt, seg.end_seq)))
+		return;
 	/* bytes_acked does not have this ACK's bytes yet: the base, not read
 	 * again before the next start, makes up for them (below 0 if nothing
 	 * was acknowledged before: fill_send_transfer() subtracts signed). */
 	if (acks_all)
-		st->tx_acked_base -= ack - una;
+		st->tx_acked_base -= seg.ack - una;
 	end_transfer(sk, tp, st, TCPSCOPE_XFER_SEND, st->tx_end_ns);
 }
 
