@@ -72,6 +72,8 @@ class Daemon {
   int drain_ring();
   void on_tick();
   void apply_reload(PreparedReload& r);
+  // /healthz, on an HTTP thread: reads only last_drain_ns_ and, under
+  // failures_mu_, failures_, which the loop thread sets.
   std::pair<bool, std::string> health() const;
 
   RunOptions opts_;
@@ -79,7 +81,6 @@ class Daemon {
   std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
   std::unique_ptr<SelfMetrics> self_;
   std::unique_ptr<Enricher> enricher_;
-  std::unique_ptr<HttpServer> http_;
   std::unique_ptr<FlowProbe> probe_;
   std::unique_ptr<RingReader> ring_;
   std::unique_ptr<InstalledPolicy> policy_;
@@ -100,6 +101,9 @@ class Daemon {
   // What /healthz (an HTTP thread) says of failing sinks, set on the loop.
   mutable std::mutex failures_mu_;
   std::string failures_;
+  // Its handlers read the members above: declared last, it is destroyed
+  // first, so a start that fails halfway stops it before they go.
+  std::unique_ptr<HttpServer> http_;
 };
 
 int Daemon::start() {
@@ -118,10 +122,11 @@ int Daemon::start() {
   http_ = HttpServer::start(config_.listen, config_.http, &error);
   if (!http_) return fail(error);
   http_->serve_metrics(registry_);
-  http_->set_health([this] { return health(); });
   http_->handle_json("/api/v1/distributions",
                      [this](const std::string& q) { return distributions_->distributions().handle_query(q); });
   if (int rc = start_kernel()) return rc;
+  // /healthz says "starting" until the programs are attached and the ring reader made.
+  http_->set_health([this] { return health(); });
   if (int rc = start_outputs()) return rc;
 
   std::string attached;
@@ -252,7 +257,6 @@ void Daemon::apply_reload(PreparedReload& r) {
 }
 
 std::pair<bool, std::string> Daemon::health() const {
-  if (!probe_ || !ring_) return {false, "BPF programs not attached"};
   const int64_t now = SteadyClock::now().time_since_epoch().count();
   if (now - last_drain_ns_.load() > std::chrono::duration_cast<std::chrono::nanoseconds>(kDrainDeadline).count())
     return {false, "ring buffer not drained in time"};
@@ -322,6 +326,10 @@ int Daemon::run() {
     more_queued = drain_ring() == RingReader::kDefaultDrainBudget;
   }
 
+  // No request in flight and none accepted from here on: the handlers read
+  // the probe's maps, the policy and the sinks, which are detached, closed
+  // and freed below.
+  http_.reset();
   // The jobs read the iterator's link and reopen the flow log: done before those go.
   snapshots_->wait();
   reloader_->wait();
@@ -335,7 +343,6 @@ int Daemon::run() {
   fanout_->close(kCloseTimeout);
   ring_.reset();
   probe_.reset();
-  http_.reset();
   close(ep);
   close(tfd);
   close(sfd);

@@ -17,6 +17,12 @@
 #include <set>
 #include <sstream>
 
+// A sanitizer's runtime (ThreadSanitizer's) keeps a thread of its own with
+// every signal blocked, which could not drop its capabilities; this hook,
+// the runtime's notice that the process is entering a sandbox, stops that
+// thread. Null (weak) when no sanitizer is linked.
+extern "C" __attribute__((weak)) void __sanitizer_sandbox_on_notify(void* args);
+
 namespace tcpscope {
 
 namespace {
@@ -232,6 +238,7 @@ bool drop_capabilities_in_every_thread(uint64_t keep, std::string* error) {
     return false;
   }
 
+  if (__sanitizer_sandbox_on_notify) __sanitizer_sandbox_on_notify(nullptr);
   // Threads may start while others are being handled; list again until a
   // round finds no new one. A thread started by one that already dropped
   // inherits the reduced sets anyway.

@@ -85,32 +85,39 @@ def loadgen_binary():
 class Daemon:
     """A running `tcpscope run` with its flow log and metrics endpoint."""
 
-    def __init__(self, tmp: Path, extra_args=(), env=None, flow_log_stdout=False, nice=0, transfer_sampling_rate=1):
+    def __init__(self, tmp: Path, extra_args=(), env=None, flow_log_stdout=False, nice=0, transfer_sampling_rate=1,
+                 binary=TCPSCOPE, port=None):
         """flow_log_stdout: run with `--flow-log -` and read the records from
         the daemon's standard output (captured in a file). nice: run at this
         niceness (the systemd unit's Nice=-5: nice=-5). transfer_sampling_rate:
         the flag's value, every transfer by default (the tests check each);
-        None leaves the config's."""
+        None leaves the config's. binary: another build of tcpscope (a
+        sanitizer's). port: the one to listen on, for clients that connect
+        before the daemon has started (a free one by default)."""
         self.flow_log = tmp / ("daemon.stdout" if flow_log_stdout else "flows.ndjson")
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.stderr_path = tmp / "daemon.stderr"
         self.stderr = open(self.stderr_path, "w")
         self.stdout = open(self.flow_log, "w") if flow_log_stdout else None
         self.proc = subprocess.Popen(
             [*(["nice", "-n", str(nice)] if nice else []),
-             str(TCPSCOPE), "run", "--listen", f"127.0.0.1:{self.port}",
+             str(binary), "run", "--listen", f"127.0.0.1:{self.port}",
              "--flow-log", "-" if flow_log_stdout else str(self.flow_log),
              *([] if transfer_sampling_rate is None else ["--transfer-sampling-rate", str(transfer_sampling_rate)]),
              *extra_args],
             stdout=self.stdout or subprocess.DEVNULL, stderr=self.stderr, env=env)
-        wait_for(lambda: "running:" in self.stderr_text() or self.proc.poll() is not None,
-                 30, what="daemon start")
+        try:
+            wait_for(lambda: "running:" in self.stderr_text() or self.proc.poll() is not None,
+                     30, what="daemon start")
+        except AssertionError:
+            stop_process(self.proc, signal.SIGKILL)  # not left running; said below
         if self.proc.poll() is not None:
             self.stderr.close()
             if self.stdout:
                 self.stdout.close()
-            raise RuntimeError(f"tcpscope did not start: {self.stderr_text()}")
+            raise RuntimeError(f"tcpscope did not start (exit {self.proc.returncode}, -9: killed after 30 s): "
+                               f"{self.stderr_text()}")
         self._offset = 0
         self._records = []
         self._transfers = []
