@@ -60,6 +60,28 @@ const volatile bool arrivals_from_segments = false;
 /* Defined by policy.bpf.c, which writes the socket's policy part. */
 extern TCPSCOPE_FLOWS_MAP flows SEC(".maps");
 
+/* A restart hands the maps and links to the next daemon (README
+ * "Restarts"), which attaches its programs beside these before it detaches
+ * them: a tracepoint's link cannot swap its program (a cgroup's can, and
+ * does). Only the programs of the active generation run, so that each
+ * event is handled once: the new daemon attaches its generation, makes it
+ * the active one in one write, then detaches the old. Set by the loader. */
+const volatile __u32 generation = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} active_generation SEC(".maps");
+
+static __always_inline bool running(void)
+{
+	__u32 zero = 0, *active = bpf_map_lookup_elem(&active_generation, &zero);
+
+	return active && *active == generation;
+}
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 16 << 20); /* resized by the loader at open time */
@@ -682,6 +704,8 @@ static __always_inline __u32 *state_change_busy_mark(void)
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(on_state_change, const struct sock *sk, int oldstate, int newstate)
 {
+	if (!running())
+		return 0;
 	__u32 *busy = state_change_busy_mark();
 
 	if (busy)
@@ -695,6 +719,8 @@ int BPF_PROG(on_state_change, const struct sock *sk, int oldstate, int newstate)
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(on_state_change_nested, const struct sock *sk, int oldstate, int newstate)
 {
+	if (!running())
+		return 0;
 	__u32 *busy = state_change_busy_mark();
 
 	if (!busy || !*busy)
@@ -817,6 +843,8 @@ static __always_inline void handle_data_ready(const struct sock *sk)
 SEC("tp_btf/sk_data_ready")
 int BPF_PROG(on_data_ready, const struct sock *sk)
 {
+	if (!running())
+		return 0;
 	handle_data_ready(sk);
 	return 0;
 }
@@ -824,6 +852,8 @@ int BPF_PROG(on_data_ready, const struct sock *sk)
 SEC("tp_btf/sk_data_ready")
 int BPF_PROG(on_data_ready_twin, const struct sock *sk)
 {
+	if (!running())
+		return 0;
 	handle_data_ready(sk);
 	return 0;
 }
@@ -831,6 +861,8 @@ int BPF_PROG(on_data_ready_twin, const struct sock *sk)
 SEC("tp_btf/tcp_sendmsg_locked")
 int BPF_PROG(on_sendmsg, const struct sock *sk)
 {
+	if (!running())
+		return 0;
 	struct flow_state *st = state_of(sk);
 	struct tcp_sock *tp;
 
@@ -874,6 +906,8 @@ static __always_inline void handle_segment(const struct sock *sk, struct sk_buff
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(on_segment, const struct sock *sk, struct sk_buff *skb)
 {
+	if (!running())
+		return 0;
 	handle_segment(sk, skb);
 	return 0;
 }
@@ -881,6 +915,8 @@ int BPF_PROG(on_segment, const struct sock *sk, struct sk_buff *skb)
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(on_segment_twin, const struct sock *sk, struct sk_buff *skb)
 {
+	if (!running())
+		return 0;
 	handle_segment(sk, skb);
 	return 0;
 }
@@ -888,6 +924,8 @@ int BPF_PROG(on_segment_twin, const struct sock *sk, struct sk_buff *skb)
 SEC("tp_btf/tcp_cong_state_set")
 int BPF_PROG(on_cong_state, struct sock *sk, const __u8 ca_state)
 {
+	if (!running())
+		return 0;
 	struct flow_state *st = state_of(sk);
 	struct tcp_sock *tp;
 
@@ -908,6 +946,8 @@ int BPF_PROG(on_cong_state, struct sock *sk, const __u8 ca_state)
 SEC("tp_btf/tcp_send_reset")
 int BPF_PROG(on_send_reset, const struct sock *sk)
 {
+	if (!running())
+		return 0;
 	struct flow_state *st;
 
 	if (!sk)
@@ -921,6 +961,8 @@ int BPF_PROG(on_send_reset, const struct sock *sk)
 SEC("tp_btf/tcp_receive_reset")
 int BPF_PROG(on_receive_reset, struct sock *sk)
 {
+	if (!running())
+		return 0;
 	struct flow_state *st = state_of(sk);
 
 	if (st)

@@ -23,6 +23,15 @@
 #define TCPSCOPE_ASSERT_SIZE(type, size) _Static_assert(sizeof(struct type) == (size), #type " layout")
 #endif
 
+/* The layout of what a restart hands over (src/kernel/handover.h): the ring
+ * records, the per-socket state (bpf/flow_state.h) and what every map
+ * holds. Raise it with any change to them: a daemon takes over only maps
+ * of its own layout version, and otherwise starts afresh. A test build may
+ * set another (tests/package: an upgrade to a layout that differs). */
+#ifndef TCPSCOPE_LAYOUT_VERSION
+#define TCPSCOPE_LAYOUT_VERSION 1
+#endif
+
 #define TCPSCOPE_CC_NAME_LEN 16
 #define TCPSCOPE_COMM_LEN 16
 #define TCPSCOPE_CA_STATES 5

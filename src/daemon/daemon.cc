@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include <prometheus/registry.h>
 
@@ -29,10 +30,12 @@
 #include "http/http_server.h"
 #include "kernel/capabilities.h"
 #include "kernel/flow_probe.h"
+#include "kernel/handover.h"
 #include "kernel/installed_policy.h"
 #include "kernel/load_log.h"
 #include "kernel/ring_reader.h"
 #include "os/cgroup_path.h"
+#include "os/fd_store.h"
 #include "pipeline/flow_pipeline.h"
 #include "pipeline/record_fanout.h"
 #include "record/flow_decoder.h"
@@ -101,6 +104,14 @@ class Daemon {
   // What /healthz (an HTTP thread) says of failing sinks, set on the loop.
   mutable std::mutex failures_mu_;
   std::string failures_;
+  // Across a restart (kernel/handover.h): the service manager's descriptor
+  // store, what the previous daemon handed over, and whether this one's
+  // handover is stored (then the programs stay attached at stop).
+  void store_handover();
+  FdStore fd_store_;
+  std::optional<Handover> previous_;
+  bool handover_stored_ = false;
+  std::string handover_error_;  // the last one logged
   // Its handlers read the members above: declared last, it is destroyed
   // first, so a start that fails halfway stops it before they go.
   std::unique_ptr<HttpServer> http_;
@@ -128,6 +139,9 @@ int Daemon::start() {
   // /healthz says "starting" until the programs are attached and the ring reader made.
   http_->set_health([this] { return health(); });
   if (int rc = start_outputs()) return rc;
+  // Stored now so that a crash hands over too; again at every reload (the
+  // policy's links and names change) and at stop.
+  store_handover();
 
   std::string attached;
   for (const auto& p : probe_->attached()) attached += (attached.empty() ? "" : ",") + p;
@@ -161,9 +175,18 @@ int Daemon::start_kernel() {
     if (!config_.cc_policy.rules.empty()) return fail("cc_policy has rules but no cgroup v2 hierarchy is mounted");
     log_line("no cgroup v2 hierarchy mounted: congestion-control policy, setsockopt and sysctl hooks disabled");
   }
+  fd_store_ = FdStore::from_environment();
+  previous_ = take_handover(fd_store_, &error);
+  if (!error.empty()) log_line(error + "; starting afresh");
+  popts.previous = previous_ ? &*previous_ : nullptr;
+  error.clear();
   probe_ = FlowProbe::open_and_attach(popts, &error, &details);
   if (!probe_) return fail(details.empty() ? error : error + "; " + save_load_log(details));
+  if (!probe_->takeover_note().empty()) log_line("restart: " + probe_->takeover_note());
   policy_ = std::make_unique<InstalledPolicy>(*probe_, registry_);
+  if (probe_->took_over() && !policy_->take_over(previous_->policy, &error))
+    log_line("restart: " + error + "; flows open across the restart close without their rule's name");
+  previous_.reset();
   loop_ = std::make_unique<ClosedLoop>(*policy_, *enricher_, config_, registry_, log_line);
   if (!loop_->start(&error)) return fail("cc_policy: " + error);
   const auto sends = send_transfer_delimiter(probe_->missing_tracepoints());
@@ -202,6 +225,17 @@ int Daemon::start_outputs() {
     return !flow_log_ || flow_log_->reopen(error);
   });
   return 0;
+}
+
+void Daemon::store_handover() {
+  if (!fd_store_.usable() || !probe_ || !policy_) return;
+  Handover h = probe_->handover();
+  h.policy = policy_->handover_state();
+  std::string error;
+  handover_stored_ = tcpscope::store_handover(fd_store_, h, &error);
+  if (!handover_stored_ && error != handover_error_)
+    log_line("restart: the next daemon cannot take over (" + error + "): a restart loses what runs meanwhile");
+  handover_error_ = handover_stored_ ? "" : error;
 }
 
 int Daemon::drain_ring() {
@@ -250,6 +284,7 @@ void Daemon::apply_reload(PreparedReload& r) {
   for (const auto& key : next_start) log_line("reload: " + key + " takes effect at the next start");
   config_ = std::move(merged);
   self_->count_reload(true);
+  store_handover();
   char took[32];
   std::snprintf(took, sizeof(took), "%.2f", r.seconds);
   log_line("reloaded " + (opts_.config_path.empty() ? std::string("<embedded>") : opts_.config_path) +
@@ -333,11 +368,20 @@ int Daemon::run() {
   // The jobs read the iterator's link and reopen the flow log: done before those go.
   snapshots_->wait();
   reloader_->wait();
-  // Detach first so nothing new arrives, then write out what the kernel queued.
-  policy_->unload();
-  probe_->detach();
-  // Nothing new can arrive now: the queue is finite, drain it to the end.
-  while (drain_ring() == RingReader::kDefaultDrainBudget) {
+  // Under a service manager that keeps descriptors across a restart, the
+  // programs stay attached for the next daemon (README "Restarts"), the
+  // policy's sysctl guard with them: it reads on where this one stops, and
+  // a stop for good releases them. Records keep arriving, so the drain
+  // ends within a second; what it leaves is the next daemon's. Otherwise
+  // detach first so nothing new arrives, then write out what the kernel
+  // queued: the queue is finite, drain it to the end.
+  store_handover();
+  if (!handover_stored_) {
+    policy_->unload();
+    probe_->detach();
+  }
+  const auto drain_until = SteadyClock::now() + std::chrono::seconds(1);
+  while (drain_ring() == RingReader::kDefaultDrainBudget && (!handover_stored_ || SteadyClock::now() < drain_until)) {
   }
   on_tick();
   fanout_->close(kCloseTimeout);

@@ -134,10 +134,48 @@ KernelFeatures probe_kernel_features() {
 
 namespace {
 
+// Makes `generation`'s programs the ones that run (bpf/flow.bpf.c, running()).
+bool set_active_generation(tcpscope_bpf* skel, uint32_t generation, std::string* error) {
+  uint32_t zero = 0;
+  if (bpf_map__update_elem(skel->maps.active_generation, &zero, sizeof(zero), &generation, sizeof(generation),
+                           BPF_ANY) == 0)
+    return true;
+  *error = "activating the programs of generation " + std::to_string(generation) + ": " + errno_text(errno);
+  return false;
+}
+
+// Why the maps `h` hands over cannot serve `skel`'s programs (another
+// layout version, a map missing, or one of another type, size or flags: a
+// ring or trie sized differently by the config), "" when they can.
+std::string incompatibility(const Handover& h, tcpscope_bpf* skel) {
+  if (h.layout_version != TCPSCOPE_LAYOUT_VERSION)
+    return "layout version " + std::to_string(h.layout_version) + ", this build's is " +
+           std::to_string(TCPSCOPE_LAYOUT_VERSION);
+  bpf_map* map;
+  bpf_object__for_each_map(map, skel->obj) {
+    if (bpf_map__is_internal(map)) continue;
+    const std::string name = bpf_map__name(map);
+    auto it = std::find_if(h.maps.begin(), h.maps.end(), [&](const NamedFd& m) { return m.name == name; });
+    if (it == h.maps.end()) return "no map '" + name + "'";
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(it->fd, &info, &len) != 0) return "map '" + name + "': " + errno_text(errno);
+    if (info.type != bpf_map__type(map) || info.key_size != bpf_map__key_size(map) ||
+        info.value_size != bpf_map__value_size(map) || info.max_entries != bpf_map__max_entries(map) ||
+        info.map_flags != bpf_map__map_flags(map))
+      return "map '" + name + "' is of another shape or size (" + std::to_string(info.max_entries) + " entries, " +
+             std::to_string(info.value_size) + "-byte values; this build's: " +
+             std::to_string(bpf_map__max_entries(map)) + ", " + std::to_string(bpf_map__value_size(map)) + ")";
+  }
+  return "";
+}
+
 // Opens the object and fixes what must be fixed before load: the maps'
-// sizes, the constants, and which programs load under `plan`. nullptr, with
-// *error naming what failed, on failure.
-tcpscope_bpf* open_for(const FlowProbeOptions& opts, const LoadPlan& plan, std::string* error) {
+// sizes, the constants, and which programs load under `plan`; with
+// `previous`, its maps in place of new ones if they fit (else *why_not says
+// why, and none is taken). nullptr, with *error naming what failed, on failure.
+tcpscope_bpf* open_for(const FlowProbeOptions& opts, const LoadPlan& plan, uint32_t generation,
+                       const Handover* previous, std::string* why_not, std::string* error) {
   tcpscope_bpf* skel = tcpscope_bpf__open();
   if (!skel) {
     *error = "opening the BPF object failed: " + errno_text(errno);
@@ -158,6 +196,17 @@ tcpscope_bpf* open_for(const FlowProbeOptions& opts, const LoadPlan& plan, std::
   for (bpf_map* trie : {skel->maps.remote_gen0, skel->maps.remote_gen1})
     if (int err = bpf_map__set_max_entries(trie, opts.remote_trie_entries))
       return fail(std::string("sizing map '") + bpf_map__name(trie) + "' failed: " + errno_text(err));
+  skel->rodata->generation = generation;
+  if (previous && (*why_not = incompatibility(*previous, skel)).empty()) {
+    bpf_map* map;
+    bpf_object__for_each_map(map, skel->obj) {
+      if (bpf_map__is_internal(map)) continue;
+      for (const auto& m : previous->maps)
+        if (m.name == bpf_map__name(map))
+          if (int err = bpf_map__reuse_fd(map, m.fd))
+            return fail("taking over map '" + m.name + "' failed: " + errno_text(err));
+    }
+  }
 
   for (const auto& hook : kHooks)
     if (!plan.uses(hook.tracepoint)) bpf_program__set_autoload(skel->progs.*hook.program, false);
@@ -236,8 +285,12 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
   // out, its tracepoint's fallback takes over as on a kernel without that
   // tracepoint, and the load starts again: once per program at most.
   constexpr size_t kPrograms = std::size(kHooks) + std::size(kOtherPrograms);
+  Handover* previous = opts.previous;
+  probe->previous_ = previous;
+  if (previous) probe->generation_ = previous->generation + 1 ? previous->generation + 1 : 1;
+  std::string why_not;
   for (size_t attempt = 0;; ++attempt) {
-    probe->skel_ = open_for(opts, plan, error);
+    probe->skel_ = open_for(opts, plan, probe->generation_, opts.previous, &why_not, error);
     if (!probe->skel_) {
       *details = log.take();
       return nullptr;
@@ -248,6 +301,7 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
     // the caller did not grant), not the kernel's inability: no program is
     // left out for it, the start fails and says so.
     int failed_errno = 0;
+    probe->took_over_ = previous && why_not.empty();
     if (const int err = tcpscope_bpf__load(skel)) {
       failed_errno = -err;
       refused = refused_program(log.text());
@@ -255,7 +309,17 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
       *error = "the kernel refused BPF program " + (refused.empty() ? std::string("(unknown)") : "'" + refused + "'") +
                ": " + errno_text(err) + (why.empty() ? "" : " (verifier: " + why + ")");
       reason = why.empty() ? errno_text(err) : "verifier: " + why;
+    } else if (!probe->took_over_ && !set_active_generation(skel, probe->generation_, error)) {
+      *details = log.take();
+      return nullptr;
     } else {
+      // Taking over, a cgroup link of the previous daemon swaps its program
+      // for ours in place; sock_ops too, so that its rules steer on.
+      bool adopted = false;
+      if (probe->took_over_ && !probe->adopt_link(skel->progs.cc_policy, &adopted, error)) {
+        *details = log.take();
+        return nullptr;
+      }
       bpf_program* prog;
       bpf_object__for_each_program(prog, skel->obj) {
         if (!bpf_program__autoload(prog) || prog == skel->progs.cc_policy) continue;
@@ -288,9 +352,48 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
     probe->left_out_.push_back({refused, reason, loses, log.take()});
   }
   probe->missing_ = plan.unused_tracepoints;
+  if (previous) {
+    // Ours run from here on, the previous daemon's no more: one write, so
+    // each event is handled once. Then what is left of its objects goes
+    // (its tracepoint links, and every map this probe did not take).
+    if (probe->took_over_ && !set_active_generation(probe->skel_, probe->generation_, error)) {
+      *details = log.take();
+      return nullptr;
+    }
+    probe->takeover_note_ =
+        probe->took_over_
+            ? "took over the previous daemon's maps (generation " + std::to_string(previous->generation) +
+                  "): its open flows and the records its ring holds go on here"
+            : "the previous daemon's maps cannot be taken over (" + why_not +
+                  "): started afresh; the records its ring held are lost and its open flows close as partial";
+    previous->release();
+    probe->previous_ = nullptr;
+  }
   probe->ncpus_ = libbpf_num_possible_cpus();
   if (probe->ncpus_ <= 0) probe->ncpus_ = 1;
   return probe;
+}
+
+bool FlowProbe::adopt_link(bpf_program* prog, bool* adopted, std::string* error) {
+  const std::string name = bpf_program__name(prog);
+  *adopted = false;
+  auto it = std::find_if(adopted_links_.begin(), adopted_links_.end(), [&](const NamedFd& l) { return l.name == name; });
+  if (it == adopted_links_.end()) {
+    if (!previous_) return true;
+    auto& links = previous_->links;
+    auto p = std::find_if(links.begin(), links.end(), [&](const NamedFd& l) { return l.name == name; });
+    if (p == links.end()) return true;
+    adopted_links_.push_back(*p);
+    links.erase(p);
+    it = adopted_links_.end() - 1;
+  }
+  if (bpf_link_update(it->fd, bpf_program__fd(prog), nullptr) != 0) {
+    *error = "taking over the link of BPF program '" + name + "': " + errno_text(errno);
+    return false;
+  }
+  if (std::find(attached_.begin(), attached_.end(), name) == attached_.end()) attached_.push_back(name);
+  *adopted = true;
+  return true;
 }
 
 bool FlowProbe::attach(bpf_program* prog, std::string* error) {
@@ -298,6 +401,11 @@ bool FlowProbe::attach(bpf_program* prog, std::string* error) {
   const bool for_cgroup = type == BPF_PROG_TYPE_SOCK_OPS || type == BPF_PROG_TYPE_CGROUP_SOCKOPT ||
                           type == BPF_PROG_TYPE_CGROUP_SYSCTL;
   if (for_cgroup && cgroup_fd_ < 0) return true;  // no cgroup: loaded, not attached
+  if (for_cgroup && took_over_) {
+    bool adopted = false;
+    if (!adopt_link(prog, &adopted, error)) return false;
+    if (adopted) return true;
+  }
   bpf_link* link = for_cgroup ? bpf_program__attach_cgroup(prog, cgroup_fd_) : bpf_program__attach(prog);
   if (!link) {
     const int err = errno;
@@ -315,6 +423,17 @@ bool FlowProbe::attach(bpf_program* prog, std::string* error) {
 
 bool FlowProbe::set_cc_policy_attached(bool on, std::string* error) {
   bpf_link*& link = skel_->links.cc_policy;
+  const std::string name = bpf_program__name(skel_->progs.cc_policy);
+  // Taken over from the previous daemon: that link runs ours already.
+  auto adopted = std::find_if(adopted_links_.begin(), adopted_links_.end(),
+                              [&](const NamedFd& l) { return l.name == name; });
+  if (adopted != adopted_links_.end()) {
+    if (on) return true;
+    close(adopted->fd);
+    adopted_links_.erase(adopted);
+    attached_.erase(std::remove(attached_.begin(), attached_.end(), name), attached_.end());
+    return true;
+  }
   if (on == (link != nullptr)) return true;
   if (on && !bpf_program__autoload(skel_->progs.cc_policy)) {
     *error = "the kernel refused BPF program 'cc_policy' at start, so its rules cannot be applied";
@@ -325,19 +444,39 @@ bool FlowProbe::set_cc_policy_attached(bool on, std::string* error) {
   if (on) return attach(skel_->progs.cc_policy, error);
   bpf_link__destroy(link);
   link = nullptr;
-  const std::string name = bpf_program__name(skel_->progs.cc_policy);
   attached_.erase(std::remove(attached_.begin(), attached_.end(), name), attached_.end());
   return true;
 }
 
 void FlowProbe::detach() {
   if (skel_) tcpscope_bpf__detach(skel_);
+  for (auto& l : adopted_links_) close(l.fd);
+  adopted_links_.clear();
   attached_.clear();
 }
 
 FlowProbe::~FlowProbe() {
   tcpscope_bpf__destroy(skel_);
+  for (auto& l : adopted_links_) close(l.fd);
   if (cgroup_fd_ >= 0) close(cgroup_fd_);
+}
+
+Handover FlowProbe::handover() const {
+  Handover h;
+  h.layout_version = TCPSCOPE_LAYOUT_VERSION;
+  h.generation = generation_;
+  bpf_map* map;
+  bpf_object__for_each_map(map, skel_->obj)
+    if (!bpf_map__is_internal(map)) h.maps.push_back({bpf_map__name(map), bpf_map__fd(map)});
+  // The links that keep programs attached; the socket iterator's is the
+  // daemon's own tool, which the next one makes anew.
+  for (int i = 0; i < skel_->skeleton->prog_cnt; ++i) {
+    bpf_link* link = *skel_->skeleton->progs[i].link;
+    if (link && *skel_->skeleton->progs[i].prog != skel_->progs.snapshot_open_flows)
+      h.links.push_back({skel_->skeleton->progs[i].name, bpf_link__fd(link)});
+  }
+  h.links.insert(h.links.end(), adopted_links_.begin(), adopted_links_.end());
+  return h;
 }
 
 int FlowProbe::ring_buffer_fd() const { return bpf_map__fd(skel_->maps.events); }

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernel/handover.h"
 #include "tcpscope/flow_event.h"
 
 struct tcpscope_bpf;
@@ -27,6 +28,10 @@ struct FlowProbeOptions {
   // no rule it has nothing to do.
   std::string cgroup_path;
   uint32_t remote_trie_entries = 1u << 20;  // per generation of the policy trie
+  // What the previous daemon handed over across a restart (handover.h), or
+  // null. The probe takes its maps if they are of this build's layout, shape
+  // and size, runs its own programs in their place, and closes the rest.
+  Handover* previous = nullptr;
 };
 
 // What the running kernel offers, probed without loading anything.
@@ -94,6 +99,14 @@ class FlowProbe {
   // Programs the kernel refused, left out.
   const std::vector<LeftOutProgram>& left_out() const { return left_out_; }
 
+  // What this probe hands to the next daemon: its maps and links, by name
+  // (its own descriptors, lent), its programs' generation and layout.
+  Handover handover() const;
+  // Whether it took over the previous daemon's maps, and one line saying
+  // what became of what was handed over ("" when nothing was).
+  bool took_over() const { return took_over_; }
+  const std::string& takeover_note() const { return takeover_note_; }
+
  private:
   FlowProbe() = default;
   // Attaches one loaded program (a cgroup program to cgroup_fd_) and keeps
@@ -108,6 +121,16 @@ class FlowProbe {
   std::vector<std::string> degraded_;
   std::vector<std::string> missing_;
   std::vector<LeftOutProgram> left_out_;
+  // The previous daemon's cgroup link of `prog`'s name, if it handed one
+  // over, made to run `prog` in place (*adopted says whether there was one).
+  bool adopt_link(bpf_program* prog, bool* adopted, std::string* error);
+  Handover* previous_ = nullptr;  // while open_and_attach() runs
+  uint32_t generation_ = 1;
+  bool took_over_ = false;
+  std::string takeover_note_;
+  // Cgroup links of the previous daemon, now running this probe's programs
+  // (a cgroup link can swap its program in place): by program name.
+  std::vector<NamedFd> adopted_links_;
 };
 
 }  // namespace tcpscope

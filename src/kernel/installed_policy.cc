@@ -41,6 +41,22 @@ bool InstalledPolicy::load(const Config& config, const AsnDatabase* asn_db, std:
   return true;
 }
 
+nlohmann::json InstalledPolicy::handover_state() const {
+  return {{"maps", maps_.handover_state()}, {"rule_names", names_.to_json()}};
+}
+
+bool InstalledPolicy::take_over(const nlohmann::json& state, std::string* error) {
+  auto names = state.is_object() && state.contains("rule_names") ? RuleNames::from_json(state["rule_names"])
+                                                                 : std::nullopt;
+  if (!names || !state.contains("maps") || !state["maps"].is_object()) {
+    *error = "the previous daemon's policy state is malformed";
+    return false;
+  }
+  names_ = std::move(*names);
+  maps_.take_over(state["maps"]);
+  return true;
+}
+
 InstalledPolicy::CohortUpdate InstalledPolicy::set_cohorts(const std::vector<uint32_t>& asns,
                                                              const std::vector<CohortWeights>& weights,
                                                              std::string* error) {

@@ -47,6 +47,13 @@ class InstalledPolicy {
   void update_metrics();
   // Stop refusing sysctl writes (the daemon is going away).
   void unload() { maps_.set_loaded(false); }
+
+  // Across a restart whose maps were taken over (kernel/handover.h): the
+  // names of the installs whose tags open flows carry, and the maps' own
+  // user-space state. take_over() before the first load(); false and
+  // *error when the state is malformed (nothing is taken then).
+  nlohmann::json handover_state() const;
+  bool take_over(const nlohmann::json& state, std::string* error);
   std::string to_json() const;
 
  private:

@@ -155,6 +155,17 @@ int PolicyMaps::install(const CompiledPolicy& policy, uint16_t install_id, const
   return static_cast<int>(gen);
 }
 
+nlohmann::json PolicyMaps::handover_state() const {
+  return {{"installed", installed_once_}, {"cc_names", cc_names_}};
+}
+
+void PolicyMaps::take_over(const nlohmann::json& state) {
+  installed_once_ = state.value("installed", false);
+  if (state.contains("cc_names") && state["cc_names"].is_array())
+    for (const auto& n : state["cc_names"])
+      if (n.is_string() && cc_names_.size() < TCPSCOPE_MAX_CC_NAMES) cc_names_.push_back(n.get<std::string>());
+}
+
 void PolicyMaps::set_loaded(bool loaded) {
   int fd = bpf_map__fd(probe_.skeleton()->maps.policy_state);
   uint32_t zero = 0;

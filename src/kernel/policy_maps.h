@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "policy/cc_policy.h"
 #include "policy/policy_counters.h"
 
@@ -38,6 +40,12 @@ class PolicyMaps {
   bool write_cohort_weights(uint32_t gen, const std::vector<CohortWeights>& weights, std::string* error);
   // While unset (daemon stopping) sysctl_guard: deny refuses nothing.
   void set_loaded(bool loaded);
+
+  // Across a restart whose maps were taken over (kernel/handover.h): what
+  // this side keeps of them, so that the next daemon installs into the
+  // other generation and counts each CC under the index the maps use.
+  nlohmann::json handover_state() const;
+  void take_over(const nlohmann::json& state);
 
   // What generation `gen`, which holds `policy`, counted for its rules' arms.
   RuleCounts rule_counts(uint32_t gen, const CompiledPolicy& policy) const;

@@ -41,6 +41,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -306,9 +307,13 @@ class KafkaBroker(_Server):
     name = "kafka"
 
     def __init__(self, version: str = KAFKA_VERSION, workdir=None, keep: bool = False,
-                 heap: str = "512m", extra_properties: Mapping[str, str] | None = None, start_timeout: float = 120):
+                 heap: str = "512m", extra_properties: Mapping[str, str] | None = None, start_timeout: float = 120,
+                 launcher: Sequence[str] = ()):
         super().__init__(workdir, keep, start_timeout)
         self.version = version
+        # A prefix for every Java process, the broker's and its tools': e.g.
+        # nsenter into another network namespace, whose 127.0.0.1 it then serves.
+        self.launcher = list(launcher)
         self.heap = heap
         self.extra_properties = dict(extra_properties or {})
         self.port, self.controller_port = distinct_free_ports(2)
@@ -338,7 +343,15 @@ class KafkaBroker(_Server):
             opts += ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]  # short-lived: start fast
         else:
             opts += [f"-Xms{heap or self.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"]
-        return [need_executable("java", "openjdk-17-jre-headless"), *opts, "-cp", f"{self._jars}/*", main, *args]
+        return [*self.launcher, need_executable("java", "openjdk-17-jre-headless"), *opts, "-cp", f"{self._jars}/*",
+                main, *args]
+
+    def _port_open(self, port: int) -> bool:
+        if not self.launcher:
+            return port_open(port)
+        probe = f"import socket; socket.create_connection(({HOST!r}, {port}), 1)"
+        return subprocess.run([*self.launcher, sys.executable, "-c", probe], capture_output=True,
+                              timeout=30).returncode == 0
 
     def run_tool(self, main: str, args: Sequence[str], *, input: bytes | None = None,
                  timeout: float = 120) -> subprocess.CompletedProcess:
@@ -402,14 +415,14 @@ class KafkaBroker(_Server):
                           timeout=180)
             self._formatted = True
         for p in (self.port, self.controller_port):
-            if port_open(p):
+            if self._port_open(p):
                 raise ServerError(f"port {p} is taken by another process: the broker cannot start on it again")
         started_marks = self.log.read_text(errors="replace").count("Kafka Server started") if self.log.exists() else 0
         self.proc = spawn(self._java("kafka.Kafka", [str(self.properties)], tool=False), self.stdout_log, self.dir)
 
         def started():
             text = self.log.read_text(errors="replace") if self.log.exists() else ""
-            return text.count("Kafka Server started") > started_marks and port_open(self.port)
+            return text.count("Kafka Server started") > started_marks and self._port_open(self.port)
 
         try:
             wait_until(f"Kafka {self.version} on {self.bootstrap}", started, self.start_timeout, interval=0.25,

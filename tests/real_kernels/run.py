@@ -12,8 +12,8 @@ the meta-package's dependency, -unsigned; cached in
 $TCPSCOPE_BUILD/real_kernels/) and booted in QEMU by virtme-ng over this
 machine's own root filesystem, read-only. `host` runs the same tests on this
 machine's kernel, without a VM. Either way it runs:
-  * tcpscope_kernel_tests: the real programs on loopback, and a refusal's
-    verifier log kept whole;
+  * tcpscope_kernel_tests: the real programs on loopback, a refusal's
+    verifier log kept whole, a restart's takeover of the maps and links;
   * pytest -m real_kernel tests/integration: the integration tests that need
     no timing precision (flow records of both ends, IPv4 and IPv6, with
     exact bytes; a transfer per response on a kept-alive connection; an
