@@ -7,7 +7,7 @@
 //
 // Unit flow (whole connections):
 //   fct         fct_us (microseconds) of completed flows (outcome ok, not
-//               partial, fct_us > 0) that moved 0 < bytes < throughput_min_bytes
+//               partial) that moved 0 < bytes < throughput_min_bytes
 //               payload bytes (bytes = bytes_acked + bytes_received); compared
 //               per size class, because a 10 kB and a 2 MB object finish in
 //               different numbers of round trips.

@@ -21,12 +21,16 @@ class AttachedProbe : public ::testing::Test {
     if (geteuid() != 0) GTEST_SKIP() << "loading BPF programs needs root";
     if (access("/sys/kernel/btf/vmlinux", R_OK) != 0) GTEST_SKIP() << "no kernel BTF";
     FlowProbeOptions opts;
-    opts.ring_buffer_bytes = 4u << 20;
+    opts.ring_buffer_bytes = ring_buffer_bytes();
     opts.remote_trie_entries = 1024;
     std::string error, details;
     probe_ = FlowProbe::open_and_attach(opts, &error, &details);
     ASSERT_TRUE(probe_) << error << "\n" << details;
   }
+
+  // A ring a test fills in seconds; a test that leaves it unread longer asks
+  // for more.
+  virtual uint32_t ring_buffer_bytes() const { return 4u << 20; }
 
   std::unique_ptr<FlowProbe> probe_;
 };
