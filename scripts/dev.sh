@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One entry point for a fresh Debian 12 machine:
-#   scripts/dev.sh run [tcpscope run flags]   install what is missing, build, run the daemon
+#   scripts/dev.sh run [tcpscope run flags]   install what the daemon needs, build it alone, run it
 #   scripts/dev.sh test                       install what is missing, build, run every test
 #   scripts/dev.sh build                      install what is missing, build
 # Needs root: it installs Debian packages, and the daemon and the tests load BPF programs.
@@ -8,10 +8,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD_DIR=${TCPSCOPE_BUILD:-build}
-PACKAGES=(
+# What building and running the daemon needs.
+BUILD_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev
   prometheus-cpp-dev libyaml-cpp-dev libmaxminddb-dev nlohmann-json3-dev librdkafka-dev
+)
+# What the tests and the benchmarks need besides.
+TEST_PACKAGES=(
   libgtest-dev libbenchmark-dev
   libclang-rt-14-dev  # clang's sanitizer and libFuzzer runtimes (tests/sanitize.sh, tests/fuzz/run.sh)
   iproute2 nftables procps curl python3 python3-pytest python3-pip
@@ -30,9 +34,10 @@ PACKAGES=(
 
 die() { echo "dev.sh: $*" >&2; exit 1; }
 
+# install_missing PACKAGE...
 install_missing() {
   local missing=()
-  for p in "${PACKAGES[@]}"; do
+  for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if ((${#missing[@]})); then
@@ -42,9 +47,20 @@ install_missing() {
   fi
 }
 
-build() {
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# Everything: the daemon, the tests' binaries and the benchmarks.
+build_all() {
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTCPSCOPE_TESTS=ON -DTCPSCOPE_BENCH=ON
   cmake --build "$BUILD_DIR" -j "$(nproc)"
+}
+
+# The daemon alone. A build directory configured already keeps its options
+# (a later `test` reuses what this one built); a new one is configured
+# without the tests and benchmarks, whose packages `run` does not install.
+build_daemon() {
+  if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
+    cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTCPSCOPE_TESTS=OFF -DTCPSCOPE_BENCH=OFF
+  fi
+  cmake --build "$BUILD_DIR" -j "$(nproc)" --target tcpscope
 }
 
 # Debian's pytest; a python3 earlier on PATH (pyenv, venv) may lack it.
@@ -75,17 +91,17 @@ cmd=${1:-}
 shift || true
 case "$cmd" in
   build)
-    install_missing
-    build
+    install_missing "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
+    build_all
     ;;
   run)
-    install_missing
-    build
+    install_missing "${BUILD_PACKAGES[@]}"
+    build_daemon
     exec "$BUILD_DIR/tcpscope" run "$@"
     ;;
   test)
-    install_missing
-    build
+    install_missing "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
+    build_all
     echo "== unit tests"
     (cd "$BUILD_DIR" && ctest --output-on-failure)
     echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-fuzz/)"

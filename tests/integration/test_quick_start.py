@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,23 @@ def test_dev_sh_tells_a_non_root_user_how_to_run_it(sub):
         assert f"sudo {script} {sub}" in r.stderr, r.stderr
     else:
         assert f"su -c '{script} {sub}'" in r.stderr and "no sudo" in r.stderr, r.stderr
+
+
+def test_the_first_command_builds_the_daemon_alone(tmp_path):
+    """`scripts/dev.sh run` on a new build directory builds `tcpscope` and
+    nothing else (no tests, no benchmarks), then runs it with the flags given:
+    an unknown one here, so the daemon exits at once with its usage."""
+    if os.geteuid() != 0:
+        pytest.skip("dev.sh needs root")
+    build = tmp_path / "build"
+    t0 = time.monotonic()
+    r = subprocess.run([str(DEV_SH), "run", "--no-such-flag"], capture_output=True, text=True, timeout=1200,
+                       cwd=ROOT, env={**os.environ, "TCPSCOPE_BUILD": str(build)})
+    took = time.monotonic() - t0
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "unknown or incomplete option '--no-such-flag'" in r.stderr, r.stderr[-2000:]
+    executables = sorted(p.name for p in build.iterdir() if p.is_file() and os.access(p, os.X_OK))
+    assert executables == ["tcpscope"], executables
+    steps = subprocess.run(["ninja", "-C", str(build), "-t", "commands", "tcpscope"], capture_output=True,
+                           text=True, check=True).stdout.count("\n")
+    print(f"dev.sh run on a new build directory: {steps} build commands, {took:.0f} s to the daemon's usage")
