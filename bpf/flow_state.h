@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /* Per-socket state, shared by the two BPF objects: flow.bpf.c follows the
  * socket's life in it, policy.bpf.c records its congestion-control choice in
- * it. policy.bpf.c defines the map; flow.bpf.c declares it extern, and
- * `bpftool gen object` resolves the two into one. BPF side only. */
+ * it. policy.bpf.c defines the map; common.h declares it extern for
+ * flow.bpf.c, and `bpftool gen object` resolves the two into one. BPF side
+ * only. */
 #ifndef TCPSCOPE_FLOW_STATE_H
 #define TCPSCOPE_FLOW_STATE_H
+
+#include "vmlinux.h"
 
 #include "tcpscope/flow_event.h"
 #include "tcpscope/policy.h"

@@ -1,10 +1,14 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
-/* The transfers of flow.bpf.c: when one begins and ends, and its record.
- * flow.bpf.c's hooks call note_send(), note_segment(), note_arrival() and
- * sweep_transfers(); it includes this after the flow helpers used here
- * (min_rtt_of(), start_of(), payload_acked(), submit(), ...). BPF side only. */
-#ifndef TCPSCOPE_TRANSFER_H
-#define TCPSCOPE_TRANSFER_H
+/* The transfers: when one begins and ends, and its record. The hooks call
+ * note_send() and note_segment(), the arrivals note_arrival(), the open-flow
+ * snapshot sweep_transfers(), and the close copies the open ones into its
+ * record. BPF side only. */
+#ifndef TCPSCOPE_BPF_TRANSFER_H
+#define TCPSCOPE_BPF_TRANSFER_H
+
+#include "common.h"
+#include "record.h"
+#include "segment.h"
 
 /* A send transfer with nothing in flight this long is over even if no data
  * arrived: a writer that pauses a second is not writing one object. */
@@ -379,4 +383,4 @@ static __always_inline void sweep_transfers(const struct sock *sk, struct tcp_so
 		end_transfer(sk, tp, st, TCPSCOPE_XFER_RECV, payload_received(sk, tp));
 }
 
-#endif /* TCPSCOPE_TRANSFER_H */
+#endif /* TCPSCOPE_BPF_TRANSFER_H */

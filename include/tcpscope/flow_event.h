@@ -86,7 +86,7 @@ TCPSCOPE_ASSERT_SIZE(tcpscope_record_header, 8);
 #pragma GCC diagnostic push
 #pragma GCC diagnostic error "-Wpadded"
 /* Which flow a record is of: the same in a flow's record and in its
- * transfers' records (bpf/flow.bpf.c fills it in one place, fill_identity()). */
+ * transfers' records (bpf/record.h fills it in one place, fill_identity()). */
 struct tcpscope_flow_identity {
 	__u64 start_ns;       /* first SYN sent (active) / first SYN received (passive) */
 	__u8 saddr[16];       /* network order; IPv4 in the first 4 bytes */

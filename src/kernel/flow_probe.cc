@@ -134,7 +134,7 @@ KernelFeatures probe_kernel_features() {
 
 namespace {
 
-// Makes `generation`'s programs the ones that run (bpf/flow.bpf.c, running()).
+// Makes `generation`'s programs the ones that run (bpf/common.h, running()).
 bool set_active_generation(tcpscope_bpf* skel, uint32_t generation, std::string* error) {
   uint32_t zero = 0;
   if (bpf_map__update_elem(skel->maps.active_generation, &zero, sizeof(zero), &generation, sizeof(generation),

@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* Payload arrivals: when data reached this side, from sk_data_ready or, on
+ * kernels without it, from the segments tcp_probe shows. Each arrival moves
+ * the receive side's end and goes to the transfers. BPF side only. */
+#ifndef TCPSCOPE_BPF_ARRIVAL_H
+#define TCPSCOPE_BPF_ARRIVAL_H
+
+#include "common.h"
+#include "segment.h"
+#include "transfer.h"
+
+/* When payload this program first sees with the FIN arrived: with the FIN
+ * (in the same tick of the kernel's own time of the latest data segment,
+ * icsk_ack.lrcvtime, in jiffies), or that many ticks before it, if the
+ * wake-up it came with was missed. A bare FIN does not move lrcvtime. Not
+ * before `seen`, the last arrival recorded (a tick's rounding). */
+static __always_inline __u64 payload_arrival_before_fin(struct tcp_sock *tp, __u64 now, __u64 seen)
+{
+	__u32 ticks = (__u32)bpf_jiffies64() - tp->inet_conn.icsk_ack.lrcvtime;
+	__u64 back, at;
+
+	if (ticks <= 1)
+		return now;
+	back = (__u64)jiffies_to_us(ticks) * NSEC_PER_USEC;
+	at = back < now ? now - back : now;
+	return at > seen ? at : seen;
+}
+
+/* The receive side's FCT ends at the last payload byte's arrival. The kernel
+ * also signals data-ready for a bare FIN (which counts one in
+ * bytes_received and sets SOCK_DONE first), and for wake-ups that bring
+ * nothing new: neither may move the end, or a peer that idles before
+ * closing would stretch the flow by its idle time. */
+static __always_inline void note_rx_payload(const struct sock *sk, struct flow_state *st)
+{
+	struct tcp_sock *tp;
+	__u32 rcvd, grew;
+	__u64 now, at;
+	bool fin;
+
+	tp = bpf_skc_to_tcp_sock((void *)sk);
+	if (!tp)
+		return;
+	rcvd = (__u32)tp->bytes_received;
+	grew = rcvd - st->rx_mark;
+	if (!grew)
+		return;
+	st->rx_mark = rcvd;
+	/* With SOCK_DONE the FIN is in `grew` (no data can follow it), and
+	 * payload_received() leaves it out: so must the arrival. Payload in
+	 * `grew` with it came in the FIN's segment, or earlier with a wake-up
+	 * both programs missed: payload_arrival_before_fin() tells which. */
+	fin = sk->__sk_common.skc_flags & (1UL << SOCK_DONE);
+	if (fin) {
+		if (grew == 1)
+			return;
+		grew -= 1;
+	}
+	now = bpf_ktime_get_ns();
+	at = fin ? payload_arrival_before_fin(tp, now, st->last_rx_ns) : now;
+	note_arrival(sk, tp, st, at, grew);
+	st->last_rx_ns = at;
+}
+
+/* A payload arrival seen by tcp_probe, on kernels without sk_data_ready:
+ * tcp_probe runs as an ESTABLISHED socket receives a segment, before TCP
+ * queues it, so this is the arrival sk_data_ready would report a few
+ * hundred instructions later. A segment delivers payload when it starts at
+ * or before rcv_nxt and ends after it (an out-of-order one delivers nothing
+ * until the segment filling the hole before it arrives: that one is the
+ * arrival), and TCP takes it. rx_mark gets what bytes_received will be
+ * with this segment in, so the twin program finds the arrival already
+ * recorded. Data that arrives after this side sent its FIN (FIN_WAIT) is
+ * processed outside tcp_rcv_established and is not seen. */
+static __always_inline void note_rx_segment(const struct sock *sk, struct tcp_sock *tp,
+					    struct flow_state *st, struct sk_buff *skb)
+{
+	__u32 rcv_nxt = tp->rcv_nxt, grew, mark;
+	struct segment seg;
+	__u64 now;
+
+	if (!read_segment(skb, &seg))
+		return;
+	if (seq_geq(rcv_nxt, seg.end_seq) || !seq_geq(rcv_nxt, seg.seq))
+		return; /* nothing new, or out of order */
+	grew = seg.end_seq - rcv_nxt;
+	if (grew == 1 && (seg.flags & TCPHDR_FIN))
+		return; /* a bare FIN */
+	/* Not one TCP drops, nor payload at a closed window, which
+	 * tcp_data_queue() drops (TCPZeroWindowDrop): it comes again later. */
+	if (!segment_accepted(tp, &seg) || !receive_window(tp))
+		return;
+	mark = (__u32)tp->bytes_received + grew;
+	if (mark == st->rx_mark)
+		return;
+	st->rx_mark = mark;
+	now = bpf_ktime_get_ns();
+	note_arrival(sk, tp, st, now, 0);
+	st->last_rx_ns = now;
+}
+
+#endif /* TCPSCOPE_BPF_ARRIVAL_H */
