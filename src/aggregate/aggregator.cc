@@ -298,15 +298,15 @@ Aggregator::Aggregator(std::shared_ptr<prometheus::Registry> registry, Aggregato
                            .Help("Time finished flows spent in each congestion-avoidance state.")
                            .Register(r);
   fct_ = &prometheus::BuildHistogram()
-              .Name("tcpscope_flow_completion_seconds")
+              .Name(metric_histogram(Measure::kFct, SampleUnit::kFlow)->name)
               .Help("Flow completion time (first SYN to last byte acknowledged) of completed flows that moved data.")
               .Register(r);
   throughput_ = &prometheus::BuildHistogram()
-                     .Name("tcpscope_flow_throughput_bytes_per_second")
+                     .Name(metric_histogram(Measure::kThroughput, SampleUnit::kFlow)->name)
                      .Help("Payload bytes / flow completion time, completed flows of at least throughput_min_bytes.")
                      .Register(r);
   srtt_ = &prometheus::BuildHistogram()
-               .Name("tcpscope_srtt_seconds")
+               .Name(metric_histogram(Measure::kRtt, SampleUnit::kFlow)->name)
                .Help("Smoothed RTT at close of completed flows that moved data.")
                .Register(r);
   min_rtt_ = &prometheus::BuildHistogram()
@@ -319,13 +319,13 @@ Aggregator::Aggregator(std::shared_ptr<prometheus::Registry> registry, Aggregato
                                 "control and direction (send, recv).")
                           .Register(r);
   transfer_seconds_ = &prometheus::BuildHistogram()
-                           .Name("tcpscope_transfer_seconds")
+                           .Name(metric_histogram(Measure::kFct, SampleUnit::kTransfer)->name)
                            .Help("Transfer time (xfer_us: send, first byte handed to TCP to last byte acknowledged; "
                                  "recv, first byte to last byte arrived) by direction; size class by the transfer's "
                                  "bytes.")
                            .Register(r);
   transfer_throughput_ = &prometheus::BuildHistogram()
-                              .Name("tcpscope_transfer_throughput_bytes_per_second")
+                              .Name(metric_histogram(Measure::kThroughput, SampleUnit::kTransfer)->name)
                               .Help("Payload bytes / transfer time of sent transfers of at least "
                                     "throughput_min_bytes that the receiver's window did not limit for most of "
                                     "their time.")
@@ -409,17 +409,19 @@ void Aggregator::add(const FlowRecord& f, AsnLabel asn) {
   // the daemon attached) has an unknown start.
   const MetricInputs in = metric_inputs(f);
   if (in_population(completed_population(), in, metric_options_)) {
+    // Every completed flow, by size class: fct's population is the small
+    // ones, the histogram is of all (the large ones' throughput is below).
     const uint32_t sc = size_class_index(bytes, options_.size_classes_bytes);
-    const uint64_t fct_us = f.fct_us > 0 ? static_cast<uint64_t>(f.fct_us) : 0;
-    s->fct->add(sc, size_class_names_[sc], [s] { return s->base(); }, us_to_seconds(fct_us));
+    s->fct->add(sc, size_class_names_[sc], [s] { return s->base(); },
+                to_bucket_unit(Measure::kFct, std::max(0.0, input_value(MetricInput::kTime, in))));
 
-    if (in_population(metric_population(Measure::kThroughput), in, metric_options_)) {
+    if (const auto throughput = metric_value(Measure::kThroughput, in, metric_options_)) {
       if (!s->throughput) s->throughput = &throughput_->Add(s->base(), throughput_buckets_bytes_per_second());
-      p.throughput.add(throughput_buckets_bytes_per_second(), static_cast<double>(bytes) / us_to_seconds(fct_us));
+      p.throughput.add(throughput_buckets_bytes_per_second(), to_bucket_unit(Measure::kThroughput, *throughput));
     }
-    if (in_population(metric_population(Measure::kRtt), in, metric_options_)) {
+    if (const auto srtt = metric_value(Measure::kRtt, in, metric_options_)) {
       if (!s->srtt) s->srtt = &srtt_->Add(s->base(), rtt_buckets_seconds());
-      p.srtt.add(rtt_buckets_seconds(), us_to_seconds(f.srtt_us));
+      p.srtt.add(rtt_buckets_seconds(), to_bucket_unit(Measure::kRtt, *srtt));
     }
     // The kernel's "no min_rtt yet" is ~0U.
     if (f.min_rtt_us && f.min_rtt_us != UINT32_MAX) {
@@ -440,22 +442,21 @@ void Aggregator::add(const TransferRecord& t, AsnLabel asn) {
   if (!s->transfers[d]) s->transfers[d] = &transfers_total_->Add(direction_labels());
   auto& p = s->pending;
   p.transfers[d] += 1;
+  const MetricInputs in = metric_inputs(t);
   const uint32_t sc = size_class_index(t.bytes, options_.size_classes_bytes);
-  const uint64_t xfer_us = t.xfer_us > 0 ? static_cast<uint64_t>(t.xfer_us) : 0;
-  s->transfer_seconds[d]->add(sc, size_class_names_[sc], direction_labels, us_to_seconds(xfer_us));
+  s->transfer_seconds[d]->add(sc, size_class_names_[sc], direction_labels,
+                              to_bucket_unit(Measure::kFct, std::max(0.0, input_value(MetricInput::kTime, in))));
 
   // What the path carried: throughput's population per transfer
   // (measure/measure.h). The transfers only the receiver's window kept out
   // of it are counted, so the histogram's share of them shows.
-  const Population& throughput = metric_population(Measure::kThroughput);
-  const MetricInputs in = metric_inputs(t);
   MetricInputs unlimited = in;
   unlimited.rwnd_limited = false;
-  if (in_population(throughput, in, metric_options_)) {
+  if (const auto throughput = metric_value(Measure::kThroughput, in, metric_options_)) {
     if (!s->transfer_throughput)
       s->transfer_throughput = &transfer_throughput_->Add(s->base(), throughput_buckets_bytes_per_second());
-    p.transfer_throughput.add(throughput_buckets_bytes_per_second(), t.throughput_bytes_per_second());
-  } else if (in_population(throughput, unlimited, metric_options_)) {
+    p.transfer_throughput.add(throughput_buckets_bytes_per_second(), to_bucket_unit(Measure::kThroughput, *throughput));
+  } else if (in_population(metric_population(Measure::kThroughput), unlimited, metric_options_)) {
     if (!s->transfer_throughput_excluded)
       s->transfer_throughput_excluded = &transfer_throughput_excluded_->Add(s->with("reason", "rwnd_limited"));
     p.transfer_throughput_excluded += 1;

@@ -23,6 +23,7 @@
 #include "compare/compare_source.h"
 #include "compare/daemon_source.h"
 #include "compare/flow_log_source.h"
+#include "compare/metric_text.h"
 #include "compare/prometheus_source.h"
 #include "compare/svg_plot.h"
 #include "config/config.h"

@@ -1,4 +1,6 @@
 #include "compare/compare.h"
+
+#include "compare/metric_text.h"
 #include "text/unit_text.h"
 #include "text/utf8_text.h"
 

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compare/char_escapes.h"
+#include "measure/size_class.h"
 #include "net/http_client.h"
 #include "text/url_query.h"
 
@@ -36,44 +37,6 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 std::string label_error(const std::string& field, const PrometheusHistogram& h) {
   return "field \"" + field + "\" is not a label of " + h.name + ": with --prometheus, selections and --by use " +
          join(h.labels, ", ") + " only";
-}
-
-// "100k" -> 100000 (size_class_names' spelling); nullopt otherwise.
-std::optional<uint64_t> size_label_bytes(const std::string& s) {
-  if (s.empty()) return std::nullopt;
-  uint64_t mult = 1;
-  std::string digits = s;
-  switch (s.back()) {
-    case 'k': mult = 1000; break;
-    case 'm': mult = 1000000; break;
-    case 'g': mult = 1000000000; break;
-    default: break;
-  }
-  if (mult != 1) digits.pop_back();
-  if (digits.empty() || digits.size() > 12 || digits.find_first_not_of("0123456789") != std::string::npos)
-    return std::nullopt;
-  return std::stoull(digits) * mult;
-}
-
-// A size class name's byte range [lo, hi) (size_class_names): "lt_100k",
-// "100k_1m", "ge_3m", "all"; nullopt for other spellings.
-std::optional<std::pair<uint64_t, uint64_t>> size_class_range(const std::string& name) {
-  constexpr uint64_t kNoEnd = UINT64_MAX;
-  if (name == "all") return std::make_pair(uint64_t{0}, kNoEnd);
-  if (name.rfind("lt_", 0) == 0) {
-    if (auto hi = size_label_bytes(name.substr(3))) return std::make_pair(uint64_t{0}, *hi);
-    return std::nullopt;
-  }
-  if (name.rfind("ge_", 0) == 0) {
-    if (auto lo = size_label_bytes(name.substr(3))) return std::make_pair(*lo, kNoEnd);
-    return std::nullopt;
-  }
-  const size_t us = name.find('_');
-  if (us == std::string::npos) return std::nullopt;
-  const auto lo = size_label_bytes(name.substr(0, us));
-  const auto hi = size_label_bytes(name.substr(us + 1));
-  if (!lo || !hi) return std::nullopt;
-  return std::make_pair(*lo, *hi);
 }
 
 // PromQL's spelling of a duration, in the largest unit that divides it.
@@ -109,23 +72,14 @@ bool fct_takes_bytes(uint64_t bytes, const MetricOptions& mo) {
 }  // namespace
 
 std::optional<PrometheusHistogram> prometheus_histogram(Measure m, SampleUnit u, std::string* why) {
-  const bool transfer = u == SampleUnit::kTransfer;
-  switch (m) {
-    case Measure::kFct:
-      if (transfer) return PrometheusHistogram{"tcpscope_transfer_seconds", "direction=\"send\"", 1e6, kSizedLabels};
-      return PrometheusHistogram{"tcpscope_flow_completion_seconds", "", 1e6, kSizedLabels};
-    case Measure::kThroughput:
-      // Already in the metric's unit, bytes/s.
-      if (transfer) return PrometheusHistogram{"tcpscope_transfer_throughput_bytes_per_second", "", 1, kLabels};
-      return PrometheusHistogram{"tcpscope_flow_throughput_bytes_per_second", "", 1, kLabels};
-    case Measure::kRtt:
-      return PrometheusHistogram{"tcpscope_srtt_seconds", "", 1e6, kLabels};
-    case Measure::kRetrans:
-      break;
+  const auto h = metric_histogram(m, u);
+  if (!h) {
+    *why = "--metric " + std::string(to_string(m)) +
+           " is not available from Prometheus: the daemon keeps no histogram of it (only fleet totals); use --flows "
+           "or --server";
+    return std::nullopt;
   }
-  *why = "--metric retrans is not available from Prometheus: the daemon keeps no histogram of the per-flow "
-         "retransmission ratio (only fleet totals); use --flows or --server";
-  return std::nullopt;
+  return PrometheusHistogram{h->name, h->selector, h->metric_per_bucket_unit, h->by_size_class ? kSizedLabels : kLabels};
 }
 
 std::string promql_string(const std::string& text) {

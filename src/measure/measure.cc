@@ -5,7 +5,6 @@
 
 #include "record/flow_record.h"
 #include "record/transfer_record.h"
-#include "text/unit_text.h"
 
 namespace tcpscope {
 
@@ -108,44 +107,7 @@ std::string metric_description(Measure m, SampleUnit u, uint64_t throughput_min_
   return "";
 }
 
-const char* metric_axis_label(Measure m, SampleUnit u) {
-  switch (m) {
-    case Measure::kFct: return u == SampleUnit::kTransfer ? "transfer time" : "flow completion time";
-    case Measure::kThroughput: return "throughput";
-    case Measure::kRtt: return "smoothed RTT";
-    case Measure::kRetrans: return "retransmitted / sent segments";
-  }
-  return "";
-}
-
 bool lower_is_better(Measure m) { return m != Measure::kThroughput; }
-
-std::string format_metric_value(Measure m, double v) {
-  v *= display_scale(m);
-  switch (m) {
-    case Measure::kFct:
-    case Measure::kRtt:
-      return unit_text(v, {{1e3, 1, 0, "us"}, {1e4, 1e3, 2, "ms"}, {1e6, 1e3, 1, "ms"}, {kRestOfValues, 1e6, 2, "s"}});
-    case Measure::kThroughput:
-      return unit_text(v, {{1e6, 1e3, 0, "kbit/s"}, {1e9, 1e6, 1, "Mbit/s"}, {kRestOfValues, 1e9, 2, "Gbit/s"}});
-    case Measure::kRetrans: return percent_text(v, 2);
-  }
-  return "";
-}
-
-std::string format_metric_tick(Measure m, double v) {
-  constexpr int g = kShortestDecimals;
-  v *= display_scale(m);
-  switch (m) {
-    case Measure::kFct:
-    case Measure::kRtt:
-      return unit_text(v, {{1e3, 1, g, "us"}, {1e6, 1e3, g, "ms"}, {kRestOfValues, 1e6, g, "s"}});
-    case Measure::kThroughput:
-      return unit_text(v, {{1e6, 1e3, g, "kbit/s"}, {1e9, 1e6, g, "Mbit/s"}, {kRestOfValues, 1e9, g, "Gbit/s"}});
-    case Measure::kRetrans: return percent_text(v, g);
-  }
-  return "";
-}
 
 MetricInputs metric_inputs(const FlowRecord& f) {
   MetricInputs in;
@@ -262,6 +224,29 @@ std::optional<double> metric_value(Measure m, const MetricInputs& in, const Metr
   const double numerator = f.scale * input_value(f.numerator, in);
   if (!f.denominator) return numerator;
   return numerator / (input_value(*f.denominator, in) / f.denominator_scale);
+}
+
+std::optional<MetricHistogram> metric_histogram(Measure m, SampleUnit u) {
+  const bool transfer = u == SampleUnit::kTransfer;
+  switch (m) {
+    case Measure::kFct:
+      if (transfer) return MetricHistogram{"tcpscope_transfer_seconds", "direction=\"send\"", 1e6, true};
+      return MetricHistogram{"tcpscope_flow_completion_seconds", "", 1e6, true};
+    case Measure::kThroughput:
+      if (transfer) return MetricHistogram{"tcpscope_transfer_throughput_bytes_per_second", "", 1, false};
+      return MetricHistogram{"tcpscope_flow_throughput_bytes_per_second", "", 1, false};
+    case Measure::kRtt:
+      if (transfer) return std::nullopt;
+      return MetricHistogram{"tcpscope_srtt_seconds", "", 1e6, false};
+    case Measure::kRetrans: break;
+  }
+  return std::nullopt;
+}
+
+double to_bucket_unit(Measure m, double v) {
+  // Every unit the flows have; fct's and rtt's is the same for transfers.
+  const auto h = metric_histogram(m, SampleUnit::kFlow);
+  return h ? v / h->metric_per_bucket_unit : v;
 }
 
 MetricSpan metric_sketch_span(Measure m) {

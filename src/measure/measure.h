@@ -49,7 +49,8 @@
 // Values are in one unit per quantity wherever the program holds them (µs,
 // bytes/s, ratio: metric_unit()); only text for people (compare's tables,
 // its JSON report, its plots) shows throughput in bits/s, the unit network
-// rates are quoted in (display_unit(), display_scale(), format_metric_*()).
+// rates are quoted in (display_unit(), display_scale(); the text itself is
+// compare/metric_text.h's).
 #pragma once
 
 #include <cstdint>
@@ -91,15 +92,7 @@ const char* display_unit(Measure m);
 double display_scale(Measure m);
 // One line for report headers, e.g. "flow completion time (fct_us) of completed flows below 3000000 bytes".
 std::string metric_description(Measure m, SampleUnit u, uint64_t throughput_min_bytes);
-// The plot's x axis: "flow completion time", "transfer time", ...
-const char* metric_axis_label(Measure m, SampleUnit u);
 bool lower_is_better(Measure m);
-// Human-readable text, in display_unit(), of a value in metric_unit(), for
-// tables: 850us, 12.3ms, 1.24s; 85.2Mbit/s; 0.12%.
-std::string format_metric_value(Measure m, double v);
-// Shortest form for axis ticks of a value in metric_unit() (round values in
-// display_unit()): 1ms, 200ms, 5s; 100Mbit/s; 1%.
-std::string format_metric_tick(Measure m, double v);
 
 // Where size classes and the throughput threshold come from: the config
 // (size_classes_bytes, throughput_min_bytes), the same for all modes.
@@ -179,6 +172,22 @@ std::optional<double> metric_value(Measure m, const MetricInputs& in, const Metr
 // counted at 10^4 s), throughput 125 bytes/s to 1.25e12 bytes/s (1 kbit/s
 // to 10 Tbit/s), retrans 1e-9 to 10
 // (zeros are kept apart, exactly).
+// The daemon's Prometheus histogram of a metric and unit (README
+// "Metrics"), the one name the aggregator writes and compare's Prometheus
+// source reads: `selector` picks this unit's series of it (transfers: the
+// send direction), `metric_per_bucket_unit` converts a bucket bound to the
+// metric's unit (seconds to µs: 1e6), and `by_size_class` says whether it
+// has a size_class label. nullopt: no histogram (retrans, per flow ratio).
+struct MetricHistogram {
+  const char* name;
+  const char* selector;
+  double metric_per_bucket_unit;
+  bool by_size_class;
+};
+std::optional<MetricHistogram> metric_histogram(Measure m, SampleUnit u);
+// `v`, in the metric's unit, in its histogram's bucket unit.
+double to_bucket_unit(Measure m, double v);
+
 struct MetricSpan {
   double lo, hi;
 };

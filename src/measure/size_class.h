@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tcpscope {
@@ -15,5 +17,10 @@ std::vector<std::string> size_class_names(const std::vector<uint64_t>& boundarie
 
 // Index into size_class_names(boundaries) for `bytes` payload bytes.
 uint32_t size_class_index(uint64_t bytes, const std::vector<uint64_t>& boundaries);
+
+// A size class name's byte range [lo, hi): "lt_100k", "100k_1m", "ge_3m",
+// "all" (hi UINT64_MAX: no end); nullopt for a name size_class_names()
+// would not spell.
+std::optional<std::pair<uint64_t, uint64_t>> size_class_range(const std::string& name);
 
 }  // namespace tcpscope

@@ -32,5 +32,22 @@ TEST(SizeClassIndexTest, BoundaryBelongsToTheClassAbove) {
   EXPECT_EQ(size_class_index(UINT64_MAX, {}), 0u);
 }
 
+// Each name size_class_names() spells reads back as its byte range, as
+// compare's Prometheus source reads the size_class label.
+TEST(SizeClassRangeTest, EachNameReadsBackAsItsRange) {
+  const std::vector<uint64_t> bounds{1500, 100000, 1000000, 3000000, 2000000000};
+  const auto names = size_class_names(bounds);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto r = size_class_range(names[i]);
+    ASSERT_TRUE(r) << names[i];
+    EXPECT_EQ(r->first, i == 0 ? 0 : bounds[i - 1]) << names[i];
+    EXPECT_EQ(r->second, i == bounds.size() ? UINT64_MAX : bounds[i]) << names[i];
+  }
+  EXPECT_EQ(size_class_range("all"), std::make_pair(uint64_t{0}, UINT64_MAX));
+  for (const char* other : {"", "lt_", "ge_x", "100k", "100k_", "1m_3q", "lt_1234567890123k"})
+    EXPECT_FALSE(size_class_range(other)) << other;
+}
+
+
 }  // namespace
 }  // namespace tcpscope
