@@ -14,8 +14,6 @@
 #include <cstring>
 
 #include "export/kafka_protobuf.h"
-#include "record/flow_json.h"
-#include "record/transfer_json.h"
 #include "record/transfer_sampling.h"
 
 namespace tcpscope {
@@ -256,29 +254,24 @@ void KafkaExport::poll_loop() {
 }
 
 template <class Record>
-void KafkaExport::produce_record(KafkaRecordKind kind, const Record& r, std::string_view json_line) {
+void KafkaExport::produce_record(KafkaRecordKind kind, const Routed<Record>& routed) {
   if (!exports(kind)) return;
   // JSON goes with its newline: ClickHouse 18.16's Kafka engine reads a
   // message without a row delimiter at its end over and over.
-  std::string_view message = json_line;
-  if (protobuf_ || json_line.empty()) {
-    scratch_.clear();
-    if (protobuf_)
-      append_protobuf(r, &scratch_);
-    else
-      append_json(r, &scratch_);
-    message = scratch_;
+  std::string_view message;
+  if (protobuf_) {
+    protobuf_scratch_.clear();
+    append_protobuf(routed.record, &protobuf_scratch_);
+    message = protobuf_scratch_;
+  } else {
+    message = routed.json();
   }
-  produce(kind, kafka_bucket(flow_start_ns(r)), message);
+  produce(kind, kafka_bucket(flow_start_ns(routed.record)), message);
 }
 
-void KafkaExport::produce(const FlowRecord& r, std::string_view json_line) {
-  produce_record(KafkaRecordKind::kFlow, r, json_line);
-}
+void KafkaExport::produce(const RoutedFlow& flow) { produce_record(KafkaRecordKind::kFlow, flow); }
 
-void KafkaExport::produce(const TransferRecord& r, std::string_view json_line) {
-  produce_record(KafkaRecordKind::kTransfer, r, json_line);
-}
+void KafkaExport::produce(const RoutedTransfer& transfer) { produce_record(KafkaRecordKind::kTransfer, transfer); }
 
 void KafkaExport::produce(KafkaRecordKind kind, uint32_t bucket, std::string_view record) {
   const int k = static_cast<int>(kind);

@@ -34,6 +34,7 @@
 
 #include "config/config.h"
 #include "metrics/total_counter.h"
+#include "pipeline/record_sink.h"
 #include "record/flow_record.h"
 #include "record/transfer_record.h"
 
@@ -91,11 +92,11 @@ class KafkaExport {
 
   bool exports(KafkaRecordKind kind) const { return topics_[static_cast<int>(kind)] != nullptr; }
   // Queues one record in export.kafka.format, if its kind is exported;
-  // never blocks. `json_line` is the record's flow-log line when the caller
-  // has written it (json sends it as it is), else empty. The daemon's loop
-  // thread only, as are the two below.
-  void produce(const FlowRecord& r, std::string_view json_line);
-  void produce(const TransferRecord& r, std::string_view json_line);
+  // never blocks. json sends the record's line (the one the flow log writes
+  // too, made once for both), protobuf its message. The daemon's loop thread
+  // only, as are the two below.
+  void produce(const RoutedFlow& flow);
+  void produce(const RoutedTransfer& transfer);
   // Queues one record already in the configured format, in `bucket`.
   void produce(KafkaRecordKind kind, uint32_t bucket, std::string_view record);
   // Hands every bucket's records to librdkafka, a message per bucket (the
@@ -123,7 +124,7 @@ class KafkaExport {
   };
   KafkaExport(const KafkaConfig& config, const std::shared_ptr<prometheus::Registry>& registry);
   template <class Record>
-  void produce_record(KafkaRecordKind kind, const Record& r, std::string_view json_line);
+  void produce_record(KafkaRecordKind kind, const Routed<Record>& routed);
   void send(int kind, uint32_t bucket);
   void on_delivery(int kind, uint32_t records, size_t bytes, bool ok, const char* error);
   void set_error(std::string error);
@@ -131,7 +132,7 @@ class KafkaExport {
 
   const uint64_t queue_bytes_;
   const bool protobuf_;
-  std::string scratch_;  // a record's message when it is not the caller's line
+  std::string protobuf_scratch_;  // a record's message in protobuf
   rd_kafka_s* rk_ = nullptr;
   rd_kafka_topic_s* topics_[kKafkaRecordKinds] = {nullptr, nullptr};
   std::string keys_[kKafkaBuckets];

@@ -52,21 +52,16 @@ std::unique_ptr<KafkaSink> KafkaSink::open(const KafkaConfig& config,
                                            std::string* error) {
   auto kafka = KafkaExport::open(config, registry, error);
   if (!kafka) return nullptr;
-  return std::unique_ptr<KafkaSink>(new KafkaSink(std::move(kafka), config.format == "json", std::move(log)));
+  return std::unique_ptr<KafkaSink>(new KafkaSink(std::move(kafka), std::move(log)));
 }
 
-KafkaSink::KafkaSink(std::unique_ptr<KafkaExport> kafka, bool json, LogLine log)
-    : OutputSink("kafka export", std::move(log)), kafka_(std::move(kafka)), json_(json) {}
+KafkaSink::KafkaSink(std::unique_ptr<KafkaExport> kafka, LogLine log)
+    : OutputSink("kafka export", std::move(log)), kafka_(std::move(kafka)) {}
 
-// JSON takes the line the flow log may have made already; Protobuf is
-// KafkaExport's own.
-void KafkaSink::add(const RoutedFlow& flow) {
-  if (kafka_->exports(KafkaRecordKind::kFlow)) kafka_->produce(flow.record, json_ ? flow.json() : "");
-}
+void KafkaSink::add(const RoutedFlow& flow) { kafka_->produce(flow); }
 
 void KafkaSink::add(const RoutedTransfer& transfer) {
-  if (transfer.exported && kafka_->exports(KafkaRecordKind::kTransfer))
-    kafka_->produce(transfer.record, json_ ? transfer.json() : "");
+  if (transfer.exported) kafka_->produce(transfer);
 }
 
 void KafkaSink::tick(Clock::time_point now) {

@@ -82,12 +82,11 @@ class KafkaSink final : public OutputSink {
   void close(std::chrono::milliseconds timeout) override;
 
  private:
-  KafkaSink(std::unique_ptr<KafkaExport> kafka, bool json, LogLine log);
+  KafkaSink(std::unique_ptr<KafkaExport> kafka, LogLine log);
   std::string last_error() const override { return kafka_->last_error(); }
   uint64_t lost() const override { return kafka_->lost(); }
 
   std::unique_ptr<KafkaExport> kafka_;
-  const bool json_;
 };
 
 }  // namespace tcpscope

@@ -165,13 +165,18 @@ TEST(KafkaExport, QueuesEachRecordInTheConfiguredFormat) {
     ASSERT_TRUE(x) << error;
     const bool json = format == "json";
     double want = 0;
-    x->produce(flow, "");
+    std::string line;
+    x->produce(RoutedFlow(flow, AsnLabel::kOwn, true, &line));
     want += json ? flow_json.size() : flow_protobuf.size();
     x->update_metrics();
-    EXPECT_EQ(queue_bytes(*registry), want) << format << ": a flow, no line";
-    x->produce(flow, "a flow log line\n");
+    EXPECT_EQ(queue_bytes(*registry), want) << format << ": a flow";
+    // The line another output made already is the one sent.
+    RoutedFlow written(flow, AsnLabel::kOwn, true, &line);
+    EXPECT_EQ(written.json(), flow_json);
+    line = "a flow log line\n";
+    x->produce(written);
     want += json ? 16 : flow_protobuf.size();
-    x->produce(transfer, "");
+    x->produce(RoutedTransfer(transfer, AsnLabel::kOwn, true, &line));
     want += json ? transfer_json.size() : transfer_protobuf.size();
     x->update_metrics();
     EXPECT_EQ(queue_bytes(*registry), want) << format;
@@ -190,7 +195,8 @@ TEST(KafkaExport, QueuesEachRecordInTheConfiguredFormat) {
   std::string error;
   auto x = KafkaExport::open(k, registry, &error);
   ASSERT_TRUE(x) << error;
-  x->produce(transfer, "");
+  std::string line;
+  x->produce(RoutedTransfer(transfer, AsnLabel::kOwn, true, &line));
   x->update_metrics();
   EXPECT_EQ(queue_bytes(*registry), 0);
   x->close(0);
