@@ -78,17 +78,24 @@ bool parse_listen(const std::string& listen, sockaddr_storage* sa, socklen_t* le
   return true;
 }
 
-// (key, text) of a peer address: the key counts connections per address, the
-// text goes into log lines.
+// The per-peer key of every address of this host's loopback: 127.0.0.0/8
+// (also as ::ffff:127.x.y.z) and ::1 are one host, whose processes could
+// otherwise pass the per-peer cap by cycling through 127.0.0.2, 127.0.0.3...
+constexpr char kLoopbackPeer[] = "loopback";
+
+// (key, text) of a peer address: the key counts connections per address
+// (the loopback's as one), the text goes into log lines.
 std::pair<std::string, std::string> peer_of(const sockaddr_storage& sa) {
   char text[INET6_ADDRSTRLEN] = "?";
   if (sa.ss_family == AF_INET) {
     const auto& a = reinterpret_cast<const sockaddr_in&>(sa).sin_addr;
     inet_ntop(AF_INET, &a, text, sizeof(text));
+    if ((ntohl(a.s_addr) >> 24) == 127) return {kLoopbackPeer, text};
     return {std::string(reinterpret_cast<const char*>(&a), sizeof(a)), text};
   }
   const auto& a = reinterpret_cast<const sockaddr_in6&>(sa).sin6_addr;
   inet_ntop(AF_INET6, &a, text, sizeof(text));
+  if (IN6_IS_ADDR_LOOPBACK(&a) || (IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127)) return {kLoopbackPeer, text};
   return {std::string(reinterpret_cast<const char*>(&a), sizeof(a)), text};
 }
 
@@ -573,6 +580,10 @@ void HttpServer::dispatch(Connection& c, HttpRequest&& request, int64_t now) {
       count(kBusy);
       return error(503);
     }
+    // /metrics ignores its query: its requests share one answer whatever
+    // their query says, so /metrics?n=1, ?n=2, ... cannot each cost a
+    // serialisation.
+    if (request.path == "/metrics") request.query.clear();
     pool->queue.push_back({c.id, std::move(request.path), std::move(request.query)});
   }
   pool->cv.notify_one();
@@ -649,11 +660,25 @@ void HttpServer::collect_done(int64_t now) {
     std::lock_guard<std::mutex> lock(done_mu_);
     done.swap(done_);
   }
+  // A reply that was queued counts against the response budget as a new
+  // request does: past it, 503. Requests answered together share one body
+  // (they come in a row) and the budget is asked once for it.
+  const std::string* budgeted = nullptr;
+  bool over_budget = false;
   for (Done& d : done) {
     auto it = connections_.find(d.connection);
     if (it == connections_.end()) continue;
     Connection& c = *it->second;
     if (c.state != Connection::kWorking) continue;
+    if (d.reply.body.get() != budgeted) {
+      budgeted = d.reply.body.get();
+      over_budget = pending_output_ > 0 && pending_output_ + budgeted->size() > limits_.max_pending_output_bytes;
+    }
+    if (over_budget) {
+      count(kBusy);
+      respond(c, Reply{503, kTextContentType, std::string(status_text(503)) + "\n"}, now);
+      continue;
+    }
     respond(c, d.reply, now);
   }
 }

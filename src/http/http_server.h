@@ -13,13 +13,17 @@
 // thread, and is closed at its deadline (Limits). /healthz is answered on
 // that thread; other complete requests go to workers: /metrics has its own,
 // the JSON API others, so slow queries never delay a scrape. A worker
-// answers every request queued for the same path and query with one result,
-// made after they all arrived: a flood of /metrics costs one serialisation
-// at a time. Each peer address has a connection cap; at the cap (or the
+// answers every request queued for the same path and query (for /metrics,
+// whatever its query) with one result, made after they all arrived: a flood
+// of /metrics costs one serialisation at a time. Each peer address has a
+// connection cap (this host's loopback addresses, 127.0.0.0/8 and ::1, are
+// one peer); at the cap (or the
 // total cap) a new connection replaces the peer's oldest one that is done,
 // idle or still sending its request, or still taking its response after a
 // second, so a flood from an address cannot lock out a scraper at the same
-// address. Responses wait in memory up to a total budget; past it, 503.
+// address. Responses wait in memory up to a total budget, which a queued
+// request's reply asks for when it is ready, as a new request does; past
+// it, 503.
 // What is refused and why is counted
 // (tcpscope_http_rejected_total{reason}, served with /metrics).
 //

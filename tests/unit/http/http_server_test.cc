@@ -7,9 +7,13 @@
 
 #include <gtest/gtest.h>
 #include <prometheus/counter.h>
+#include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
 #include <algorithm>
+#include <atomic>
+#include <set>
+#include <thread>
 #include <cctype>
 #include <chrono>
 #include <vector>
@@ -555,6 +559,107 @@ TEST(HttpServerSecurityTest, SlowQueriesNeitherDelayScrapesNorQueueWithoutBound)
   EXPECT_EQ(busy, 2);  // one running, two queued, two turned away
   EXPECT_EQ(ok, 3);
   EXPECT_EQ(server->rejected(HttpServer::kBusy), 2u);
+}
+
+// A reply that waited in the queue asks the response budget for room when
+// it is ready, as a new request does: with a 16 MiB answer still unread by
+// its client, the next ones (queued before it was sent) get 503.
+TEST(HttpServerSecurityTest, QueuedRepliesCountAgainstTheResponseBudget) {
+  auto server = start_with([](HttpServer::Limits& l) {
+    l.api_workers = 1;
+    l.max_pending_output_bytes = size_t(24) << 20;
+  });
+  ASSERT_TRUE(server);
+  server->handle_json("/api/v1/big", [](const std::string& query) {
+    usleep(200 * 1000);
+    return "\"" + query + std::string(16 << 20, 'x') + "\"";
+  });
+  std::vector<int> fds;
+  for (int i = 0; i < 4; ++i) {
+    fds.push_back(connect_to(server->port(), 4096));
+    send_all(fds.back(), "GET /api/v1/big?n=" + std::to_string(i) + " HTTP/1.1\r\nHost: x\r\n\r\n");
+  }
+  std::vector<std::string> status;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    char line[13] = {};
+    EXPECT_EQ(recv(fds[i], line, 12, MSG_WAITALL), 12) << i;
+    status.push_back(line);
+  }
+  close_all(fds);
+  EXPECT_EQ(status[0], "HTTP/1.1 200");
+  for (size_t i = 1; i < status.size(); ++i) EXPECT_EQ(status[i], "HTTP/1.1 503") << i;
+  EXPECT_EQ(server->rejected(HttpServer::kBusy), 3u);
+}
+
+// /metrics ignores its query, and so does the sharing of its answers:
+// scrapes queued behind a serialisation get one answer between them,
+// whatever their query says. A gauge that changes all the time tells one
+// serialisation from another.
+TEST(HttpServerSecurityTest, MetricsRequestsShareOneAnswerWhateverTheirQuery) {
+  auto server = start_ephemeral();
+  ASSERT_TRUE(server);
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto& padding = prometheus::BuildGauge().Name("padding").Help("makes a serialisation take a while").Register(*registry);
+  for (int i = 0; i < 100000; ++i) padding.Add({{"i", std::to_string(i)}});
+  auto& moving = prometheus::BuildGauge().Name("moving").Help("changes all the time").Register(*registry).Add({});
+  server->serve_metrics(registry);
+  std::atomic<bool> stop{false};
+  std::thread mover([&] {
+    while (!stop) moving.Increment();
+  });
+  int first = connect_to(server->port());
+  send_all(first, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  std::vector<int> fds;
+  for (int i = 0; i < 20; ++i) {
+    fds.push_back(connect_to(server->port()));
+    send_all(fds.back(), "GET /metrics?n=" + std::to_string(i) + " HTTP/1.1\r\nHost: x\r\n\r\n");
+  }
+  std::string pending;
+  const Response r = read_response(first, &pending);
+  std::set<std::string> answers;
+  for (int fd : fds) {
+    pending.clear();
+    answers.insert(read_response(fd, &pending).body);
+  }
+  stop = true;
+  mover.join();
+  close(first);
+  close_all(fds);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_LE(answers.size(), 2u) << "20 scrapes queued behind one serialisation";
+}
+
+// This host's loopback is one peer: connections from 127.0.0.2, 127.0.0.3,
+// ... share one per-peer cap.
+TEST(HttpServerSecurityTest, LoopbackAddressesAreOnePeer) {
+  auto server = start_with([](HttpServer::Limits& l) { l.max_connections_per_peer = 4; });
+  ASSERT_TRUE(server);
+  std::vector<int> idle;
+  for (int i = 0; i < 5; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    timeval tv{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    from.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + static_cast<uint32_t>(i));  // 127.0.0.2, ...
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0) << strerror(errno);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>(server->port()));
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0) << strerror(errno);
+    send_all(fd, "GET /he");
+    idle.push_back(fd);
+    usleep(20 * 1000);  // accepted in this order
+  }
+  // The fifth took the place of the first, the oldest of one peer's four.
+  char c;
+  EXPECT_EQ(recv(idle[0], &c, 1, 0), 0);
+  EXPECT_EQ(recv(idle[1], &c, 1, MSG_DONTWAIT), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  EXPECT_EQ(server->rejected(HttpServer::kConnectionLimit), 1u);
+  close_all(idle);
 }
 
 // A client that does not take its response is closed at the response
