@@ -8,7 +8,11 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "text/json_text.h"
+#include <dirent.h>
+
+#include <algorithm>
+#include <ctime>
+#include <vector>
 
 namespace tcpscope {
 
@@ -92,11 +96,15 @@ std::optional<nlohmann::json> ControllerStore::load(std::string* error) const {
   return doc;
 }
 
-bool ControllerStore::save(const nlohmann::json& state, std::string* error) const {
+bool ControllerStore::save(const std::string& text, std::string* error) const {
+  if (text.size() > kMaxStateBytes) {
+    *error = path_ + ": the state is " + std::to_string(text.size()) + " bytes, over the " +
+             std::to_string(kMaxStateBytes) + " that loading accepts; not written";
+    return false;
+  }
   int dfd = open_safe_dir(dir_, true, error);
   if (dfd < 0) return false;
   const std::string tmp = std::string(kFileName) + ".tmp";
-  const std::string text = json_text(state) + "\n";
   ::unlinkat(dfd, tmp.c_str(), 0);
   int fd = ::openat(dfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   bool ok = fd >= 0;
@@ -119,6 +127,31 @@ bool ControllerStore::save(const nlohmann::json& state, std::string* error) cons
   }
   ::close(dfd);
   return ok;
+}
+
+std::string ControllerStore::set_aside(std::string* error) const {
+  int dfd = open_safe_dir(dir_, false, error);
+  if (dfd < 0) return "";
+  const std::string prefix = std::string(kFileName) + ".unreadable-";
+  const std::string name = prefix + std::to_string(std::time(nullptr));
+  if (::renameat(dfd, kFileName, dfd, name.c_str()) != 0) {
+    *error = path_ + ": " + errno_text(errno);
+    ::close(dfd);
+    return "";
+  }
+  // The oldest go beyond the few kept: the names sort by time.
+  std::vector<std::string> aside;
+  if (DIR* d = ::fdopendir(::dup(dfd))) {
+    while (const dirent* e = ::readdir(d))
+      if (std::string(e->d_name).rfind(prefix, 0) == 0) aside.push_back(e->d_name);
+    ::closedir(d);
+  }
+  const auto made = [&](const std::string& n) { return std::strtoll(n.c_str() + prefix.size(), nullptr, 10); };
+  std::sort(aside.begin(), aside.end(), [&](const std::string& a, const std::string& b) { return made(a) < made(b); });
+  for (size_t i = 0; i + kKeptUnreadable < aside.size(); ++i) ::unlinkat(dfd, aside[i].c_str(), 0);
+  ::fsync(dfd);
+  ::close(dfd);
+  return dir_ + "/" + name;
 }
 
 }  // namespace tcpscope

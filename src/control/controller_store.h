@@ -29,8 +29,17 @@ class ControllerStore {
   // The saved state; nullopt when there is none (no file) or it is unusable,
   // with *error saying why in the second case ("" in the first).
   std::optional<nlohmann::json> load(std::string* error) const;
-  // Creates the directory (0700) if missing. False + *error on failure.
-  bool save(const nlohmann::json& state, std::string* error) const;
+  // Writes `text` (a state as state_fit.h fits it) as the state. Creates the
+  // directory (0700) if missing. False + *error on failure, and for a text
+  // over kMaxStateBytes, which load() would refuse.
+  bool save(const std::string& text, std::string* error) const;
+  // Moves a state that cannot be used (load() or the controller refused it)
+  // out of the way, so that the next save does not overwrite what someone
+  // may want to look at: controller.json.unreadable-<unix seconds>, in the
+  // same directory; the kKeptUnreadable newest such files are kept. Returns
+  // the new path, or "" with *error.
+  std::string set_aside(std::string* error) const;
+  static constexpr int kKeptUnreadable = 3;
 
  private:
   std::string dir_, path_;

@@ -24,11 +24,11 @@ bool ClosedLoop::start(std::string* error) {
     std::string store_error;
     if (auto saved = store_.load(&store_error)) {
       if (!controller_.restore(*saved, &store_error))
-        log_("controller state " + store_.path() + " ignored: " + store_error);
+        set_aside(store_.path() + ": " + store_error);
       else
         log_("controller state restored from " + store_.path());
     } else if (!store_error.empty()) {
-      log_("controller state ignored: " + store_error);
+      set_aside(store_error);
     }
     policy_.set_cohorts(controller_.cohort_asns(), controller_.cohort_weights(), &store_error);
   }
@@ -62,10 +62,15 @@ void ClosedLoop::tick(Clock::time_point now) {
   const CcController::StepResult step = controller_.step(now_s);
   if (step.changed) apply_cohorts();
   if (step.tested) save();
+  log_writer_messages();
 }
 
-void ClosedLoop::close(std::chrono::milliseconds) {
-  if (!controller_.empty()) save();
+void ClosedLoop::close(std::chrono::milliseconds timeout) {
+  if (controller_.empty()) return;
+  save();
+  if (!writer_.flush(timeout))
+    log_("controller state not saved: the write did not finish within " + std::to_string(timeout.count()) + " ms");
+  log_writer_messages();
 }
 
 void ClosedLoop::watch_namespaces(const Config& config) {
@@ -129,14 +134,26 @@ void ClosedLoop::apply_cohorts() {
   log_("controller: applying cohort weights failed: " + error + "; the kernel keeps the previous ones");
 }
 
+// The snapshot is taken here, under the controller's lock; fitting,
+// serialising and writing it are the writer's, off this thread.
 void ClosedLoop::save() {
+  if (saving_) writer_.save(controller_.save());
+}
+
+void ClosedLoop::set_aside(const std::string& why) {
   std::string error;
-  if (store_.save(controller_.save(), &error)) {
-    store_error_.clear();
-  } else if (error != store_error_) {
-    log_("controller state not saved: " + error);
-    store_error_ = error;
+  const std::string aside = store_.set_aside(&error);
+  if (!aside.empty()) {
+    log_("controller state ignored: " + why + "; moved to " + aside + ", the controllers start afresh");
+    return;
   }
+  saving_ = false;
+  log_("controller state ignored: " + why + "; it cannot be moved aside (" + error +
+       "), so it is not overwritten either: the controllers run without saving until it is removed");
+}
+
+void ClosedLoop::log_writer_messages() {
+  for (const std::string& m : writer_.take_messages()) log_(m);
 }
 
 }  // namespace tcpscope

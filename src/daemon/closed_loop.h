@@ -10,6 +10,7 @@
 
 #include "control/cc_controller.h"
 #include "control/controller_store.h"
+#include "control/state_writer.h"
 #include "enrich/enricher.h"
 #include "kernel/installed_policy.h"
 #include "net/local_routes.h"
@@ -44,6 +45,9 @@ class ClosedLoop final : public RecordSink {
   // policy, so the trie names it.
   void apply_cohorts();
   void save();
+  // A saved state that cannot be used, out of the next save's way.
+  void set_aside(const std::string& why);
+  void log_writer_messages();
   // The namespaces the controller rules' evidence_netns name: each one's
   // inode and a reader of its local routing table, opened for names not
   // seen before (another namespace than the daemon's own can be entered
@@ -66,7 +70,8 @@ class ClosedLoop final : public RecordSink {
   LogLine log_;
   CcController controller_;
   ControllerStore store_;
-  std::string store_error_;  // the last one logged, so a lasting one is logged once
+  StateWriter writer_{store_};
+  bool saving_ = true;  // false once a state that could not be set aside must not be overwritten
 };
 
 }  // namespace tcpscope

@@ -24,7 +24,7 @@ ROOT=$(pwd)
 SECONDS_EACH=${FUZZ_SECONDS:-20}
 SEED=${FUZZ_SEED:-1}
 TARGETS=("$@")
-((${#TARGETS[@]})) || TARGETS=(config prefix_file mmdb http_request json_text)
+((${#TARGETS[@]})) || TARGETS=(config prefix_file mmdb http_request json_text controller_state)
 
 die() { echo "fuzz: $*" >&2; exit 1; }
 

@@ -2,7 +2,7 @@
 of a controller rule carry its experiment and arm, the kernel draws each
 cohort's arm by the weights the controller keeps (per ASN, else per peer
 class), decisions survive a restart (STATE_DIRECTORY), a corrupt state is
-reported and ignored, and a SIGHUP that removes the controller returns its
+reported, moved aside and ignored, and a SIGHUP that removes the controller returns its
 flows to the static policy at once. Whether it decides right is measured in
 the lab (tests/lab/test_lab_controller.py, bench/controller_lab.py); the
 statistics themselves in tests/unit/control."""
@@ -156,18 +156,24 @@ cc_policy:
         assert d.stop() == 0, d.stderr_text()
 
 
-def test_a_corrupt_state_is_reported_and_ignored(net, tmp_path, test_cgroup):
+def test_a_corrupt_state_is_moved_aside_and_ignored(net, tmp_path, test_cgroup):
     s = Setup(net, tmp_path, test_cgroup)
-    (s.state / "controller.json").write_text('{"version": 1, "rules": {"auto": {"arms": ')
+    corrupt = '{"version": 1, "rules": {"auto": {"arms": '
+    (s.state / "controller.json").write_text(corrupt)
     d = s.daemon(controller_config(s.pfx2as, s.net.srv))
     try:
-        assert "controller state ignored: " in d.stderr_text() and "not valid JSON" in d.stderr_text()
+        err = d.stderr_text()
+        assert "controller state ignored: " in err and "not valid JSON" in err, err
+        aside = sorted(s.state.glob("controller.json.unreadable-*"))
+        assert len(aside) == 1 and f"moved to {aside[0]}" in err, err
+        assert aside[0].read_text() == corrupt
         assert get_json(d, "/api/v1/controller")["rules"][0]["cohorts"] == []
         assert all(r["experiment"] == "controller" for r in s.connections(d, net.cli_v4, 5))
     finally:
         assert d.stop() == 0, d.stderr_text()
-    # The next save replaces it with a valid state.
+    # The next save writes a valid state in its place; the one set aside stays.
     json.loads((s.state / "controller.json").read_text())
+    assert aside[0].read_text() == corrupt
 
 
 def test_without_send_transfers_the_status_says_so(net, tmp_path, test_cgroup):

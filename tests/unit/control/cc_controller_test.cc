@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <regex>
 
@@ -19,6 +20,7 @@
 #include <prometheus/text_serializer.h>
 
 #include "control/controller_store.h"
+#include "control/state_writer.h"
 #include "record/flow_record.h"
 #include "record/transfer_record.h"
 #include "tcpscope/policy.h"
@@ -568,7 +570,7 @@ TEST(ControllerStore, SavesAtomicallyAndReportsACorruptFile) {
   std::string error;
   EXPECT_FALSE(store.load(&error));
   EXPECT_EQ(error, "") << "no state yet is not an error";
-  ASSERT_TRUE(store.save({{"version", 1}, {"x", 2}}, &error)) << error;
+  ASSERT_TRUE(store.save("{\"version\": 1, \"x\": 2}\n", &error)) << error;
   struct stat st {};
   ASSERT_EQ(stat((dir.path() + "/state").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
@@ -587,18 +589,81 @@ TEST(ControllerStore, RefusesADirectoryOthersCanWriteAndASymlink) {
   ASSERT_EQ(mkdir(open_dir.c_str(), 0777), 0);
   ASSERT_EQ(chmod(open_dir.c_str(), 0777), 0);
   std::string error;
-  EXPECT_FALSE(ControllerStore(open_dir).save({{"version", 1}}, &error));
+  EXPECT_FALSE(ControllerStore(open_dir).save("{\"version\": 1}\n", &error));
   EXPECT_NE(error.find("writable by others"), std::string::npos) << error;
   const std::string safe = dir.path() + "/safe";
   ASSERT_EQ(mkdir(safe.c_str(), 0700), 0);
   ASSERT_EQ(symlink((dir.path() + "/elsewhere").c_str(), (safe + "/controller.json").c_str()), 0);
   EXPECT_FALSE(ControllerStore(safe).load(&error));
   EXPECT_FALSE(error.empty());
-  EXPECT_TRUE(ControllerStore(safe).save({{"version", 1}}, &error)) << "the rename replaces the link itself: " << error;
+  EXPECT_TRUE(ControllerStore(safe).save("{\"version\": 1}\n", &error)) << "the rename replaces the link itself: " << error;
   struct stat st {};
   ASSERT_EQ(lstat((safe + "/controller.json").c_str(), &st), 0);
   EXPECT_TRUE(S_ISREG(st.st_mode));
   EXPECT_NE(access((dir.path() + "/elsewhere").c_str(), F_OK), 0) << "nothing written through the link";
+}
+
+// What loading would refuse is not written: the cap is the one constant.
+TEST(ControllerStore, RefusesToWriteWhatLoadingWouldRefuse) {
+  TempDir dir;
+  ControllerStore store(dir.path() + "/state");
+  std::string error;
+  const std::string big = "\"" + std::string(ControllerStore::kMaxStateBytes, 'x') + "\"\n";
+  EXPECT_FALSE(store.save(big, &error));
+  EXPECT_NE(error.find(std::to_string(big.size()) + " bytes, over the " +
+                       std::to_string(ControllerStore::kMaxStateBytes) + " that loading accepts"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(access(store.path().c_str(), F_OK), 0) << "nothing written";
+}
+
+// A state that cannot be used moves aside, the newest few kept, so the next
+// save does not overwrite it.
+TEST(ControllerStore, SetsAnUnreadableStateAsideKeepingTheNewestFew) {
+  TempDir dir;
+  ControllerStore store(dir.path() + "/state");
+  std::string error;
+  ASSERT_TRUE(store.save("{\"version\": 1}\n", &error)) << error;
+  const std::string state_dir = dir.path() + "/state";
+  // Older ones, as earlier starts left them.
+  for (int t : {100, 200, 300}) std::ofstream(state_dir + "/controller.json.unreadable-" + std::to_string(t)) << t;
+  std::ofstream(store.path()) << "{\"version\": 1, trunc";
+  const std::string aside = store.set_aside(&error);
+  ASSERT_FALSE(aside.empty()) << error;
+  EXPECT_EQ(aside.rfind(state_dir + "/controller.json.unreadable-", 0), 0u) << aside;
+  std::ifstream moved(aside);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(moved), {}), "{\"version\": 1, trunc");
+  EXPECT_NE(access(store.path().c_str(), F_OK), 0) << "no state left in its place";
+  EXPECT_NE(access((state_dir + "/controller.json.unreadable-100").c_str(), F_OK), 0) << "the oldest went";
+  EXPECT_EQ(access((state_dir + "/controller.json.unreadable-200").c_str(), F_OK), 0);
+  EXPECT_EQ(access((state_dir + "/controller.json.unreadable-300").c_str(), F_OK), 0);
+  EXPECT_TRUE(store.set_aside(&error).empty()) << "nothing to move";
+}
+
+// The writer fits and writes off the caller's thread; a state waiting when
+// a newer one comes is replaced; a failure is said once while it lasts.
+TEST(StateWriter, WritesTheLatestStateAndSaysAFailureOnce) {
+  TempDir dir;
+  ControllerStore store(dir.path() + "/state");
+  {
+    StateWriter writer(store);
+    for (int i = 0; i < 50; ++i) writer.save({{"version", 4}, {"i", i}});
+    ASSERT_TRUE(writer.flush(std::chrono::seconds(10)));
+    std::string error;
+    auto doc = store.load(&error);
+    ASSERT_TRUE(doc) << error;
+    EXPECT_EQ((*doc)["i"], 49) << "the last one handed over";
+    EXPECT_TRUE(writer.take_messages().empty());
+  }
+  ASSERT_EQ(chmod((dir.path() + "/state").c_str(), 0777), 0);  // unsafe: every save fails
+  StateWriter writer(store);
+  for (int i = 0; i < 3; ++i) {
+    writer.save({{"version", 4}});
+    ASSERT_TRUE(writer.flush(std::chrono::seconds(10)));
+  }
+  const auto said = writer.take_messages();
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_NE(said[0].find("controller state not saved: "), std::string::npos) << said[0];
 }
 
 TEST(ControllerStore, TakesStateDirectoryFromTheEnvironment) {
