@@ -35,13 +35,24 @@ struct Response {
 
 // A connected socket to 127.0.0.1:port with a receive timeout so that a
 // server that never answers fails the test instead of hanging it;
-// receive_buffer > 0: that small a receive buffer (a slow reader).
-int connect_to(int port, int receive_buffer = 0) {
+// receive_buffer > 0: that small a receive buffer (a slow reader); from:
+// the source address (host order), 0 for the kernel's choice.
+int connect_to(int port, int receive_buffer = 0, uint32_t from = 0) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw std::runtime_error(std::string("socket: ") + strerror(errno));
   timeval tv{5, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   if (receive_buffer > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
+  if (from) {
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    src.sin_addr.s_addr = htonl(from);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)) != 0) {
+      const int e = errno;
+      close(fd);
+      throw std::runtime_error(std::string("bind: ") + strerror(e));
+    }
+  }
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(static_cast<uint16_t>(port));
@@ -636,19 +647,7 @@ TEST(HttpServerSecurityTest, LoopbackAddressesAreOnePeer) {
   ASSERT_TRUE(server);
   std::vector<int> idle;
   for (int i = 0; i < 5; ++i) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ASSERT_GE(fd, 0);
-    timeval tv{5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    sockaddr_in from{};
-    from.sin_family = AF_INET;
-    from.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + static_cast<uint32_t>(i));  // 127.0.0.2, ...
-    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0) << strerror(errno);
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(static_cast<uint16_t>(server->port()));
-    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0) << strerror(errno);
+    const int fd = connect_to(server->port(), 0, INADDR_LOOPBACK + 1 + static_cast<uint32_t>(i));  // 127.0.0.2, ...
     send_all(fd, "GET /he");
     idle.push_back(fd);
     usleep(20 * 1000);  // accepted in this order
