@@ -261,14 +261,19 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 }
 
 /*
- * The kernel never runs a tracing program on a CPU where that same program is
- * already running: it only bumps the program's recursion_misses. connect()
+ * Recent kernels never run a tracing program on a CPU where that same
+ * program is already running: they only bump its recursion_misses. connect()
  * and close() run on_state_change in process context, so a softirq that
  * changes another socket's state on that CPU meanwhile (a SYN arriving, a
  * FIN acknowledged) would lose that transition, and with it possibly a
  * record. A second copy on the same tracepoint covers those: the first marks
  * its CPU busy while it runs; the second returns at once unless the mark is
  * set, i.e. unless the kernel has just skipped the first for this event.
+ * Older kernels (6.1) run a raw tracepoint's program nested in itself: then
+ * the first copy sees its own mark, handles the event, and says so in the
+ * mark for the second, which runs next for the same event (a tracepoint
+ * calls its programs in the order they were attached) and leaves it alone;
+ * without that, both handled it and a flow had two records (seen on 6.1).
  * Tracepoint programs run with preemption disabled, so the per-CPU mark
  * belongs to one invocation. The second copy is skipped only while it runs
  * its check for an event the first has handled, which costs nothing; what
@@ -276,6 +281,9 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
  * is set or after it is cleared (the daemon counts those from the two
  * copies' misses and TCPSCOPE_CNT_NESTED_TRANSITIONS).
  */
+#define STATE_CHANGE_IDLE 0
+#define STATE_CHANGE_RUNNING 1     /* on_state_change is handling an event */
+#define STATE_CHANGE_NESTED_DONE 2 /* ... and ran nested for another, handled too */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -297,11 +305,17 @@ int BPF_PROG(on_state_change, const struct sock *sk, int oldstate, int newstate)
 		return 0;
 	__u32 *busy = state_change_busy_mark();
 
+	if (busy && *busy) {
+		/* Nested in its own run: this kernel did not skip it. */
+		handle_state_change(sk, oldstate, newstate);
+		*busy = STATE_CHANGE_NESTED_DONE;
+		return 0;
+	}
 	if (busy)
-		*busy = 1;
+		*busy = STATE_CHANGE_RUNNING;
 	handle_state_change(sk, oldstate, newstate);
 	if (busy)
-		*busy = 0;
+		*busy = STATE_CHANGE_IDLE;
 	return 0;
 }
 
@@ -312,8 +326,12 @@ int BPF_PROG(on_state_change_nested, const struct sock *sk, int oldstate, int ne
 		return 0;
 	__u32 *busy = state_change_busy_mark();
 
-	if (!busy || !*busy)
+	if (!busy || *busy == STATE_CHANGE_IDLE)
 		return 0;
+	if (*busy == STATE_CHANGE_NESTED_DONE) {
+		*busy = STATE_CHANGE_RUNNING;
+		return 0;
+	}
 	count(TCPSCOPE_CNT_NESTED_TRANSITIONS);
 	handle_state_change(sk, oldstate, newstate);
 	return 0;
