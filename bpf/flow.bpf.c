@@ -269,11 +269,11 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
  * record. A second copy on the same tracepoint covers those: the first marks
  * its CPU busy while it runs; the second returns at once unless the mark is
  * set, i.e. unless the kernel has just skipped the first for this event.
- * Older kernels (6.1) run a raw tracepoint's program nested in itself: then
- * the first copy sees its own mark, handles the event, and says so in the
- * mark for the second, which runs next for the same event (a tracepoint
- * calls its programs in the order they were attached) and leaves it alone;
- * without that, both handled it and a flow had two records (seen on 6.1).
+ * A kernel without that check for raw tracepoints runs the first copy nested
+ * in itself: then it sees its own mark, handles the event, and says so in
+ * the mark for the second, which runs next for the same event (a tracepoint
+ * calls its programs in the order they were attached) and leaves it alone,
+ * rather than handle it a second time.
  * Tracepoint programs run with preemption disabled, so the per-CPU mark
  * belongs to one invocation. The second copy is skipped only while it runs
  * its check for an event the first has handled, which costs nothing; what
