@@ -84,13 +84,18 @@ def test_shipped_sql_and_compare_on_current_clickhouse(lab, net, tmp_path, click
     sel = ["--a", "cc=cubic,peer_class=lab", "--b", "cc=bbr,peer_class=lab"]
     assert_clickhouse_agrees_with_flow_log(url, log, sel)
 
-    # Transfers of two sampling rates (a reload from 1 to 4 halfway): both
-    # readers count only the flows rate 4 keeps, compare --flows by the
-    # daemon's hash and ClickHouse by intHash64, and must agree.
+    # Transfers of two sampling rates (as a reload from 1 to 4 would mix
+    # them): both readers count only the flows rate 4 keeps, compare --flows
+    # by the daemon's hash and ClickHouse by intHash64, and must agree. Every
+    # other flow's transfers are of each rate, so that both rates have every
+    # kind of transfer whatever order the traffic logged them in.
     transfers = [json.loads(line) for line in by_kind["transfer"]]
-    half = len(transfers) // 2
-    mixed = transfers[:half] + [dict(t, sampling_rate=4) for t in transfers[half:] if sampled(t["flow_start_ns"], 4)]
-    assert 0 < len(mixed) - half < len(transfers) - half
+    flows = sorted({t["flow_start_ns"] for t in transfers})
+    at_4 = set(flows[1::2])
+    rate_1 = [t for t in transfers if t["flow_start_ns"] not in at_4]
+    rate_4 = [t for t in transfers if t["flow_start_ns"] in at_4]
+    mixed = rate_1 + [dict(t, sampling_rate=4) for t in rate_4 if sampled(t["flow_start_ns"], 4)]
+    assert 0 < len(mixed) - len(rate_1) < len(rate_4)
     mixed_lines = [json.dumps(t) for t in mixed]
     ch.query("TRUNCATE TABLE tcpscope.transfers")
     ch.query("INSERT INTO tcpscope.transfers_kafka FORMAT JSONEachRow",

@@ -102,11 +102,13 @@ class Takeover : public AttachedProbe {
   // Drains `probe`'s ring until `want` records of `netns` arrived (or 5 s).
   Ends read_ends(FlowProbe& probe, uint32_t netns, int want, uint16_t long_port) {
     Ends ends;
-    std::map<std::tuple<uint16_t, uint16_t>, int> per_end;
+    // An end is its ports and its start: loopback reuses a port in
+    // TIME_WAIT for a new connection (tcp_tw_reuse 2), a new end.
+    std::map<std::tuple<uint16_t, uint16_t, uint64_t>, int> per_end;
     auto on_flow = [&](const tcpscope_flow_event& ev) {
       if (ev.id.netns != netns) return;
       ++ends.records;
-      ++per_end[{ev.id.sport, ev.id.dport}];
+      ++per_end[{ev.id.sport, ev.id.dport, ev.id.start_ns}];
       if (ev.flags & TCPSCOPE_F_PARTIAL) ++ends.partial;
       if ((ev.id.sport == long_port || ev.id.dport == long_port) && !(ev.flags & TCPSCOPE_F_PARTIAL) &&
           ev.bytes_acked + ev.bytes_received == 2 * kHalfBytes) {
@@ -125,8 +127,9 @@ class Takeover : public AttachedProbe {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     while (ends.records < want && std::chrono::steady_clock::now() < deadline)
       if (reader->drain(1 << 20) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    for (const auto& [ports, n] : per_end)
-      EXPECT_EQ(n, 1) << "end " << std::get<0>(ports) << "->" << std::get<1>(ports) << " recorded " << n << " times";
+    for (const auto& [end, n] : per_end)
+      EXPECT_EQ(n, 1) << "end " << std::get<0>(end) << "->" << std::get<1>(end) << " started at "
+                      << std::get<2>(end) << " recorded " << n << " times";
     return ends;
   }
 };
