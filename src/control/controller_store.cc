@@ -9,9 +9,11 @@
 #include <cstring>
 
 #include <dirent.h>
+#include <stdio.h>
 
 #include <algorithm>
 #include <ctime>
+#include <tuple>
 #include <vector>
 
 namespace tcpscope {
@@ -130,25 +132,49 @@ bool ControllerStore::save(const std::string& text, std::string* error) const {
 }
 
 std::string ControllerStore::set_aside(std::string* error) const {
+  error->clear();
   int dfd = open_safe_dir(dir_, false, error);
   if (dfd < 0) return "";
+  // Those set aside before, oldest first by their name's time and count: a
+  // second one in the same second (a daemon restarted in a loop) is -2, and
+  // so on, never over another.
   const std::string prefix = std::string(kFileName) + ".unreadable-";
-  const std::string name = prefix + std::to_string(std::time(nullptr));
-  if (::renameat(dfd, kFileName, dfd, name.c_str()) != 0) {
-    *error = path_ + ": " + errno_text(errno);
+  struct SetAside {
+    unsigned long long time, count;
+    std::string name;
+    bool operator<(const SetAside& o) const { return std::tie(time, count) < std::tie(o.time, o.count); }
+  };
+  std::vector<SetAside> before;
+  const int list_fd = ::dup(dfd);
+  DIR* d = list_fd >= 0 ? ::fdopendir(list_fd) : nullptr;
+  if (!d) {
+    *error = dir_ + ": " + errno_text(errno);
+    if (list_fd >= 0) ::close(list_fd);
     ::close(dfd);
     return "";
   }
-  // The oldest go beyond the few kept: the names sort by time.
-  std::vector<std::string> aside;
-  if (DIR* d = ::fdopendir(::dup(dfd))) {
-    while (const dirent* e = ::readdir(d))
-      if (std::string(e->d_name).rfind(prefix, 0) == 0) aside.push_back(e->d_name);
-    ::closedir(d);
+  while (const dirent* e = ::readdir(d)) {
+    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0) continue;
+    char* end = nullptr;
+    const unsigned long long time = std::strtoull(e->d_name + prefix.size(), &end, 10);
+    before.push_back({time, *end == '-' ? std::strtoull(end + 1, nullptr, 10) : 1, e->d_name});
   }
-  const auto made = [&](const std::string& n) { return std::strtoll(n.c_str() + prefix.size(), nullptr, 10); };
-  std::sort(aside.begin(), aside.end(), [&](const std::string& a, const std::string& b) { return made(a) < made(b); });
-  for (size_t i = 0; i + kKeptUnreadable < aside.size(); ++i) ::unlinkat(dfd, aside[i].c_str(), 0);
+  ::closedir(d);
+  std::sort(before.begin(), before.end());
+  const auto now = static_cast<unsigned long long>(std::time(nullptr));
+  unsigned long long count = 1;
+  for (const auto& b : before)
+    if (b.time == now) count = std::max(count, b.count + 1);
+  const std::string name = prefix + std::to_string(now) + (count > 1 ? "-" + std::to_string(count) : "");
+  if (::renameat2(dfd, kFileName, dfd, name.c_str(), RENAME_NOREPLACE) != 0) {
+    *error = path_ + " -> " + name + ": " + errno_text(errno);
+    ::close(dfd);
+    return "";
+  }
+  // The oldest go beyond the few kept; the one just moved stays, even if
+  // the clock went back.
+  for (size_t i = 0; i + kKeptUnreadable < before.size() + 1; ++i)
+    if (::unlinkat(dfd, before[i].name.c_str(), 0) != 0) *error = dir_ + "/" + before[i].name + ": " + errno_text(errno);
   ::fsync(dfd);
   ::close(dfd);
   return dir_ + "/" + name;

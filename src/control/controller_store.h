@@ -36,10 +36,12 @@ class ControllerStore {
   // Moves a state that cannot be used (load() or the controller refused it)
   // out of the way, so that the next save does not overwrite what someone
   // may want to look at: controller.json.unreadable-<unix seconds>, in the
-  // same directory; the kKeptUnreadable newest such files are kept. Returns
-  // the new path, or "" with *error.
+  // same directory, never over another (a second in the same second is
+  // -2, and so on); the kKeptUnreadable newest such files are kept. Returns
+  // the new path, or "" with *error; a failure to remove an old one is
+  // also in *error.
   std::string set_aside(std::string* error) const;
-  static constexpr int kKeptUnreadable = 3;
+  static constexpr size_t kKeptUnreadable = 3;
 
  private:
   std::string dir_, path_;

@@ -1,79 +1,109 @@
 #include "control/state_writer.h"
 
+#include <condition_variable>
+#include <mutex>
+#include <optional>
 #include <utility>
 
 #include "control/state_fit.h"
 
 namespace tcpscope {
 
-StateWriter::StateWriter(const ControllerStore& store) : store_(store), thread_([this] { run(); }) {}
+struct StateWriter::Shared {
+  explicit Shared(const ControllerStore& s) : store(s) {}
+  const ControllerStore store;  // a copy: the thread may outlive the caller's
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<nlohmann::json> waiting;
+  bool writing = false;
+  bool stopping = false;
+  uint64_t replaced = 0;
+  std::vector<std::string> messages;
+  // The writer thread's own, to say each once.
+  std::string last_error;
+  bool trimming = false;
+};
+
+StateWriter::StateWriter(const ControllerStore& store)
+    : shared_(std::make_shared<Shared>(store)), thread_(run, shared_) {}
 
 StateWriter::~StateWriter() {
+  bool writing;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->waiting.reset();
+    shared_->stopping = true;
+    writing = shared_->writing;
   }
-  cv_.notify_all();
-  thread_.join();
+  shared_->cv.notify_all();
+  if (writing)
+    thread_.detach();
+  else
+    thread_.join();  // idle: it ends at once
 }
 
 void StateWriter::save(nlohmann::json state) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (waiting_) ++replaced_;
-    waiting_ = std::move(state);
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    if (shared_->waiting) ++shared_->replaced;
+    shared_->waiting = std::move(state);
   }
-  cv_.notify_all();
+  shared_->cv.notify_all();
 }
 
 bool StateWriter::flush(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, timeout, [this] { return !waiting_ && !writing_; });
+  std::unique_lock<std::mutex> lock(shared_->mu);
+  return shared_->cv.wait_for(lock, timeout, [this] { return !shared_->waiting && !shared_->writing; });
 }
 
 std::vector<std::string> StateWriter::take_messages() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return std::exchange(messages_, {});
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return std::exchange(shared_->messages, {});
 }
 
 uint64_t StateWriter::replaced() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return replaced_;
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->replaced;
 }
 
-void StateWriter::run() {
-  std::unique_lock<std::mutex> lock(mu_);
+void StateWriter::run(const std::shared_ptr<Shared>& s) {
+  std::unique_lock<std::mutex> lock(s->mu);
   for (;;) {
-    cv_.wait(lock, [this] { return stopping_ || waiting_; });
-    if (stopping_) return;
-    nlohmann::json state = std::move(*waiting_);
-    waiting_.reset();
-    writing_ = true;
+    s->cv.wait(lock, [&] { return s->stopping || s->waiting; });
+    if (s->stopping) return;
+    nlohmann::json state = std::move(*s->waiting);
+    s->waiting.reset();
+    s->writing = true;
     lock.unlock();
-    write(std::move(state));
+    write(*s, std::move(state));
     lock.lock();
-    writing_ = false;
-    cv_.notify_all();
+    s->writing = false;
+    s->cv.notify_all();
   }
 }
 
-void StateWriter::write(nlohmann::json state) {
+void StateWriter::write(Shared& s, nlohmann::json state) {
   const FittedState fitted = fit_state(std::move(state), ControllerStore::kMaxStateBytes);
   std::string error;
-  const bool saved = store_.save(fitted.text, &error);
+  const bool saved = s.store.save(fitted.text, &error);
   std::vector<std::string> said;
-  if (!fitted.trimmed.empty() && !trimming_)
+  // Trimmed and still over the cap is not written: only the failure is said.
+  const bool trimmed = fitted.fits && !fitted.trimmed.empty();
+  if (trimmed && !s.trimming)
     said.push_back("controller state trimmed to fit the " + std::to_string(ControllerStore::kMaxStateBytes >> 20) +
                    " MiB that loading accepts: " + fitted.trimmed + " (said once while it lasts)");
-  trimming_ = !fitted.trimmed.empty();
+  s.trimming = trimmed;
   if (saved) error.clear();
-  if (error != last_error_) {
+  // A state over the cap names its size, which changes at every save: one
+  // failure while it lasts all the same.
+  const std::string failure = fitted.fits ? error : "over the cap";
+  if (failure != s.last_error) {
     if (!error.empty()) said.push_back("controller state not saved: " + error);
-    last_error_ = error;
+    s.last_error = failure;
   }
   if (said.empty()) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  messages_.insert(messages_.end(), said.begin(), said.end());
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.messages.insert(s.messages.end(), said.begin(), said.end());
 }
 
 }  // namespace tcpscope

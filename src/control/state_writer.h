@@ -8,10 +8,8 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
-#include <optional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,8 +23,11 @@ namespace tcpscope {
 class StateWriter {
  public:
   explicit StateWriter(const ControllerStore& store);
-  // Finishes the write under way; a state still waiting is dropped (flush()
-  // first to keep it).
+  // Drops a state still waiting (flush() first to keep it). A write under
+  // way is not waited for: the thread ends on its own, owning all it uses,
+  // and an exit meanwhile leaves the previous state whole (the rename has
+  // not happened). So a stop waits no longer than flush()'s timeout, even
+  // on a disk that hangs.
   ~StateWriter();
   StateWriter(const StateWriter&) = delete;
   StateWriter& operator=(const StateWriter&) = delete;
@@ -37,26 +38,21 @@ class StateWriter {
   // `timeout`; false if it is not by then.
   bool flush(std::chrono::milliseconds timeout);
   // What the writes had to say since the last call, each once while it
-  // lasts: a failure ("controller state not saved: ..."), and what was
+  // lasts: a failure ("controller state not saved: ..."; a state over the
+  // cap, whose size changes at every save, is one failure), and what was
   // trimmed to fit. For the loop thread to log.
   std::vector<std::string> take_messages();
   // States replaced before they were written, since the start.
   uint64_t replaced() const;
 
  private:
-  void run();
-  void write(nlohmann::json state);
+  // What the thread uses: shared, so that it outlives a writer destroyed
+  // while a write is under way.
+  struct Shared;
+  static void run(const std::shared_ptr<Shared>& s);
+  static void write(Shared& s, nlohmann::json state);
 
-  const ControllerStore& store_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::optional<nlohmann::json> waiting_;
-  bool writing_ = false;
-  bool stopping_ = false;
-  uint64_t replaced_ = 0;
-  std::vector<std::string> messages_;
-  std::string last_error_;  // the writer thread's, to say each once
-  bool trimming_ = false;
+  std::shared_ptr<Shared> shared_;
   std::thread thread_;
 };
 

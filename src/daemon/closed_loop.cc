@@ -144,7 +144,8 @@ void ClosedLoop::set_aside(const std::string& why) {
   std::string error;
   const std::string aside = store_.set_aside(&error);
   if (!aside.empty()) {
-    log_("controller state ignored: " + why + "; moved to " + aside + ", the controllers start afresh");
+    log_("controller state ignored: " + why + "; moved to " + aside + ", the controllers start afresh" +
+         (error.empty() ? "" : " (" + error + ")"));
     return;
   }
   saving_ = false;

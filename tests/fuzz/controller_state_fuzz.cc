@@ -1,16 +1,19 @@
 // libFuzzer target: a saved controller state (src/control/controller_store.h)
 // of any bytes, as a restart reads it: the store loads the file, and the
 // controller, configured with two controller rules, restores it or refuses
-// it whole. Whatever it accepts it saves again, and that saved state is
-// accepted again and saves the same (a restart after a restart changes
-// nothing).
+// it whole. What it refuses it says why, and the store sets the file aside
+// whole (controller_store.h). Whatever it accepts has weights summing to
+// 100, is saved again, and that saved state is accepted again, saves the
+// same (a restart after a restart changes nothing) and takes a step.
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,6 +79,23 @@ std::unique_ptr<tcpscope::CcController> controller() {
   return c;
 }
 
+// As the daemon does with a state it cannot use: it says why, and the
+// file goes aside whole, under a name of its own, the newest few kept.
+void set_aside(const tcpscope::ControllerStore& store, const std::string& bytes, const std::string& why) {
+  if (why.empty()) fail("a state refused without a reason");
+  std::string error;
+  const std::string aside = store.set_aside(&error);
+  if (aside.empty() || !error.empty()) fail("not set aside: " + error);
+  std::ifstream in(aside, std::ios::binary);
+  if (std::string(std::istreambuf_iterator<char>(in), {}) != bytes) fail("the state set aside is not the one read");
+  size_t kept = 0;
+  for (const auto& e : std::filesystem::directory_iterator(state_dir())) {
+    if (e.path() == store.path()) fail("a state set aside is still in place");
+    ++kept;
+  }
+  if (kept > tcpscope::ControllerStore::kKeptUnreadable) fail(std::to_string(kept) + " states set aside are kept");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -86,13 +106,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   std::string error;
   const auto doc = store.load(&error);
-  if (!doc) return 0;
   auto first = controller();
-  if (!first->restore(*doc, &error)) return 0;
+  if (!doc || !first->restore(*doc, &error)) {
+    set_aside(store, std::string(reinterpret_cast<const char*>(data), size), error);
+    return 0;
+  }
+  for (const auto& w : first->cohort_weights()) {
+    uint64_t sum = 0;
+    for (uint32_t p : w.percent) sum += p;
+    if (sum != 100) fail("a restored cohort's weights sum to " + std::to_string(sum));
+  }
   const nlohmann::json saved = first->save();
   auto second = controller();
   if (!second->restore(saved, &error)) fail("a state it saved is refused: " + error + "\n" + saved.dump());
   if (second->save() != saved) fail("a state restored twice saves differently:\n" + saved.dump());
   (void)second->status_json();
+  second->step(1.8e9);  // a decision or revert from the restored evidence
   return 0;
 }

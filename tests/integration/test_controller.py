@@ -12,6 +12,8 @@ import signal
 import sys
 import urllib.request
 
+import pytest
+
 from conftest import TCPSCOPE, Daemon, echo_server, sh, wait_for
 
 CONNECT = ("import socket,sys\n"
@@ -156,14 +158,17 @@ cc_policy:
         assert d.stop() == 0, d.stderr_text()
 
 
-def test_a_corrupt_state_is_moved_aside_and_ignored(net, tmp_path, test_cgroup):
+@pytest.mark.parametrize("corrupt,why", [('{"version": 1, "rules": {"auto": {"arms": ', "not valid JSON"),
+                                         ('{"version": 99, "rules": {}}', "not a version 1 to")],
+                         ids=["corrupt", "newer_version"])
+def test_a_corrupt_state_is_moved_aside_and_ignored(net, tmp_path, test_cgroup, corrupt, why):
+    """Corrupt, or a newer version's after a downgrade."""
     s = Setup(net, tmp_path, test_cgroup)
-    corrupt = '{"version": 1, "rules": {"auto": {"arms": '
     (s.state / "controller.json").write_text(corrupt)
     d = s.daemon(controller_config(s.pfx2as, s.net.srv))
     try:
         err = d.stderr_text()
-        assert "controller state ignored: " in err and "not valid JSON" in err, err
+        assert "controller state ignored: " in err and why in err, err
         aside = sorted(s.state.glob("controller.json.unreadable-*"))
         assert len(aside) == 1 and f"moved to {aside[0]}" in err, err
         assert aside[0].read_text() == corrupt

@@ -10,10 +10,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <random>
 #include <regex>
+#include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <prometheus/registry.h>
@@ -640,6 +644,28 @@ TEST(ControllerStore, SetsAnUnreadableStateAsideKeepingTheNewestFew) {
   EXPECT_TRUE(store.set_aside(&error).empty()) << "nothing to move";
 }
 
+// Set aside again within the same second (a daemon restarted in a loop):
+// each under a name of its own, never over another, the newest kept whole.
+TEST(ControllerStore, SetsAsideSeveralInOneSecondEachUnderItsOwnName) {
+  TempDir dir;
+  ControllerStore store(dir.path());
+  std::string error;
+  std::vector<std::string> moved;
+  for (int i = 0; i < 5; ++i) {
+    std::ofstream(store.path()) << "unreadable " << i;
+    moved.push_back(store.set_aside(&error));
+    ASSERT_FALSE(moved.back().empty()) << error;
+    EXPECT_EQ(error, "");
+  }
+  for (size_t i = moved.size() - ControllerStore::kKeptUnreadable; i < moved.size(); ++i) {
+    std::ifstream in(moved[i]);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "unreadable " + std::to_string(i)) << moved[i];
+  }
+  size_t kept = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) kept += e.path() != store.path();
+  EXPECT_EQ(kept, ControllerStore::kKeptUnreadable);
+}
+
 // The writer fits and writes off the caller's thread; a state waiting when
 // a newer one comes is replaced; a failure is said once while it lasts.
 TEST(StateWriter, WritesTheLatestStateAndSaysAFailureOnce) {
@@ -664,6 +690,45 @@ TEST(StateWriter, WritesTheLatestStateAndSaysAFailureOnce) {
   const auto said = writer.take_messages();
   ASSERT_EQ(said.size(), 1u);
   EXPECT_NE(said[0].find("controller state not saved: "), std::string::npos) << said[0];
+}
+
+// A state over the cap names its size, which differs at every save: still
+// one failure, said once while it lasts.
+TEST(StateWriter, SaysAStateOverTheCapOnceThoughItsSizeChanges) {
+  TempDir dir;
+  StateWriter writer{ControllerStore(dir.path())};
+  for (size_t extra = 1; extra <= 3; ++extra) {
+    writer.save({{"version", 4}, {"x", std::string(ControllerStore::kMaxStateBytes + extra, 'x')}});
+    ASSERT_TRUE(writer.flush(std::chrono::seconds(60)));
+  }
+  const auto said = writer.take_messages();
+  ASSERT_EQ(said.size(), 1u) << said.back();
+  EXPECT_NE(said[0].find("that loading accepts; not written"), std::string::npos) << said[0];
+}
+
+// A stop does not wait for a write under way (a disk that hangs would hold
+// the daemon's exit): the writer goes at once, and the write ends on its own.
+TEST(StateWriter, IsDestroyedWithoutWaitingForAWriteUnderWay) {
+  TempDir dir;
+  const ControllerStore store(dir.path());
+  const nlohmann::json state = {{"version", 4}, {"x", std::string(size_t{48} << 20, 'x')}};
+  std::optional<StateWriter> writer;
+  writer.emplace(store);
+  writer->save(state);
+  // Fitting and writing 48 MiB takes far longer than this: the write is under way.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_FALSE(writer->flush(std::chrono::milliseconds(0))) << "the write ended before the test could stop it";
+  const auto start = std::chrono::steady_clock::now();
+  writer.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(50));
+  std::optional<nlohmann::json> back;
+  std::string error;
+  for (int i = 0; i < 600 && !back; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    back = store.load(&error);
+  }
+  ASSERT_TRUE(back) << "the write did not end on its own: " << error;
+  EXPECT_EQ(*back, state);
 }
 
 TEST(ControllerStore, TakesStateDirectoryFromTheEnvironment) {
