@@ -78,25 +78,32 @@ bool parse_listen(const std::string& listen, sockaddr_storage* sa, socklen_t* le
   return true;
 }
 
-// The per-peer key of every address of this host's loopback: 127.0.0.0/8
-// (also as ::ffff:127.x.y.z) and ::1 are one host, whose processes could
-// otherwise pass the per-peer cap by cycling through 127.0.0.2, 127.0.0.3...
-constexpr char kLoopbackPeer[] = "loopback";
+// 127.0.0.0/8 or ::1.
+bool is_loopback(const sockaddr_storage& sa) {
+  if (sa.ss_family == AF_INET)
+    return (ntohl(reinterpret_cast<const sockaddr_in&>(sa).sin_addr.s_addr) >> 24) == 127;
+  return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6&>(sa).sin6_addr);
+}
 
-// (key, text) of a peer address: the key counts connections per address
-// (the loopback's as one), the text goes into log lines.
-std::pair<std::string, std::string> peer_of(const sockaddr_storage& sa) {
+// The per-peer key of this host. A client on this host may take any of the
+// host's addresses as its source, 127.0.0.2, 127.0.0.3, ... or any other of
+// its own, and would pass the per-peer cap by cycling through them. So this
+// host is one peer: every client of a loopback listener (only this host can
+// reach a loopback address) and, on any listener, one from 127.0.0.0/8 or
+// ::1. (A listener has one family, IPV6_V6ONLY: IPv4 and IPv6 peers never
+// meet in one count, but they are one host.)
+constexpr char kThisHost[] = "this host";
+
+// (key, text) of a peer address: the key counts connections per peer, the
+// text goes into log lines.
+std::pair<std::string, std::string> peer_of(const sockaddr_storage& sa, bool loopback_listener) {
   char text[INET6_ADDRSTRLEN] = "?";
-  if (sa.ss_family == AF_INET) {
-    const auto& a = reinterpret_cast<const sockaddr_in&>(sa).sin_addr;
-    inet_ntop(AF_INET, &a, text, sizeof(text));
-    if ((ntohl(a.s_addr) >> 24) == 127) return {kLoopbackPeer, text};
-    return {std::string(reinterpret_cast<const char*>(&a), sizeof(a)), text};
-  }
-  const auto& a = reinterpret_cast<const sockaddr_in6&>(sa).sin6_addr;
-  inet_ntop(AF_INET6, &a, text, sizeof(text));
-  if (IN6_IS_ADDR_LOOPBACK(&a) || (IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127)) return {kLoopbackPeer, text};
-  return {std::string(reinterpret_cast<const char*>(&a), sizeof(a)), text};
+  const void* a = sa.ss_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in&>(sa).sin_addr)
+                                          : static_cast<const void*>(&reinterpret_cast<const sockaddr_in6&>(sa).sin6_addr);
+  const size_t size = sa.ss_family == AF_INET ? sizeof(in_addr) : sizeof(in6_addr);
+  inet_ntop(sa.ss_family, a, text, sizeof(text));
+  if (loopback_listener || is_loopback(sa)) return {kThisHost, text};
+  return {std::string(static_cast<const char*>(a), size), text};
 }
 
 // One line, bounded, with anything that looks like a file path redacted: the
@@ -154,7 +161,7 @@ struct HttpServer::Connection {
   enum State { kReading, kWorking, kWriting, kLingering };
   uint64_t id = 0;
   int fd = -1;
-  std::string peer;       // address bytes: the per-peer count's key
+  std::string peer;       // the per-peer count's key: address bytes, or kThisHost
   std::string peer_text;  // for log lines
   State state = kReading;
   std::string in;
@@ -215,6 +222,7 @@ std::unique_ptr<HttpServer> HttpServer::start(const std::string& listen, const H
   }
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->listen_ = listen;
+  s->loopback_listener_ = is_loopback(sa);
   s->limits_ = limits;
   s->limits_.max_connections = std::max(1, std::min(limits.max_connections, usable_descriptors() - kFdReserve));
   if (!s->set_basic_auth(security, error)) {
@@ -416,7 +424,7 @@ void HttpServer::accept_all(int64_t now) {
       accept_paused_until_ms_ = now + kAcceptPauseMs;
       return;
     }
-    auto [peer, peer_text] = peer_of(sa);
+    auto [peer, peer_text] = peer_of(sa, loopback_listener_);
     if (!make_room_for(peer, now)) {
       count(kConnectionLimit);
       close(fd);

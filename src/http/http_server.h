@@ -16,14 +16,14 @@
 // answers every request queued for the same path and query (for /metrics,
 // whatever its query) with one result, made after they all arrived: a flood
 // of /metrics costs one serialisation at a time. Each peer address has a
-// connection cap (this host's loopback addresses, 127.0.0.0/8 and ::1, are
-// one peer); at the cap (or the
-// total cap) a new connection replaces the peer's oldest one that is done,
-// idle or still sending its request, or still taking its response after a
-// second, so a flood from an address cannot lock out a scraper at the same
-// address. Responses wait in memory up to a total budget, which a queued
-// request's reply asks for when it is ready, as a new request does; past
-// it, 503.
+// connection cap, and this host is one peer whatever its source address
+// (every client of a loopback listener; one from 127.0.0.0/8 or ::1 on any
+// listener). At the cap (or the total cap) a new connection replaces the
+// peer's oldest one that is done, idle or still sending its request, or
+// still taking its response after a second, so a flood from an address
+// cannot lock out a scraper at the same address. Responses wait in memory
+// up to a total budget, which a queued request's reply asks for when it is
+// ready, as a new request does; past it, 503.
 // What is refused and why is counted
 // (tcpscope_http_rejected_total{reason}, served with /metrics).
 //
@@ -167,6 +167,7 @@ class HttpServer {
   void log(const std::string& message);
 
   std::string listen_;
+  bool loopback_listener_ = false;  // bound to 127.0.0.0/8 or ::1: every peer is this host
   Limits limits_;
   int port_ = 0;
   int listen_fd_ = -1;

@@ -1,16 +1,18 @@
 """Hostile HTTP clients against a daemon under load (issue 15): a thousand
-slow clients of five kinds, from many addresses and from the scraper's own,
+slow clients of five kinds, from many hosts and from the scraper's own,
 while connections churn; all the while a scrape every second must be
 answered within a second, and no flow record may be lost.
 
 Each test makes its own namespaces and daemon and removes them, whatever
 happens."""
 import base64
+import contextlib
 import errno
 import gzip
 import hashlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -21,8 +23,9 @@ import urllib.parse
 
 import pytest
 
-from conftest import TCPSCOPE, Daemon, loadgen_binary, wait_for
+from conftest import TCPSCOPE, Daemon, free_port, loadgen_binary, remove_netns, sh, wait_for
 from testlib import proc_mem_kib
+from test_dropped_segments import in_netns
 from test_reliability import churn_for, config_for, http_get, raw_exchange, wait_flows
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (BPF, namespaces)")
@@ -32,8 +35,8 @@ REQUEST = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
 
 
 class SlowClient:
-    def __init__(self, kind, source, port):
-        self.kind, self.source, self.port = kind, source, port
+    def __init__(self, kind, source, server):
+        self.kind, self.source, self.server = kind, source, server
         self.sock = None
         self.next_at = 0.0      # the next action
         self.sent = 0           # bytes of REQUEST sent (byte-a-second)
@@ -46,7 +49,7 @@ class SlowClient:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
         s.setblocking(False)
         s.bind((self.source, 0))
-        rc = s.connect_ex(("127.0.0.1", self.port))
+        rc = s.connect_ex(self.server)
         if rc not in (0, errno.EINPROGRESS):
             s.close()
             self.next_at = now + 1
@@ -92,16 +95,41 @@ class SlowClient:
         self.next_at = now + (0.5 if self.kind == "keep-alive-poller" else 1.0)
 
 
-def run_slow_clients(clients, stop, deadline_s):
-    t_end = time.monotonic() + deadline_s
-    while not stop.is_set() and time.monotonic() < t_end:
-        now = time.monotonic()
+def run_slow_clients(clients, stop, deadline_s, netns=None):
+    """Until `stop` or the deadline; in network namespace `netns` if given."""
+    with in_netns(netns) if netns else contextlib.nullcontext():
+        t_end = time.monotonic() + deadline_s
+        while not stop.is_set() and time.monotonic() < t_end:
+            now = time.monotonic()
+            for c in clients:
+                c.step(now)
+            time.sleep(0.02)
         for c in clients:
-            c.step(now)
-        time.sleep(0.02)
-    for c in clients:
-        if c.sock is not None:
-            c.sock.close()
+            if c.sock is not None:
+                c.sock.close()
+
+
+@contextlib.contextmanager
+def other_host(sources):
+    """A namespace of its own (another host, as the daemon sees it) holding
+    `sources` addresses, joined to this one by a veth: yields (namespace,
+    its addresses, this end's address)."""
+    n, tag = random.randrange(1, 250), f"{os.getpid() % 10000}-{random.randrange(1 << 20):05x}"
+    ns, here, there = f"tsc-h{tag}", f"tshh{tag[-5:]}", f"tsht{tag[-5:]}"
+    addresses = [f"198.19.{n}.{11 + i}" for i in range(sources)]
+    try:
+        sh("ip", "netns", "add", ns)
+        sh("ip", "link", "add", here, "type", "veth", "peer", "name", there, "netns", ns)
+        sh("ip", "addr", "add", f"198.19.{n}.1/24", "dev", here)
+        sh("ip", "link", "set", here, "up")
+        for a in addresses:
+            sh("ip", "-n", ns, "addr", "add", f"{a}/24", "dev", there)
+        sh("ip", "-n", ns, "link", "set", there, "up")
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        yield ns, addresses, f"198.19.{n}.1"
+    finally:
+        sh("ip", "link", "del", here, check=False)
+        remove_netns(ns)
 
 
 def scrapes_during(d, seconds):
@@ -120,53 +148,63 @@ def scrapes_during(d, seconds):
     return out
 
 
-@pytest.mark.parametrize("sources", [20, 1], ids=["from-20-addresses", "from-the-scrapers-address"])
-def test_a_thousand_slow_clients_do_not_delay_scrapes(net, tmp_path, sources):
-    """1,000 slow clients, 200 of each kind: from 20 addresses (50 each,
-    under the per-peer cap: the daemon holds them all), or all from
-    127.0.0.1, the scraper's own address (the cap replaces the oldest idle
-    ones). Connections churn through the daemon meanwhile."""
+@pytest.mark.parametrize("remote", [True, False], ids=["from-20-addresses", "from-the-scrapers-host"])
+def test_a_thousand_slow_clients_do_not_delay_scrapes(net, tmp_path, remote):
+    """1,000 slow clients, 200 of each kind, from 20 addresses: another
+    host's (50 each, under the per-peer cap: the daemon, listening on every
+    address, holds them all), or 127.0.0.1 and 19 more of this host's
+    loopback, where the scraper is: one peer, whose cap replaces the oldest
+    idle ones. Connections churn through the daemon meanwhile."""
     cfg = config_for(tmp_path, net)
-    d = Daemon(tmp_path, extra_args=("--config", str(cfg)))
-    stop = threading.Event()
-    try:
-        addresses = [f"127.0.0.{11 + i}" for i in range(sources)] if sources > 1 else ["127.0.0.1"]
-        clients = [SlowClient(KINDS[i % len(KINDS)], addresses[i % len(addresses)], d.port) for i in range(1000)]
-        attacker = threading.Thread(target=run_slow_clients, args=(clients, stop, 90), daemon=True)
-        connections = [0]
-
-        def load():
-            connections[0] = churn_for(net, tmp_path, 60, stop=stop)
-
-        loader = threading.Thread(target=load, daemon=True)
-        attacker.start()
-        loader.start()
-        time.sleep(3)  # every kind connected and settled into its pattern
-        held = sum(1 for c in clients if c.sock is not None)
-        scrapes = scrapes_during(d, 15)
-        stop.set()
-        attacker.join(timeout=30)
-        loader.join(timeout=120)
-        assert not loader.is_alive() and not attacker.is_alive()
-
-        slow = [s for s in scrapes if s[0] != 200 or not s[2] or s[1] >= 1.0]
-        worst = max(s[1] for s in scrapes)
-        rejected = {r: d.metric_value("tcpscope_http_rejected_total", {"reason": r}) or 0
-                    for r in ("head_timeout", "response_timeout", "connection_limit", "malformed", "busy")}
-        print(f"\n{sources} source address(es): {held} of 1000 slow clients connected at the start, "
-              f"{sum(c.connects for c in clients)} connections made, "
-              f"{sum(c.closed_by_server for c in clients)} closed by the daemon; 15 scrapes, slowest "
-              f"{worst * 1000:.0f} ms; rejected {rejected}; {connections[0]} churn connections")
-        assert not slow, slow
-        if sources == 1:
-            assert rejected["connection_limit"] > 0  # the cap replaced the oldest idle ones
+    port = free_port()
+    with other_host(20) if remote else contextlib.nullcontext() as host:
+        if remote:
+            netns, addresses, server = host
+            listen = ("--listen", f"0.0.0.0:{port}")  # after the Daemon's own 127.0.0.1: the last one holds
         else:
-            assert rejected["head_timeout"] > 0  # each held until its deadline
-        wait_flows(d, 2 * connections[0], 30)
-        assert d.metric_value("tcpscope_records_lost_total") == 0
-    finally:
-        stop.set()
-        assert d.stop() == 0, d.stderr_text()
+            netns, addresses, server = None, ["127.0.0.1"] + [f"127.0.0.{11 + i}" for i in range(19)], "127.0.0.1"
+            listen = ()
+        d = Daemon(tmp_path, port=port, extra_args=("--config", str(cfg), *listen))
+        stop = threading.Event()
+        try:
+            clients = [SlowClient(KINDS[i % len(KINDS)], addresses[i % len(addresses)], (server, port))
+                       for i in range(1000)]
+            attacker = threading.Thread(target=run_slow_clients, args=(clients, stop, 90, netns), daemon=True)
+            connections = [0]
+
+            def load():
+                connections[0] = churn_for(net, tmp_path, 60, stop=stop)
+
+            loader = threading.Thread(target=load, daemon=True)
+            attacker.start()
+            loader.start()
+            time.sleep(3)  # every kind connected and settled into its pattern
+            held = sum(1 for c in clients if c.sock is not None)
+            scrapes = scrapes_during(d, 15)
+            stop.set()
+            attacker.join(timeout=30)
+            loader.join(timeout=120)
+            assert not loader.is_alive() and not attacker.is_alive()
+
+            slow = [s for s in scrapes if s[0] != 200 or not s[2] or s[1] >= 1.0]
+            worst = max(s[1] for s in scrapes)
+            rejected = {r: d.metric_value("tcpscope_http_rejected_total", {"reason": r}) or 0
+                        for r in ("head_timeout", "response_timeout", "connection_limit", "malformed", "busy")}
+            print(f"\n{'another host' if remote else 'this host'}: {held} of 1000 slow clients connected at the "
+                  f"start, {sum(c.connects for c in clients)} connections made, "
+                  f"{sum(c.closed_by_server for c in clients)} closed by the daemon; 15 scrapes, slowest "
+                  f"{worst * 1000:.0f} ms; rejected {rejected}; {connections[0]} churn connections")
+            assert not slow, slow
+            if remote:
+                assert rejected["connection_limit"] == 0  # 20 peers, each under its cap
+                assert rejected["head_timeout"] > 0  # each held until its deadline
+            else:
+                assert rejected["connection_limit"] > 0  # one peer: the cap replaced the oldest idle ones
+            wait_flows(d, 2 * connections[0], 30)
+            assert d.metric_value("tcpscope_records_lost_total") == 0
+        finally:
+            stop.set()
+            assert d.stop() == 0, d.stderr_text()
 
 
 def test_sixteen_parallel_flow_listings_of_204k_open_flows_keep_memory_flat(net, tmp_path):

@@ -1,7 +1,11 @@
 #include "http/http_server.h"
 
 #include <arpa/inet.h>
+#include <linux/ipv6.h>
+#include <net/if.h>
 #include <netinet/in.h>
+#include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -12,17 +16,18 @@
 
 #include <algorithm>
 #include <atomic>
-#include <set>
-#include <thread>
 #include <cctype>
-#include <chrono>
-#include <vector>
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace tcpscope {
 namespace {
@@ -35,24 +40,13 @@ struct Response {
 
 // A connected socket to 127.0.0.1:port with a receive timeout so that a
 // server that never answers fails the test instead of hanging it;
-// receive_buffer > 0: that small a receive buffer (a slow reader); from:
-// the source address (host order), 0 for the kernel's choice.
-int connect_to(int port, int receive_buffer = 0, uint32_t from = 0) {
+// receive_buffer > 0: that small a receive buffer (a slow reader).
+int connect_to(int port, int receive_buffer = 0) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw std::runtime_error(std::string("socket: ") + strerror(errno));
   timeval tv{5, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   if (receive_buffer > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
-  if (from) {
-    sockaddr_in src{};
-    src.sin_family = AF_INET;
-    src.sin_addr.s_addr = htonl(from);
-    if (bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)) != 0) {
-      const int e = errno;
-      close(fd);
-      throw std::runtime_error(std::string("bind: ") + strerror(e));
-    }
-  }
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(static_cast<uint16_t>(port));
@@ -640,25 +634,125 @@ TEST(HttpServerSecurityTest, MetricsRequestsShareOneAnswerWhateverTheirQuery) {
   EXPECT_LE(answers.size(), 2u) << "20 scrapes queued behind one serialisation";
 }
 
-// This host's loopback is one peer: connections from 127.0.0.2, 127.0.0.3,
-// ... share one per-peer cap.
-TEST(HttpServerSecurityTest, LoopbackAddressesAreOnePeer) {
-  auto server = start_with([](HttpServer::Limits& l) { l.max_connections_per_peer = 4; });
-  ASSERT_TRUE(server);
-  std::vector<int> idle;
-  for (int i = 0; i < 5; ++i) {
-    const int fd = connect_to(server->port(), 0, INADDR_LOOPBACK + 1 + static_cast<uint32_t>(i));  // 127.0.0.2, ...
-    send_all(fd, "GET /he");
-    idle.push_back(fd);
-    usleep(20 * 1000);  // accepted in this order
+// Runs `body` on a thread of its own in a network namespace of its own
+// (unshare moves only the calling thread), whose lo is up and also holds
+// 198.18.0.1-5 and fd00::1-5: addresses of this host that are not loopback
+// ones. The namespace goes with the thread and its sockets. Returns "", or
+// why the namespace could not be made or `body` threw.
+std::string in_private_netns(const std::function<void()>& body) {
+  std::string failure;
+  std::thread t([&] {
+    if (unshare(CLONE_NEWNET) != 0) {
+      failure = std::string("unshare(CLONE_NEWNET): ") + strerror(errno);
+      return;
+    }
+    const int s4 = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    const int s6 = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ifreq lo{};
+    std::strcpy(lo.ifr_name, "lo");
+    lo.ifr_flags = IFF_UP;
+    if (s4 < 0 || s6 < 0 || ioctl(s4, SIOCSIFFLAGS, &lo) != 0) failure = std::string("lo up: ") + strerror(errno);
+    for (uint32_t i = 1; i <= 5 && failure.empty(); ++i) {
+      ifreq a{};
+      std::snprintf(a.ifr_name, sizeof(a.ifr_name), "lo:%u", i);
+      auto& sin = reinterpret_cast<sockaddr_in&>(a.ifr_addr);
+      sin.sin_family = AF_INET;
+      sin.sin_addr.s_addr = htonl(0xc6120000 + i);  // 198.18.0.i
+      in6_ifreq a6{};
+      inet_pton(AF_INET6, ("fd00::" + std::to_string(i)).c_str(), &a6.ifr6_addr);
+      a6.ifr6_prefixlen = 128;
+      a6.ifr6_ifindex = static_cast<int>(if_nametoindex("lo"));
+      if (ioctl(s4, SIOCSIFADDR, &a) != 0 || ioctl(s6, SIOCSIFADDR, &a6) != 0)
+        failure = std::string("address on lo: ") + strerror(errno);
+    }
+    if (s4 >= 0) close(s4);
+    if (s6 >= 0) close(s6);
+    if (!failure.empty()) return;
+    try {
+      body();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  });
+  t.join();
+  return failure;
+}
+
+// How many of five connections, each from the next of `sources` to a
+// server on `listen` with a per-peer cap of 4, the cap replaced: 1 when
+// they are one peer (the fifth takes the place of the first), 0 when they
+// are five.
+uint64_t replaced_at_a_cap_of_four(const std::string& listen, const std::vector<std::string>& sources) {
+  HttpServer::Limits limits = test_limits();
+  limits.max_connections_per_peer = 4;
+  std::string error;
+  auto server = HttpServer::start(listen, HttpConfig{}, limits, &error);
+  EXPECT_TRUE(server) << error;
+  if (!server) return 0;
+  server->set_health([] { return std::make_pair(true, std::string()); });
+  const bool v6 = listen[0] == '[';
+  sockaddr_storage to{};
+  socklen_t to_len = 0;
+  if (v6) {
+    auto& a = reinterpret_cast<sockaddr_in6&>(to);
+    a.sin6_family = AF_INET6;
+    a.sin6_port = htons(static_cast<uint16_t>(server->port()));
+    a.sin6_addr = in6addr_loopback;
+    to_len = sizeof(a);
+  } else {
+    auto& a = reinterpret_cast<sockaddr_in&>(to);
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(server->port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    to_len = sizeof(a);
   }
-  // The fifth took the place of the first, the oldest of one peer's four.
+  std::vector<int> fds;
+  for (const std::string& source : sources) {
+    const int fd = socket(to.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw std::runtime_error(std::string("socket: ") + strerror(errno));
+    fds.push_back(fd);
+    timeval tv{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    sockaddr_storage from{};
+    if (v6) {
+      from.ss_family = AF_INET6;
+      inet_pton(AF_INET6, source.c_str(), &reinterpret_cast<sockaddr_in6&>(from).sin6_addr);
+    } else {
+      from.ss_family = AF_INET;
+      inet_pton(AF_INET, source.c_str(), &reinterpret_cast<sockaddr_in&>(from).sin_addr);
+    }
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&from), to_len), 0) << source << ": " << strerror(errno);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&to), to_len), 0) << source << ": " << strerror(errno);
+    // Answered, and kept alive idle: accepted (and any connection it
+    // replaced closed) before the next one connects.
+    send_all(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::string pending;
+    EXPECT_EQ(read_response(fd, &pending).status, 200) << source;
+  }
+  const uint64_t replaced = server->rejected(HttpServer::kConnectionLimit);
   char c;
-  EXPECT_EQ(recv(idle[0], &c, 1, 0), 0);
-  EXPECT_EQ(recv(idle[1], &c, 1, MSG_DONTWAIT), -1);
-  EXPECT_EQ(errno, EAGAIN);
-  EXPECT_EQ(server->rejected(HttpServer::kConnectionLimit), 1u);
-  close_all(idle);
+  if (replaced == 1) EXPECT_EQ(recv(fds[0], &c, 1, MSG_DONTWAIT), 0) << "the first one closed";
+  close_all(fds);
+  return replaced;
+}
+
+// This host is one peer for the per-peer cap, whatever source address its
+// clients take: every client of a loopback listener (any address of this
+// host can reach it, and only this host can), and on any listener one
+// from 127.0.0.0/8. Other addresses are peers of their own.
+TEST(HttpServerSecurityTest, ThisHostIsOnePeerWhateverItsSourceAddress) {
+  const std::vector<std::string> loopback = {"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5", "127.0.0.6"};
+  const std::vector<std::string> host = {"198.18.0.1", "198.18.0.2", "198.18.0.3", "198.18.0.4", "198.18.0.5"};
+  const std::vector<std::string> host6 = {"fd00::1", "fd00::2", "fd00::3", "fd00::4", "fd00::5"};
+  const std::string failure = in_private_netns([&] {
+    EXPECT_EQ(replaced_at_a_cap_of_four("127.0.0.1:0", loopback), 1u);
+    EXPECT_EQ(replaced_at_a_cap_of_four("127.0.0.1:0", host), 1u);
+    EXPECT_EQ(replaced_at_a_cap_of_four("[::1]:0", host6), 1u);
+    EXPECT_EQ(replaced_at_a_cap_of_four("0.0.0.0:0", loopback), 1u);
+    EXPECT_EQ(replaced_at_a_cap_of_four("0.0.0.0:0", host), 0u);
+  });
+  if (failure.rfind("unshare", 0) == 0 && geteuid() != 0) GTEST_SKIP() << failure << " (needs root)";
+  EXPECT_EQ(failure, "");
 }
 
 // A client that does not take its response is closed at the response
