@@ -17,7 +17,6 @@ struct StateWriter::Shared {
   std::optional<nlohmann::json> waiting;
   bool writing = false;
   bool stopping = false;
-  uint64_t replaced = 0;
   std::vector<std::string> messages;
   // The writer thread's own, to say each once.
   std::string last_error;
@@ -45,7 +44,6 @@ StateWriter::~StateWriter() {
 void StateWriter::save(nlohmann::json state) {
   {
     std::lock_guard<std::mutex> lock(shared_->mu);
-    if (shared_->waiting) ++shared_->replaced;
     shared_->waiting = std::move(state);
   }
   shared_->cv.notify_all();
@@ -59,11 +57,6 @@ bool StateWriter::flush(std::chrono::milliseconds timeout) {
 std::vector<std::string> StateWriter::take_messages() {
   std::lock_guard<std::mutex> lock(shared_->mu);
   return std::exchange(shared_->messages, {});
-}
-
-uint64_t StateWriter::replaced() const {
-  std::lock_guard<std::mutex> lock(shared_->mu);
-  return shared_->replaced;
 }
 
 void StateWriter::run(const std::shared_ptr<Shared>& s) {

@@ -42,8 +42,6 @@ class StateWriter {
   // cap, whose size changes at every save, is one failure), and what was
   // trimmed to fit. For the loop thread to log.
   std::vector<std::string> take_messages();
-  // States replaced before they were written, since the start.
-  uint64_t replaced() const;
 
  private:
   // What the thread uses: shared, so that it outlives a writer destroyed
