@@ -49,21 +49,7 @@ bool store_handover(const FdStore& store, const Handover& h, std::string* error)
     *error = "handover: socketpair: " + errno_text(errno);
     return false;
   }
-  iovec iov{const_cast<char*>(text.data()), text.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()), 0);
-  if (!fds.empty()) {
-    msg.msg_control = control.data();
-    msg.msg_controllen = control.size();
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-  }
-  bool ok = sendmsg(pair[1], &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(text.size());
+  bool ok = send_with_fds(pair[1], nullptr, 0, text, fds) == static_cast<ssize_t>(text.size());
   if (!ok) *error = "handover: sending the parcel: " + errno_text(errno);
   // The earlier parcel goes first: the manager passes every stored
   // descriptor, and only this one's message is the current state.

@@ -45,6 +45,28 @@ FdStore FdStore::from_environment() {
   return s;
 }
 
+ssize_t send_with_fds(int socket, const sockaddr* to, socklen_t to_len, const std::string& message,
+                      const std::vector<int>& fds) {
+  iovec iov{const_cast<char*>(message.data()), message.size()};
+  msghdr msg{};
+  msg.msg_name = const_cast<sockaddr*>(to);
+  msg.msg_namelen = to ? to_len : 0;
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  std::vector<char> control;
+  if (!fds.empty()) {
+    control.assign(CMSG_SPACE(sizeof(int) * fds.size()), 0);
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  return sendmsg(socket, &msg, MSG_NOSIGNAL);
+}
+
 bool FdStore::notify(const std::string& message, const std::vector<int>& fds, std::string* error) const {
   if (notify_socket_.empty()) {
     *error = "no service manager to store descriptors with ($NOTIFY_SOCKET is not set)";
@@ -65,24 +87,7 @@ bool FdStore::notify(const std::string& message, const std::vector<int>& fds, st
     *error = "notification socket: " + errno_text(errno);
     return false;
   }
-  iovec iov{const_cast<char*>(message.data()), message.size()};
-  msghdr msg{};
-  msg.msg_name = &addr;
-  msg.msg_namelen = addr_len;
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  std::vector<char> control;
-  if (!fds.empty()) {
-    control.assign(CMSG_SPACE(sizeof(int) * fds.size()), 0);
-    msg.msg_control = control.data();
-    msg.msg_controllen = control.size();
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-  }
-  const bool ok = sendmsg(s, &msg, MSG_NOSIGNAL) >= 0;
+  const bool ok = send_with_fds(s, reinterpret_cast<const sockaddr*>(&addr), addr_len, message, fds) >= 0;
   const int err = errno;
   close(s);
   if (!ok) *error = "notifying the service manager at " + notify_socket_ + ": " + errno_text(err);

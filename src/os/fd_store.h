@@ -7,10 +7,17 @@
 // linked from libsystemd.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <string>
 #include <vector>
 
 namespace tcpscope {
+
+// sendmsg() of `message` with `fds` attached (SCM_RIGHTS), to `to` if given
+// (a datagram socket's destination). sendmsg's return, errno as it left it.
+ssize_t send_with_fds(int socket, const sockaddr* to, socklen_t to_len, const std::string& message,
+                      const std::vector<int>& fds);
 
 struct NamedFd {
   std::string name;
