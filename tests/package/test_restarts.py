@@ -30,8 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from test_deb import BUILD, _repacked_with_version, deb, project_version, sh  # noqa: F401 (deb: fixture)
-from test_systemd_boot import UNIT, Container
+from test_deb import BUILD, deb, project_version, sh  # noqa: F401 (deb: fixture)
+from test_systemd_boot import UNIT, Container, container_debs
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "fleet"))
@@ -62,14 +62,7 @@ def next_layout_deb(deb, workdir):
 
 @pytest.fixture
 def container(deb, tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("boots a container: needs root")
-    if not shutil.which("systemd-nspawn"):
-        pytest.skip("systemd-nspawn missing (package systemd-container; .ci/run installs it)")
-    debs = tmp_path / "debs"
-    debs.mkdir()
-    shutil.copy(deb, debs / "tcpscope_1.deb")
-    shutil.copy(_repacked_with_version(deb, project_version() + "+test1", tmp_path), debs / "tcpscope_2.deb")
+    debs = container_debs(deb, tmp_path)
     shutil.copy(next_layout_deb(deb, tmp_path), debs / "tcpscope_3.deb")
     c = Container(tmp_path, debs)
     try:

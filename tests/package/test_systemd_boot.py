@@ -129,18 +129,25 @@ exec systemd-nspawn -q -D $R --register=no --keep-unit --private-network \\
         self.log.close()
 
 
-@pytest.fixture
-def container(deb, tmp_path):
+def container_debs(deb, tmp_path):
+    """The packages a container installs: the build's .deb, then the same
+    one as a newer version (an upgrade). Skips where no container can boot."""
     if os.geteuid() != 0:
         pytest.skip("boots a container: needs root")
     if not shutil.which("systemd-nspawn"):
         pytest.skip("systemd-nspawn missing (package systemd-container; .ci/run installs it)")
-    for tool in ("nsenter", "unshare", "systemd-id128", "bpftool"):
-        assert shutil.which(tool), f"{tool} missing"
     debs = tmp_path / "debs"
     debs.mkdir()
     shutil.copy(deb, debs / "tcpscope_1.deb")
     shutil.copy(_repacked_with_version(deb, project_version() + "+test1", tmp_path), debs / "tcpscope_2.deb")
+    return debs
+
+
+@pytest.fixture
+def container(deb, tmp_path):
+    debs = container_debs(deb, tmp_path)
+    for tool in ("nsenter", "unshare", "systemd-id128", "bpftool"):
+        assert shutil.which(tool), f"{tool} missing"
     c = Container(tmp_path, debs)
     try:
         yield c
