@@ -31,7 +31,7 @@ static __always_inline __u64 payload_arrival_before_fin(struct tcp_sock *tp, __u
  * bytes_received and sets SOCK_DONE first), and for wake-ups that bring
  * nothing new: neither may move the end, or a peer that idles before
  * closing would stretch the flow by its idle time. */
-static __always_inline void note_rx_payload(const struct sock *sk, struct flow_state *st)
+static __always_inline void receive_payload(const struct sock *sk, struct flow_state *st, bool before_write)
 {
 	struct tcp_sock *tp;
 	__u32 rcvd, grew;
@@ -56,10 +56,28 @@ static __always_inline void note_rx_payload(const struct sock *sk, struct flow_s
 			return;
 		grew -= 1;
 	}
-	now = bpf_ktime_get_ns();
+	/* Before a write, strictly: the write's transfer starts after it. */
+	now = bpf_ktime_get_ns() - before_write;
 	at = fin ? payload_arrival_before_fin(tp, now, st->last_rx_ns) : now;
 	note_arrival(sk, tp, st, at, grew);
 	st->last_rx_ns = at;
+}
+
+static __always_inline void note_rx_payload(const struct sock *sk, struct flow_state *st)
+{
+	receive_payload(sk, st, false);
+}
+
+/* This side writes. Payload that came in since the last arrival recorded
+ * arrived before this write, with a wake-up no program saw: a run of both
+ * copies is skipped on a CPU where a preempted task holds them, which a
+ * loaded machine does. It is recorded as arriving just before the write,
+ * the latest it can have: the transfer it belongs to ends there, and the
+ * reply to this write starts a receive transfer of its own instead of
+ * taking these bytes. */
+static __always_inline void note_rx_before_write(const struct sock *sk, struct flow_state *st)
+{
+	receive_payload(sk, st, true);
 }
 
 /* A payload arrival seen by tcp_probe, on kernels without sk_data_ready:

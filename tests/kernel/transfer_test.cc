@@ -170,6 +170,29 @@ int response_unseen_then_late_fin(int to_parent, int from_parent) {
   return ok ? 0 : 4;
 }
 
+// A response whose arrival wakes no program, read whole, then the next
+// request and its response with the programs back: a wake-up skipped under
+// load (a preempted program's CPU running the other copy too). The client's
+// next write must still close the first response's receive transfer at its
+// bytes, not let the next response's arrival take them.
+constexpr size_t kSecondResponseBytes = 30000;
+
+int response_unseen_then_next_request(int to_parent, int from_parent) {
+  LoopbackConnection conn;
+  if (int failed = conn.open()) return failed;
+  const int c = conn.client, s = conn.server;
+  char ack;
+  bool ok = write_all(c, kRequestBytes) && read_all(s, kRequestBytes);
+  ok = ok && write(to_parent, "d", 1) == 1 && wait_readable(from_parent, 10000) && read(from_parent, &ack, 1) == 1;
+  ok = ok && write_all(s, kUnseenResponseBytes) && read_all(c, kUnseenResponseBytes);
+  const uint64_t read_ns = monotonic_ns();
+  ok = ok && write(to_parent, &read_ns, sizeof(read_ns)) == sizeof(read_ns) && wait_readable(from_parent, 10000) &&
+       read(from_parent, &ack, 1) == 1;
+  ok = ok && write_all(c, kRequestBytes) && read_all(s, kRequestBytes);
+  ok = ok && write_all(s, kSecondResponseBytes) && read_all(c, kSecondResponseBytes);
+  return ok ? 0 : 4;
+}
+
 class TransferProbe : public AttachedProbe {
  protected:
   void SetUp() override {
@@ -234,6 +257,63 @@ class TransferProbe : public AttachedProbe {
       if (t.id.netns == netns && t.id.sport == lport) out.push_back(t);
     std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.seq < y.seq; });
     return out;
+  }
+
+  // Runs `child(to_parent, from_parent)` in a private netns with
+  // sk_data_ready's two programs detached between its two steps (wake-ups
+  // the kernel skipped): the child writes one byte ("detach") and waits for
+  // the reply, then writes the 8-byte time it read the unseen data at, kept
+  // in `*read_ns` ("attach again"), and waits for the reply. Returns the
+  // child's netns, or 0 after a failure.
+  uint32_t run_with_wake_ups_missed(int (*child)(int, int), uint64_t* read_ns) {
+    int to_parent[2], from_parent[2];
+    if (pipe(to_parent) != 0 || pipe(from_parent) != 0) {
+      ADD_FAILURE() << "pipe: " << strerror(errno);
+      return 0;
+    }
+    tcpscope_bpf* skel = probe_->skeleton();
+    std::string driver_error;
+    std::thread driver([&] {
+      char step;
+      if (!wait_readable(to_parent[0], 10000) || read(to_parent[0], &step, 1) != 1) {
+        driver_error = "the child never asked to detach";
+        return;
+      }
+      bpf_link__destroy(skel->links.on_data_ready);
+      bpf_link__destroy(skel->links.on_data_ready_twin);
+      skel->links.on_data_ready = skel->links.on_data_ready_twin = nullptr;
+      if (write(from_parent[1], "k", 1) != 1) return;
+      if (!wait_readable(to_parent[0], 10000) || read(to_parent[0], read_ns, sizeof(*read_ns)) != sizeof(*read_ns)) {
+        driver_error = "the child never read the unseen data";
+        return;
+      }
+      skel->links.on_data_ready = bpf_program__attach(skel->progs.on_data_ready);
+      skel->links.on_data_ready_twin = bpf_program__attach(skel->progs.on_data_ready_twin);
+      if (!skel->links.on_data_ready || !skel->links.on_data_ready_twin)
+        driver_error = std::string("re-attaching sk_data_ready's programs: ") + strerror(errno);
+      if (write(from_parent[1], "k", 1) != 1) return;
+    });
+    const uint32_t netns = run_in_private_netns([&] {
+      // A link lives while any descriptor of it is open: the child's copies
+      // would keep the programs attached.
+      close(bpf_link__fd(skel->links.on_data_ready));
+      close(bpf_link__fd(skel->links.on_data_ready_twin));
+      close(to_parent[0]);
+      close(from_parent[1]);
+      return child(to_parent[1], from_parent[0]);
+    });
+    driver.join();
+    for (int fd : {to_parent[0], to_parent[1], from_parent[0], from_parent[1]}) close(fd);
+    if (!driver_error.empty()) {
+      ADD_FAILURE() << driver_error;
+      return 0;
+    }
+    return netns;
+  }
+
+  bool missing(const std::string& tracepoint) const {
+    const auto& missing = probe_->missing_tracepoints();
+    return std::find(missing.begin(), missing.end(), tracepoint) != missing.end();
   }
 
   ring_buffer* ring_ = nullptr;
@@ -327,48 +407,12 @@ TEST_F(TransferProbe, AResponseWrittenInPiecesIsOneTransfer) {
 }
 
 TEST_F(TransferProbe, PayloadWhoseWakeUpWasMissedEndsTheFlowWhereItArrivedNotAtTheFin) {
-  const auto& missing = probe_->missing_tracepoints();
-  if (std::find(missing.begin(), missing.end(), "sk_data_ready") != missing.end())
+  if (missing("sk_data_ready"))
     GTEST_SKIP() << "no sk_data_ready on this kernel (before 6.3): arrivals come from tcp_probe's segments, "
                     "which no wake-up can miss";
-  int to_parent[2], from_parent[2];
-  ASSERT_EQ(pipe(to_parent), 0);
-  ASSERT_EQ(pipe(from_parent), 0);
-  tcpscope_bpf* skel = probe_->skeleton();
   uint64_t read_ns = 0;
-  std::string driver_error;
-  std::thread driver([&] {
-    char step;
-    if (!wait_readable(to_parent[0], 10000) || read(to_parent[0], &step, 1) != 1) {
-      driver_error = "the child never asked to detach";
-      return;
-    }
-    bpf_link__destroy(skel->links.on_data_ready);
-    bpf_link__destroy(skel->links.on_data_ready_twin);
-    skel->links.on_data_ready = skel->links.on_data_ready_twin = nullptr;
-    if (write(from_parent[1], "k", 1) != 1) return;
-    if (!wait_readable(to_parent[0], 10000) || read(to_parent[0], &read_ns, sizeof(read_ns)) != sizeof(read_ns)) {
-      driver_error = "the child never read the response";
-      return;
-    }
-    skel->links.on_data_ready = bpf_program__attach(skel->progs.on_data_ready);
-    skel->links.on_data_ready_twin = bpf_program__attach(skel->progs.on_data_ready_twin);
-    if (!skel->links.on_data_ready || !skel->links.on_data_ready_twin)
-      driver_error = std::string("re-attaching sk_data_ready's programs: ") + strerror(errno);
-    if (write(from_parent[1], "k", 1) != 1) return;
-  });
-  const uint32_t netns = run_in_private_netns([&] {
-    // A link lives while any descriptor of it is open: the child's copies
-    // would keep the programs attached.
-    close(bpf_link__fd(skel->links.on_data_ready));
-    close(bpf_link__fd(skel->links.on_data_ready_twin));
-    close(to_parent[0]);
-    close(from_parent[1]);
-    return response_unseen_then_late_fin(to_parent[1], from_parent[0]);
-  });
-  driver.join();
-  for (int fd : {to_parent[0], to_parent[1], from_parent[0], from_parent[1]}) close(fd);
-  ASSERT_TRUE(driver_error.empty()) << driver_error;
+  const uint32_t netns = run_with_wake_ups_missed(response_unseen_then_late_fin, &read_ns);
+  ASSERT_NE(netns, 0u);
   ASSERT_EQ(wait_for_both_ends(netns), 2);
 
   const tcpscope_flow_event* client = nullptr;
@@ -382,6 +426,25 @@ TEST_F(TransferProbe, PayloadWhoseWakeUpWasMissedEndsTheFlowWhereItArrivedNotAtT
   const int64_t after_read_us = (int64_t(client->data_end_ns) - int64_t(read_ns)) / 1000;
   EXPECT_LT(after_read_us, 20000) << "the flow ends at the FIN, " << kIdleBeforeFinMs << " ms after the data";
   EXPECT_GT(after_read_us, -20000);
+}
+
+TEST_F(TransferProbe, ResponseWhoseWakeUpWasMissedIsStillItsOwnReceiveTransfer) {
+  if (missing("sk_data_ready"))
+    GTEST_SKIP() << "no sk_data_ready on this kernel: arrivals come from tcp_probe's segments";
+  if (missing("tcp_sendmsg_locked"))
+    GTEST_SKIP() << "no tcp_sendmsg_locked on this kernel: the write that catches up unseen arrivals is not hooked";
+  uint64_t read_ns = 0;
+  const uint32_t netns = run_with_wake_ups_missed(response_unseen_then_next_request, &read_ns);
+  ASSERT_NE(netns, 0u);
+  ASSERT_EQ(wait_for_both_ends(netns), 2);
+  const tcpscope_flow_event* client = nullptr;
+  for (const auto& f : flows_)
+    if (f.id.netns == netns && f.id.dir == TCPSCOPE_DIR_ACTIVE) client = &f;
+  ASSERT_TRUE(client);
+  std::vector<uint64_t> received;
+  for (const auto& t : of(netns, client->id.sport))
+    if (t.direction == TCPSCOPE_XFER_RECV) received.push_back(t.bytes);
+  EXPECT_EQ(received, (std::vector<uint64_t>{kUnseenResponseBytes, kSecondResponseBytes}));
 }
 
 }  // namespace
