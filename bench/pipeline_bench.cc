@@ -37,6 +37,7 @@
 #include "enrich/asn_db.h"
 #include "enrich/enricher.h"
 #include "enrich/peer_classifier.h"
+#include "export/kafka_protobuf.h"
 #include "record/flow_decoder.h"
 #include "record/flow_json.h"
 #include "pipeline/flow_pipeline.h"
@@ -259,6 +260,22 @@ void BM_PipelineFlowJson(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_PipelineFlowJson);
+
+// The same records as Kafka's protobuf messages (export.kafka.format:
+// protobuf), batched as BM_PipelineFlowJson's lines are.
+void BM_PipelineFlowProtobuf(benchmark::State& state) {
+  const auto flows = enriched();
+  std::string batch;
+  batch.reserve(1 << 20);
+  size_t i = 0;
+  for (auto _ : state) {
+    append_protobuf(flows[i], &batch);
+    i = (i + 1) & (kRecords - 1);
+    if ((i & 1023) == 0) batch.clear();
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_PipelineFlowProtobuf);
 
 // The goal: enrichment + aggregation >= 2M records/s per core.
 void BM_PipelineEnrichAggregate(benchmark::State& state) {
