@@ -7,6 +7,9 @@
 
 #include "common.h"
 
+/* tp->ecn_flags: ECN was negotiated (include/net/tcp.h). */
+#define TCP_ECN_OK 1
+
 #define EPIPE 32
 #define ECONNRESET 104
 #define ETIMEDOUT 110
@@ -212,6 +215,9 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 	e->outcome = outcome_of(st, sk_err);
 	__builtin_memset(e->pad, 0, sizeof(e->pad));
 	bpf_probe_read_kernel_str(e->cc, sizeof(e->cc), tp->inet_conn.icsk_ca_ops->name);
+	e->kernel.delivered_ce = tp->delivered_ce;
+	e->kernel.ecn = tp->ecn_flags & TCP_ECN_OK;
+	__builtin_memset(e->kernel.pad, 0, sizeof(e->kernel.pad));
 }
 
 #endif /* TCPSCOPE_BPF_RECORD_H */

@@ -29,7 +29,7 @@
  * of its own layout version, and otherwise starts afresh. A test build may
  * set another (tests/package: an upgrade to a layout that differs). */
 #ifndef TCPSCOPE_LAYOUT_VERSION
-#define TCPSCOPE_LAYOUT_VERSION 1
+#define TCPSCOPE_LAYOUT_VERSION 2
 #endif
 
 #define TCPSCOPE_CC_NAME_LEN 16
@@ -101,6 +101,19 @@ struct tcpscope_flow_identity {
 
 TCPSCOPE_ASSERT_SIZE(tcpscope_flow_identity, 56);
 
+/* What a flow's record reports as the kernel had it at close: the daemon
+ * copies this part whole, and src/record/record_fields.h names each field
+ * for the outputs. A new value of that kind is added here, where BPF fills
+ * it (bpf/record.h) and in that table. */
+struct tcpscope_flow_kernel {
+	__u32 delivered_ce; /* segments delivered whose ACK echoed a CE mark (ECE):
+	                       tcp_info's tcpi_delivered_ce */
+	__u8 ecn;           /* 1: ECN negotiated on the handshake */
+	__u8 pad[3];
+};
+
+TCPSCOPE_ASSERT_SIZE(tcpscope_flow_kernel, 8);
+
 struct tcpscope_flow_event {
 	struct tcpscope_record_header common; /* TCPSCOPE_RECORD_FLOW */
 	struct tcpscope_flow_identity id;
@@ -135,9 +148,10 @@ struct tcpscope_flow_event {
 	__u8 pad[2];
 	char cc[TCPSCOPE_CC_NAME_LEN];
 	char comm[TCPSCOPE_COMM_LEN];
+	struct tcpscope_flow_kernel kernel;
 };
 
-TCPSCOPE_ASSERT_SIZE(tcpscope_flow_event, 272);
+TCPSCOPE_ASSERT_SIZE(tcpscope_flow_event, 280);
 #pragma GCC diagnostic pop
 
 enum tcpscope_transfer_direction {
@@ -191,7 +205,7 @@ struct tcpscope_close_event {
 	__u32 reserved;
 };
 
-TCPSCOPE_ASSERT_SIZE(tcpscope_close_event, 576);
+TCPSCOPE_ASSERT_SIZE(tcpscope_close_event, 584);
 #pragma GCC diagnostic pop
 
 /* Indexes into the per-CPU `counters` array map: what user space reports.

@@ -71,6 +71,11 @@
 -- MergeTree table, and the view recreated). 26.9 skips such keys by default
 -- (input_format_skip_unknown_fields = 1) and keeps the rest of the line; add the columns there
 -- too to keep the new values.
+--
+-- ecn (UInt8) and delivered_ce (UInt64) came after the other keys; tables made before them:
+--   ALTER TABLE tcpscope.flows_kafka ADD COLUMN ecn UInt8 AFTER ca_loss_us, ADD COLUMN delivered_ce UInt64 AFTER ecn
+--   ALTER TABLE tcpscope.flows ADD COLUMN ecn UInt8 AFTER ca_loss_us, ADD COLUMN delivered_ce UInt64 AFTER ecn
+-- then the view dropped and made again.
 
 CREATE DATABASE IF NOT EXISTS tcpscope;
 
@@ -121,7 +126,9 @@ CREATE TABLE IF NOT EXISTS tcpscope.flows_kafka
     ca_disorder_us UInt64,
     ca_cwr_us UInt64,
     ca_recovery_us UInt64,
-    ca_loss_us UInt64
+    ca_loss_us UInt64,
+    ecn UInt8,
+    delivered_ce UInt64
 )
 ENGINE = Kafka('kafka-1:9092', 'tcpscope.flows', 'tcpscope-clickhouse-flows', 'JSONEachRow');
 

@@ -10,6 +10,7 @@
 #include "measure/flow_sketch.h"
 #include "measure/size_class.h"
 #include "net/http_client.h"
+#include "record/record_fields.h"
 #include "text/url_query.h"
 
 namespace tcpscope {
@@ -18,7 +19,14 @@ namespace {
 
 // Flow-log fields written as JSON true/false; ClickHouse before Bool keeps
 // them as UInt8, and a selection names them as text "true"/"false".
-bool is_boolean_field(const std::string& name) { return name == "partial" || name == "app_set_cc"; }
+bool is_boolean_field(const std::string& name) {
+  const auto boolean_in = [&name](const auto& table) {
+    for (const RecordField& f : table)
+      if (f.key == name) return f.proto_type == "bool";
+    return false;
+  };
+  return boolean_in(kFlowFields) || boolean_in(kTransferFields);
+}
 
 std::string sql_string(const std::string& s) {
   std::string out = "'";
@@ -52,35 +60,44 @@ struct InputColumns {
   std::vector<std::string> columns;
 };
 
+// A column's name quoted for SQL.
+std::string col(std::string_view key) { return "`" + std::string(key) + "`"; }
+
+// The one column of that key.
+InputColumns column(const char* key) { return InputColumns{col(key), {key}}; }
+
 std::optional<InputColumns> input_columns(MetricInput i, SampleUnit u) {
-  const bool transfer = u == SampleUnit::kTransfer;
+  namespace flow = record_key::flow;
+  namespace transfer = record_key::transfer;
+  const bool is_transfer = u == SampleUnit::kTransfer;
   switch (i) {
     case MetricInput::kOk:
-      if (transfer) return std::nullopt;
-      return InputColumns{"(`outcome` = 'ok')", {"outcome"}};
+      if (is_transfer) return std::nullopt;
+      return InputColumns{"(" + col(flow::outcome) + " = 'ok')", {flow::outcome}};
     case MetricInput::kPartial:
-      if (transfer) return std::nullopt;
-      return InputColumns{"`partial`", {"partial"}};
+      if (is_transfer) return std::nullopt;
+      return column(flow::partial);
     case MetricInput::kRecv:
-      if (!transfer) return std::nullopt;
+      if (!is_transfer) return std::nullopt;
       // As the flow-log reader: anything but "send" is not data this host sent.
-      return InputColumns{"(`direction` != 'send')", {"direction"}};
+      return InputColumns{"(" + col(transfer::direction) + " != 'send')", {transfer::direction}};
     case MetricInput::kBytes:
-      if (transfer) return InputColumns{"`bytes`", {"bytes"}};
-      return InputColumns{"(`bytes_acked` + `bytes_received`)", {"bytes_acked", "bytes_received"}};
+      if (is_transfer) return column(transfer::bytes);
+      return InputColumns{"(" + col(flow::bytes_acked) + " + " + col(flow::bytes_received) + ")",
+                          {flow::bytes_acked, flow::bytes_received}};
     case MetricInput::kTime:
-      if (transfer) return InputColumns{"`xfer_us`", {"xfer_us"}};
-      return InputColumns{"`fct_us`", {"fct_us"}};
-    case MetricInput::kSrtt: return InputColumns{"`srtt_us`", {"srtt_us"}};
-    case MetricInput::kRetransSegs: return InputColumns{"`retrans_segs`", {"retrans_segs"}};
+      return column(is_transfer ? transfer::xfer_us : flow::fct_us);
+    case MetricInput::kSrtt: return column(is_transfer ? transfer::srtt_us : flow::srtt_us);
+    case MetricInput::kRetransSegs: return column(is_transfer ? transfer::retrans_segs : flow::retrans_segs);
     case MetricInput::kSegsOut:
-      if (transfer) return std::nullopt;
-      return InputColumns{"`segs_out`", {"segs_out"}};
+      if (is_transfer) return std::nullopt;
+      return column(flow::segs_out);
     case MetricInput::kRwndLimited:
-      if (!transfer) return std::nullopt;
+      if (!is_transfer) return std::nullopt;
       // TransferRecord::rwnd_limited(): held back for more than half its time.
-      return InputColumns{"(`xfer_us` > 0 AND 2 * toInt64(`rwnd_limited_us`) > `xfer_us`)",
-                          {"xfer_us", "rwnd_limited_us"}};
+      return InputColumns{"(" + col(transfer::xfer_us) + " > 0 AND 2 * toInt64(" + col(transfer::rwnd_limited_us) +
+                              ") > " + col(transfer::xfer_us) + ")",
+                          {transfer::xfer_us, transfer::rwnd_limited_us}};
   }
   return std::nullopt;
 }
@@ -261,8 +278,8 @@ ArmRows arm_rows(const ClickHouseQuery& q, const std::vector<ClickHouseColumn>& 
   if (options.by != "all") r.group = text.of(options.by).value_or("'(none)'");
   r.where = r.population.condition + " AND " + text.condition(arm);
   if (q.where) r.where += " AND " + text.condition(*q.where);
-  if (q.since_ns) r.where += " AND `end_ns` >= " + std::to_string(q.since_ns);
-  if (q.until_ns) r.where += " AND `end_ns` < " + std::to_string(q.until_ns);
+  if (q.since_ns) r.where += " AND " + col(record_key::flow::end_ns) + " >= " + std::to_string(q.since_ns);
+  if (q.until_ns) r.where += " AND " + col(record_key::flow::end_ns) + " < " + std::to_string(q.until_ns);
   return r;
 }
 
@@ -271,7 +288,7 @@ ArmRows arm_rows(const ClickHouseQuery& q, const std::vector<ClickHouseColumn>& 
 std::string clickhouse_sampling_sql(const ClickHouseQuery& q, const std::string& table,
                                     const std::vector<ClickHouseColumn>& columns, const CompareOptions& options,
                                     const Selection& a, const Selection& b) {
-  return "SELECT min(`sampling_rate`), max(`sampling_rate`) FROM " + identifier(q.database) + "." +
+  return "SELECT min(" + col(record_key::transfer::sampling_rate) + "), max(" + col(record_key::transfer::sampling_rate) + ") FROM " + identifier(q.database) + "." +
          identifier(table) + " WHERE (" + arm_rows(q, columns, options, a).where + ") OR (" +
          arm_rows(q, columns, options, b).where + ") FORMAT JSONCompact";
 }
@@ -283,7 +300,7 @@ std::string clickhouse_arm_sql(const ClickHouseQuery& q, const std::string& tabl
   std::string where = r.where;
   // The flows that rate keeps (record/transfer_sampling.h: the same hash).
   if (keep_rate > 1)
-    where += " AND bitAnd(intHash64(toUInt64(`flow_start_ns`)), " + std::to_string(keep_rate - 1) + ") = 0";
+    where += " AND bitAnd(intHash64(toUInt64(" + col(record_key::transfer::flow_start_ns) + ")), " + std::to_string(keep_rate - 1) + ") = 0";
   // The sketch's bucket (FlowSketch::bucket_index), zeros apart.
   const std::string bucket = "if(_v < " + sql_double(FlowSketch::kMinPositive) + ", " +
                              std::to_string(FlowSketch::kZeroBucket) + ", toInt64(ceil(log(_v) * " +
@@ -358,7 +375,7 @@ bool ClickHouseSource::collect(const CompareOptions& options_in, const Selection
   // Transfers of one flow in sampling_rate: of records of several rates only
   // the flows the largest rate keeps count, so that every flow weighs the same.
   uint32_t min_rate = 1, max_rate = 1;
-  if (options.unit == SampleUnit::kTransfer && find_column(columns, "sampling_rate")) {
+  if (options.unit == SampleUnit::kTransfer && find_column(columns, record_key::transfer::sampling_rate)) {
     if (!run(clickhouse_sampling_sql(query_, table, columns, options, a, b), &rows, error)) return false;
     try {
       if (!rows.empty() && !rows.at(0).at(0).is_null()) {

@@ -19,6 +19,7 @@
 
 #include "measure/size_class.h"
 #include "record/flow_record.h"
+#include "record/record_fields.h"
 #include "record/transfer_record.h"
 #include "record/transfer_sampling.h"
 
@@ -275,8 +276,8 @@ namespace {
 // kind this version does not know.
 template <class Access>
 std::optional<SampleUnit> record_unit(const Access& rec) {
-  if (rec.string_is("kind", "transfer")) return SampleUnit::kTransfer;
-  if (rec.string_is("kind", "flow") || !rec.text("kind")) return SampleUnit::kFlow;
+  if (rec.string_is(record_key::kind, "transfer")) return SampleUnit::kTransfer;
+  if (rec.string_is(record_key::kind, "flow") || !rec.text(record_key::kind)) return SampleUnit::kFlow;
   return std::nullopt;
 }
 
@@ -314,12 +315,13 @@ template <class Access>
 MetricInputs flow_inputs(const Access& rec) {
   FlowRecord f;
   // Any other outcome is not one that did its job.
-  f.outcome = rec.string_is("outcome", "ok") ? Outcome::kOk : Outcome::kError;
-  f.partial = rec.is_true("partial");
-  read_fields(rec, &f, field("bytes_acked", &FlowRecord::bytes_acked),
-              field("bytes_received", &FlowRecord::bytes_received), field("fct_us", &FlowRecord::fct_us),
-              field("srtt_us", &FlowRecord::srtt_us), field("retrans_segs", &FlowRecord::retrans_segs),
-              field("segs_out", &FlowRecord::segs_out));
+  namespace key = record_key::flow;
+  f.outcome = rec.string_is(key::outcome, "ok") ? Outcome::kOk : Outcome::kError;
+  f.partial = rec.is_true(key::partial);
+  read_fields(rec, &f, field(key::bytes_acked, &FlowRecord::bytes_acked),
+              field(key::bytes_received, &FlowRecord::bytes_received), field(key::fct_us, &FlowRecord::fct_us),
+              field(key::srtt_us, &FlowRecord::srtt_us), field(key::retrans_segs, &FlowRecord::retrans_segs),
+              field(key::segs_out, &FlowRecord::segs_out));
   return metric_inputs(f);
 }
 
@@ -327,10 +329,11 @@ template <class Access>
 MetricInputs transfer_inputs(const Access& rec) {
   TransferRecord t;
   // Anything but "send" is not data this host sent: no throughput sample.
-  t.direction = rec.string_is("direction", "send") ? TransferDirection::kSend : TransferDirection::kRecv;
-  read_fields(rec, &t, field("xfer_us", &TransferRecord::xfer_us), field("bytes", &TransferRecord::bytes),
-              field("srtt_us", &TransferRecord::srtt_us), field("retrans_segs", &TransferRecord::retrans_segs),
-              field("rwnd_limited_us", &TransferRecord::rwnd_limited_us));
+  namespace key = record_key::transfer;
+  t.direction = rec.string_is(key::direction, "send") ? TransferDirection::kSend : TransferDirection::kRecv;
+  read_fields(rec, &t, field(key::xfer_us, &TransferRecord::xfer_us), field(key::bytes, &TransferRecord::bytes),
+              field(key::srtt_us, &TransferRecord::srtt_us), field(key::retrans_segs, &TransferRecord::retrans_segs),
+              field(key::rwnd_limited_us, &TransferRecord::rwnd_limited_us));
   return metric_inputs(t);
 }
 
@@ -362,10 +365,10 @@ void FlowLogCollector::add_record(const Access& rec) {
   const bool transfer = *unit == SampleUnit::kTransfer;
   uint8_t level = 0;
   if (transfer) {
-    const uint32_t rate = to_u32(std::max<uint64_t>(rec.uint("sampling_rate"), 1));
+    const uint32_t rate = to_u32(std::max<uint64_t>(rec.uint(record_key::transfer::sampling_rate), 1));
     scan_.min_sampling_rate = scan_.min_sampling_rate ? std::min(scan_.min_sampling_rate, rate) : rate;
     scan_.max_sampling_rate = std::max(scan_.max_sampling_rate, rate);
-    level = static_cast<uint8_t>(sampling_level(rec.int64("flow_start_ns")));
+    level = static_cast<uint8_t>(sampling_level(rec.int64(record_key::transfer::flow_start_ns)));
   }
   if (in_a) {
     arms.a.push_back(*value);

@@ -5,8 +5,10 @@
 #include <initializer_list>
 #include <optional>
 #include <string_view>
+#include <type_traits>
 
 #include "record/json_writer.h"
+#include "record/record_fields.h"
 #include "text/utf8_text.h"
 
 namespace tcpscope {
@@ -101,27 +103,31 @@ char* put_addr(char* p, uint32_t field, const IpAddr& a) {
   return end;
 }
 
-// The fields the two messages share, numbered as each has them.
-template <class Record>
-char* put_endpoints(char* p, const Record& r, uint32_t family, uint32_t laddr, uint32_t lport, uint32_t raddr,
-                    uint32_t rport, uint32_t dir) {
-  p = put_uint(p, family, static_cast<uint64_t>(r.family()));
-  p = put_addr(p, laddr, r.laddr);
-  p = put_uint(p, lport, r.lport);
-  p = put_addr(p, raddr, r.raddr);
-  p = put_uint(p, rport, r.rport);
-  return put_string(p, dir, to_string(r.dir));
+// A row's value as its field: by the value's C++ type, which the row's
+// proto type must fit (checked where the table is expanded).
+template <class T>
+char* put_value(char* p, uint32_t field, const T& v) {
+  if constexpr (std::is_same_v<T, bool>)
+    return put_uint(p, field, v);
+  else if constexpr (std::is_integral_v<T> && std::is_signed_v<T> && sizeof(T) == 8)
+    return put_int(p, field, v);
+  else if constexpr (std::is_integral_v<T>)
+    return put_uint(p, field, static_cast<uint64_t>(v));
+  else if constexpr (std::is_same_v<T, IpAddr>)
+    return put_addr(p, field, v);
+  else if constexpr (std::is_same_v<T, std::optional<std::string>>)
+    return put_optional(p, field, v);
+  else if constexpr (std::is_same_v<T, std::optional<int64_t>>)
+    return v ? put_present(p, field, *v) : p;
+  else
+    return put_string(p, field, std::string_view(v));
 }
 
-// peer_class, asn, as_org, cc_rule, experiment, arm at `first` and after.
-char* put_enrichment(char* p, const Enrichment& e, uint32_t first) {
-  p = put_string(p, first, e.peer_class);
-  p = put_uint(p, first + 1, e.asn);
-  p = put_string(p, first + 2, e.as_org);
-  p = put_optional(p, first + 3, e.cc_rule);
-  p = put_optional(p, first + 4, e.experiment);
-  return put_optional(p, first + 5, e.arm);
-}
+// One row of a record's table (record/record_fields.h) as a field of the
+// message, where the table is expanded with `p` and the record `r` in scope.
+#define TCPSCOPE_PROTO_FIELD(key, number, proto_type, clickhouse_type, value)                               \
+  static_assert(proto_type_fits<std::decay_t<decltype(value)>>(proto_type), #key ": not a " proto_type); \
+  p = put_value(p, number, value);
 
 size_t bound(const Enrichment& e, size_t fields, std::initializer_list<const std::string*> strings) {
   size_t b = e.peer_class.size() + e.as_org.size();
@@ -148,66 +154,18 @@ void append_delimited(std::string* out, size_t bound, Body body) {
 }  // namespace
 
 void append_protobuf(const FlowRecord& r, std::string* out) {
-  append_delimited(out, bound(r.enrichment, 46, {&r.cc, &r.comm}), [&r](char* p) {
+  append_delimited(out, bound(r.enrichment, std::size(kFlowFields), {&r.cc, &r.comm}), [&r](char* p) {
     p = put_string(p, 1, "flow");
-    p = put_int(p, 2, r.start_ns);
-    p = put_int(p, 3, r.end_ns);
-    p = put_int(p, 4, r.fct_us);
-    p = put_int(p, 5, r.duration_us);
-    p = put_endpoints(p, r, 6, 7, 8, 9, 10, 11);
-    p = put_string(p, 12, to_string(r.outcome));
-    p = put_string(p, 13, r.cc);
-    p = put_uint(p, 14, r.srtt_us);
-    p = put_uint(p, 15, r.min_rtt_us);
-    p = put_uint(p, 16, r.rttvar_us);
-    p = put_uint(p, 17, r.cwnd);
-    p = put_uint(p, 18, r.max_cwnd);
-    p = put_uint(p, 19, r.ssthresh);
-    p = put_uint(p, 20, r.mss);
-    p = put_uint(p, 21, r.bytes_acked);
-    p = put_uint(p, 22, r.bytes_received);
-    p = put_uint(p, 23, r.bytes_retrans);
-    p = put_uint(p, 24, r.segs_out);
-    p = put_uint(p, 25, r.segs_in);
-    p = put_uint(p, 26, r.retrans_segs);
-    p = put_uint(p, 27, r.lost_segs);
-    p = put_uint(p, 28, r.delivery_rate_bps);
-    p = put_uint(p, 29, r.pacing_rate_bps);
-    p = put_enrichment(p, r.enrichment, 30);
-    p = put_uint(p, 36, r.app_set_cc);
-    p = put_uint(p, 37, r.pid);
-    p = put_string(p, 38, r.comm);
-    p = put_uint(p, 39, r.cgroup_id);
-    p = put_uint(p, 40, r.netns);
-    p = put_uint(p, 41, r.partial);
-    for (uint32_t i = 0; i < TCPSCOPE_CA_STATES; ++i) p = put_uint(p, 42 + i, r.ca_state_us[i]);
+    TCPSCOPE_FLOW_FIELDS(TCPSCOPE_PROTO_FIELD)
     return p;
   });
 }
 
 void append_protobuf(const TransferRecord& r, std::string* out) {
-  append_delimited(out, bound(r.enrichment, 31, {&r.cc}), [&r](char* p) {
+  append_delimited(out, bound(r.enrichment, std::size(kTransferFields), {&r.cc}), [&r](char* p) {
     p = put_string(p, 1, "transfer");
-    p = put_int(p, 2, r.flow_start_ns);
-    p = put_endpoints(p, r, 3, 4, 5, 6, 7, 8);
-    p = put_uint(p, 9, r.seq);
-    p = put_string(p, 10, to_string(r.direction));
-    p = put_string(p, 11, to_string(r.delimited_by));
-    p = put_uint(p, 12, r.sampling_rate);
-    p = put_int(p, 13, r.start_ns);
-    p = put_int(p, 14, r.end_ns);
-    p = put_int(p, 15, r.xfer_us);
-    if (r.wait_us) p = put_present(p, 16, *r.wait_us);
-    p = put_uint(p, 17, r.bytes);
-    p = put_uint(p, 18, r.retrans_segs);
-    p = put_uint(p, 19, r.srtt_us);
-    p = put_uint(p, 20, r.min_rtt_us);
-    p = put_uint(p, 21, r.busy_us);
-    p = put_uint(p, 22, r.rwnd_limited_us);
-    p = put_uint(p, 23, r.sndbuf_limited_us);
-    p = put_string(p, 24, r.cc);
-    p = put_enrichment(p, r.enrichment, 25);
-    return put_uint(p, 31, r.netns);
+    TCPSCOPE_TRANSFER_FIELDS(TCPSCOPE_PROTO_FIELD)
+    return p;
   });
 }
 

@@ -112,6 +112,7 @@ FlowRecord decode_flow_event(const tcpscope_flow_event& ev, const MonotonicToRea
   r.delivery_rate_bps = delivery_rate_bps(ev);
   r.pacing_rate_bps = ev.pacing_rate == ~0ULL ? 0 : ev.pacing_rate * 8;
   for (size_t i = 0; i < r.ca_state_us.size(); ++i) r.ca_state_us[i] = ev.ca_state_ns[i] / 1000;
+  r.kernel = ev.kernel;
 
   r.pid = ev.pid;
   r.comm = event_string(ev.comm, sizeof(ev.comm));

@@ -42,6 +42,9 @@ struct FlowRecord {
   // Microseconds spent in each congestion-avoidance state, in the kernel's
   // order: Open, Disorder, CWR, Recovery, Loss.
   std::array<uint64_t, TCPSCOPE_CA_STATES> ca_state_us{};
+  // What the kernel reports as it is (the event's part of that name), each
+  // field named for the outputs in record/record_fields.h.
+  tcpscope_flow_kernel kernel{};
 
   // Filled in by the pipeline (empty / 0 / nullopt until then).
   Enrichment enrichment;

@@ -15,7 +15,6 @@
 
 #include "net/ip_addr.h"
 #include "record/enrichment.h"
-#include "record/flow_record.h"
 #include "text/json_text.h"
 
 namespace tcpscope::json_writer {
@@ -101,28 +100,17 @@ void append_json_line(std::string* out, const char (&kind)[N], size_t bound, Wri
   });
 }
 
-// The field groups the flow line and the transfer line share, in SPEC.md's
-// order; `Record` is a FlowRecord or a TransferRecord.
+// One row of a record's table (record/record_fields.h) as a field of the
+// line, where the table is expanded with `p` and the record `r` in scope.
+#define TCPSCOPE_JSON_FIELD(key, number, proto_type, clickhouse_type, value) \
+  p = ::tcpscope::json_writer::put_field(p, ",\"" #key "\":", value);
 
-// The flow's endpoints: family, laddr, lport, raddr, rport, dir.
-template <class Record>
-char* put_endpoints(char* p, const Record& r) {
-  p = put_field(p, ",\"family\":", r.family());
-  p = put_field(p, ",\"laddr\":", r.laddr);
-  p = put_field(p, ",\"lport\":", r.lport);
-  p = put_field(p, ",\"raddr\":", r.raddr);
-  p = put_field(p, ",\"rport\":", r.rport);
-  return put_field(p, ",\"dir\":", to_string(r.dir));
-}
-
-// What the pipeline added: peer_class, asn, as_org, cc_rule, experiment, arm.
-inline char* put_enrichment(char* p, const Enrichment& e) {
-  p = put_field(p, ",\"peer_class\":", e.peer_class);
-  p = put_field(p, ",\"asn\":", e.asn);
-  p = put_field(p, ",\"as_org\":", e.as_org);
-  p = put_field(p, ",\"cc_rule\":", e.cc_rule);
-  p = put_field(p, ",\"experiment\":", e.experiment);
-  return put_field(p, ",\"arm\":", e.arm);
+// The bytes a table's keys take in a line: each with its comma, quotes and colon.
+template <class Field, size_t N>
+constexpr size_t json_keys_bound(const Field (&fields)[N]) {
+  size_t n = 0;
+  for (const Field& f : fields) n += f.key.size() + 4;
+  return n;
 }
 
 // The most bytes put_enrichment's strings take.

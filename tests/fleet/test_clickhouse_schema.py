@@ -28,9 +28,9 @@ I64_MAX = 2**63 - 1
 
 # ------------------------------------------------------------ the record formats
 
-# The keys of a flow line and of a transfer line, in the writer's order
-# (src/record/flow_json.cc, transfer_json.cc, json_writer.h's put_endpoints and
-# put_enrichment). test_schema_has_every_key checks this list against the source.
+# The keys of a flow line and of a transfer line, in the writer's order (the
+# tables of src/record/record_fields.h). test_schema_has_every_key checks this
+# list against them.
 ENDPOINTS = ["family", "laddr", "lport", "raddr", "rport", "dir"]
 ENRICHMENT = ["peer_class", "asn", "as_org", "cc_rule", "experiment", "arm"]
 FLOW_KEYS = (["kind", "start_ns", "end_ns", "fct_us", "duration_us"] + ENDPOINTS +
@@ -38,19 +38,23 @@ FLOW_KEYS = (["kind", "start_ns", "end_ns", "fct_us", "duration_us"] + ENDPOINTS
               "bytes_acked", "bytes_received", "bytes_retrans", "segs_out", "segs_in", "retrans_segs", "lost_segs",
               "delivery_rate_bps", "pacing_rate_bps"] + ENRICHMENT +
              ["app_set_cc", "pid", "comm", "cgroup_id", "netns", "partial",
-              "ca_open_us", "ca_disorder_us", "ca_cwr_us", "ca_recovery_us", "ca_loss_us"])
+              "ca_open_us", "ca_disorder_us", "ca_cwr_us", "ca_recovery_us", "ca_loss_us", "ecn", "delivered_ce"])
 TRANSFER_KEYS = (["kind", "flow_start_ns"] + ENDPOINTS +
                  ["seq", "direction", "delimited_by", "sampling_rate", "start_ns", "end_ns", "xfer_us", "wait_us", "bytes", "retrans_segs",
                   "srtt_us", "min_rtt_us", "busy_us", "rwnd_limited_us", "sndbuf_limited_us", "cc"] +
                  ENRICHMENT + ["netns"])
 
 
-def writer_keys(*sources):
-    """The JSON keys the C++ writer code in `sources` puts, in order."""
-    keys = []
-    for src in sources:
-        keys += re.findall(r'\\"([a-z_0-9]+)\\":', (SRC / src).read_text())
-    return keys
+def writer_keys(table):
+    """The keys of record_fields.h's TCPSCOPE_<table>_FIELDS, in order, after
+    "kind": its FIELD rows, with the groups it includes expanded."""
+    text = (SRC / "record_fields.h").read_text().replace("\\\n", "\n")
+    macros = dict(re.findall(r"#define (TCPSCOPE_\w+_FIELDS)\(FIELD(?:, N)?\)(.*?)\n\n", text, re.S))
+
+    def expand(name):
+        return [k for group, key in re.findall(r"(TCPSCOPE_\w+_FIELDS)\(FIELD|FIELD\((\w+),", macros[name])
+                for k in (expand(group) if group else [key])]
+    return ["kind"] + expand(f"TCPSCOPE_{table}_FIELDS")
 
 
 def utf8_text(raw: bytes) -> str:
@@ -115,7 +119,7 @@ def flow(**over):
         "peer_class": "internet", "asn": 64500, "as_org": "Example Net", "cc_rule": None, "experiment": None,
         "arm": None, "app_set_cc": False, "pid": 4242, "comm": b"nginx", "cgroup_id": 8812, "netns": 4026531840,
         "partial": False, "ca_open_us": 860000, "ca_disorder_us": 0, "ca_cwr_us": 0, "ca_recovery_us": 4197,
-        "ca_loss_us": 0,
+        "ca_loss_us": 0, "ecn": True, "delivered_ce": 12,
     }
     r.update(over)
     return r
@@ -149,7 +153,7 @@ FLOWS = [
          segs_out=U32_MAX, segs_in=U32_MAX, retrans_segs=U32_MAX, lost_segs=U32_MAX,
          delivery_rate_bps=U64_MAX, pacing_rate_bps=U64_MAX, asn=U32_MAX, app_set_cc=True, pid=U32_MAX,
          cgroup_id=U64_MAX, netns=U32_MAX, ca_open_us=U64_MAX, ca_disorder_us=U64_MAX, ca_cwr_us=U64_MAX,
-         ca_recovery_us=U64_MAX, ca_loss_us=U64_MAX, comm=b"curl"),
+         ca_recovery_us=U64_MAX, ca_loss_us=U64_MAX, delivered_ce=U32_MAX, comm=b"curl"),
     # IPv4, every optional string set, partial, a UTF-8 comm and control bytes, escapes.
     flow(start_ns=1764000002000000002, peer_class="datacenter \"eu\\west\"", as_org="Società Ørsted ✓",
          cc_rule="bulk-bbr", experiment="cc-ab-2026", arm="treatment", partial=True,
@@ -229,13 +233,13 @@ def rewrite(sql: str, *, broker: str, topic: str, group: str, database: str, def
 
 
 @pytest.mark.parametrize("name,keys,sources", [
-    ("flows", FLOW_KEYS, ["flow_json.cc", "json_writer.h"]),
-    ("transfers", TRANSFER_KEYS, ["transfer_json.cc", "json_writer.h"]),
+    ("flows", FLOW_KEYS, "FLOW"),
+    ("transfers", TRANSFER_KEYS, "TRANSFER"),
 ])
-def test_schema_has_every_key(name, keys, sources):
+def test_schema_has_every_key(name, keys, table):
     """Every key the daemon writes has a column of the Kafka table, which the
     MergeTree table copies and the view moves whole."""
-    assert sorted(set(writer_keys(*sources))) == sorted(set(keys)), "the writer's keys changed: update this test and the SQL"
+    assert writer_keys(table) == keys, "the writer's keys changed: update this test and the SQL"
     sql = (SCHEMA / f"{name}.sql").read_text()
     kafka_cols = columns_of(sql, f"tcpscope.{name}_kafka")
     assert [c for c, _ in kafka_cols] == keys
