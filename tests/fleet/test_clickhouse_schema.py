@@ -232,7 +232,7 @@ def rewrite(sql: str, *, broker: str, topic: str, group: str, database: str, def
     return sql.replace("CREATE DATABASE IF NOT EXISTS tcpscope;", f"CREATE DATABASE IF NOT EXISTS {database};")
 
 
-@pytest.mark.parametrize("name,keys,sources", [
+@pytest.mark.parametrize("name,keys,table", [
     ("flows", FLOW_KEYS, "FLOW"),
     ("transfers", TRANSFER_KEYS, "TRANSFER"),
 ])

@@ -141,6 +141,28 @@ def test_retransmits_equal_tcp_info(daemon, net, tmp_path):
     assert total > 0, "the shaped path should have forced retransmits"
 
 
+@pytest.mark.real_kernel
+@pytest.mark.parametrize("client_ecn", [0, 1])
+def test_ecn_is_what_the_handshake_negotiated(daemon, net, tmp_path, client_ecn):
+    """ecn: the client asks for ECN with net.ipv4.tcp_ecn=1 (the server's
+    namespace answers with 1 too), and only then do both ends' records say
+    true; delivered_ce is tcp_info's tcpi_delivered_ce at close (this kernel
+    has no qdisc that marks CE here, so it is 0 on both paths)."""
+    net.ns(net.srv, "sysctl", "-qw", "net.ipv4.tcp_ecn=1")
+    net.ns(net.cli, "sysctl", "-qw", f"net.ipv4.tcp_ecn={client_ecn}")
+    n = 3
+    server, server_out = net.serve(tmp_path, net.srv_v4, n)
+    clients = net.client(tmp_path, net.srv_v4, count=n, req=100, resp=200_000)
+    server.wait(timeout=60)
+    recs = by_tuple(daemon.wait_records(net, 2 * n))
+    truth = [(recs[(net.cli_v4, c["lport"], net.srv_v4, c["rport"])][0], c) for c in clients]
+    truth += [(recs[(net.srv_v4, s["lport"], net.cli_v4, s["rport"])][0], s) for s in read_jsonl(server_out)]
+    assert len(truth) == 2 * n
+    for rec, info in truth:
+        assert rec["ecn"] is info["ecn"] is bool(client_ecn), (rec, info)
+        assert rec["delivered_ce"] == info["delivered_ce"], (rec, info)
+
+
 @pytest.mark.parametrize("resp", [300_000, 2_000_000])
 def test_fct_matches_client_clock_from_before_connect(daemon, net, tmp_path, resp):
     # 20 Mbit/s on the server's egress: the transfer takes 120-800 ms.

@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: testlib,
 from testlib import add_peer_options, add_server_options  # noqa: E402
 
 TCP_INFO = 11
+TCPI_OPT_ECN = 8  # tcpi_options (linux/tcp.h): ECN was negotiated
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # asm-generic/socket.h; Python may lack the name
 CHUNK = 65536
 
@@ -49,9 +50,11 @@ def tcp_info(sock):
     total_retrans = struct.unpack_from("I", raw, 100)[0]
     bytes_acked, bytes_received = struct.unpack_from("QQ", raw, 120)
     min_rtt = struct.unpack_from("I", raw, 148)[0] if len(raw) >= 152 else 0
+    delivered_ce = struct.unpack_from("I", raw, 196)[0] if len(raw) >= 200 else 0
     return {"total_retrans": total_retrans, "bytes_acked": bytes_acked,
             "bytes_received": bytes_received, "min_rtt_us": min_rtt,
-            "rtt_us": struct.unpack_from("I", raw, 68)[0], "snd_cwnd": snd_cwnd(raw)}
+            "rtt_us": struct.unpack_from("I", raw, 68)[0], "snd_cwnd": snd_cwnd(raw),
+            "ecn": bool(raw[5] & TCPI_OPT_ECN), "delivered_ce": delivered_ce}
 
 
 def snd_cwnd(raw_or_sock):

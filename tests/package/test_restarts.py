@@ -347,7 +347,9 @@ def test_restart_crash_and_upgrades_under_churn_lose_no_record(container, tmp_pa
         records = wait_for_records(svc, after)
         journal = svc.journal()
         line = re.search(r"restart: the previous daemon's maps cannot be taken over \(([^)]*)\)", journal)
-        assert line and "layout version 1, this build's is 2" in line.group(1), journal[-3000:]
+        layout = int(re.search(r"^#define TCPSCOPE_LAYOUT_VERSION (\d+)$", (Path(__file__).resolve().parents[2] /
+                               "include/tcpscope/flow_event.h").read_text(), re.M).group(1))
+        assert line and f"layout version {layout}, this build's is {layout + 1}" in line.group(1), journal[-3000:]
         ends = churn_ends(records, svc.netns_inode)
         assert all(len(ends.get(p, ())) == 2 for p in after), "connections closed after the new layout's start"
         lost = [p for p in conns if len(ends.get(p, ())) < 2]

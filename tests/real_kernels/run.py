@@ -34,6 +34,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -62,9 +63,14 @@ def booted_kernels():
     return out
 
 
+# VMs may run side by side (test_real_kernels.py): one text's lines stay together.
+say_lock = threading.Lock()
+
+
 def say(release, text):
-    for line in text.rstrip("\n").splitlines():
-        print(f"[{release}] {line}", flush=True)
+    with say_lock:
+        for line in text.rstrip("\n").splitlines():
+            print(f"[{release}] {line}", flush=True)
 
 
 def python_with_pytest():
