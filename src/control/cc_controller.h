@@ -16,8 +16,9 @@
 // control slice shows the winner worse on its objective, or breaking a
 // guard; a reverted cohort may decide again, for either arm.
 //
-// Statistics (control/sequential_test.h). A connection is the unit of
-// evidence: the kernel draws the arm per connection, so an arm's values are
+// Statistics (control/cohort_test.h, on control/sequential_test.h). A
+// connection is the unit of evidence: the kernel draws the arm per
+// connection, so an arm's values are
 // ratios of sums over its connections with a variance that counts each
 // connection once, and a test waits for min_connections connections as well
 // as min_transfers transfers per arm. Every interval every cohort's evidence
