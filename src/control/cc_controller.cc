@@ -46,7 +46,7 @@ uint32_t winner_target(size_t k, uint32_t control_percent) {
 
 }  // namespace
 
-CcController::CcController(std::shared_ptr<prometheus::Registry> registry, LogSink log)
+CcController::CcController(std::shared_ptr<prometheus::Registry> registry, LogLine log)
     : metrics_(std::make_unique<ControllerMetrics>(std::move(registry))), log_(std::move(log)) {}
 
 CcController::~CcController() = default;

@@ -45,7 +45,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -58,6 +57,7 @@
 #include "config/config.h"
 #include "control/arm_evidence.h"
 #include "control/evidence_gate.h"
+#include "pipeline/record_sink.h"
 #include "policy/cc_policy.h"
 #include "record/enrichment.h"
 
@@ -76,9 +76,8 @@ const char* cohort_state_name(CohortState s);
 
 class CcController {
  public:
-  // Every decision, as one line for the log (without the trailing newline).
-  using LogSink = std::function<void(const std::string&)>;
-  CcController(std::shared_ptr<prometheus::Registry> registry, LogSink log);
+  // `log` takes every decision, as one line (without the trailing newline).
+  CcController(std::shared_ptr<prometheus::Registry> registry, LogLine log);
   ~CcController();
 
   // Takes the controller rules of `config`. A rule whose name, match and
@@ -96,7 +95,7 @@ class CcController {
   void set_namespaces(std::map<std::string, uint32_t> netns_by_name, std::shared_ptr<const LocalAddresses> local);
 
   // Whether this kernel makes send transfers, the controller's evidence
-  // (kernel_capabilities.h); without them no cohort can ever be tested,
+  // (record_coverage.h); without them no cohort can ever be tested,
   // and the status says why instead of waiting for them.
   void set_send_transfers(bool available);
 
@@ -146,7 +145,7 @@ class CcController {
   std::vector<std::unique_ptr<Rule>> rules_;
   std::map<std::string, Rule*> by_name_;
   std::unique_ptr<ControllerMetrics> metrics_;
-  LogSink log_;
+  LogLine log_;
   bool send_transfers_ = true;
   std::map<std::string, uint32_t> netns_by_name_;
   std::shared_ptr<const LocalAddresses> local_addresses_;
