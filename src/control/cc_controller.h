@@ -95,7 +95,7 @@ class CcController {
   void set_namespaces(std::map<std::string, uint32_t> netns_by_name, std::shared_ptr<const LocalAddresses> local);
 
   // Whether this kernel makes send transfers, the controller's evidence
-  // (record_coverage.h); without them no cohort can ever be tested,
+  // (kernel/record_coverage.h); without them no cohort can ever be tested,
   // and the status says why instead of waiting for them.
   void set_send_transfers(bool available);
 
