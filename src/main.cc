@@ -13,7 +13,7 @@
 #include "daemon/daemon.h"
 #include "kernel/booted_kernels.h"
 #include "kernel/flow_probe.h"
-#include "record/kernel_capabilities.h"
+#include "kernel/record_coverage.h"
 
 namespace {
 
@@ -67,7 +67,7 @@ int cmd_version() {
   for (const auto& t : f.missing_tracepoints) missing += " " + t;
   std::printf("  tracepoints:%s\n", have.empty() ? " none" : have.c_str());
   if (!missing.empty()) std::printf("  missing tracepoints:%s\n", missing.c_str());
-  for (const auto& c : tcpscope::record_capabilities(f.missing_tracepoints)) std::printf("  %s\n", c.c_str());
+  for (const auto& c : tcpscope::record_coverage(f.missing_tracepoints)) std::printf("  %s\n", c.c_str());
   return 0;
 }
 

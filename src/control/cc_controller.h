@@ -16,8 +16,9 @@
 // control slice shows the winner worse on its objective, or breaking a
 // guard; a reverted cohort may decide again, for either arm.
 //
-// Statistics (control/sequential_test.h). A connection is the unit of
-// evidence: the kernel draws the arm per connection, so an arm's values are
+// Statistics (control/cohort_test.h, on control/sequential_test.h). A
+// connection is the unit of evidence: the kernel draws the arm per
+// connection, so an arm's values are
 // ratios of sums over its connections with a variance that counts each
 // connection once, and a test waits for min_connections connections as well
 // as min_transfers transfers per arm. Every interval every cohort's evidence
@@ -44,7 +45,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -57,6 +57,7 @@
 #include "config/config.h"
 #include "control/arm_evidence.h"
 #include "control/evidence_gate.h"
+#include "pipeline/record_sink.h"
 #include "policy/cc_policy.h"
 #include "record/enrichment.h"
 
@@ -75,9 +76,8 @@ const char* cohort_state_name(CohortState s);
 
 class CcController {
  public:
-  // Every decision, as one line for the log (without the trailing newline).
-  using LogSink = std::function<void(const std::string&)>;
-  CcController(std::shared_ptr<prometheus::Registry> registry, LogSink log);
+  // `log` takes every decision, as one line (without the trailing newline).
+  CcController(std::shared_ptr<prometheus::Registry> registry, LogLine log);
   ~CcController();
 
   // Takes the controller rules of `config`. A rule whose name, match and
@@ -95,7 +95,7 @@ class CcController {
   void set_namespaces(std::map<std::string, uint32_t> netns_by_name, std::shared_ptr<const LocalAddresses> local);
 
   // Whether this kernel makes send transfers, the controller's evidence
-  // (kernel_capabilities.h); without them no cohort can ever be tested,
+  // (kernel/record_coverage.h); without them no cohort can ever be tested,
   // and the status says why instead of waiting for them.
   void set_send_transfers(bool available);
 
@@ -145,7 +145,7 @@ class CcController {
   std::vector<std::unique_ptr<Rule>> rules_;
   std::map<std::string, Rule*> by_name_;
   std::unique_ptr<ControllerMetrics> metrics_;
-  LogSink log_;
+  LogLine log_;
   bool send_transfers_ = true;
   std::map<std::string, uint32_t> netns_by_name_;
   std::shared_ptr<const LocalAddresses> local_addresses_;

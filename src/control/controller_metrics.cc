@@ -5,7 +5,7 @@
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
-#include "metrics/metric_family.h"
+#include "prometheus_helpers/metric_family.h"
 
 namespace tcpscope {
 

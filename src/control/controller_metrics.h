@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "metrics/prometheus_fwd.h"
-#include "metrics/total_counter.h"
+#include "prometheus_helpers/prometheus_fwd.h"
+#include "prometheus_helpers/total_counter.h"
 
 namespace tcpscope {
 

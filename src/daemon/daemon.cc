@@ -25,21 +25,21 @@
 #include "daemon/kernel_counters.h"
 #include "daemon/open_flow_snapshots.h"
 #include "enrich/enricher.h"
+#include "export/daemon_health.h"
 #include "export/output_sinks.h"
-#include "export/self_metrics.h"
 #include "http/http_server.h"
-#include "kernel/capabilities.h"
+#include "kernel/capability_drop.h"
 #include "kernel/flow_probe.h"
 #include "kernel/handover.h"
 #include "kernel/installed_policy.h"
 #include "kernel/load_log.h"
+#include "kernel/record_coverage.h"
 #include "kernel/ring_reader.h"
 #include "os/cgroup_path.h"
 #include "os/fd_store.h"
 #include "pipeline/flow_pipeline.h"
 #include "pipeline/record_fanout.h"
 #include "record/flow_decoder.h"
-#include "record/kernel_capabilities.h"
 
 namespace tcpscope {
 
@@ -82,7 +82,7 @@ class Daemon {
   RunOptions opts_;
   Config config_;
   std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
-  std::unique_ptr<SelfMetrics> self_;
+  std::unique_ptr<DaemonHealth> self_;
   std::unique_ptr<Enricher> enricher_;
   std::unique_ptr<FlowProbe> probe_;
   std::unique_ptr<RingReader> ring_;
@@ -123,7 +123,7 @@ int Daemon::start() {
   EnrichmentTables tables;
   if (!build_tables(config_, &tables, &error)) return fail("ASN data: " + error);
   enricher_ = std::make_unique<Enricher>(std::move(tables));
-  self_ = std::make_unique<SelfMetrics>(registry_, TCPSCOPE_VERSION, libbpf_version_string(),
+  self_ = std::make_unique<DaemonHealth>(registry_, TCPSCOPE_VERSION, libbpf_version_string(),
                                         probe_kernel_features().kernel_release);
   if (!config_.flow_log.empty() && !(flow_log_ = FlowLogSink::open(config_, *self_, log_line, &error)))
     return fail(error);
@@ -158,7 +158,7 @@ int Daemon::start() {
     log_line("warning: the kernel refused BPF program '" + p.program + "'" +
              " (" + p.reason + "); running without it: " + p.loses + "; " +
              save_load_log(p.log));
-  for (const auto& c : record_capabilities(probe_->missing_tracepoints())) log_line("kernel: " + c);
+  for (const auto& c : record_coverage(probe_->missing_tracepoints())) log_line("kernel: " + c);
   return 0;
 }
 

@@ -12,7 +12,7 @@ namespace {
 // costs the record, so they are exported on their own rather than guessed
 // into the records lost. Skips of the nested copy itself cost nothing: it is
 // only skipped while it checks an event the first copy has handled.
-void sample_recursion(const FlowProbe& probe, SelfMetrics& self) {
+void sample_recursion(const FlowProbe& probe, DaemonHealth& self) {
   uint64_t first_copy_misses = 0;
   for (const auto& [program, misses] : probe.recursion_misses()) {
     self.set_recursion_misses(program, misses);
@@ -26,7 +26,7 @@ void sample_recursion(const FlowProbe& probe, SelfMetrics& self) {
 }  // namespace
 
 void sample_kernel_counters(const FlowProbe& probe, const RingReader& ring, const FlowPipeline& pipeline,
-                            SelfMetrics& self) {
+                            DaemonHealth& self) {
   // A socket whose storage could not be created is never tracked: its record is lost too.
   self.set_records_lost(probe.counter(TCPSCOPE_CNT_RECORDS_LOST) + probe.counter(TCPSCOPE_CNT_STORAGE_FAILED));
   self.set_transfer_records_lost(probe.counter(TCPSCOPE_CNT_TRANSFERS_LOST));

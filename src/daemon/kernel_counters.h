@@ -3,7 +3,7 @@
 // records read and the enrichment lookups made.
 #pragma once
 
-#include "export/self_metrics.h"
+#include "export/daemon_health.h"
 #include "kernel/flow_probe.h"
 #include "kernel/ring_reader.h"
 #include "pipeline/flow_pipeline.h"
@@ -11,6 +11,6 @@
 namespace tcpscope {
 
 void sample_kernel_counters(const FlowProbe& probe, const RingReader& ring, const FlowPipeline& pipeline,
-                            SelfMetrics& self);
+                            DaemonHealth& self);
 
 }  // namespace tcpscope

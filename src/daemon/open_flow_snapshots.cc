@@ -28,7 +28,7 @@ void OpenFlowSnapshots::start(Clock::time_point now) {
 void OpenFlowSnapshots::finish() {
   auto snap = job_.take();
   if (!snap) return;
-  auto flows = std::make_shared<OpenFlows>(clock_);
+  auto flows = std::make_shared<OpenFlowsView>(clock_);
   flows->reserve(snap->flows.size());
   Aggregator::ActiveFlows active;
   for (const auto& ev : snap->flows) {
@@ -39,7 +39,7 @@ void OpenFlowSnapshots::finish() {
   aggregator_.set_active_flows(active);
   self_.set_snapshot({static_cast<int64_t>(flows->size()), snap->namespaces, snap->namespaces_empty,
                       snap->namespaces_skipped, snap->namespace_errors, snap->seconds});
-  std::atomic_store(&flows_, std::shared_ptr<const OpenFlows>(std::move(flows)));
+  std::atomic_store(&flows_, std::shared_ptr<const OpenFlowsView>(std::move(flows)));
   const auto now = Clock::now();
   if (snap->namespaces_skipped && now >= next_skip_log_) {
     log_("snapshot: " + std::to_string(snap->namespaces_skipped) +

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "aggregate/aggregator.h"
-#include "aggregate/open_flows.h"
-#include "export/self_metrics.h"
+#include "aggregate/open_flows_view.h"
+#include "export/daemon_health.h"
 #include "kernel/flow_snapshot.h"
 #include "os/background_job.h"
 #include "pipeline/flow_pipeline.h"
@@ -26,7 +26,7 @@ class OpenFlowSnapshots {
   // `iter_link_fd` < 0: this kernel has no socket iterator, no snapshots.
   // The references must outlive this.
   OpenFlowSnapshots(int iter_link_fd, const MonotonicToRealtime& clock, FlowPipeline& pipeline,
-                    Aggregator& aggregator, SelfMetrics& self, LogLine log)
+                    Aggregator& aggregator, DaemonHealth& self, LogLine log)
       : link_fd_(iter_link_fd), clock_(clock), pipeline_(pipeline), aggregator_(aggregator), self_(self),
         log_(std::move(log)) {}
 
@@ -49,7 +49,7 @@ class OpenFlowSnapshots {
   const MonotonicToRealtime& clock_;
   FlowPipeline& pipeline_;
   Aggregator& aggregator_;
-  SelfMetrics& self_;
+  DaemonHealth& self_;
   LogLine log_;
   BackgroundJob<FlowSnapshot> job_;
   // Where the pass a time budget cut short goes on (touched only by the job).
@@ -57,7 +57,7 @@ class OpenFlowSnapshots {
   Clock::time_point last_start_{};
   Clock::time_point next_skip_log_{};
   // The latest pass's flows, read by HTTP threads.
-  std::shared_ptr<const OpenFlows> flows_ = std::make_shared<OpenFlows>();
+  std::shared_ptr<const OpenFlowsView> flows_ = std::make_shared<OpenFlowsView>();
 };
 
 }  // namespace tcpscope

@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "config/config.h"
-#include "metrics/total_counter.h"
 #include "pipeline/record_sink.h"
+#include "prometheus_helpers/total_counter.h"
 #include "record/flow_record.h"
 #include "record/transfer_record.h"
 

@@ -13,7 +13,7 @@ void OutputSink::tick(Clock::time_point now) {
   for (const auto& line : status_.update(last_error(), lost(), now)) log_(line);
 }
 
-std::unique_ptr<FlowLogSink> FlowLogSink::open(const Config& config, SelfMetrics& self, LogLine log,
+std::unique_ptr<FlowLogSink> FlowLogSink::open(const Config& config, DaemonHealth& self, LogLine log,
                                                std::string* error) {
   auto file = FlowLog::open(config.flow_log, kFlowLogQueueBytes, error);
   if (!file) return nullptr;
@@ -21,7 +21,7 @@ std::unique_ptr<FlowLogSink> FlowLogSink::open(const Config& config, SelfMetrics
       new FlowLogSink(std::move(file), config.flow_log_transfers, self, std::move(log)));
 }
 
-FlowLogSink::FlowLogSink(std::unique_ptr<FlowLog> log, bool transfers, SelfMetrics& self, LogLine log_line)
+FlowLogSink::FlowLogSink(std::unique_ptr<FlowLog> log, bool transfers, DaemonHealth& self, LogLine log_line)
     : OutputSink("flow log", std::move(log_line)), log_(std::move(log)), transfers_(transfers), self_(self) {}
 
 void FlowLogSink::append(std::string_view line) {

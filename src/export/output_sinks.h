@@ -8,10 +8,10 @@
 #include <string>
 
 #include "config/config.h"
+#include "export/daemon_health.h"
 #include "export/flow_log.h"
 #include "export/kafka_export.h"
 #include "export/output_status.h"
-#include "export/self_metrics.h"
 #include "pipeline/record_sink.h"
 
 namespace tcpscope {
@@ -38,7 +38,7 @@ class OutputSink : public RecordSink {
 class FlowLogSink final : public OutputSink {
  public:
   // nullptr and *error when the path cannot be opened (owned_file.h).
-  static std::unique_ptr<FlowLogSink> open(const Config& config, SelfMetrics& self, LogLine log,
+  static std::unique_ptr<FlowLogSink> open(const Config& config, DaemonHealth& self, LogLine log,
                                            std::string* error);
 
   void add(const RoutedFlow& flow) override { append(flow.json()); }
@@ -54,7 +54,7 @@ class FlowLogSink final : public OutputSink {
   bool reopen(std::string* error) { return log_->reopen(error); }
 
  private:
-  FlowLogSink(std::unique_ptr<FlowLog> log, bool transfers, SelfMetrics& self, LogLine log_line);
+  FlowLogSink(std::unique_ptr<FlowLog> log, bool transfers, DaemonHealth& self, LogLine log_line);
   std::string last_error() const override { return log_->last_error(); }
   uint64_t lost() const override { return log_->dropped_records(); }
   void append(std::string_view line);
@@ -62,7 +62,7 @@ class FlowLogSink final : public OutputSink {
 
   std::unique_ptr<FlowLog> log_;
   bool transfers_;
-  SelfMetrics& self_;
+  DaemonHealth& self_;
   std::string batch_;  // whole lines not yet handed to the writer
   uint64_t batch_records_ = 0;
 };

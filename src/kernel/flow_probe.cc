@@ -32,17 +32,19 @@ struct ProgramHook {
   const char* loses;  // what the records lose on a kernel without it
 };
 constexpr ProgramHook kHooks[] = {
-    {&Programs::on_state_change, "inet_sock_set_state", true, ""},
-    {&Programs::on_state_change_nested, "inet_sock_set_state", true, ""},
-    {&Programs::on_data_ready, "sk_data_ready", false, "payload arrivals, taken from tcp_probe instead"},
-    {&Programs::on_data_ready_twin, "sk_data_ready", false, "payload arrivals, taken from tcp_probe instead"},
-    {&Programs::on_sendmsg, "tcp_sendmsg_locked", false,
+    {&Programs::on_state_change, tracepoints::kSetState, true, ""},
+    {&Programs::on_state_change_nested, tracepoints::kSetState, true, ""},
+    {&Programs::on_data_ready, tracepoints::kDataReady, false, "payload arrivals, taken from tcp_probe instead"},
+    {&Programs::on_data_ready_twin, tracepoints::kDataReady, false, "payload arrivals, taken from tcp_probe instead"},
+    {&Programs::on_sendmsg, tracepoints::kSendmsg, false,
      "send transfers and cwnd samples, taken from tcp_probe instead; owner of accepted sockets that write first"},
-    {&Programs::on_cong_state, "tcp_cong_state_set", false, "time per congestion state; cwnd before reductions"},
-    {&Programs::on_send_reset, "tcp_send_reset", false, "resets sent by the kernel after close"},
-    {&Programs::on_receive_reset, "tcp_receive_reset", false, "resets received before the handshake"},
-    {&Programs::on_segment, "tcp_probe", false, "send transfers and arrivals where the two hooks above are missing"},
-    {&Programs::on_segment_twin, "tcp_probe", false, "send transfers and arrivals where the two hooks above are missing"},
+    {&Programs::on_cong_state, tracepoints::kCongState, false, "time per congestion state; cwnd before reductions"},
+    {&Programs::on_send_reset, tracepoints::kSendReset, false, "resets sent by the kernel after close"},
+    {&Programs::on_receive_reset, tracepoints::kReceiveReset, false, "resets received before the handshake"},
+    {&Programs::on_segment, tracepoints::kProbe, false,
+     "send transfers and arrivals where the two hooks above are missing"},
+    {&Programs::on_segment_twin, tracepoints::kProbe, false,
+     "send transfers and arrivals where the two hooks above are missing"},
 };
 
 // The programs that are no tracepoint's, and what goes if the kernel refuses one.
@@ -216,8 +218,8 @@ tcpscope_bpf* open_for(const FlowProbeOptions& opts, const LoadPlan& plan, uint3
   // loaded only to stand in for the per-call hooks a kernel lacks, taking
   // send transfers from the ACKs (before 6.16) and arrivals from the
   // segments (before 6.3).
-  skel->rodata->sends_from_acks = !plan.uses("tcp_sendmsg_locked");
-  skel->rodata->arrivals_from_segments = !plan.uses("sk_data_ready");
+  skel->rodata->sends_from_acks = !plan.uses(tracepoints::kSendmsg);
+  skel->rodata->arrivals_from_segments = !plan.uses(tracepoints::kDataReady);
   if (!skel->rodata->sends_from_acks && !skel->rodata->arrivals_from_segments) {
     bpf_program__set_autoload(skel->progs.on_segment, false);
     bpf_program__set_autoload(skel->progs.on_segment_twin, false);

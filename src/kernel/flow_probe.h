@@ -19,6 +19,19 @@ struct bpf_program;
 
 namespace tcpscope {
 
+// The tracepoints the flow programs hook (kHooks in flow_probe.cc), spelled
+// as the kernel and missing_tracepoints() spell them; what the records hold
+// without each is record_coverage.h's.
+namespace tracepoints {
+inline constexpr char kSetState[] = "inet_sock_set_state";
+inline constexpr char kDataReady[] = "sk_data_ready";
+inline constexpr char kSendmsg[] = "tcp_sendmsg_locked";
+inline constexpr char kCongState[] = "tcp_cong_state_set";
+inline constexpr char kSendReset[] = "tcp_send_reset";
+inline constexpr char kReceiveReset[] = "tcp_receive_reset";
+inline constexpr char kProbe[] = "tcp_probe";
+}  // namespace tracepoints
+
 struct FlowProbeOptions {
   uint64_t ring_buffer_bytes = 16u << 20;
   uint64_t wakeup_bytes = 256u << 10;
@@ -94,7 +107,7 @@ class FlowProbe {
   // Tracepoints this kernel lacks, each with what the records lose for it.
   const std::vector<std::string>& degraded() const { return degraded_; }
   // The tracepoints no program of ours runs on: those the kernel lacks and
-  // those whose programs it refused (record_capabilities() reads them).
+  // those whose programs it refused (record_coverage() reads them).
   const std::vector<std::string>& missing_tracepoints() const { return missing_; }
   // Programs the kernel refused, left out.
   const std::vector<LeftOutProgram>& left_out() const { return left_out_; }

@@ -23,7 +23,7 @@ namespace tcpscope {
 class FlowPipeline {
  public:
   // All three must outlive the pipeline; `clock` is refreshed by its owner.
-  // `sends`: how the kernel delimits send transfers (kernel_capabilities.h).
+  // `sends`: how the kernel delimits send transfers (kernel/record_coverage.h).
   FlowPipeline(const MonotonicToRealtime& clock, const Enricher& enricher, const RuleNames& rule_names,
                TransferDelimiter sends)
       : clock_(clock), enricher_(enricher), rule_names_(rule_names), sends_(sends) {}

@@ -4,7 +4,7 @@
 #include <prometheus/family.h>
 #include <prometheus/registry.h>
 
-#include "metrics/metric_family.h"
+#include "prometheus_helpers/metric_family.h"
 
 namespace tcpscope {
 

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "metrics/prometheus_fwd.h"
-#include "metrics/total_counter.h"
 #include "policy/cc_policy.h"
 #include "policy/policy_counters.h"
+#include "prometheus_helpers/prometheus_fwd.h"
+#include "prometheus_helpers/total_counter.h"
 
 namespace tcpscope {
 

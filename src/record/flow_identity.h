@@ -45,7 +45,7 @@ struct FlowsPage {
 };
 FlowsPage parse_flows_query(const std::string& query);
 
-// Orders a snapshot's flows by identity (the order OpenFlows::add wants).
+// Orders a snapshot's flows by identity (the order OpenFlowsView::add wants).
 void sort_by_flow_identity(std::vector<tcpscope_flow_event>* flows);
 
 }  // namespace tcpscope

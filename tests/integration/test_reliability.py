@@ -1002,7 +1002,7 @@ def test_healthz_and_errors_leak_nothing(plain_daemon, tmp_path):
 # and every exec/spawn/fork in src/ is on this list.
 ALLOWED_PROCESS_CALLS = {
     ("src/cli/compare_command.cc", "posix_spawnp"),  # rsvg-convert for `compare --svg`, argv only
-    ("src/kernel/capabilities.cc", "fork"),      # the bpf() capability test child; never execs
+    ("src/kernel/capability_drop.cc", "fork"),      # the bpf() capability test child; never execs
 }
 
 

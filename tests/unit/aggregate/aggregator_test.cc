@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "config/config.h"
-#include "export/self_metrics.h"
+#include "export/daemon_health.h"
 
 #include "../record_fixtures.h"
 
@@ -1004,7 +1004,7 @@ TEST_F(AggregatorTest, ABatchPublishesWhenItEnds) {
 
 TEST(SelfMetricsTest, TotalsAdvanceCountersByTheDelta) {
   auto registry = std::make_shared<prometheus::Registry>();
-  SelfMetrics m(registry, "1.2.3", "1.1.0", "6.18.0");
+  DaemonHealth m(registry, "1.2.3", "1.1.0", "6.18.0");
   m.set_records_lost(0);
   m.set_records_lost(5);
   m.set_records_lost(5);

@@ -101,7 +101,7 @@ TransferRecord transfer(const std::string& arm, uint32_t asn, const std::string&
 
 struct Lines {
   std::vector<std::string> lines;
-  CcController::LogSink sink() {
+  LogLine sink() {
     return [this](const std::string& l) { lines.push_back(l); };
   }
 };

@@ -129,7 +129,7 @@ struct FlowLogFixture {
   }
   TempDir dir;
   Config config;
-  SelfMetrics self{std::make_shared<prometheus::Registry>(), "test", "1.0", "6.18"};
+  DaemonHealth self{std::make_shared<prometheus::Registry>(), "test", "1.0", "6.18"};
   std::unique_ptr<FlowLogSink> sink;
   std::vector<std::string> logged;
   std::string error, json;
@@ -165,7 +165,7 @@ TEST(FlowLogSink, WritesNoTransfersWhenTheConfigSaysSoAndFollowsAReload) {
 TEST(FlowLogSink, RefusesAPathItCannotOpen) {
   Config config;
   config.flow_log = "/proc/tcpscope-no-such-dir/flows.ndjson";
-  SelfMetrics self{std::make_shared<prometheus::Registry>(), "test", "1.0", "6.18"};
+  DaemonHealth self{std::make_shared<prometheus::Registry>(), "test", "1.0", "6.18"};
   std::string error;
   EXPECT_FALSE(FlowLogSink::open(config, self, [](const std::string&) {}, &error));
   EXPECT_NE(error.find("/proc/tcpscope-no-such-dir"), std::string::npos) << error;

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "metrics/prometheus_fwd.h"
+#include "prometheus_helpers/prometheus_fwd.h"
 
 namespace tcpscope {
 

@@ -1,4 +1,4 @@
-#include "os/process_capabilities.h"
+#include "os/linux_capabilities.h"
 
 #include <sys/prctl.h>
 #include <sys/socket.h>

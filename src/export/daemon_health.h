@@ -15,18 +15,18 @@
 #include <mutex>
 #include <string>
 
-#include "metrics/prometheus_fwd.h"
-#include "metrics/total_counter.h"
+#include "prometheus_helpers/prometheus_fwd.h"
+#include "prometheus_helpers/total_counter.h"
 
 namespace tcpscope {
 
-class SelfMetrics {
+class DaemonHealth {
  public:
   // tcpscope_build_info{version, libbpf, kernel} is set to 1 here.
-  SelfMetrics(std::shared_ptr<prometheus::Registry> registry, const std::string& version,
+  DaemonHealth(std::shared_ptr<prometheus::Registry> registry, const std::string& version,
               const std::string& libbpf_version, const std::string& kernel_release);
-  SelfMetrics(const SelfMetrics&) = delete;
-  SelfMetrics& operator=(const SelfMetrics&) = delete;
+  DaemonHealth(const DaemonHealth&) = delete;
+  DaemonHealth& operator=(const DaemonHealth&) = delete;
 
   // tcpscope_records_lost_total from the kernel's cumulative drop count.
   void set_records_lost(uint64_t kernel_total);

@@ -1,4 +1,4 @@
-#include "aggregate/open_flows.h"
+#include "aggregate/open_flows_view.h"
 
 #include <algorithm>
 
@@ -6,20 +6,20 @@
 
 namespace tcpscope {
 
-OpenFlows::StringId OpenFlows::intern(const std::string& s) {
+OpenFlowsView::StringId OpenFlowsView::intern(const std::string& s) {
   auto [it, inserted] = ids_.try_emplace(s, static_cast<StringId>(strings_.size()));
   if (inserted) strings_.push_back(s);
   return it->second;
 }
 
-void OpenFlows::add(const tcpscope_flow_event& ev, const FlowRecord& flow) {
+void OpenFlowsView::add(const tcpscope_flow_event& ev, const FlowRecord& flow) {
   // An optional's id is the string's id + 1, so that 0 stays nullopt.
   const Enrichment& e = flow.enrichment;
   entries_.push_back(Entry{ev, e.asn, intern(e.peer_class), intern(e.as_org), intern(e.cc_rule),
                            intern(e.experiment), intern(e.arm)});
 }
 
-FlowRecord OpenFlows::record(size_t i) const {
+FlowRecord OpenFlowsView::record(size_t i) const {
   const Entry& e = entries_.at(i);
   FlowRecord r = decode_flow_event(e.ev, clock_);
   r.enrichment = {text(e.peer_class), e.asn, text(e.as_org), optional_text(e.cc_rule),
@@ -27,7 +27,7 @@ FlowRecord OpenFlows::record(size_t i) const {
   return r;
 }
 
-std::string OpenFlows::to_json(const FlowsPage& page) const {
+std::string OpenFlowsView::to_json(const FlowsPage& page) const {
   auto first = entries_.begin();
   if (page.after)
     first = std::upper_bound(entries_.begin(), entries_.end(), *page.after,

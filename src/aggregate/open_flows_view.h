@@ -19,10 +19,10 @@
 
 namespace tcpscope {
 
-class OpenFlows {
+class OpenFlowsView {
  public:
   // Records are decoded with `clock`: the one the caller decoded them with.
-  explicit OpenFlows(MonotonicToRealtime clock = MonotonicToRealtime(0)) : clock_(clock) {}
+  explicit OpenFlowsView(MonotonicToRealtime clock = MonotonicToRealtime(0)) : clock_(clock) {}
 
   void reserve(size_t n) { entries_.reserve(n); }
   // `flow` is `ev` decoded with this table's clock, then enriched and named:

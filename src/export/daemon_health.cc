@@ -1,4 +1,4 @@
-#include "export/self_metrics.h"
+#include "export/daemon_health.h"
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "metrics/metric_family.h"
+#include "prometheus_helpers/metric_family.h"
 
 namespace tcpscope {
 
@@ -24,7 +24,7 @@ prometheus::Gauge* plain_gauge(prometheus::Registry& r, const char* name, const 
 
 }  // namespace
 
-SelfMetrics::SelfMetrics(std::shared_ptr<prometheus::Registry> registry, const std::string& version,
+DaemonHealth::DaemonHealth(std::shared_ptr<prometheus::Registry> registry, const std::string& version,
                          const std::string& libbpf_version, const std::string& kernel_release)
     : registry_(std::move(registry)) {
   auto& r = *registry_;
@@ -70,15 +70,17 @@ SelfMetrics::SelfMetrics(std::shared_ptr<prometheus::Registry> registry, const s
       .Set(1);
 }
 
-void SelfMetrics::set_total(TotalCounter* counter, uint64_t total) {
+void DaemonHealth::set_total(TotalCounter* counter, uint64_t total) {
   std::lock_guard<std::mutex> lock(mu_);
   counter->set(total);
 }
 
-void SelfMetrics::set_records_lost(uint64_t kernel_total) { set_total(&records_lost_, kernel_total); }
-void SelfMetrics::set_transfer_records_lost(uint64_t kernel_total) { set_total(&transfer_records_lost_, kernel_total); }
+void DaemonHealth::set_records_lost(uint64_t kernel_total) { set_total(&records_lost_, kernel_total); }
+void DaemonHealth::set_transfer_records_lost(uint64_t kernel_total) {
+  set_total(&transfer_records_lost_, kernel_total);
+}
 
-void SelfMetrics::set_recursion_misses(const std::string& program, uint64_t total) {
+void DaemonHealth::set_recursion_misses(const std::string& program, uint64_t total) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = recursion_misses_.find(program);
   if (it == recursion_misses_.end()) {
@@ -87,18 +89,18 @@ void SelfMetrics::set_recursion_misses(const std::string& program, uint64_t tota
   it->second.set(total);
 }
 
-void SelfMetrics::set_state_changes_missed(uint64_t total) { set_total(&state_changes_missed_, total); }
-void SelfMetrics::set_records(uint64_t total) { set_total(&records_, total); }
-void SelfMetrics::set_transfer_records(uint64_t total) { set_total(&transfer_records_, total); }
-void SelfMetrics::set_enrichment_lookups(uint64_t total) { set_total(&lookups_, total); }
-void SelfMetrics::set_flow_log_dropped(uint64_t total) { set_total(&flow_log_dropped_, total); }
+void DaemonHealth::set_state_changes_missed(uint64_t total) { set_total(&state_changes_missed_, total); }
+void DaemonHealth::set_records(uint64_t total) { set_total(&records_, total); }
+void DaemonHealth::set_transfer_records(uint64_t total) { set_total(&transfer_records_, total); }
+void DaemonHealth::set_enrichment_lookups(uint64_t total) { set_total(&lookups_, total); }
+void DaemonHealth::set_flow_log_dropped(uint64_t total) { set_total(&flow_log_dropped_, total); }
 
-void SelfMetrics::set_ring_buffer_fill(double ratio) {
+void DaemonHealth::set_ring_buffer_fill(double ratio) {
   if (std::isnan(ratio)) ratio = 0;
   ring_fill_->Set(std::clamp(ratio, 0.0, 1.0));
 }
 
-void SelfMetrics::set_snapshot(const SnapshotCounts& c) {
+void DaemonHealth::set_snapshot(const SnapshotCounts& c) {
   snapshot_flows_->Set(static_cast<double>(c.flows));
   snapshot_seconds_->Set(c.seconds);
   ns_read_->Set(c.read);
@@ -107,6 +109,6 @@ void SelfMetrics::set_snapshot(const SnapshotCounts& c) {
   ns_failed_->Set(c.failed);
 }
 
-void SelfMetrics::count_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_)->Increment(); }
+void DaemonHealth::count_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_)->Increment(); }
 
 }  // namespace tcpscope

@@ -1,4 +1,4 @@
-#include "kernel/capabilities.h"
+#include "kernel/capability_drop.h"
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "kernel/flow_probe.h"
-#include "os/process_capabilities.h"
+#include "os/linux_capabilities.h"
 #include "tcpscope.skel.h"
 
 namespace tcpscope {

@@ -1,4 +1,4 @@
-#include "metrics/total_counter.h"
+#include "prometheus_helpers/total_counter.h"
 
 #include <prometheus/counter.h>
 

@@ -1,6 +1,8 @@
-#include "record/kernel_capabilities.h"
+#include "kernel/record_coverage.h"
 
 #include <algorithm>
+
+#include "kernel/flow_probe.h"
 
 namespace tcpscope {
 
@@ -13,18 +15,18 @@ bool lacks(const std::vector<std::string>& missing, const char* tracepoint) {
 }  // namespace
 
 std::optional<TransferDelimiter> send_transfer_delimiter(const std::vector<std::string>& missing) {
-  if (!lacks(missing, "tcp_sendmsg_locked")) return TransferDelimiter::kWrite;
-  if (!lacks(missing, "tcp_probe")) return TransferDelimiter::kDeparture;
+  if (!lacks(missing, tracepoints::kSendmsg)) return TransferDelimiter::kWrite;
+  if (!lacks(missing, tracepoints::kProbe)) return TransferDelimiter::kDeparture;
   return std::nullopt;
 }
 
-std::vector<std::string> record_capabilities(const std::vector<std::string>& missing) {
+std::vector<std::string> record_coverage(const std::vector<std::string>& missing) {
   // tcp_probe stands in for both per-call hooks: every segment a socket
   // receives shows the ACKs that end and the flights that begin a send
   // transfer, and the payload that arrives. It runs only in ESTABLISHED.
-  const bool probe = !lacks(missing, "tcp_probe");
-  const bool sendmsg = !lacks(missing, "tcp_sendmsg_locked");
-  const bool data_ready = !lacks(missing, "sk_data_ready");
+  const bool probe = !lacks(missing, tracepoints::kProbe);
+  const bool sendmsg = !lacks(missing, tracepoints::kSendmsg);
+  const bool data_ready = !lacks(missing, tracepoints::kDataReady);
   const bool sends = sendmsg || probe;
   const bool arrivals = data_ready || probe;
   std::vector<std::string> lines;
@@ -57,8 +59,9 @@ std::vector<std::string> record_capabilities(const std::vector<std::string>& mis
   else
     lines.push_back("receive-side end: absent (neither sk_data_ready nor tcp_probe)");
 
-  lines.push_back(lacks(missing, "tcp_cong_state_set") ? "congestion-state times: no (no tcp_cong_state_set, Linux 5.19)"
-                                                       : "congestion-state times: yes");
+  lines.push_back(lacks(missing, tracepoints::kCongState)
+                      ? "congestion-state times: no (no tcp_cong_state_set, Linux 5.19)"
+                      : "congestion-state times: yes");
   return lines;
 }
 

@@ -2,7 +2,7 @@
 // exports metrics makes its own; the caller adds the labelled series.
 #pragma once
 
-#include "metrics/prometheus_fwd.h"
+#include "prometheus_helpers/prometheus_fwd.h"
 
 namespace tcpscope {
 

@@ -1,4 +1,4 @@
-#include "record/kernel_capabilities.h"
+#include "kernel/record_coverage.h"
 
 #include <gtest/gtest.h>
 
@@ -14,18 +14,18 @@ const char* const kProbeArrivals =
     "arrivals are taken from tcp_probe (no sk_data_ready, Linux 6.3): data that arrives after this side's FIN is "
     "not seen";
 
-TEST(RecordCapabilities, EveryHook) {
-  EXPECT_EQ(record_capabilities({}), (Lines{"transfers: full", "receive-side end: at the last arrival (sk_data_ready)",
+TEST(RecordCoverage, EveryHook) {
+  EXPECT_EQ(record_coverage({}), (Lines{"transfers: full", "receive-side end: at the last arrival (sk_data_ready)",
                                             "congestion-state times: yes"}));
   EXPECT_EQ(send_transfer_delimiter({}), TransferDelimiter::kWrite);
 }
 
 // Debian 12's 6.1 (tests/kernel_profiles/debian12-6.1.profile): tcp_probe
 // stands in for both per-call hooks.
-TEST(RecordCapabilities, Linux61) {
+TEST(RecordCoverage, Linux61) {
   const std::vector<std::string> missing = {"sk_data_ready", "tcp_sendmsg_locked", "sock_send_length",
                                             "sock_recv_length"};
-  EXPECT_EQ(record_capabilities(missing),
+  EXPECT_EQ(record_coverage(missing),
             (Lines{std::string("transfers: degraded (") + kDeparture + "; " + kProbeArrivals + ")",
                    "receive-side end: at the last arrival (tcp_probe), but for data after this side's FIN",
                    "congestion-state times: yes"}));
@@ -33,28 +33,28 @@ TEST(RecordCapabilities, Linux61) {
 }
 
 // 6.12 (tests/kernel_profiles/linux-6.12.profile): data arrivals, sends from the ACKs.
-TEST(RecordCapabilities, Linux612) {
-  EXPECT_EQ(record_capabilities({"tcp_sendmsg_locked"}),
+TEST(RecordCoverage, Linux612) {
+  EXPECT_EQ(record_coverage({"tcp_sendmsg_locked"}),
             (Lines{std::string("transfers: degraded (") + kDeparture + ")",
                    "receive-side end: at the last arrival (sk_data_ready)", "congestion-state times: yes"}));
   EXPECT_EQ(send_transfer_delimiter({"tcp_sendmsg_locked"}), TransferDelimiter::kDeparture);
 }
 
-TEST(RecordCapabilities, WritesWithArrivalsFromSegments) {
-  const Lines got = record_capabilities({"sk_data_ready", "tcp_cong_state_set"});
+TEST(RecordCoverage, WritesWithArrivalsFromSegments) {
+  const Lines got = record_coverage({"sk_data_ready", "tcp_cong_state_set"});
   EXPECT_EQ(got[0], std::string("transfers: degraded (") + kProbeArrivals + ")");
   EXPECT_EQ(got[2], "congestion-state times: no (no tcp_cong_state_set, Linux 5.19)");
 }
 
 // Neither send hook: no send transfers, so the received data is one transfer.
-TEST(RecordCapabilities, NoSendHook) {
-  EXPECT_EQ(record_capabilities({"tcp_sendmsg_locked", "tcp_probe"})[0],
+TEST(RecordCoverage, NoSendHook) {
+  EXPECT_EQ(record_coverage({"tcp_sendmsg_locked", "tcp_probe"})[0],
             "transfers: degraded (no send transfers: they need tcp_sendmsg_locked (Linux 6.16) or tcp_probe, and "
             "without them a flow's received data is one receive transfer)");
 }
 
-TEST(RecordCapabilities, NoHookAtAll) {
-  const Lines got = record_capabilities({"sk_data_ready", "tcp_sendmsg_locked", "tcp_probe"});
+TEST(RecordCoverage, NoHookAtAll) {
+  const Lines got = record_coverage({"sk_data_ready", "tcp_sendmsg_locked", "tcp_probe"});
   EXPECT_EQ(got[0], "transfers: absent (no send transfers: they need tcp_sendmsg_locked (Linux 6.16) or tcp_probe; "
                     "no receive transfers: they need sk_data_ready (Linux 6.3) or tcp_probe)");
   EXPECT_EQ(got[1], "receive-side end: absent (neither sk_data_ready nor tcp_probe)");

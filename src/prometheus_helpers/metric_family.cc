@@ -1,4 +1,4 @@
-#include "metrics/metric_family.h"
+#include "prometheus_helpers/metric_family.h"
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>

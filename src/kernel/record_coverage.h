@@ -1,6 +1,7 @@
 // What the records can hold on a kernel, from the optional tracepoints it
-// lacks (the names of kHooks in src/kernel/flow_probe.cc): one line per
-// capability, "name: value", printed at start-up and by `tcpscope version`.
+// lacks (flow_probe.h's `tracepoints`, which kHooks in flow_probe.cc hooks):
+// one line per part of the record, "name: value", printed at start-up and by
+// `tcpscope version`.
 #pragma once
 
 #include <optional>
@@ -16,7 +17,7 @@ namespace tcpscope {
 //   transfers: full | degraded (how) | absent (why)
 //   receive-side end: at the last arrival (which hook) | absent (why)
 //   congestion-state times: yes | no (why)
-std::vector<std::string> record_capabilities(const std::vector<std::string>& missing);
+std::vector<std::string> record_coverage(const std::vector<std::string>& missing);
 
 // How send transfers begin on that kernel: at the write (tcp_sendmsg_locked)
 // or at the first segment's departure (tcp_probe); none without either.

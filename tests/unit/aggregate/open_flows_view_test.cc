@@ -1,4 +1,4 @@
-#include "aggregate/open_flows.h"
+#include "aggregate/open_flows_view.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -30,10 +30,10 @@ tcpscope_flow_event random_event(std::mt19937_64& rng) {
   return ev;
 }
 
-TEST(OpenFlows, GivesBackEveryFlowAsAdded) {
+TEST(OpenFlowsView, GivesBackEveryFlowAsAdded) {
   std::mt19937_64 rng(7);
   const MonotonicToRealtime clock(1'700'000'000'000'000'000);
-  OpenFlows table(clock);
+  OpenFlowsView table(clock);
   std::vector<FlowRecord> added;
   const std::vector<std::string> classes = {"client", "pop-to-pop", ""};
   const std::vector<std::optional<std::string>> names = {std::nullopt, "", "bbr-wireless", "ab"};
@@ -63,12 +63,12 @@ TEST(OpenFlows, GivesBackEveryFlowAsAdded) {
   EXPECT_EQ(table.to_json(), want + "]\n");
 }
 
-TEST(OpenFlows, EmptyIsAnEmptyArray) { EXPECT_EQ(OpenFlows().to_json(), "[]\n"); }
+TEST(OpenFlowsView, EmptyIsAnEmptyArray) { EXPECT_EQ(OpenFlowsView().to_json(), "[]\n"); }
 
 // The table as the daemon fills it: flows in identity order.
-OpenFlows sorted_table(std::vector<tcpscope_flow_event> events, const MonotonicToRealtime& clock) {
+OpenFlowsView sorted_table(std::vector<tcpscope_flow_event> events, const MonotonicToRealtime& clock) {
   sort_by_flow_identity(&events);
-  OpenFlows table(clock);
+  OpenFlowsView table(clock);
   for (const auto& ev : events) table.add(ev, decode_flow_event(ev, clock));
   return table;
 }
@@ -80,12 +80,12 @@ std::string cursor_of(const nlohmann::json& flow) {
          flow["raddr"].get<std::string>() + "," + std::to_string(flow["rport"].get<int>());
 }
 
-TEST(OpenFlows, PagesJoinIntoTheWholeList) {
+TEST(OpenFlowsView, PagesJoinIntoTheWholeList) {
   std::mt19937_64 rng(11);
   const MonotonicToRealtime clock(1'700'000'000'000'000'000);
   std::vector<tcpscope_flow_event> events;
   for (int i = 0; i < 25; ++i) events.push_back(random_event(rng));
-  const OpenFlows table = sorted_table(events, clock);
+  const OpenFlowsView table = sorted_table(events, clock);
   const nlohmann::json whole = nlohmann::json::parse(table.to_json());
   nlohmann::json joined = nlohmann::json::array();
   FlowsPage page{std::nullopt, 10};
@@ -111,7 +111,7 @@ TEST(OpenFlows, PagesJoinIntoTheWholeList) {
   EXPECT_EQ(next[0], whole[10]);
 }
 
-TEST(OpenFlows, QueryIsAfterAndLimitOnly) {
+TEST(OpenFlowsView, QueryIsAfterAndLimitOnly) {
   EXPECT_EQ(parse_flows_query("").limit, kMaxFlowsPage);
   EXPECT_FALSE(parse_flows_query("").after);
   const FlowsPage p = parse_flows_query("after=4026531840%2Cpassive%2Cfd00%3A%3A1%2C443%2C198.18.0.2%2C50000&limit=5");
