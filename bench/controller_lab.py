@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The closed loop in the lab: does it pay? The controller (README "Closed
-loop") against every uniform policy, the per-cohort oracle and a
+"""The closed loop in the lab: does it pay? The controller (docs/policy.md
+"Closed loop") against every uniform policy, the per-cohort oracle and a
 bpftune-style learner, on the same arrivals.
 
 The study (default; `--phases study`). One server namespace running our
@@ -762,7 +762,7 @@ def print_scores(report, name_of):
 
 
 def markdown(report):
-    """The study's tables as bench/README.md and README.md show them."""
+    """The study's tables as bench/README.md and docs/policy.md show them."""
     names = {str(v["asn"]): n for n, v in report["paths"].items()}
     figs, scores = report["figures"], report["scores"]
     pols = ["all-cubic", "all-bbr", "oracle", "learner", "controller"]

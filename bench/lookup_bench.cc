@@ -5,7 +5,7 @@
 // bench/results/lookup.json was recorded with
 //   tcpscope_bench --benchmark_filter='TrieLookup|PeerClassify|Asn' \
 //     --benchmark_repetitions=3 --benchmark_out=bench/results/lookup.json --benchmark_out_format=json
-// and README.md ("Peer classes and ASNs") quotes its medians.
+// and docs/configuration.md ("Peer classes and ASNs") quotes its medians.
 //
 // Each iteration is one lookup, so "Time" is ns per lookup. Counters:
 // bytes_per_prefix (heap held by the structure / prefixes stored), and for

@@ -4,7 +4,7 @@
 # names the stages whose headers NAME may include: they become its link
 # dependencies, and configure stops on any `#include "OTHER/..."` in
 # src/NAME whose OTHER is neither NAME nor reachable through DEPENDS. So the
-# direction of the record path (README "Layout") is enforced by the build,
+# direction of the record path (docs/development.md "Layout") is enforced by the build,
 # not by review: a wrong-way include fails here, before anything compiles.
 function(tcpscope_stage name)
   cmake_parse_arguments(STAGE "" "" "DEPENDS;SOURCES;LIBS" ${ARGN})

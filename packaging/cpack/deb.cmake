@@ -92,7 +92,7 @@ install(CODE [[
 file(GLOB TCPSCOPE_GRAFANA_FILES CONFIGURE_DEPENDS ${TCPSCOPE_PKG_DIR}/grafana/*.json)
 file(GLOB TCPSCOPE_PROMETHEUS_FILES CONFIGURE_DEPENDS ${TCPSCOPE_PKG_DIR}/prometheus/*.yml)
 list(FILTER TCPSCOPE_PROMETHEUS_FILES EXCLUDE REGEX "\\.test\\.yml$")
-# The ClickHouse side of export.kafka (README "Fleet"): the tables, and the
+# The ClickHouse side of export.kafka (docs/fleet.md): the tables, and the
 # Protobuf schema of export.kafka.format protobuf beside them.
 file(GLOB TCPSCOPE_CLICKHOUSE_FILES CONFIGURE_DEPENDS ${TCPSCOPE_PKG_DIR}/clickhouse/*.sql
      ${TCPSCOPE_PKG_DIR}/clickhouse/*.proto)

@@ -1,4 +1,4 @@
-// A restart's takeover on the real BPF programs (README "Restarts"): a
+// A restart's takeover on the real BPF programs (docs/packaging.md "Restarts"): a
 // second probe opened on what the first hands over reads the records the
 // first one's ring still holds, records every connection that closes while
 // both are attached exactly once, and keeps the start of a connection open

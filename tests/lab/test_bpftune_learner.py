@@ -97,7 +97,7 @@ def test_the_candidates_verdicts_are_the_stored_runs_figures():
 
 
 def test_the_studys_oracle_and_scores_are_the_stored_runs_figures():
-    """The "Does the loop pay?" tables (README, bench/README.md): in the
+    """The "Does the loop pay?" tables (docs/policy.md, bench/README.md): in the
     stored study the oracle's arms are what its uniform runs give, the
     cohorts disagree (the lossy client on BBR, intra-pop on CUBIC), and every
     score and aggregate is what its figures give."""

@@ -259,7 +259,7 @@ def test_keepalive_transfers_vs_flows(tmp_path, delayline_checked):
       path (a veth, RTT ~50 us) included: there nginx's writes of one
       response (sendfile) are slower than the path, so everything sent is
       acknowledged between two of them, but no request came in between
-      (README "Transfers"), so they stay one transfer (before that rule,
+      (docs/records.md "Transfers"), so they stay one transfer (before that rule,
       2-4 pieces per response: 12-13 of 44 with CUBIC);
     * the flow records' figure for the same traffic does not agree: the flows
       that carried a class's requests have a median fct_us outside that same

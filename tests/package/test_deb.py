@@ -359,7 +359,7 @@ def test_install_creates_user_dirs_and_enables_service(installed):
     for d in ("/var/lib/tcpscope", "/var/log/tcpscope"):
         st = os.stat(d)
         assert (st.st_uid, st.st_mode & 0o7777) == (int(pw[2]), 0o750), d
-    # Enabled on install, as the README says (deb-systemd-helper does this with or without systemd).
+    # Enabled on install, as docs/packaging.md says (deb-systemd-helper does this with or without systemd).
     wants = Path("/etc/systemd/system/multi-user.target.wants/tcpscope.service")
     assert wants.is_symlink() and os.readlink(wants) == "/lib/systemd/system/tcpscope.service"
     if SYSTEMD:

@@ -1,4 +1,4 @@
-"""Restarts and upgrades under the packaged unit lose no record (README
+"""Restarts and upgrades under the packaged unit lose no record (docs/packaging.md
 "Restarts"), in a container booted with systemd (test_systemd_boot.py's):
 
 * under churn (connections on the container's loopback, a record per end)

@@ -204,7 +204,7 @@ def test_install_start_upgrade_remove_purge_under_systemd(container):
     assert c.run("dpkg-query", "-W", "-f=${Version}", "tcpscope").stdout == project_version() + "+test1"
     assert c.clean_stops() == 1, f"the old daemon did not stop cleanly on restart:\n{c.journal()}"
     # The old daemon's programs are gone from the kernel. Its cgroup links
-    # run on, the new daemon's programs in them (README "Restarts"): the
+    # run on, the new daemon's programs in them (docs/packaging.md "Restarts"): the
     # new daemon holds them.
     kernel = {("prog_id:", str(p["id"])) for p in json.loads(sh("bpftool", "--json", "prog", "show").stdout)} | \
              {("link_id:", str(l["id"])) for l in json.loads(sh("bpftool", "--json", "link", "show").stdout)}

@@ -741,7 +741,7 @@ std::set<std::string> asn_labels(const prometheus::Registry& r) {
 }
 
 TEST_F(AggregatorTest, SeriesCountMatchesTheBudget) {
-  // The per-label-set count of the README and aggregator.h, by hand: 4
+  // The per-label-set count of docs/metrics.md and aggregator.h, by hand: 4
   // counters, 10 flows_total, 5 states, S x 27 FCT, 22 throughput, 2 x 27 RTT,
   // 2 transfers_total, 2 directions x S x 27 transfer time, 22 transfer
   // throughput, 1 transfer throughput excluded.
@@ -798,8 +798,8 @@ TEST_F(AggregatorTest, SeriesCountMatchesTheBudget) {
   EXPECT_EQ(exposition_samples(*registry_), series_budget(o.series, o.ranking.top_n, C, K));
 }
 
-TEST_F(AggregatorTest, DefaultSeriesBudgetIsTheReadmeFigure) {
-  // README.md "Series budget": the shipped default (one peer class, top_n 50,
+TEST_F(AggregatorTest, DefaultSeriesBudgetIsTheDocumentedFigure) {
+  // docs/metrics.md "Series budget": the shipped default (one peer class, top_n 50,
   // four size classes), for one and for two congestion controls in use.
   Config defaults;
   const AggregatorOptions o = AggregatorOptions::from_config(defaults);

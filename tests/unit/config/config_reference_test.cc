@@ -1,6 +1,6 @@
-// The README's config reference is the keys' tables, printed
+// The config reference in docs/configuration.md is the keys' tables, printed
 // (config_reference_markdown()). To refresh it after changing a table:
-//   TCPSCOPE_UPDATE_README=1 ./build/tcpscope_unit_tests --gtest_filter='ConfigReference.*'
+//   TCPSCOPE_UPDATE_CONFIG_REFERENCE=1 ./build/tcpscope_unit_tests --gtest_filter='ConfigReference.*'
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -13,29 +13,29 @@
 namespace tcpscope {
 namespace {
 
-const std::string kReadme = std::string(TCPSCOPE_TEST_DATA) + "/../../README.md";
+const std::string kDoc = std::string(TCPSCOPE_TEST_DATA) + "/../../docs/configuration.md";
 const std::string kBegin = "<!-- config-reference: generated from src/config/*_config.cc, do not edit -->\n";
 const std::string kEnd = "<!-- config-reference end -->\n";
 
-TEST(ConfigReference, ReadmeHasTheTables) {
-  std::ifstream in(kReadme);
+TEST(ConfigReference, DocHasTheTables) {
+  std::ifstream in(kDoc);
   std::stringstream ss;
   ss << in.rdbuf();
-  std::string readme = ss.str();
-  const size_t begin = readme.find(kBegin);
-  const size_t end = readme.find(kEnd);
-  ASSERT_NE(begin, std::string::npos) << kReadme << " has no " << kBegin;
-  ASSERT_NE(end, std::string::npos) << kReadme << " has no " << kEnd;
+  std::string doc = ss.str();
+  const size_t begin = doc.find(kBegin);
+  const size_t end = doc.find(kEnd);
+  ASSERT_NE(begin, std::string::npos) << kDoc << " has no " << kBegin;
+  ASSERT_NE(end, std::string::npos) << kDoc << " has no " << kEnd;
   ASSERT_LT(begin, end);
   const size_t body = begin + kBegin.size();
   const std::string want = config_reference_markdown();
-  if (std::getenv("TCPSCOPE_UPDATE_README")) {
-    readme.replace(body, end - body, want);
-    std::ofstream(kReadme) << readme;
+  if (std::getenv("TCPSCOPE_UPDATE_CONFIG_REFERENCE")) {
+    doc.replace(body, end - body, want);
+    std::ofstream(kDoc) << doc;
     return;
   }
-  EXPECT_EQ(readme.substr(body, end - body), want)
-      << "README's config reference differs from the tables; refresh it with TCPSCOPE_UPDATE_README=1";
+  EXPECT_EQ(doc.substr(body, end - body), want)
+      << kDoc << "'s config reference differs from the tables; refresh it with TCPSCOPE_UPDATE_CONFIG_REFERENCE=1";
 }
 
 TEST(ConfigReference, EveryKeyIsDocumentedOnce) {

@@ -199,7 +199,7 @@ double quantile(std::vector<double> v, double q) {
 
 // The bar: a 10 % effect decided within 15 minutes at 20 transfers
 // per second per cohort under the shipped defaults, on short connections
-// (kShort). σ = 1 is the spread the README's power figures assume
+// (kShort). σ = 1 is the spread docs/policy.md's power figures assume
 // (per-transfer throughput on one path).
 TEST(LoopSimulation, ATenPercentEffectIsDecidedWithinFifteenMinutesAtTwentyTransfersPerSecond) {
   constexpr int kRuns = 40;
