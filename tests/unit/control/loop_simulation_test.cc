@@ -420,7 +420,9 @@ TEST(LoopSimulation, DecisionTimeOfATenPercentEffectOnShortAndOnLongLivedConnect
                 k.what, times.size(), kRuns, k.seconds / 3600, times.empty() ? 0.0 : quantile(times, 0.5),
                 times.empty() ? 0.0 : quantile(times, 0.9), wrong);
     EXPECT_EQ(wrong, 0) << k.what;
-    if (k.shape.most <= 10) EXPECT_GE(times.size(), static_cast<size_t>(kRuns * 95 / 100)) << k.what;
+    if (k.shape.most <= 10) {
+      EXPECT_GE(times.size(), static_cast<size_t>(kRuns * 95 / 100)) << k.what;
+    }
   }
 }
 
