@@ -154,19 +154,27 @@ uint64_t monotonic_ns() {
   return uint64_t(ts.tv_sec) * 1000000000ULL + uint64_t(ts.tv_nsec);
 }
 
-int response_unseen_then_late_fin(int to_parent, int from_parent) {
-  LoopbackConnection conn;
-  if (int failed = conn.open()) return failed;
-  const int c = conn.client, s = conn.server;
+// The request, then the response while the parent has sk_data_ready's
+// programs detached, read whole; then the time it was read goes to the
+// parent, which attaches them again. False if a step failed.
+bool request_then_unseen_response(int c, int s, int to_parent, int from_parent) {
   char ack;
   bool ok = write_all(c, kRequestBytes) && read_all(s, kRequestBytes);
   ok = ok && write(to_parent, "d", 1) == 1 && wait_readable(from_parent, 10000) && read(from_parent, &ack, 1) == 1;
   ok = ok && write_all(s, kUnseenResponseBytes) && read_all(c, kUnseenResponseBytes);
   const uint64_t read_ns = monotonic_ns();
-  ok = ok && write(to_parent, &read_ns, sizeof(read_ns)) == sizeof(read_ns) && wait_readable(from_parent, 10000) &&
-       read(from_parent, &ack, 1) == 1;
+  return ok && write(to_parent, &read_ns, sizeof(read_ns)) == sizeof(read_ns) && wait_readable(from_parent, 10000) &&
+         read(from_parent, &ack, 1) == 1;
+}
+
+int response_unseen_then_late_fin(int to_parent, int from_parent) {
+  LoopbackConnection conn;
+  if (int failed = conn.open()) return failed;
+  const int c = conn.client, s = conn.server;
+  char eof;
+  bool ok = request_then_unseen_response(c, s, to_parent, from_parent);
   std::this_thread::sleep_for(std::chrono::milliseconds(kIdleBeforeFinMs));
-  ok = ok && shutdown(s, SHUT_WR) == 0 && read(c, &ack, 1) == 0;
+  ok = ok && shutdown(s, SHUT_WR) == 0 && read(c, &eof, 1) == 0;
   return ok ? 0 : 4;
 }
 
@@ -181,13 +189,7 @@ int response_unseen_then_next_request(int to_parent, int from_parent) {
   LoopbackConnection conn;
   if (int failed = conn.open()) return failed;
   const int c = conn.client, s = conn.server;
-  char ack;
-  bool ok = write_all(c, kRequestBytes) && read_all(s, kRequestBytes);
-  ok = ok && write(to_parent, "d", 1) == 1 && wait_readable(from_parent, 10000) && read(from_parent, &ack, 1) == 1;
-  ok = ok && write_all(s, kUnseenResponseBytes) && read_all(c, kUnseenResponseBytes);
-  const uint64_t read_ns = monotonic_ns();
-  ok = ok && write(to_parent, &read_ns, sizeof(read_ns)) == sizeof(read_ns) && wait_readable(from_parent, 10000) &&
-       read(from_parent, &ack, 1) == 1;
+  bool ok = request_then_unseen_response(c, s, to_parent, from_parent);
   ok = ok && write_all(c, kRequestBytes) && read_all(s, kRequestBytes);
   ok = ok && write_all(s, kSecondResponseBytes) && read_all(c, kSecondResponseBytes);
   return ok ? 0 : 4;
