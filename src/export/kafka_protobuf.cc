@@ -23,10 +23,14 @@ constexpr uint32_t kVarint = 0, kLengthDelimited = 2;
 // The length prefix is written after the message, at most 5 bytes (a
 // message is far below 4 GiB); the message moves down if it took fewer.
 constexpr size_t kMaxPrefix = 5;
-// A field's tag (2 bytes up to field 2047) and a 64-bit varint (10 bytes),
-// or a tag, a string's length (5 bytes) and an address (INET6_ADDRSTRLEN);
-// the strings' own bytes are added by bound(), 3 for each (U+FFFD).
-constexpr size_t kMaxField = 2 + 10 + 46;
+// Every field: its tag (2 bytes up to field 2047) and a 64-bit varint (10
+// bytes) or a string's length (5 bytes). Beyond that, the two addresses'
+// text (INET6_ADDRSTRLEN each), the names of enum values ("departure",
+// "passive": 16 bytes each for the four a message can have) and the
+// strings' own bytes, added by bound(), 3 for each (U+FFFD). Tight, as the
+// output is zero-filled to the bound first.
+constexpr size_t kMaxField = 2 + 10;
+constexpr size_t kMaxFixedText = 2 * 46 + 4 * 16;
 constexpr size_t kMaxBytesPerByte = 3;
 
 char* put_varint(char* p, uint64_t v) {
@@ -134,7 +138,7 @@ size_t bound(const Enrichment& e, size_t fields, std::initializer_list<const std
   for (const std::string* s : strings) b += s->size();
   for (const auto* o : {&e.cc_rule, &e.experiment, &e.arm})
     if (*o) b += (*o)->size();
-  return kMaxPrefix + fields * kMaxField + kMaxBytesPerByte * b;
+  return kMaxPrefix + fields * kMaxField + kMaxFixedText + kMaxBytesPerByte * b;
 }
 
 // Writes the message through `body` at out's end, then its length in front.
