@@ -8,9 +8,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${TCPSCOPE_SANITIZED_BUILD:-$ROOT/build-fuzz}
-CC_BIN=$(command -v clang-14 || command -v clang || true)
-CXX_BIN=$(command -v clang++-14 || command -v clang++ || true)
-[[ -n $CXX_BIN ]] || { echo "sanitized build: clang++ not found (apt-get install clang libclang-rt-14-dev)" >&2; exit 1; }
+# shellcheck source=tests/clang_compilers.sh
+source "$ROOT/tests/clang_compilers.sh" "sanitized build"
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER="$CC_BIN" -DCMAKE_CXX_COMPILER="$CXX_BIN" \
   -DTCPSCOPE_FUZZ=ON -DTCPSCOPE_TESTS=ON -DTCPSCOPE_BENCH=OFF >/dev/null

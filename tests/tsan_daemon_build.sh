@@ -11,9 +11,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${TCPSCOPE_TSAN_BUILD:-$ROOT/build-tsan}
-CC_BIN=$(command -v clang-14 || command -v clang || true)
-CXX_BIN=$(command -v clang++-14 || command -v clang++ || true)
-[[ -n $CXX_BIN ]] || { echo "TSan build: clang++ not found (apt-get install clang libclang-rt-14-dev)" >&2; exit 1; }
+# shellcheck source=tests/clang_compilers.sh
+source "$ROOT/tests/clang_compilers.sh" "TSan build"
 LAUNCHER=()
 if command -v ccache >/dev/null; then
   LAUNCHER=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)

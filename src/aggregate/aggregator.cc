@@ -13,6 +13,7 @@
 
 #include "config/config.h"
 #include "measure/size_class.h"
+#include "prometheus_helpers/metric_family.h"
 
 namespace tcpscope {
 
@@ -273,74 +274,39 @@ struct Aggregator::Series {
 Aggregator::Aggregator(std::shared_ptr<prometheus::Registry> registry, AggregatorOptions options)
     : registry_(std::move(registry)), options_(std::move(options)), metric_options_(options_.metric_options()) {
   auto& r = *registry_;
-  flows_total_ = &prometheus::BuildCounter()
-                      .Name("tcpscope_flows_total")
-                      .Help("Finished TCP flows by peer class, ASN, congestion control, direction and outcome.")
-                      .Register(r);
-  bytes_acked_ = &prometheus::BuildCounter()
-                      .Name("tcpscope_bytes_acked_total")
-                      .Help("Payload bytes sent and acknowledged by the peer (tcpi_bytes_acked), finished flows.")
-                      .Register(r);
-  bytes_received_ = &prometheus::BuildCounter()
-                         .Name("tcpscope_bytes_received_total")
-                         .Help("Payload bytes received (tcpi_bytes_received), finished flows.")
-                         .Register(r);
-  segments_out_ = &prometheus::BuildCounter()
-                       .Name("tcpscope_segments_out_total")
-                       .Help("Segments sent (tcpi_segs_out), finished flows.")
-                       .Register(r);
-  retrans_segments_ = &prometheus::BuildCounter()
-                           .Name("tcpscope_retransmitted_segments_total")
-                           .Help("Segments retransmitted (tcpi_total_retrans), finished flows.")
-                           .Register(r);
-  ca_state_seconds_ = &prometheus::BuildCounter()
-                           .Name("tcpscope_congestion_state_seconds_total")
-                           .Help("Time finished flows spent in each congestion-avoidance state.")
-                           .Register(r);
-  fct_ = &prometheus::BuildHistogram()
-              .Name(metric_histogram(Measure::kFct, SampleUnit::kFlow)->name)
-              .Help("Flow completion time (first SYN to last byte acknowledged) of completed flows that moved data.")
-              .Register(r);
-  throughput_ = &prometheus::BuildHistogram()
-                     .Name(metric_histogram(Measure::kThroughput, SampleUnit::kFlow)->name)
-                     .Help("Payload bytes / flow completion time, completed flows of at least throughput_min_bytes.")
-                     .Register(r);
-  srtt_ = &prometheus::BuildHistogram()
-               .Name(metric_histogram(Measure::kRtt, SampleUnit::kFlow)->name)
-               .Help("Smoothed RTT at close of completed flows that moved data.")
-               .Register(r);
-  min_rtt_ = &prometheus::BuildHistogram()
-                  .Name("tcpscope_min_rtt_seconds")
-                  .Help("Minimum RTT of completed flows that moved data.")
-                  .Register(r);
-  transfers_total_ = &prometheus::BuildCounter()
-                          .Name("tcpscope_transfers_total")
-                          .Help("Transfers (runs of data in one direction of a flow) by peer class, ASN, congestion "
-                                "control and direction (send, recv).")
-                          .Register(r);
-  transfer_seconds_ = &prometheus::BuildHistogram()
-                           .Name(metric_histogram(Measure::kFct, SampleUnit::kTransfer)->name)
-                           .Help("Transfer time (xfer_us: send, first byte handed to TCP to last byte acknowledged; "
-                                 "recv, first byte to last byte arrived) by direction; size class by the transfer's "
-                                 "bytes.")
-                           .Register(r);
-  transfer_throughput_ = &prometheus::BuildHistogram()
-                              .Name(metric_histogram(Measure::kThroughput, SampleUnit::kTransfer)->name)
-                              .Help("Payload bytes / transfer time of sent transfers of at least "
-                                    "throughput_min_bytes that the receiver's window did not limit for most of "
-                                    "their time.")
-                              .Register(r);
-  transfer_throughput_excluded_ = &prometheus::BuildCounter()
-                                       .Name("tcpscope_transfer_throughput_excluded_total")
-                                       .Help("Sent transfers of at least throughput_min_bytes left out of "
-                                             "tcpscope_transfer_throughput_bytes_per_second, by reason "
-                                             "(rwnd_limited: the receiver's window limited them for most of "
-                                             "their time).")
-                                       .Register(r);
-  active_flows_ = &prometheus::BuildGauge()
-                       .Name("tcpscope_active_flows")
-                       .Help("Open TCP flows at the last snapshot, by peer class and congestion control.")
-                       .Register(r);
+  flows_total_ = counter_family(r, "tcpscope_flows_total",
+      "Finished TCP flows by peer class, ASN, congestion control, direction and outcome.");
+  bytes_acked_ = counter_family(r, "tcpscope_bytes_acked_total",
+      "Payload bytes sent and acknowledged by the peer (tcpi_bytes_acked), finished flows.");
+  bytes_received_ = counter_family(r, "tcpscope_bytes_received_total",
+      "Payload bytes received (tcpi_bytes_received), finished flows.");
+  segments_out_ = counter_family(r, "tcpscope_segments_out_total", "Segments sent (tcpi_segs_out), finished flows.");
+  retrans_segments_ = counter_family(r, "tcpscope_retransmitted_segments_total",
+      "Segments retransmitted (tcpi_total_retrans), finished flows.");
+  ca_state_seconds_ = counter_family(r, "tcpscope_congestion_state_seconds_total",
+      "Time finished flows spent in each congestion-avoidance state.");
+  fct_ = histogram_family(r, metric_histogram(Measure::kFct, SampleUnit::kFlow)->name,
+      "Flow completion time (first SYN to last byte acknowledged) of completed flows that moved data.");
+  throughput_ = histogram_family(r, metric_histogram(Measure::kThroughput, SampleUnit::kFlow)->name,
+      "Payload bytes / flow completion time, completed flows of at least throughput_min_bytes.");
+  srtt_ = histogram_family(r, metric_histogram(Measure::kRtt, SampleUnit::kFlow)->name,
+      "Smoothed RTT at close of completed flows that moved data.");
+  min_rtt_ = histogram_family(r, "tcpscope_min_rtt_seconds", "Minimum RTT of completed flows that moved data.");
+  transfers_total_ = counter_family(r, "tcpscope_transfers_total",
+      "Transfers (runs of data in one direction of a flow) by peer class, ASN, congestion control and "
+      "direction (send, recv).");
+  transfer_seconds_ = histogram_family(r, metric_histogram(Measure::kFct, SampleUnit::kTransfer)->name,
+      "Transfer time (xfer_us: send, first byte handed to TCP to last byte acknowledged; recv, first byte "
+      "to last byte arrived) by direction; size class by the transfer's bytes.");
+  transfer_throughput_ = histogram_family(r, metric_histogram(Measure::kThroughput, SampleUnit::kTransfer)->name,
+      "Payload bytes / transfer time of sent transfers of at least throughput_min_bytes that the receiver's"
+      " window did not limit for most of their time.");
+  transfer_throughput_excluded_ = counter_family(r, "tcpscope_transfer_throughput_excluded_total",
+      "Sent transfers of at least throughput_min_bytes left out of "
+      "tcpscope_transfer_throughput_bytes_per_second, by reason (rwnd_limited: the receiver's window "
+      "limited them for most of their time).");
+  active_flows_ = gauge_family(r, "tcpscope_active_flows",
+      "Open TCP flows at the last snapshot, by peer class and congestion control.");
   size_class_names_ = size_class_names(options_.size_classes_bytes);
 }
 

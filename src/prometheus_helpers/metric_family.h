@@ -10,5 +10,7 @@ prometheus::Family<prometheus::Counter>* counter_family(prometheus::Registry& re
                                                         const char* help);
 prometheus::Family<prometheus::Gauge>* gauge_family(prometheus::Registry& registry, const char* name,
                                                     const char* help);
+prometheus::Family<prometheus::Histogram>* histogram_family(prometheus::Registry& registry, const char* name,
+                                                            const char* help);
 
 }  // namespace tcpscope

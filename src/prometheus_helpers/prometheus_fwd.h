@@ -5,6 +5,7 @@
 namespace prometheus {
 class Counter;
 class Gauge;
+class Histogram;
 class Registry;
 template <typename T>
 class Family;

@@ -252,6 +252,16 @@ class TransferProbe : public AttachedProbe {
     return ours();
   }
 
+  // The client's record of the child's connection, once both ends have
+  // theirs; nullptr after a failure.
+  const tcpscope_flow_event* client_record(uint32_t netns) {
+    const long ends = wait_for_both_ends(netns);
+    EXPECT_EQ(ends, 2);
+    for (const auto& f : flows_)
+      if (f.id.netns == netns && f.id.dir == TCPSCOPE_DIR_ACTIVE) return &f;
+    return nullptr;
+  }
+
   // Transfers of `netns`'s socket on local port `lport`, in seq order.
   std::vector<tcpscope_transfer_event> of(uint32_t netns, uint16_t lport) const {
     std::vector<tcpscope_transfer_event> out;
@@ -415,11 +425,7 @@ TEST_F(TransferProbe, PayloadWhoseWakeUpWasMissedEndsTheFlowWhereItArrivedNotAtT
   uint64_t read_ns = 0;
   const uint32_t netns = run_with_wake_ups_missed(response_unseen_then_late_fin, &read_ns);
   ASSERT_NE(netns, 0u);
-  ASSERT_EQ(wait_for_both_ends(netns), 2);
-
-  const tcpscope_flow_event* client = nullptr;
-  for (const auto& f : flows_)
-    if (f.id.netns == netns && f.id.dir == TCPSCOPE_DIR_ACTIVE) client = &f;
+  const tcpscope_flow_event* client = client_record(netns);
   ASSERT_TRUE(client);
   EXPECT_EQ(client->bytes_received, kUnseenResponseBytes);
   // The data arrived before the client read it, which was 300 ms before the
@@ -438,10 +444,7 @@ TEST_F(TransferProbe, ResponseWhoseWakeUpWasMissedIsStillItsOwnReceiveTransfer) 
   uint64_t read_ns = 0;
   const uint32_t netns = run_with_wake_ups_missed(response_unseen_then_next_request, &read_ns);
   ASSERT_NE(netns, 0u);
-  ASSERT_EQ(wait_for_both_ends(netns), 2);
-  const tcpscope_flow_event* client = nullptr;
-  for (const auto& f : flows_)
-    if (f.id.netns == netns && f.id.dir == TCPSCOPE_DIR_ACTIVE) client = &f;
+  const tcpscope_flow_event* client = client_record(netns);
   ASSERT_TRUE(client);
   std::vector<uint64_t> received;
   for (const auto& t : of(netns, client->id.sport))
