@@ -111,7 +111,7 @@ case "$cmd" in
     echo "== integration tests (real BPF programs, real traffic in network namespaces)"
     install_python_test_deps "$(python_with_pytest)"
     TCPSCOPE_BUILD="$(pwd)/$BUILD_DIR" "$(python_with_pytest)" -m pytest tests/integration tests/fleet tests/package tests/lab \
-      tests/real_kernels -v -p no:cacheprovider "$@"
+      tests/real_kernels -v --durations=30 -p no:cacheprovider "$@"
     ;;
   *)
     die "usage: $0 run|test|build"
