@@ -82,7 +82,7 @@ char* put_value(char* p, const std::optional<T>& v) {
 }
 
 // A field after the line's first: `key` is the literal from its comma to its
-// colon, as put_endpoints' are.
+// colon, as TCPSCOPE_JSON_FIELD writes it.
 template <size_t N, class Value>
 char* put_field(char* p, const char (&key)[N], const Value& v) {
   return put_value(put(p, key), v);
@@ -113,7 +113,7 @@ constexpr size_t json_keys_bound(const Field (&fields)[N]) {
   return n;
 }
 
-// The most bytes put_enrichment's strings take.
+// The most bytes the enrichment's strings take in a line.
 inline size_t enrichment_bound(const Enrichment& e) {
   size_t bound = json_string_bound(e.peer_class) + json_string_bound(e.as_org);
   for (const auto* o : {&e.cc_rule, &e.experiment, &e.arm})
