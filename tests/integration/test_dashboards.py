@@ -46,13 +46,14 @@ def promtool():
 def exported_metrics():
     """Metric names the daemon registers, read from the sources: every
     "tcpscope_..." string literal, plus _bucket/_sum/_count for the ones
-    built as histograms (by name, or named by measure/'s metric_histogram(),
-    which the aggregator builds)."""
+    built as histograms (by name, through histogram_family(), or named by
+    measure/'s metric_histogram(), which the aggregator builds)."""
     names, histograms = set(), set()
     for src in (ROOT / "src").rglob("*.cc"):
         text = src.read_text()
         names.update(re.findall(r'"(tcpscope_[a-z0-9_]+)"', text))
         histograms.update(re.findall(r'BuildHistogram\(\)\s*\.Name\(\s*"(tcpscope_[a-z0-9_]+)"', text))
+        histograms.update(re.findall(r'histogram_family\(\s*\w+,\s*"(tcpscope_[a-z0-9_]+)"', text))
         histograms.update(re.findall(r'MetricHistogram\{\s*"(tcpscope_[a-z0-9_]+)"', text))
     for h in histograms:
         names.update({h + "_bucket", h + "_sum", h + "_count"})
