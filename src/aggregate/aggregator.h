@@ -28,7 +28,7 @@
 // For stale_asn_seconds after a reload that changes the size classes, the
 // FCT and transfer-time histograms of the replaced classes stay too (S_old +
 // S_new instead of S).
-// README.md "Series budget" has the default's figure; aggregator_test.cc
+// docs/metrics.md "Series budget" has the default's figure; aggregator_test.cc
 // (SeriesCountMatchesTheBudget) counts a registry against this formula.
 //
 // Threading: add(), retire_series(), set_active_flows() and

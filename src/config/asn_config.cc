@@ -1,4 +1,4 @@
-// `asn:` where AS numbers come from (README "Peer classes and ASNs").
+// `asn:` where AS numbers come from (docs/configuration.md "Peer classes and ASNs").
 #include "config/config_sections.h"
 
 namespace tcpscope {

@@ -38,7 +38,7 @@ struct ExperimentSpec {
   std::vector<std::pair<std::string, uint32_t>> arms;
 };
 
-// A closed loop on a rule (README "Closed loop"): learns per cohort which arm
+// A closed loop on a rule (docs/policy.md "Closed loop"): learns per cohort which arm
 // serves its transfers best and gives that arm most of the cohort's new flows.
 enum class CohortKind { kAsn, kPeerClass };
 // The experiment name records of a controller rule's flows carry (SPEC);
@@ -91,7 +91,7 @@ struct CcPolicy {
   std::vector<CcRule> rules;
 };
 
-// `http:` the endpoint's basic authentication (README "Security"), off by
+// `http:` the endpoint's basic authentication (docs/security.md "Security"), off by
 // default: the default listen address is loopback. TLS is a proxy's job.
 struct HttpConfig {
   // Basic authentication for /metrics and /api/*; /healthz stays open.
@@ -102,7 +102,7 @@ struct HttpConfig {
 };
 
 // `export.kafka`: every flow and transfer record to the fleet's Kafka
-// (README "Fleet"), one message each. Off while brokers is empty.
+// (docs/fleet.md "Fleet"), one message each. Off while brokers is empty.
 struct KafkaConfig {
   std::vector<std::string> brokers;                    // HOST:PORT each
   std::string topic_flows = "tcpscope.flows";
@@ -163,7 +163,7 @@ struct ConfigError {
 // The keys a config file may have at its top level (each a Config member).
 const std::vector<std::string>& config_top_level_keys();
 
-// One key of the config reference (README "Config reference"), from the
+// One key of the config reference (docs/configuration.md "Config reference"), from the
 // tables the parser reads the file with: a key inside a section is
 // "section.key", one inside a list's items "list[].key".
 struct ConfigKeyDoc {
@@ -175,7 +175,7 @@ struct ConfigKeyDoc {
 };
 // Every key, in the order of the tables.
 const std::vector<ConfigKeyDoc>& config_reference();
-// The reference as the README's Markdown table.
+// The reference as docs/configuration.md's Markdown table.
 std::string config_reference_markdown();
 
 

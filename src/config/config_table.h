@@ -3,7 +3,7 @@
 // default, check, what a SIGHUP does with it and its doc. The same table
 // reads the file (unknown keys, wrong types and failed checks reported with
 // the file and line), names the reload rules (config_reload.cc) and writes
-// the README's config reference (config_reference()).
+// docs/configuration.md's config reference (config_reference()).
 //
 // A key's default is its struct member's initial value (config.h), so the
 // reference cannot disagree with what the daemon does.

@@ -1,4 +1,4 @@
-// `http:` the endpoint's basic authentication (README "Security").
+// `http:` the endpoint's basic authentication (docs/security.md "Security").
 #include "config/config_sections.h"
 
 namespace tcpscope {
@@ -8,7 +8,7 @@ const ConfigSection<HttpConfig>& http_section() {
       {
           refused_key<HttpConfig>("tls_certificate",
                                   "tcpscope serves plain HTTP only; keep listen on a loopback address and put a "
-                                  "TLS proxy in front (README \"Security\")",
+                                  "TLS proxy in front (docs/security.md \"Security\")",
                                   "not accepted: TLS is a proxy's job"),
           with_reload(string_key("basic_auth_user", &HttpConfig::basic_auth_user,
                                  "basic authentication for /metrics and /api/* (not /healthz); \"\" = none",

@@ -1,4 +1,4 @@
-// `export:` records to the fleet's Kafka (README "Fleet").
+// `export:` records to the fleet's Kafka (docs/fleet.md "Fleet").
 #include "config/config_sections.h"
 
 namespace tcpscope {

@@ -1,5 +1,5 @@
 // `peer_classes:` names for parts of the Internet, by remote prefix or ASN
-// (README "Peer classes and ASNs"), and the checks that need the whole file.
+// (docs/configuration.md "Peer classes and ASNs"), and the checks that need the whole file.
 #include <algorithm>
 
 #include "config/config_sections.h"

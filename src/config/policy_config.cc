@@ -1,4 +1,4 @@
-// `cc_policy:` which congestion control new connections get (README
+// `cc_policy:` which congestion control new connections get (docs/policy.md
 // "Congestion-control policy"): rules with a fixed cc, an experiment or a
 // closed-loop controller ("Closed loop").
 #include "config/config_sections.h"
@@ -209,7 +209,7 @@ const ConfigSection<CcRule>& rule_section() {
                                "split matching flows between arms by weight"),
           optional_section_key("controller", &CcRule::controller, controller_section(),
                                "{ arms: [bbr, cubic], cohort: asn, ... }",
-                               "learn the best arm per cohort and give it most flows (README \"Closed loop\")"),
+                               "learn the best arm per cohort and give it most flows (docs/policy.md \"Closed loop\")"),
       },
       [](R& r, const std::map<std::string, int>& given, int line, const std::string& path, CcRule*) {
         if (!given.count("name")) r.error(line, path + " has no name");

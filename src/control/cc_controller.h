@@ -1,4 +1,4 @@
-// The closed loop (README "Closed loop"): for every cc_policy rule with a
+// The closed loop (docs/policy.md "Closed loop"): for every cc_policy rule with a
 // `controller:`, learns per cohort which arm serves the cohort's transfers
 // best, gives that arm most of the cohort's new flows, and keeps a control
 // slice randomized between all arms forever, so the decision is checked

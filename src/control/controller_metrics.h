@@ -1,7 +1,7 @@
 // The controllers' state in Prometheus: the weights of every cohort, how many
 // cohorts are in each state, and the decisions made. Cohorts per rule are
 // bounded by max_cohorts plus the peer classes, so the series are too
-// (README "Series budget").
+// (docs/metrics.md "Series budget").
 #pragma once
 
 #include <cstdint>

@@ -369,7 +369,7 @@ int Daemon::run() {
   snapshots_->wait();
   reloader_->wait();
   // Under a service manager that keeps descriptors across a restart, the
-  // programs stay attached for the next daemon (README "Restarts"), the
+  // programs stay attached for the next daemon (docs/packaging.md "Restarts"), the
   // policy's sysctl guard with them: it reads on where this one stops, and
   // a stop for good releases them. Records keep arriving, so the drain
   // ends within a second; what it leaves is the next daemon's. Otherwise

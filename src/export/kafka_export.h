@@ -1,4 +1,4 @@
-// Flow and transfer records to the fleet's Kafka (`export.kafka`, README
+// Flow and transfer records to the fleet's Kafka (`export.kafka`, docs/fleet.md
 // "Fleet"): each record in export.kafka.format, the flow log's JSON line
 // (newline included) or the length-delimited Protobuf message of
 // packaging/clickhouse/tcpscope.proto (kafka_protobuf.h), flows and

@@ -780,7 +780,7 @@ std::string HttpServer::metrics_text() {
   std::vector<prometheus::MetricFamily> families = registry->Collect();
   prometheus::MetricFamily rejected;
   rejected.name = "tcpscope_http_rejected_total";
-  rejected.help = "HTTP connections and requests turned away, by reason (README \"Robustness\").";
+  rejected.help = "HTTP connections and requests turned away, by reason (docs/security.md \"Robustness\").";
   rejected.type = prometheus::MetricType::Counter;
   for (int r = 0; r < kRejectionCount; ++r) {
     prometheus::ClientMetric m;

@@ -3,7 +3,7 @@
 // methods get 405, a request with a body 413 (the connection is closed
 // without reading the body), unknown paths 404. There is no file serving.
 //
-// Optional basic authentication (config `http:`, README "Security"): every
+// Optional basic authentication (config `http:`, docs/security.md "Security"): every
 // path but /healthz answers 401 without valid credentials; /healthz says only
 // "ok" or a short generic reason. Plain HTTP only: TLS is a proxy's job.
 //

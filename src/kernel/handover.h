@@ -1,4 +1,4 @@
-// What a running daemon hands to the next one across a restart (README
+// What a running daemon hands to the next one across a restart (docs/packaging.md
 // "Restarts"): the BPF maps and links it runs on, so that the programs stay
 // attached and keep recording while no daemon runs, the per-socket state of
 // open flows lives on, and the next daemon drains the ring where this one

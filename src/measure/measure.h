@@ -172,8 +172,8 @@ std::optional<double> metric_value(Measure m, const MetricInputs& in, const Metr
 // counted at 10^4 s), throughput 125 bytes/s to 1.25e12 bytes/s (1 kbit/s
 // to 10 Tbit/s), retrans 1e-9 to 10
 // (zeros are kept apart, exactly).
-// The daemon's Prometheus histogram of a metric and unit (README
-// "Metrics"), the one name the aggregator writes and compare's Prometheus
+// The daemon's Prometheus histogram of a metric and unit
+// (docs/metrics.md), the one name the aggregator writes and compare's Prometheus
 // source reads: `selector` picks this unit's series of it (transfers: the
 // send direction), `metric_per_bucket_unit` converts a bucket bound to the
 // metric's unit (seconds to µs: 1e6), and `by_size_class` says whether it

@@ -892,7 +892,7 @@ def test_tls_certificate_is_refused_with_a_pointer_to_a_proxy(tmp_path):
     cfg = tmp_path / "tls.yaml"
     cfg.write_text("http:\n  tls_certificate: /etc/tcpscope/tls.pem\n")
     want = (f"{cfg}:2: http.tls_certificate: tcpscope serves plain HTTP only; keep listen on a loopback address "
-            'and put a TLS proxy in front (README "Security")')
+            'and put a TLS proxy in front (docs/security.md "Security")')
     check = subprocess.run([str(TCPSCOPE), "check-config", str(cfg)], capture_output=True, text=True, timeout=30)
     assert check.returncode != 0 and want in check.stdout + check.stderr, (check.stdout, check.stderr)
     run = subprocess.run([str(TCPSCOPE), "run", "--config", str(cfg), "--listen", f"127.0.0.1:{free_port()}",

@@ -731,7 +731,9 @@ uint64_t replaced_at_a_cap_of_four(const std::string& listen, const std::vector<
   }
   const uint64_t replaced = server->rejected(HttpServer::kConnectionLimit);
   char c;
-  if (replaced == 1) EXPECT_EQ(recv(fds[0], &c, 1, MSG_DONTWAIT), 0) << "the first one closed";
+  if (replaced == 1) {
+    EXPECT_EQ(recv(fds[0], &c, 1, MSG_DONTWAIT), 0) << "the first one closed";
+  }
   close_all(fds);
   return replaced;
 }
