@@ -64,8 +64,11 @@ def hook_tracepoints():
     table = re.search(r"kHooks\[\] = \{(.*?)\n\};", src, re.S)
     if not table:
         raise RuntimeError("src/kernel/flow_probe.cc: no kHooks table")
-    names = re.findall(r'\{&Programs::\w+, "(\w+)"', table.group(1))
-    if not names:
+    # Each entry names its tracepoint by a constant of flow_probe.h's tracepoints::.
+    constants = dict(re.findall(r'inline constexpr char (k\w+)\[\] = "(\w+)";',
+                                (ROOT / "src/kernel/flow_probe.h").read_text()))
+    names = [constants.get(c) for c in re.findall(r'\{&Programs::\w+, tracepoints::(k\w+)', table.group(1))]
+    if not names or None in names:
         raise RuntimeError("src/kernel/flow_probe.cc: kHooks has no entries this script can read")
     return list(dict.fromkeys(names))
 
