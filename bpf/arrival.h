@@ -31,16 +31,13 @@ static __always_inline __u64 payload_arrival_before_fin(struct tcp_sock *tp, __u
  * bytes_received and sets SOCK_DONE first), and for wake-ups that bring
  * nothing new: neither may move the end, or a peer that idles before
  * closing would stretch the flow by its idle time. */
-static __always_inline void receive_payload(const struct sock *sk, struct flow_state *st, bool before_write)
+static __always_inline void receive_payload(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st,
+					    bool before_write)
 {
-	struct tcp_sock *tp;
 	__u32 rcvd, grew;
 	__u64 now, at;
 	bool fin;
 
-	tp = bpf_skc_to_tcp_sock((void *)sk);
-	if (!tp)
-		return;
 	rcvd = (__u32)tp->bytes_received;
 	grew = rcvd - st->rx_mark;
 	if (!grew)
@@ -65,7 +62,10 @@ static __always_inline void receive_payload(const struct sock *sk, struct flow_s
 
 static __always_inline void note_rx_payload(const struct sock *sk, struct flow_state *st)
 {
-	receive_payload(sk, st, false);
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock((void *)sk);
+
+	if (tp)
+		receive_payload(sk, tp, st, false);
 }
 
 /* This side writes. Payload that came in since the last arrival recorded
@@ -75,9 +75,9 @@ static __always_inline void note_rx_payload(const struct sock *sk, struct flow_s
  * the latest it can have: the transfer it belongs to ends there, and the
  * reply to this write starts a receive transfer of its own instead of
  * taking these bytes. */
-static __always_inline void note_rx_before_write(const struct sock *sk, struct flow_state *st)
+static __always_inline void note_rx_before_write(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st)
 {
-	receive_payload(sk, st, true);
+	receive_payload(sk, tp, st, true);
 }
 
 /* A payload arrival seen by tcp_probe, on kernels without sk_data_ready:

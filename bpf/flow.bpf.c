@@ -393,7 +393,7 @@ int BPF_PROG(on_sendmsg, const struct sock *sk)
 	sample_cwnd(st, tp->snd_cwnd);
 	if (tracked(st) && !st->emitted) {
 		if (!arrivals_from_segments)
-			note_rx_before_write(sk, st);
+			note_rx_before_write(sk, tp, st);
 		note_send(sk, tp, st);
 	}
 	return 0;
