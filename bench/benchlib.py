@@ -414,9 +414,13 @@ def policy_rules_yaml(n_rules=50, match_port=None):
 
 
 def write_config(path, *, port, flow_log=None, prefix_file=None, cgroup=None, rules=50,
-                 snapshot_interval_s=10, peer_classes=True, transfer_sampling_rate=None):
-    """transfer_sampling_rate: None leaves the default."""
+                 snapshot_interval_s=10, peer_classes=True, transfer_sampling_rate=None, ignore_netns=()):
+    """transfer_sampling_rate: None leaves the default. ignore_netns: the
+    namespaces tcpscope leaves alone (a load generator's: the view of an
+    edge server whose clients are remote)."""
     text = [f"listen: 127.0.0.1:{port}\n"]
+    if ignore_netns:
+        text.append(f"ignore_netns: [{', '.join(ignore_netns)}]\n")
     if flow_log:
         text.append(f"flow_log: {flow_log}\n")
     if transfer_sampling_rate:

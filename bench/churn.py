@@ -100,10 +100,19 @@ class Observer:
 
 
 class TcpscopeObserver(Observer):
-    def __init__(self, ctx, flow_log, default_config=False):
+    """sampling_rate: transfer_sampling_rate (None: the default). server_only:
+    the client's namespace left alone (ignore_netns), as on an edge server
+    whose clients are remote: half the flows, the server's ends."""
+
+    def __init__(self, ctx, flow_log, default_config=False, sampling_rate=None, server_only=False):
         self.ctx, self.with_log, self.default_config = ctx, flow_log, default_config
+        self.sampling_rate, self.server_only = sampling_rate, server_only
         self.name = ("tcpscope-default" + ("-log" if flow_log else "") if default_config
                      else "tcpscope" if flow_log else "tcpscope-nolog")
+        if sampling_rate == 1:
+            self.name += "-every"
+        if server_only:
+            self.name += "-server"
 
     def start(self):
         c = self.ctx
@@ -112,7 +121,9 @@ class TcpscopeObserver(Observer):
         if self.default_config:
             own = B.write_pfx2as(c.tmp / "pfx2as-own.tsv", 0, own=c.net)
             cfg = B.write_config(c.tmp / f"tcpscope-{port}.yaml", port=port, flow_log=self.flow_log,
-                                 prefix_file=own, cgroup=c.cgroup.path, rules=0, peer_classes=False)
+                                 prefix_file=own, cgroup=c.cgroup.path, rules=0, peer_classes=False,
+                                 transfer_sampling_rate=self.sampling_rate,
+                                 ignore_netns=[c.net.cli] if self.server_only else ())
         else:
             cfg = B.write_config(c.tmp / f"tcpscope-{port}.yaml", port=port, flow_log=self.flow_log,
                                  prefix_file=c.pfx2as, cgroup=c.cgroup.path, rules=c.args.rules)
@@ -150,7 +161,7 @@ class TcpscopeObserver(Observer):
         self.rc = self.d.stop() if hasattr(self, "d") else None
 
     def result(self, connections):
-        expected = 2 * connections
+        expected = connections if self.server_only else 2 * connections
         r = {"records_lost_total": self.lost1 - self.lost0, "start_seconds": round(self.start_seconds, 2),
              "bpf_programs": self.programs, "records_total_delta": self.records1 - self.records0,
              "flow_log_dropped": self.dropped, "bpf_recursion_misses": self.recursion_misses,
@@ -291,6 +302,12 @@ def make_observer(ctx, name):
         return TcpscopeObserver(ctx, False, default_config=True), ""
     if name == "tcpscope-default-log":
         return TcpscopeObserver(ctx, True, default_config=True), ""
+    if name.startswith("tcpscope-default") and name.endswith(("-every", "-server")):
+        base = name.removesuffix("-server").removesuffix("-every")
+        if base in ("tcpscope-default", "tcpscope-default-log"):
+            return TcpscopeObserver(ctx, base.endswith("-log"), default_config=True,
+                                    sampling_rate=1 if "-every" in name else None,
+                                    server_only=name.endswith("-server")), ""
     if name == "tcplife":
         if not Path("/usr/sbin/tcplife").exists():
             return None, "libbpf-tools not installed"

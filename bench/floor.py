@@ -21,8 +21,14 @@ bench/churn.py with each, between baselines:
                    ended transfer is a 128-byte record, the open ones ride in
                    a 512-byte close record, as tcpscope's do
   tcpscope-default tcpscope with the shipped default config (no rules, no flow log)
-  tcpscope-default-log  the same with the flow log on (its transfer lines sampled
-                   as the default transfer_sampling_rate says)
+  tcpscope-default-log  the same with the flow log on (flows, and the transfers
+                   of the flows the kernel follows: one in 16, the default)
+  tcpscope-default-every, tcpscope-default-log-every
+                   the same two with every flow's transfers followed
+                   (transfer_sampling_rate: 1)
+  tcpscope-default-server, tcpscope-default-log-server
+                   the same two with the load generator's namespace left alone
+                   (ignore_netns): only the server's ends, as on an edge server
   tcpscope-nolog   tcpscope as in churn.py (50-rule policy, 1M prefixes)
   tcpscope         the same with the flow log on, transfer lines included (the
                    daemon's CPU per line written is printed beside it)
@@ -55,6 +61,9 @@ from bpf_cost import delta, prog_stats  # noqa: E402
 
 FLOOR_VARIANTS = ["dispatch", "storage", "record", "hash", "transfers"]
 TCPSCOPE_VARIANTS = ["tcpscope-default", "tcpscope-default-log", "tcpscope-nolog", "tcpscope"]
+# Run when named in --variants.
+MORE_TCPSCOPE_VARIANTS = ["tcpscope-default-every", "tcpscope-default-log-every", "tcpscope-default-server",
+                          "tcpscope-default-log-server"]
 ALL_VARIANTS = FLOOR_VARIANTS + TCPSCOPE_VARIANTS
 
 
@@ -118,7 +127,7 @@ class FloorObserver(C.Observer):
 def make_observer(ctx, name):
     if name in FLOOR_VARIANTS:
         return FloorObserver(ctx, name)
-    if name in TCPSCOPE_VARIANTS:
+    if name in TCPSCOPE_VARIANTS + MORE_TCPSCOPE_VARIANTS:
         return C.make_observer(ctx, name)[0]
     raise SystemExit(f"unknown variant {name}")
 

@@ -3,10 +3,18 @@
 veth between two network namespaces, with nothing attached (baseline) and with
 tcpscope following every transfer:
 
-  tcpscope          flow log on, in the default config: the transfer lines of
-                    one flow in 16 (transfer_sampling_rate: 16)
-  tcpscope-every    flow log on, every transfer a line in it (transfer_sampling_rate: 1)
-  tcpscope-nolog    no flow log (the shipped default): transfers feed the metrics only
+  tcpscope-nolog    the shipped default: no flow log; the kernel follows the
+                    transfers of one flow in 16 (transfer_sampling_rate: 16)
+  tcpscope          the default with the flow log on (flows, and the followed
+                    flows' transfers)
+  tcpscope-every    flow log on, every flow's transfers followed (transfer_sampling_rate: 1)
+  tcpscope-nolog-server, tcpscope-server
+                    as tcpscope-nolog and tcpscope, told to leave wrk's network
+                    namespace alone (ignore_netns): only the server's end is
+                    followed, as on an edge server whose clients are remote
+  floor-flows       not tcpscope: the per-flow floor (bench/floor.bpf.c "record":
+                    the state-change tracepoint, SK_STORAGE, one ring record per
+                    flow), the least any tool that follows every flow pays
   floor-transfers   not tcpscope: the transfer floor (bench/floor.bpf.c "transfers":
                     SK_STORAGE, the two per-call hooks doing only a transfer's
                     bounds, a 128-byte ring record per transfer, drained every
@@ -39,6 +47,7 @@ pays here.
 
   bench/keepalive.py [--seconds 15] [--rounds 3] [--sizes 1000,100000] [--connections 16]
                      [--variants tcpscope,tcpscope-nolog] [--profiles this,linux-6.12,debian12-6.1]
+(the statistics run is made for each variant, as on each profile)
                      [--cost-only] [--floor] [--out FILE]
 
 Needs root. Prints a table, writes JSON (bench/results/keepalive.json by default).
@@ -79,22 +88,26 @@ def wrk(net, url, seconds, connections):
     return B.run_wrk(net, url, seconds, 2, connections)
 
 
-VARIANTS = ["tcpscope", "tcpscope-every", "tcpscope-nolog", "floor-transfers"]
+VARIANTS = ["tcpscope-nolog", "tcpscope", "tcpscope-every", "tcpscope-nolog-server", "tcpscope-server",
+            "floor-flows", "floor-transfers"]
+FLOORS = {"floor-flows": "record", "floor-transfers": "transfers"}
 
 
-def start_tcpscope(tmp, net, tag, flow_log=True, profile=None, transfer_sampling_rate=None):
+def start_tcpscope(tmp, net, tag, variant="tcpscope", profile=None):
     port = B.free_port()
     log = Path(tmp) / f"flows-{tag}.ndjson"
-    cfg = B.write_config(Path(tmp) / f"tcpscope-{tag}.yaml", port=port, flow_log=log if flow_log else None,
-                         rules=0, transfer_sampling_rate=transfer_sampling_rate)
+    cfg = B.write_config(Path(tmp) / f"tcpscope-{tag}.yaml", port=port,
+                         flow_log=None if variant.startswith("tcpscope-nolog") else log, rules=0,
+                         transfer_sampling_rate=1 if variant == "tcpscope-every" else None,
+                         ignore_netns=[net.cli] if variant.endswith("-server") else ())
     return B.Tcpscope(tmp, cfg, port, env=kernel_profiles.daemon_env(profile)), log
 
 
-def floor_run(tmp, net, url, args):
-    """One measured run with the transfer floor attached after the warm-up."""
+def floor_run(tmp, net, url, args, variant):
+    """One measured run with a floor attached after the warm-up."""
     import floor as F
     wrk(net, url, 1, args.connections)
-    observer = F.FloorObserver(type("Ctx", (), {"tmp": Path(tmp)})(), "transfers")
+    observer = F.FloorObserver(type("Ctx", (), {"tmp": Path(tmp)})(), FLOORS[variant])
     observer.start()
     try:
         r = wrk(net, url, args.seconds, args.connections)
@@ -109,10 +122,9 @@ def floor_run(tmp, net, url, args):
 def tcpscope_run(tmp, net, url, args, variant, tag):
     """One measured run with tcpscope attached; start-up and the final drain
     are outside the window."""
-    if variant == "floor-transfers":
-        return floor_run(tmp, net, url, args)
-    d, log = start_tcpscope(tmp, net, tag, flow_log=variant != "tcpscope-nolog",
-                            transfer_sampling_rate=1 if variant == "tcpscope-every" else None)
+    if variant in FLOORS:
+        return floor_run(tmp, net, url, args, variant)
+    d, log = start_tcpscope(tmp, net, tag, variant)
     try:
         wrk(net, url, 1, args.connections)  # warm-up, outside the window
         lost0 = d.metric("tcpscope_transfer_records_lost_total")
@@ -131,11 +143,11 @@ def tcpscope_run(tmp, net, url, args, variant, tag):
     return r
 
 
-def cost_run(tmp, net, url, args, profile=None):
+def cost_run(tmp, net, url, args, profile=None, variant="tcpscope-nolog"):
     """Per-program kernel time per request and per transfer record, and the
-    daemon's CPU per transfer record, with BPF statistics on (not used for
-    ratios), as on `profile`'s kernel (None: this one)."""
-    d, log = start_tcpscope(tmp, net, f"cost-{profile or 'this'}", profile=profile)
+    daemon's CPU per request and per transfer record, with BPF statistics on
+    (not used for ratios), as on `profile`'s kernel (None: this one)."""
+    d, log = start_tcpscope(tmp, net, f"cost-{profile or 'this'}-{variant}", variant, profile=profile)
     try:
         with B.BpfStats():
             wrk(net, url, 1, args.connections)
@@ -147,8 +159,10 @@ def cost_run(tmp, net, url, args, profile=None):
             transfers = d.metric("tcpscope_transfer_records_total") - read0
         rows, total = delta(s0, s1, r["seconds"], r["requests"], "request")
         kernel_ns = total.get("ns_per_request")
-        return {"profile": profile or "this", "requests_per_s": round(r["rate"]), "programs": rows, "total": total,
-                "transfer_records": int(transfers),
+        return {"profile": profile or "this", "variant": variant, "requests_per_s": round(r["rate"]),
+                "programs": rows, "total": total, "transfer_records": int(transfers),
+                "transfer_records_per_request": round(transfers / max(r["requests"], 1), 3),
+                "daemon_cpu_us_per_request": round(1e6 * (cpu1 - cpu0) / max(r["requests"], 1), 3),
                 "kernel_ns_per_transfer": round(kernel_ns * r["requests"] / transfers)
                 if transfers and kernel_ns is not None else None,
                 "daemon_cpu_us_per_transfer": round(1e6 * (cpu1 - cpu0) / transfers, 2) if transfers else None}
@@ -157,11 +171,11 @@ def cost_run(tmp, net, url, args, profile=None):
         log.unlink(missing_ok=True)
 
 
-def floor_cost_run(tmp, net, url, args):
-    """The transfer floor's kernel time per request and per transfer record."""
+def floor_cost_run(tmp, net, url, args, variant="floor-transfers"):
+    """A floor's kernel time per request and per transfer record."""
     import floor as F
     ctx = type("Ctx", (), {"tmp": Path(tmp)})()
-    observer = F.FloorObserver(ctx, "transfers")
+    observer = F.FloorObserver(ctx, FLOORS[variant])
     observer.start()
     try:
         # No warm-up: the loader counts its records only when it stops.
@@ -175,7 +189,8 @@ def floor_cost_run(tmp, net, url, args):
     rows, total = delta(s0, s1, r["seconds"], r["requests"], "request")
     per_request = observer.seen["transfers"] / max(r["requests"], 1)
     kernel_ns = total.get("ns_per_request")
-    return {"profile": "floor-transfers", "requests_per_s": round(r["rate"]), "programs": rows, "total": total,
+    return {"profile": "this", "variant": variant, "requests_per_s": round(r["rate"]), "programs": rows,
+            "total": total,
             "transfer_records_per_request": round(per_request, 3),
             "kernel_ns_per_transfer": round(kernel_ns / per_request) if per_request and kernel_ns is not None else None,
             "daemon_cpu_us_per_transfer": None}
@@ -257,17 +272,22 @@ def main():
             if not args.cost_only:
                 entry = ratio_runs(tmp, net, url, args, variants, size)
             if not args.no_cost:
-                entry["cost"] = [cost_run(tmp, net, url, args, p) for p in profiles]
-                if args.floor:
+                # Each variant, as on each profile (a floor only on this kernel).
+                entry["cost"] = [floor_cost_run(tmp, net, url, args, v) if v in FLOORS
+                                 else cost_run(tmp, net, url, args, p, v)
+                                 for p in profiles for v in variants if p is None or v not in FLOORS]
+                if args.floor and "floor-transfers" not in variants:
                     entry["cost"].append(floor_cost_run(tmp, net, url, args))
             result["sizes"][str(size)] = entry
             print(f"\n{size} B responses, {args.connections} kept-alive connections:")
             if "noise" in entry:
                 print_ratios(entry, args)
             for c in entry.get("cost", []):
-                print(f"  kernel as on {c['profile']}, per request (bpf_stats on, {c['requests_per_s']} req/s): "
-                      f"{c['total'].get('ns_per_request')} ns in all, {c['kernel_ns_per_transfer']} ns per "
-                      f"transfer record; daemon {c['daemon_cpu_us_per_transfer']} us CPU per transfer record")
+                print(f"  {c['variant']}, kernel as on {c['profile']}, per request (bpf_stats on, "
+                      f"{c['requests_per_s']} req/s): {c['total'].get('ns_per_request')} ns in all, "
+                      f"{c.get('transfer_records_per_request')} transfer records, {c['kernel_ns_per_transfer']} ns "
+                      f"per transfer record; daemon {c.get('daemon_cpu_us_per_request')} us CPU per request, "
+                      f"{c['daemon_cpu_us_per_transfer']} us per transfer record")
                 for row in c["programs"]:
                     if row["runs"]:
                         print(f"    {row['program']:<24} {row['runs_per_request']:>7} runs/request "

@@ -43,7 +43,6 @@
 #include "pipeline/flow_pipeline.h"
 #include "policy/rule_names.h"
 #include "record/transfer_json.h"
-#include "record/transfer_sampling.h"
 
 namespace tcpscope {
 namespace {
@@ -360,21 +359,19 @@ namespace tcpscope {
 namespace {
 
 // The flow log's part of a drain without its writer thread: the JSON lines
-// of the records the outputs carry, batched (export/output_sinks.h).
+// of the records, batched (export/output_sinks.h).
 class LineBatchSink final : public RecordSink {
  public:
   void add(const RoutedFlow& flow) override { batch.append(flow.json()); }
-  void add(const RoutedTransfer& transfer) override {
-    if (transfer.exported) batch.append(transfer.json());
-  }
+  void add(const RoutedTransfer& transfer) override { batch.append(transfer.json()); }
   void end_drain() override { batch.clear(); }
   std::string batch;
 };
 
 // A transfer's path through the daemon, by the daemon's own code: decode
-// and enrich (FlowPipeline), the fanout's ASN label and sampling choice,
-// then the sinks: the Prometheus series and the /api/v1 distributions;
-// with Arg 1 the sampled flows' lines (transfer_sampling_rate 16) too.
+// and enrich (FlowPipeline), the fanout's ASN label, then the sinks: the
+// Prometheus series and the /api/v1 distributions; with Arg 1 their flow-log
+// lines too. Every transfer record the kernel hands over is of a followed flow.
 // Transfers of the fixture's flows, 1-2 kB, four per flow (a kept-alive
 // connection's requests and responses), of 2,048 connections at a time
 // whose transfers interleave, as a busy edge's do.
@@ -403,7 +400,6 @@ void BM_TransferPath(benchmark::State& state) {
   RuleNames rule_names;
   FlowPipeline pipeline(fx.clock, enricher, rule_names, TransferDelimiter::kWrite);
   Config config;
-  config.transfer_sampling_rate = 16;
   RecordFanout fanout(pipeline, config);
   AggregatorSink series(std::make_shared<prometheus::Registry>(), AggregatorOptions{});
   DistributionsSink distributions(FlowDistributionsOptions{}, [](const std::string&) {});

@@ -56,7 +56,8 @@ static __always_inline void receive_payload(const struct sock *sk, struct tcp_so
 	/* Before a write, strictly: the write's transfer starts after it. */
 	now = bpf_ktime_get_ns() - before_write;
 	at = fin ? payload_arrival_before_fin(tp, now, st->last_rx_ns) : now;
-	note_arrival(sk, tp, st, at, grew);
+	if (followed(st))
+		note_arrival(sk, tp, st, at, grew);
 	st->last_rx_ns = at;
 }
 
@@ -113,7 +114,8 @@ static __always_inline void note_rx_segment(const struct sock *sk, struct tcp_so
 		return;
 	st->rx_mark = mark;
 	now = bpf_ktime_get_ns();
-	note_arrival(sk, tp, st, now, 0);
+	if (followed(st))
+		note_arrival(sk, tp, st, now, 0);
 	st->last_rx_ns = now;
 }
 

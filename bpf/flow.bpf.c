@@ -122,13 +122,13 @@ static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
 	set_kind(&c->common, TCPSCOPE_RECORD_CLOSE);
 	fill_event(&c->flow, sk, tp, st, now, true);
 	if (tx) {
-		copy_transfer_common(&c->transfers[0], &c->flow);
+		copy_transfer_common(&c->transfers[0], &c->flow, st);
 		fill_send_transfer(&c->transfers[0], tp, st, tx_end);
 	}
 	if (rx) {
 		struct tcpscope_transfer_event *t = tx ? &c->transfers[1] : &c->transfers[0];
 
-		copy_transfer_common(t, &c->flow);
+		copy_transfer_common(t, &c->flow, st);
 		fill_recv_transfer(t, st, payload_received(sk, tp));
 	}
 	c->n_transfers = tx && rx ? 2 : 1;
@@ -136,11 +136,36 @@ static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
 	submit(c);
 }
 
+/* Network namespaces whose sockets are left alone (config ignore_netns:
+ * a load generator's, a test's): no storage, so no hook does more than
+ * look for it. Set by the daemon; ignored_netns_count keeps the lookup off
+ * every other host. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TCPSCOPE_MAX_IGNORED_NETNS);
+	__type(key, __u32);
+	__type(value, __u8);
+} ignored_netns SEC(".maps");
+
+__u32 ignored_netns_count = 0;
+
+static __always_inline bool ignored(const struct sock *sk)
+{
+	__u32 inum;
+
+	if (!ignored_netns_count)
+		return false;
+	inum = sk->__sk_common.skc_net.net->ns.inum;
+	return bpf_map_lookup_elem(&ignored_netns, &inum);
+}
+
 static __always_inline struct flow_state *start_tracking(const struct sock *sk, __u8 dir)
 {
 	struct flow_state *st;
 	__u8 app_set_cc, app_cc;
 
+	if (ignored(sk))
+		return 0;
 	st = bpf_sk_storage_get(&flows, (struct sock *)sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!st) {
 		count(TCPSCOPE_CNT_STORAGE_FAILED);
@@ -211,6 +236,7 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 		st->flags = TCPSCOPE_F_PARTIAL | TCPSCOPE_F_ESTABLISHED;
 		st->start_ns = now;
 		set_established(st, now);
+		choose_followed(sk, tp, st);
 	}
 	sample_cwnd(st, tp->snd_cwnd);
 
@@ -221,6 +247,7 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 		if (st->dir == TCPSCOPE_DIR_PASSIVE)
 			settle_passive_start(st, tp, now);
 		set_established(st, now);
+		choose_followed(sk, tp, st);
 		break;
 	case TCP_FIN_WAIT1:
 	case TCP_LAST_ACK:
@@ -229,7 +256,7 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 		 * instead of from a hook on every read. */
 		if (!st->pid)
 			take_owner(st);
-		if (sends_from_acks && !(st->flags & TCPSCOPE_F_FIN_SENT))
+		if (sends_from_acks && followed(st) && !(st->flags & TCPSCOPE_F_FIN_SENT))
 			note_flight(sk, tp, st);
 		/* The FIN is queued right after this transition. */
 		if (!(st->flags & TCPSCOPE_F_FIN_SENT)) {
@@ -394,7 +421,8 @@ int BPF_PROG(on_sendmsg, const struct sock *sk)
 	if (tracked(st) && !st->emitted) {
 		if (!arrivals_from_segments)
 			note_rx_before_write(sk, tp, st);
-		note_send(sk, tp, st);
+		if (followed(st))
+			note_send(sk, tp, st);
 	}
 	return 0;
 }
@@ -417,7 +445,8 @@ static __always_inline void handle_segment(const struct sock *sk, struct sk_buff
 		return;
 	if (sends_from_acks) {
 		sample_cwnd(st, tp->snd_cwnd); /* in tcp_sendmsg_locked's stead */
-		note_segment(sk, tp, st, skb);
+		if (followed(st))
+			note_segment(sk, tp, st, skb);
 	}
 	if (arrivals_from_segments)
 		note_rx_segment(sk, tp, st, skb);
@@ -526,6 +555,8 @@ int snapshot_open_flows(struct bpf_iter__tcp *ctx)
 		sweep_transfers((struct sock *)tp, tp, st, bpf_ktime_get_ns());
 		__builtin_memcpy(&copy, st, sizeof(copy));
 	} else {
+		if (ignored((struct sock *)tp))
+			return 0;
 		/* Opened before we attached: no start, flagged partial. */
 		if (st)
 			copy.policy = st->policy;

@@ -39,7 +39,9 @@ struct flow_state {
 	__u32 fin_seq;       /* write_seq when our FIN was queued: one past the last data byte */
 	__u32 rx_mark;       /* low 32 bits of bytes_received at the last arrival recorded */
 	__u16 flags;         /* TCPSCOPE_F_*, copied into the record */
-	__u8 dir;
+	__u8 dir : 2;
+	__u8 sampling_shift : 5; /* with TCPSCOPE_ST_FOLLOWED: followed as one flow in 2^this */
+	__u8 : 1;
 	__u8 ca_state : 7;
 	__u8 emitted : 1;    /* the close record went out; the storage stays until the socket is freed */
 	char comm[TCPSCOPE_COMM_LEN];
@@ -65,12 +67,13 @@ _Static_assert(sizeof(struct flow_state) <= 184, "flow_state must fit the kmallo
 
 /* Bits of flow_state.flags that describe the state, not the flow: the record
  * leaves them out. */
+#define TCPSCOPE_ST_FOLLOWED  (1u << 11) /* its transfers are followed (transfer.h, "Which flows") */
 #define TCPSCOPE_ST_START_SET (1u << 12) /* start_ns is final: a transfer record carried it */
 #define TCPSCOPE_ST_TX_OPEN   (1u << 13) /* a send transfer is running */
 #define TCPSCOPE_ST_RX_OPEN   (1u << 14) /* a receive transfer is running */
 #define TCPSCOPE_ST_XFER_SEEN (1u << 15) /* a transfer has started: the next seq follows tx_seq/rx_seq */
 #define TCPSCOPE_ST_MASK \
-	(TCPSCOPE_ST_START_SET | TCPSCOPE_ST_TX_OPEN | TCPSCOPE_ST_RX_OPEN | TCPSCOPE_ST_XFER_SEEN)
+	(TCPSCOPE_ST_FOLLOWED | TCPSCOPE_ST_START_SET | TCPSCOPE_ST_TX_OPEN | TCPSCOPE_ST_RX_OPEN | TCPSCOPE_ST_XFER_SEEN)
 
 /* BPF_F_CLONE: an accepted socket inherits the listener's storage (what the
  * application set on the listener); flow.bpf.c resets the rest when the

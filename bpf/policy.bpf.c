@@ -254,6 +254,12 @@ static __always_inline void apply_policy(struct bpf_sock_ops *skops)
 			return; /* e.g. not in tcp_allowed_congestion_control: system default stays */
 		sp->rule = TCPSCOPE_RULE_TAG(install, i);
 		sp->arm = r->n_arms > 1 ? TCPSCOPE_ARM_TAG(arm) : 0;
+		/* Its transfers are the rule's evidence: all of them (flow.bpf.c
+		 * samples the other flows as the handshake completes, after this). */
+		if (r->follow_transfers) {
+			st->flags |= TCPSCOPE_ST_FOLLOWED;
+			st->sampling_shift = 0;
+		}
 		if (sp->app_set_cc) {
 			/* enforce: counted under the name the application asked for */
 			sp->overridden = 1;

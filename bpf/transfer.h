@@ -60,6 +60,62 @@ extern int CONFIG_HZ __kconfig __weak;
  * after the previous arrival (the request) to the first arrival.
  */
 
+/*
+ * Which flows. Timing every transfer costs about 0.5 µs of kernel time per
+ * transfer record, far more than following the flow itself, so the
+ * transfers of only some flows are followed: every flow a rule follows
+ * (policy.bpf.c sets TCPSCOPE_ST_FOLLOWED with sampling_shift 0 as it
+ * assigns an experiment's or a controller's arm), and one flow in
+ * 2^transfer_sampling_shift of the rest, chosen once, when the handshake
+ * completes (or when a flow opened before we attached is first seen), by
+ * sampling_hash() of its two ports. Both ends of a connection on one host
+ * agree, and the choices nest: a flow followed at rate 16 is followed at 8.
+ * The daemon and ClickHouse compute the same hash from a record's ports
+ * (src/record/transfer_sampling.h). A flow not followed keeps only what its
+ * flow record needs: no transfer bounds, reads or records.
+ */
+
+/* log2 of transfer_sampling_rate: set by the loader, and by a reload (the
+ * daemon writes it in place); read once per flow. */
+__u32 transfer_sampling_shift = 4;
+
+/* ClickHouse's intHash64 (MurmurHash3's 64-bit finaliser with a fixed key)
+ * of the two ports, smaller first. */
+static __always_inline __u64 sampling_hash(__u16 a, __u16 b)
+{
+	__u64 x = a < b ? ((__u64)a << 16 | b) : ((__u64)b << 16 | a);
+
+	x ^= 0x4CF2D2BAAE6DA887ULL;
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ULL;
+	x ^= x >> 33;
+	return x;
+}
+
+static __always_inline bool followed(const struct flow_state *st)
+{
+	return st->flags & TCPSCOPE_ST_FOLLOWED;
+}
+
+/* Once per flow, with its ports known: unless a rule follows it already. */
+static __always_inline void choose_followed(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st)
+{
+	__u32 shift = transfer_sampling_shift;
+	__u16 sport = bpf_ntohs(tp->inet_conn.icsk_inet.inet_sport);
+	__u16 dport = bpf_ntohs(sk->__sk_common.skc_dport);
+
+	if (followed(st))
+		return;
+	if (shift > 16)
+		shift = 16;
+	if (sampling_hash(sport, dport) & ((1ULL << shift) - 1))
+		return;
+	st->flags |= TCPSCOPE_ST_FOLLOWED;
+	st->sampling_shift = shift;
+}
+
 static __always_inline void read_chrono(struct tcp_sock *tp, __u32 out[3])
 {
 	__u32 type = BPF_CORE_READ_BITFIELD(tp, chrono_type);
@@ -112,26 +168,28 @@ static __always_inline void fill_transfer_common(struct tcpscope_transfer_event 
 	st->flags |= TCPSCOPE_ST_START_SET;
 	set_kind(&e->common, TCPSCOPE_RECORD_TRANSFER);
 	fill_identity(&e->id, sk, tp, st, min_rtt);
-	__builtin_memset(e->pad, 0, sizeof(e->pad));
+	e->pad = 0;
 	e->srtt_us = tp->srtt_us >> 3;
 	e->min_rtt_us = min_rtt;
 	e->cc_rule = st->policy.rule;
 	e->arm = st->policy.arm;
+	e->sampling_shift = st->sampling_shift;
 	bpf_probe_read_kernel_str(e->cc, sizeof(e->cc), tp->inet_conn.icsk_ca_ops->name);
 }
 
 /* The same, at close, from the flow's record just filled: nothing is read
  * from the socket twice. */
 static __always_inline void copy_transfer_common(struct tcpscope_transfer_event *e,
-						 const struct tcpscope_flow_event *f)
+						 const struct tcpscope_flow_event *f, const struct flow_state *st)
 {
 	set_kind(&e->common, TCPSCOPE_RECORD_TRANSFER);
 	__builtin_memcpy(&e->id, &f->id, sizeof(e->id));
-	__builtin_memset(e->pad, 0, sizeof(e->pad));
+	e->pad = 0;
 	e->srtt_us = f->srtt_us;
 	e->min_rtt_us = f->min_rtt_us;
 	e->cc_rule = f->cc_rule;
 	e->arm = f->arm;
+	e->sampling_shift = st->sampling_shift;
 	__builtin_memcpy(e->cc, f->cc, sizeof(e->cc));
 }
 

@@ -29,7 +29,7 @@
  * of its own layout version, and otherwise starts afresh. A test build may
  * set another (tests/package: an upgrade to a layout that differs). */
 #ifndef TCPSCOPE_LAYOUT_VERSION
-#define TCPSCOPE_LAYOUT_VERSION 2
+#define TCPSCOPE_LAYOUT_VERSION 3
 #endif
 
 #define TCPSCOPE_CC_NAME_LEN 16
@@ -183,7 +183,9 @@ struct tcpscope_transfer_event {
 	__u32 cc_rule;        /* as in tcpscope_flow_event */
 	__u8 direction;       /* enum tcpscope_transfer_direction */
 	__u8 arm;
-	__u8 pad[2];
+	__u8 sampling_shift;  /* its flow was followed as one in 2^sampling_shift (transfer.h,
+	                         "Which flows"): 0 for a flow a rule follows */
+	__u8 pad;
 	char cc[TCPSCOPE_CC_NAME_LEN];
 };
 
@@ -207,6 +209,10 @@ struct tcpscope_close_event {
 
 TCPSCOPE_ASSERT_SIZE(tcpscope_close_event, 584);
 #pragma GCC diagnostic pop
+
+/* Entries of the ignored_netns map: network namespaces (by inode) whose
+ * sockets the flow programs leave alone (config ignore_netns). */
+#define TCPSCOPE_MAX_IGNORED_NETNS 64
 
 /* Indexes into the per-CPU `counters` array map: what user space reports.
  * Records handed over are counted by the reader, not here: a count per

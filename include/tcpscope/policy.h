@@ -64,7 +64,9 @@ struct tcpscope_rule {
 	 * (cohort_weights); cum_weight is then the weights of a cohort the
 	 * controller has not decided for. */
 	__u32 cohort_mode;
-	__u32 pad;        /* zero */
+	/* 1: the transfers of every flow this rule assigns are followed (an
+	 * experiment's or a controller's evidence), not only a sample's. */
+	__u32 follow_transfers;
 };
 TCPSCOPE_ASSERT_SIZE(tcpscope_rule, 208);
 

@@ -294,13 +294,16 @@ Aggregator::Aggregator(std::shared_ptr<prometheus::Registry> registry, Aggregato
   min_rtt_ = histogram_family(r, "tcpscope_min_rtt_seconds", "Minimum RTT of completed flows that moved data.");
   transfers_total_ = counter_family(r, "tcpscope_transfers_total",
       "Transfers (runs of data in one direction of a flow) by peer class, ASN, congestion control and "
-      "direction (send, recv).");
+      "direction (send, recv): an estimate of every flow's, each record of a followed flow counting as its "
+      "sampling_rate.");
   transfer_seconds_ = histogram_family(r, metric_histogram(Measure::kFct, SampleUnit::kTransfer)->name,
       "Transfer time (xfer_us: send, first byte handed to TCP to last byte acknowledged; recv, first byte "
-      "to last byte arrived) by direction; size class by the transfer's bytes.");
+      "to last byte arrived) by direction; size class by the transfer's bytes. A sample: the transfers of "
+      "the flows the kernel follows (transfer_sampling_rate), each counted once.");
   transfer_throughput_ = histogram_family(r, metric_histogram(Measure::kThroughput, SampleUnit::kTransfer)->name,
       "Payload bytes / transfer time of sent transfers of at least throughput_min_bytes that the receiver's"
-      " window did not limit for most of their time.");
+      " window did not limit for most of their time. A sample: the flows the kernel follows, each transfer "
+      "counted once.");
   transfer_throughput_excluded_ = counter_family(r, "tcpscope_transfer_throughput_excluded_total",
       "Sent transfers of at least throughput_min_bytes left out of "
       "tcpscope_transfer_throughput_bytes_per_second, by reason (rwnd_limited: the receiver's window "
@@ -407,7 +410,7 @@ void Aggregator::add(const TransferRecord& t, AsnLabel asn) {
   const auto direction_labels = [s, &t] { return s->with("direction", to_string(t.direction)); };
   if (!s->transfers[d]) s->transfers[d] = &transfers_total_->Add(direction_labels());
   auto& p = s->pending;
-  p.transfers[d] += 1;
+  p.transfers[d] += t.sampling_rate;  // an estimate of every flow's transfers
   const MetricInputs in = metric_inputs(t);
   const uint32_t sc = size_class_index(t.bytes, options_.size_classes_bytes);
   s->transfer_seconds[d]->add(sc, size_class_names_[sc], direction_labels,

@@ -300,7 +300,9 @@ std::string clickhouse_arm_sql(const ClickHouseQuery& q, const std::string& tabl
   std::string where = r.where;
   // The flows that rate keeps (record/transfer_sampling.h: the same hash).
   if (keep_rate > 1)
-    where += " AND bitAnd(intHash64(toUInt64(" + col(record_key::transfer::flow_start_ns) + ")), " + std::to_string(keep_rate - 1) + ") = 0";
+    where += " AND bitAnd(intHash64(bitOr(bitShiftLeft(toUInt64(least(" + col(record_key::transfer::lport) + ", " +
+             col(record_key::transfer::rport) + ")), 16), toUInt64(greatest(" + col(record_key::transfer::lport) + ", " +
+             col(record_key::transfer::rport) + ")))), " + std::to_string(keep_rate - 1) + ") = 0";
   // The sketch's bucket (FlowSketch::bucket_index), zeros apart.
   const std::string bucket = "if(_v < " + sql_double(FlowSketch::kMinPositive) + ", " +
                              std::to_string(FlowSketch::kZeroBucket) + ", toInt64(ceil(log(_v) * " +

@@ -368,7 +368,8 @@ void FlowLogCollector::add_record(const Access& rec) {
     const uint32_t rate = to_u32(std::max<uint64_t>(rec.uint(record_key::transfer::sampling_rate), 1));
     scan_.min_sampling_rate = scan_.min_sampling_rate ? std::min(scan_.min_sampling_rate, rate) : rate;
     scan_.max_sampling_rate = std::max(scan_.max_sampling_rate, rate);
-    level = static_cast<uint8_t>(sampling_level(rec.int64(record_key::transfer::flow_start_ns)));
+    level = static_cast<uint8_t>(sampling_level(static_cast<uint16_t>(rec.uint(record_key::transfer::lport)),
+                                                 static_cast<uint16_t>(rec.uint(record_key::transfer::rport))));
   }
   if (in_a) {
     arms.a.push_back(*value);

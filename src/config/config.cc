@@ -126,7 +126,8 @@ const ConfigSection<Config>& top_level_section() {
                   Reload::kApplied),
       with_reload(integer_key("transfer_sampling_rate", &Config::transfer_sampling_rate, 1,
                               Config::kMaxTransferSamplingRate,
-                              "a power of two: the flow log and Kafka carry the transfers of one flow in this many",
+                              "a power of two: the kernel follows the transfers of one flow in this many (and of "
+                              "every flow an experiment or controller assigns); every flow has its record",
                               transfer_sampling_rate_problem),
                   Reload::kApplied),
       section_key("cc_policy", &Config::cc_policy, cc_policy_section(), Reload::kApplied,
@@ -144,6 +145,14 @@ const ConfigSection<Config>& top_level_section() {
                   Reload::kNextStart),
       with_reload(integer_key("snapshot_interval_s", &Config::snapshot_interval_s, 0, kMaxSnapshotInterval,
                               "seconds between snapshots of open flows; 0 = off"),
+                  Reload::kApplied),
+      with_reload(member_key<Config, std::vector<std::string>>(
+                      "ignore_netns", &Config::ignore_netns, "list of network namespaces", "[]",
+                      "whose sockets tcpscope leaves alone, no record and no metric: a name of /run/netns or an "
+                      "nsfs path (a load generator's, a test's)",
+                      [](ConfigReader& r, const ConfigEntry& f, const std::string& path, std::vector<std::string>* out) {
+                        read_netns_list(r, f, path, out);
+                      }),
                   Reload::kApplied),
       section_key("http", &Config::http, http_section(), Reload::kEachKey, "the HTTP endpoint's authentication"),
       // The producer keeps its queue across a reload.

@@ -36,6 +36,10 @@ struct ExperimentSpec {
   std::string name;
   // arm name (= congestion control algorithm) -> weight in percent; weights sum to 100.
   std::vector<std::pair<std::string, uint32_t>> arms;
+  // The kernel follows every transfer of the experiment's flows (its
+  // evidence), not only those of the sampled flows; false where the
+  // experiment is judged on flow records.
+  bool follow_transfers = true;
 };
 
 // A closed loop on a rule (docs/policy.md "Closed loop"): learns per cohort which arm
@@ -141,8 +145,8 @@ struct Config {
   // Transfer lines in the flow log beside the flow lines; the transfer
   // metrics count transfers either way.
   bool flow_log_transfers = true;
-  // The flow log and Kafka carry the transfers of one flow in this many
-  // (record/transfer_sampling.h); metrics and distributions count all.
+  // The kernel follows the transfers of one flow in this many, and of every
+  // flow a rule follows (record/transfer_sampling.h); every flow has its record.
   uint32_t transfer_sampling_rate = 16;
   static constexpr uint32_t kMaxTransferSamplingRate = 1u << 16;
   CcPolicy cc_policy;
@@ -150,6 +154,9 @@ struct Config {
   ExportConfig export_;  // `export:` (a C++ keyword)
   uint64_t ring_buffer_bytes = 16u << 20;  // power of two, page multiple
   uint32_t snapshot_interval_s = 10;       // open-flow snapshots (0 = off)
+  // Network namespaces whose sockets are left alone: no record, no metric
+  // (self, a name of /run/netns or an nsfs path, as evidence_netns).
+  std::vector<std::string> ignore_netns;
   std::string source;                      // file it came from, "<embedded>" for the default
 };
 

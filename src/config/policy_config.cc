@@ -84,6 +84,10 @@ const ConfigSection<ExperimentSpec>& experiment_section() {
           member_key<ExperimentSpec, std::vector<std::pair<std::string, uint32_t>>>(
               "arms", &ExperimentSpec::arms, "mapping of cc to weight 0..100", "",
               "at least 2 congestion controls, weights in percent summing to 100; required", read_arms),
+          bool_key("follow_transfers", &ExperimentSpec::follow_transfers,
+                   "true: the kernel follows the transfers of every flow of the experiment, its evidence; "
+                   "false: only those of the flows transfer_sampling_rate samples, for an experiment judged "
+                   "on flow records"),
       },
       [](R& r, const std::map<std::string, int>& given, int line, const std::string& path, ExperimentSpec*) {
         if (!given.count("name")) r.error(line, path + " has no name");
@@ -132,17 +136,7 @@ const ConfigSection<ControllerSpec>& controller_section() {
               "evidence_netns", &ControllerSpec::evidence_netns, "list of network namespaces", "[self]",
               "whose sockets count as evidence: self (the daemon's own), a name of /run/netns, or an nsfs path",
               [](R& r, const ConfigEntry& f, const std::string& path, std::vector<std::string>* out) {
-                out->clear();
-                const auto count = r.each_item(f, path, [&](const YAML::Node& n, int line, const std::string& item) {
-                  const std::string v = n.IsScalar() ? n.Scalar() : "";
-                  const bool name = !v.empty() && v.size() <= 255 && v != "." && v != ".." &&
-                                    v.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                                        "0123456789._-") == std::string::npos;
-                  const bool path_ok = v.size() > 1 && v[0] == '/' && v.size() <= 4096;
-                  if (!name && !path_ok)
-                    return r.error(line, item + " must be self, a network namespace's name or an absolute path");
-                  out->push_back(v);
-                });
+                const auto count = read_netns_list(r, f, path, out);
                 if (count && *count == 0) r.error(f.line, path + " names no namespace: no record could count");
               }),
           integer_key("interval_s", &ControllerSpec::interval_s, 1, 86400, "seconds between tests of the evidence"),
@@ -241,6 +235,20 @@ void read_rules(R& r, const ConfigEntry& f, const std::string& path, std::vector
 }
 
 }  // namespace
+
+std::optional<size_t> read_netns_list(ConfigReader& r, const ConfigEntry& f, const std::string& path,
+                                      std::vector<std::string>* out) {
+  out->clear();
+  return r.each_item(f, path, [&](const YAML::Node& n, int line, const std::string& item) {
+    const std::string v = n.IsScalar() ? n.Scalar() : "";
+    const bool name = !v.empty() && v.size() <= 255 && v != "." && v != ".." &&
+                      v.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                          "0123456789._-") == std::string::npos;
+    const bool path_ok = v.size() > 1 && v[0] == '/' && v.size() <= 4096;
+    if (!name && !path_ok) return r.error(line, item + " must be self, a network namespace's name or an absolute path");
+    out->push_back(v);
+  });
+}
 
 const ConfigSection<CcPolicy>& cc_policy_section() {
   static const ConfigSection<CcPolicy> kSection{{

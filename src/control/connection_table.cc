@@ -10,11 +10,11 @@ namespace tcpscope {
 
 namespace {
 
-uint64_t mix(uint64_t h, uint64_t v) { return flow_sampling_hash(static_cast<int64_t>(h ^ (v + 0x9e3779b97f4a7c15ULL))); }
+uint64_t mix(uint64_t h, uint64_t v) { return int_hash64(h ^ (v + 0x9e3779b97f4a7c15ULL)); }
 
 uint64_t identity_key(uint32_t netns, Direction dir, const IpAddr& laddr, uint16_t lport, const IpAddr& raddr,
                       uint16_t rport, int64_t start_ns) {
-  uint64_t h = flow_sampling_hash(start_ns);
+  uint64_t h = int_hash64(static_cast<uint64_t>(start_ns));
   h = mix(h, (uint64_t{netns} << 32) | (uint64_t{lport} << 16) | rport);
   h = mix(h, static_cast<uint64_t>(dir) | (uint64_t{laddr.family} << 8));
   for (const IpAddr* a : {&laddr, &raddr}) {

@@ -1,11 +1,10 @@
 #include "daemon/closed_loop.h"
 
-#include <sys/stat.h>
-
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+
+#include "os/netns_path.h"
 
 namespace tcpscope {
 
@@ -78,20 +77,18 @@ void ClosedLoop::watch_namespaces(const Config& config) {
     if (!rule.controller) continue;
     for (const auto& name : rule.controller->evidence_netns) {
       if (namespaces_.count(name)) continue;
-      const std::string path = name == "self" ? "/proc/self/ns/net" : name[0] == '/' ? name : "/run/netns/" + name;
-      struct stat st {};
+      uint32_t inode = 0;
       std::string error;
-      if (::stat(path.c_str(), &st) != 0) {
-        log_("controller: evidence_netns " + name + ": " + path + ": " + std::strerror(errno) +
-             "; no record of it counts");
+      if (!netns_inode(name, &inode, &error)) {
+        log_("controller: evidence_netns " + name + ": " + error + "; no record of it counts");
         continue;
       }
-      auto routes = LocalRoutes::open(name == "self" ? "" : path, &error);
+      auto routes = LocalRoutes::open(name == "self" ? "" : netns_path(name), &error);
       if (!routes)
         log_("controller: evidence_netns " + name + ": its local routing table cannot be read (" + error +
              "); no record of it counts until the next start");
       else
-        namespaces_[name] = {static_cast<uint32_t>(st.st_ino), std::move(routes)};
+        namespaces_[name] = {inode, std::move(routes)};
     }
   }
   read_local_routes();

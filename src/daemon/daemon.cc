@@ -37,6 +37,7 @@
 #include "kernel/ring_reader.h"
 #include "os/cgroup_path.h"
 #include "os/fd_store.h"
+#include "os/netns_path.h"
 #include "pipeline/flow_pipeline.h"
 #include "pipeline/record_fanout.h"
 #include "record/flow_decoder.h"
@@ -57,6 +58,21 @@ void log_line(const std::string& msg) { std::fprintf(stderr, "tcpscope: %s\n", m
 int fail(const std::string& msg, int code = 1) {
   log_line(msg);
   return code;
+}
+
+// Config ignore_netns into the probe; false and *error naming the first
+// namespace that cannot be read, or the map.
+bool ignore_namespaces(FlowProbe& probe, const Config& config, std::string* error) {
+  std::vector<uint32_t> inodes;
+  for (const auto& name : config.ignore_netns) {
+    uint32_t inode = 0;
+    if (!netns_inode(name, &inode, error)) {
+      *error = "ignore_netns " + name + ": " + *error;
+      return false;
+    }
+    inodes.push_back(inode);
+  }
+  return probe.set_ignored_netns(inodes, error);
 }
 
 // Wires the stages: kernel → pipeline → the record sinks (metrics,
@@ -168,6 +184,7 @@ int Daemon::start_kernel() {
   std::string error, details;
   FlowProbeOptions popts;
   popts.ring_buffer_bytes = config_.ring_buffer_bytes;
+  popts.transfer_sampling_rate = config_.transfer_sampling_rate;
   // The policy programs go on the cgroup v2 root unless told otherwise; a
   // host without cgroup v2 can still observe, only not steer.
   popts.cgroup_path = config_.cgroup.empty() ? cgroup2_mount_point() : config_.cgroup;
@@ -183,6 +200,7 @@ int Daemon::start_kernel() {
   probe_ = FlowProbe::open_and_attach(popts, &error, &details);
   if (!probe_) return fail(details.empty() ? error : error + "; " + save_load_log(details));
   if (!probe_->takeover_note().empty()) log_line("restart: " + probe_->takeover_note());
+  if (!ignore_namespaces(*probe_, config_, &error)) return fail(error);
   policy_ = std::make_unique<InstalledPolicy>(*probe_, registry_);
   if (probe_->took_over() && !policy_->take_over(previous_->policy, &error))
     log_line("restart: " + error + "; flows open across the restart close without their rule's name");
@@ -281,6 +299,8 @@ void Daemon::apply_reload(PreparedReload& r) {
   if (!http_->set_basic_auth(merged.http, &error)) log_line("reload: " + error + "; the previous credentials stay");
   enricher_->replace(std::move(r.tables));
   fanout_->apply_config(merged);
+  probe_->set_transfer_sampling_rate(merged.transfer_sampling_rate);
+  if (!ignore_namespaces(*probe_, merged, &error)) log_line("reload: " + error + "; the namespaces ignored before stay");
   for (const auto& key : next_start) log_line("reload: " + key + " takes effect at the next start");
   config_ = std::move(merged);
   self_->count_reload(true);

@@ -163,7 +163,7 @@ bool check_kafka_config(const KafkaConfig& config, std::string* error) {
 }
 
 uint32_t kafka_bucket(int64_t flow_start_ns) {
-  return static_cast<uint32_t>(flow_sampling_hash(flow_start_ns) >> (64 - kKafkaBucketBits));
+  return static_cast<uint32_t>(int_hash64(static_cast<uint64_t>(flow_start_ns)) >> (64 - kKafkaBucketBits));
 }
 
 namespace {

@@ -60,9 +60,7 @@ KafkaSink::KafkaSink(std::unique_ptr<KafkaExport> kafka, LogLine log)
 
 void KafkaSink::add(const RoutedFlow& flow) { kafka_->produce(flow); }
 
-void KafkaSink::add(const RoutedTransfer& transfer) {
-  if (transfer.exported) kafka_->produce(transfer);
-}
+void KafkaSink::add(const RoutedTransfer& transfer) { kafka_->produce(transfer); }
 
 void KafkaSink::tick(Clock::time_point now) {
   kafka_->update_metrics();

@@ -1,7 +1,8 @@
 // The outputs that send records somewhere that can fail, as record sinks
 // (pipeline/record_sink.h): the flow log (a disk) and the Kafka export
-// (brokers). Each serialises what it sends, takes the sampled transfers
-// only (Routed::exported), and says through OutputStatus when it fails.
+// (brokers). Each serialises what it sends (every transfer record: the
+// kernel hands over only those of the flows it follows) and says through
+// OutputStatus when it fails.
 #pragma once
 
 #include <memory>
@@ -43,7 +44,7 @@ class FlowLogSink final : public OutputSink {
 
   void add(const RoutedFlow& flow) override { append(flow.json()); }
   void add(const RoutedTransfer& transfer) override {
-    if (transfers_ && transfer.exported) append(transfer.json());
+    if (transfers_) append(transfer.json());
   }
   void end_drain() override { hand_on(); }
   void apply_config(const Config& config) override { transfers_ = config.flow_log_transfers; }

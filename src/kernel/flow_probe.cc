@@ -172,6 +172,8 @@ std::string incompatibility(const Handover& h, tcpscope_bpf* skel) {
   return "";
 }
 
+uint32_t transfer_sampling_shift(uint32_t rate) { return rate ? static_cast<uint32_t>(__builtin_ctz(rate)) : 0; }
+
 // Opens the object and fixes what must be fixed before load: the maps'
 // sizes, the constants, and which programs load under `plan`; with
 // `previous`, its maps in place of new ones if they fit (else *why_not says
@@ -199,6 +201,7 @@ tcpscope_bpf* open_for(const FlowProbeOptions& opts, const LoadPlan& plan, uint3
     if (int err = bpf_map__set_max_entries(trie, opts.remote_trie_entries))
       return fail(std::string("sizing map '") + bpf_map__name(trie) + "' failed: " + errno_text(err));
   skel->rodata->generation = generation;
+  skel->data->transfer_sampling_shift = transfer_sampling_shift(opts.transfer_sampling_rate);
   if (previous && (*why_not = incompatibility(*previous, skel)).empty()) {
     bpf_map* map;
     bpf_object__for_each_map(map, skel->obj) {
@@ -447,6 +450,38 @@ bool FlowProbe::set_cc_policy_attached(bool on, std::string* error) {
   bpf_link__destroy(link);
   link = nullptr;
   attached_.erase(std::remove(attached_.begin(), attached_.end(), name), attached_.end());
+  return true;
+}
+
+void FlowProbe::set_transfer_sampling_rate(uint32_t rate) {
+  // The programs read it once per flow; a plain store into the mapped
+  // global is all a change takes.
+  __atomic_store_n(&skel_->data->transfer_sampling_shift, transfer_sampling_shift(rate), __ATOMIC_RELAXED);
+}
+
+bool FlowProbe::set_ignored_netns(const std::vector<uint32_t>& inodes, std::string* error) {
+  if (inodes.size() > TCPSCOPE_MAX_IGNORED_NETNS) {
+    *error = "ignore_netns: " + std::to_string(inodes.size()) + " namespaces, at most " +
+             std::to_string(TCPSCOPE_MAX_IGNORED_NETNS);
+    return false;
+  }
+  // The new set first, then the old one's others out: no namespace of both
+  // is followed in between.
+  const int fd = bpf_map__fd(skel_->maps.ignored_netns);
+  const uint8_t one = 1;
+  for (uint32_t inode : inodes)
+    if (bpf_map_update_elem(fd, &inode, &one, BPF_ANY) != 0) {
+      *error = "updating map 'ignored_netns': " + errno_text(errno);
+      return false;
+    }
+  uint32_t key = 0, next = 0;
+  std::vector<uint32_t> stale;
+  for (const uint32_t* prev = nullptr; bpf_map_get_next_key(fd, prev, &next) == 0; prev = &key) {
+    key = next;
+    if (std::find(inodes.begin(), inodes.end(), key) == inodes.end()) stale.push_back(key);
+  }
+  for (uint32_t inode : stale) bpf_map_delete_elem(fd, &inode);
+  __atomic_store_n(&skel_->bss->ignored_netns_count, static_cast<uint32_t>(inodes.size()), __ATOMIC_RELAXED);
   return true;
 }
 

@@ -41,6 +41,9 @@ struct FlowProbeOptions {
   // no rule it has nothing to do.
   std::string cgroup_path;
   uint32_t remote_trie_entries = 1u << 20;  // per generation of the policy trie
+  // The kernel follows the transfers of one flow in this many (a power of
+  // two), besides those of the flows a rule follows.
+  uint32_t transfer_sampling_rate = 16;
   // What the previous daemon handed over across a restart (handover.h), or
   // null. The probe takes its maps if they are of this build's layout, shape
   // and size, runs its own programs in their place, and closes the rest.
@@ -96,6 +99,13 @@ class FlowProbe {
   // CAP_NET_ADMIN, which the daemon keeps; "on" without a cgroup does nothing,
   // and fails if the kernel refused the program.
   bool set_cc_policy_attached(bool on, std::string* error);
+  // The flows whose handshake completes from now on are followed at this
+  // rate (a power of two; a reload's). Flows decided before keep theirs.
+  void set_transfer_sampling_rate(uint32_t rate);
+  // The network namespaces (inode numbers) whose new sockets the programs
+  // leave alone, in place of the previous set; at most
+  // TCPSCOPE_MAX_IGNORED_NETNS. False and *error naming the map and errno.
+  bool set_ignored_netns(const std::vector<uint32_t>& inodes, std::string* error);
   // Detaches every program but keeps the maps, so what the kernel already
   // queued can still be drained before exit.
   void detach();

@@ -1,7 +1,6 @@
 #include "pipeline/record_fanout.h"
 
 #include "config/config.h"
-#include "record/transfer_sampling.h"
 
 namespace tcpscope {
 
@@ -10,9 +9,7 @@ constexpr auto kRankingEvery = std::chrono::seconds(60);
 }  // namespace
 
 RecordFanout::RecordFanout(FlowPipeline& pipeline, const Config& config)
-    : pipeline_(pipeline),
-      ranking_(AsnRankingOptions::from_config(config)),
-      transfer_sampling_rate_(config.transfer_sampling_rate) {}
+    : pipeline_(pipeline), ranking_(AsnRankingOptions::from_config(config)) {}
 
 void RecordFanout::begin_drain(Clock::time_point now) {
   for (RecordSink* s : sinks_) s->begin_drain(now);
@@ -30,17 +27,15 @@ void RecordFanout::on_close(const tcpscope_close_event& ev) {
 
 void RecordFanout::route(const FlowRecord& flow) {
   const AsnRanking::Counted asn = ranking_.add(flow.enrichment.asn, flow.bytes_acked + flow.bytes_received);
-  const RoutedFlow routed(flow, asn.label, true, &json_);
+  const RoutedFlow routed(flow, asn.label, &json_);
   for (RecordSink* s : sinks_) s->add(routed);
   if (asn.reranked) ranking_changed();
 }
 
 // A transfer's bytes are its flow's: it takes its ASN's label without being
 // counted in the ranking.
-void RecordFanout::route(TransferRecord transfer) {
-  const bool exported = transfer_sampled(transfer.flow_start_ns, transfer_sampling_rate_);
-  if (exported) transfer.sampling_rate = transfer_sampling_rate_;
-  const RoutedTransfer routed(transfer, ranking_.label(transfer.enrichment.asn), exported, &json_);
+void RecordFanout::route(const TransferRecord& transfer) {
+  const RoutedTransfer routed(transfer, ranking_.label(transfer.enrichment.asn), &json_);
   for (RecordSink* s : sinks_) s->add(routed);
 }
 
@@ -59,7 +54,6 @@ void RecordFanout::tick(Clock::time_point now) {
 
 void RecordFanout::apply_config(const Config& config) {
   for (RecordSink* s : sinks_) s->apply_config(config);
-  transfer_sampling_rate_ = config.transfer_sampling_rate;
   if (ranking_.update_options(AsnRankingOptions::from_config(config))) ranking_changed();
 }
 

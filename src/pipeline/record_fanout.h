@@ -1,6 +1,6 @@
 // The ring buffer's records, through the pipeline, to every sink: each
 // record is decoded and enriched once (FlowPipeline), labelled by the ASN
-// ranking once, sampled for the outputs once, and then handed to the sinks
+// ranking once, and then handed to the sinks
 // in the order they were added. A closed flow's transfers go first, as the
 // kernel ended them before the flow.
 //
@@ -45,14 +45,12 @@ class RecordFanout {
 
  private:
   void route(const FlowRecord& flow);
-  // The outputs carry one flow in transfer_sampling_rate with all its
-  // transfers (transfer_sampling.h); every other sink takes every transfer.
-  void route(TransferRecord transfer);
+  // Only the kernel's followed flows have transfer records (transfer_sampling.h).
+  void route(const TransferRecord& transfer);
   void ranking_changed();
 
   FlowPipeline& pipeline_;
   AsnRanking ranking_;
-  uint32_t transfer_sampling_rate_;
   std::vector<RecordSink*> sinks_;
   std::string json_;  // the current record's JSON line, when a sink asks for it
   Clock::time_point last_ranking_ = Clock::now();

@@ -29,15 +29,12 @@ using LogLine = std::function<void(const std::string&)>;
 template <class Record>
 class Routed {
  public:
-  Routed(const Record& record, AsnLabel asn_label, bool exported, std::string* json_scratch)
-      : record(record), asn_label(asn_label), exported(exported), json_(json_scratch) {}
+  Routed(const Record& record, AsnLabel asn_label, std::string* json_scratch)
+      : record(record), asn_label(asn_label), json_(json_scratch) {}
 
   const Record& record;
   // By the ASN ranking in force before this record.
   const AsnLabel asn_label;
-  // In the sample the outputs carry (transfer_sampling_rate); flows always.
-  // Metrics, distributions and the controller take every record.
-  const bool exported;
 
   // The record's JSON line (record/flow_json.h), serialised by the first
   // sink that asks, so the flow log and a JSON Kafka export pay for one.

@@ -192,6 +192,8 @@ std::optional<CompiledPolicy> compile_policy(const Config& config, const AsnData
       cr.arms.push_back(arms[j].first);
     }
     b.n_arms = static_cast<uint32_t>(arms.size());
+    // A controller's evidence is its flows' transfers, all of them.
+    b.follow_transfers = r.controller || (r.experiment && r.experiment->follow_transfers);
     cr.arm_names = arm_names(cr.arms);
     out.rules.push_back(std::move(cr));
   }

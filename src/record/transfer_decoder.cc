@@ -1,5 +1,7 @@
 #include "record/transfer_decoder.h"
 
+#include <algorithm>
+
 namespace tcpscope {
 
 namespace {
@@ -21,6 +23,7 @@ TransferRecord decode_transfer_event(const tcpscope_transfer_event& ev, const Mo
   decode_identity(ev.id, &r);
 
   r.seq = ev.seq;
+  r.sampling_rate = 1u << std::min<uint8_t>(ev.sampling_shift, 16);
   r.direction = ev.direction == TCPSCOPE_XFER_RECV ? TransferDirection::kRecv : TransferDirection::kSend;
   r.delimited_by = r.direction == TransferDirection::kRecv ? TransferDelimiter::kArrival : sends;
   r.start_ns = clock.to_realtime(ev.start_ns);

@@ -1,24 +1,26 @@
-// Which flows' transfers the flow log and Kafka carry (config
-// transfer_sampling_rate): one flow in `rate`, rate a power of two, chosen by
-// a hash of the flow's flow_start_ns so that every record of a flow falls the
-// same way and a sampled flow keeps all its transfers. Metrics and
-// distributions count every transfer; only the records written out are
-// sampled.
+// Which flows' transfers the kernel follows (config transfer_sampling_rate,
+// bpf/transfer.h "Which flows"): one flow in `rate`, rate a power of two,
+// chosen by a hash of the connection's two ports, so that both ends of a
+// connection on one host agree and a followed flow keeps all its transfers.
+// Flows a rule follows for its evidence are followed whatever the hash says
+// (their records say sampling_rate 1).
 //
-// The hash is ClickHouse's intHash64, so a query can pick the same flows
-// (compare --clickhouse), and the choices nest: a flow kept at rate 16 is
-// kept at 8, 4, 2. Records written at different rates are made comparable by
-// keeping only the flows the largest rate keeps (sampling_level >= its log2).
+// The hash is ClickHouse's intHash64 of the two ports (the smaller in the
+// upper 16 bits), so a query can pick the same flows (compare --clickhouse),
+// and the choices nest: a flow followed at rate 16 is followed at 8, 4, 2.
+// Records of different rates are made comparable by keeping only the flows
+// the largest rate follows (sampling_level >= its log2).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace tcpscope {
 
 // ClickHouse's intHash64(x): MurmurHash3's 64-bit finaliser of x with a
 // fixed key mixed in.
-constexpr uint64_t flow_sampling_hash(int64_t flow_start_ns) {
-  uint64_t x = static_cast<uint64_t>(flow_start_ns) ^ 0x4CF2D2BAAE6DA887ull;
+constexpr uint64_t int_hash64(uint64_t x) {
+  x ^= 0x4CF2D2BAAE6DA887ull;
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdull;
   x ^= x >> 33;
@@ -27,14 +29,20 @@ constexpr uint64_t flow_sampling_hash(int64_t flow_start_ns) {
   return x;
 }
 
-// The largest log2(rate) at which this flow's transfers are written.
-constexpr int sampling_level(int64_t flow_start_ns) {
-  const uint64_t h = flow_sampling_hash(flow_start_ns);
+// The same as bpf/transfer.h's sampling_hash(): the order of the ports does
+// not matter, so either end's record gives it.
+constexpr uint64_t sampling_hash(uint16_t lport, uint16_t rport) {
+  return int_hash64(static_cast<uint64_t>(std::min(lport, rport)) << 16 | std::max(lport, rport));
+}
+
+// The largest log2(rate) at which this flow's transfers are followed.
+constexpr int sampling_level(uint16_t lport, uint16_t rport) {
+  const uint64_t h = sampling_hash(lport, rport);
   return h == 0 ? 64 : __builtin_ctzll(h);
 }
 
-constexpr bool transfer_sampled(int64_t flow_start_ns, uint32_t rate) {
-  return (flow_sampling_hash(flow_start_ns) & (rate - 1)) == 0;
+constexpr bool transfer_sampled(uint16_t lport, uint16_t rport, uint32_t rate) {
+  return (sampling_hash(lport, rport) & (rate - 1)) == 0;
 }
 
 }  // namespace tcpscope

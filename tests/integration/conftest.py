@@ -332,19 +332,23 @@ class NetPair:
         return p, out
 
     def client(self, tmp, addr, count=1, req=100, resp=1000, parallel=1, port=8080, timeout=120,
-               source=None, realtime=False, idle_before_close_ms=0, peer_closes_first=False):
+               source=None, realtime=False, idle_before_close_ms=0, peer_closes_first=False, source_port=0):
         """realtime: for tests that compare clocks: run the client SCHED_FIFO,
         so its wall clock stops when the last byte arrives rather than when a
         busy machine next schedules it, and have it report that arrival's
         receive timestamp (arrival_clock_us: traffic.py --stamp-arrival).
         idle_before_close_ms: wait that long after the last byte before closing.
-        peer_closes_first: read to the server's FIN before closing."""
+        peer_closes_first: read to the server's FIN before closing.
+        source_port: the first connection's local port, the next ones' one
+        more each (0: the kernel's choice)."""
         out = tmp / f"client-{port}-{random.randrange(1 << 30)}.jsonl"
         extra = ["--source", source] if source else []
         if idle_before_close_ms:
             extra += ["--idle-before-close", str(idle_before_close_ms)]
         if peer_closes_first:
             extra.append("--peer-closes-first")
+        if source_port:
+            extra += ["--source-port", str(source_port)]
         rt = []
         if realtime:
             rt = ["chrt", "-f", "20"]
@@ -417,3 +421,17 @@ def net():
     pair = NetPair()
     yield pair
     pair.close()
+
+
+def sampled(lport, rport, rate):
+    """Whether the kernel follows the transfers of a flow of these two ports at
+    `rate` (record/transfer_sampling.h's transfer_sampled: ClickHouse's
+    intHash64 of the two ports, the smaller first)."""
+    m = (1 << 64) - 1
+    x = (min(lport, rport) << 16 | max(lport, rport)) ^ 0x4CF2D2BAAE6DA887
+    x ^= x >> 33
+    x = (x * 0xff51afd7ed558ccd) & m
+    x ^= x >> 33
+    x = (x * 0xc4ceb9fe1a85ec53) & m
+    x ^= x >> 33
+    return x & (rate - 1) == 0

@@ -18,10 +18,9 @@ format settings the files leave at their defaults.
 import json
 import sys
 
-from conftest import ROOT, wait_for
+from conftest import ROOT, sampled, wait_for
 from test_compare import RELATIVE_ACCURACY, lab, run_traffic, tail_log, tcpscope  # noqa: F401  (lab: the fixture)
 from test_fleet_export import assert_clickhouse_agrees_with_flow_log, assert_stored_as_logged
-from test_flow_records import sampled
 
 sys.path.insert(0, str(ROOT / "tests" / "fleet"))
 from fleetfixtures import clickhouse_current  # noqa: E402,F401
@@ -85,8 +84,8 @@ def test_shipped_sql_and_compare_on_current_clickhouse(lab, net, tmp_path, click
     assert_clickhouse_agrees_with_flow_log(url, log, sel)
 
     # Transfers of two sampling rates (as a reload from 1 to 4 would mix
-    # them): both readers count only the flows rate 4 keeps, compare --flows
-    # by the daemon's hash and ClickHouse by intHash64, and must agree. Every
+    # them): both readers count only the flows rate 4 follows, compare --flows
+    # by the daemon's hash of the ports and ClickHouse by intHash64, and must agree. Every
     # other flow's transfers are of each rate, so that both rates have every
     # kind of transfer whatever order the traffic logged them in.
     transfers = [json.loads(line) for line in by_kind["transfer"]]
@@ -94,7 +93,7 @@ def test_shipped_sql_and_compare_on_current_clickhouse(lab, net, tmp_path, click
     at_4 = set(flows[1::2])
     rate_1 = [t for t in transfers if t["flow_start_ns"] not in at_4]
     rate_4 = [t for t in transfers if t["flow_start_ns"] in at_4]
-    mixed = rate_1 + [dict(t, sampling_rate=4) for t in rate_4 if sampled(t["flow_start_ns"], 4)]
+    mixed = rate_1 + [dict(t, sampling_rate=4) for t in rate_4 if sampled(t["lport"], t["rport"], 4)]
     assert 0 < len(mixed) - len(rate_1) < len(rate_4)
     mixed_lines = [json.dumps(t) for t in mixed]
     ch.query("TRUNCATE TABLE tcpscope.transfers")

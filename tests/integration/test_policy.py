@@ -3,6 +3,7 @@ program, seen in the kernel's own view (ss) and in the records; applications
 that set TCP_CONGESTION themselves; the sysctl guard; and a daemon killed
 with SIGKILL leaves every connection working. The programs attach to a cgroup
 the test creates, and only the test's processes run in it."""
+import collections
 import contextlib
 import json
 import os
@@ -15,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import TCPSCOPE, TRAFFIC, Daemon, echo_server, sh, wait_for
+from conftest import TCPSCOPE, TRAFFIC, Daemon, echo_server, sampled, sh, wait_for
 
 
 def start_daemon(tmp, cgroup, config_text):
@@ -232,6 +233,57 @@ def test_experiment_splits_flows_between_arms(net, tmp_path, test_cgroup):
         pj = json.loads(sh(str(TCPSCOPE), "policy", "show", "--server", d.url, "--json").stdout)
         assert pj["rules"][0]["assigned"] == 2 * n
         assert sum(a["assigned"] for a in pj["rules"][0]["experiment"]["arms"]) == 2 * n
+
+
+def test_an_experiments_flows_have_every_transfer_at_the_default_sampling(net, tmp_path, test_cgroup):
+    """At the default transfer_sampling_rate (16) the kernel follows every
+    transfer of the flows an experiment assigns (sampling_rate 1): they are
+    its evidence. An experiment with follow_transfers: false, and every flow
+    no rule assigned, are followed only where the hash of their ports picks
+    them (sampling_rate 16). The flow records are all there either way."""
+    net.cgroup = test_cgroup
+    other = second_client_address(net)
+    config = ("cc_policy:\n  rules:\n"
+              f"    - name: ab\n      match: {{ prefixes: [{net.cli_v4}/32] }}\n"
+              "      experiment: { name: ab, arms: { bbr: 50, cubic: 50 } }\n"
+              f"    - name: flows-only\n      match: {{ prefixes: [{other}/32] }}\n"
+              "      experiment: { name: flows-only, arms: { bbr: 50, cubic: 50 }, follow_transfers: false }\n")
+    home = tmp_path / "daemon"
+    home.mkdir()
+    (home / "tcpscope.yaml").write_text(config)
+    d = Daemon(home, extra_args=("--config", str(home / "tcpscope.yaml"), "--cgroup", str(test_cgroup)),
+               transfer_sampling_rate=None)
+    try:
+        n = 64
+        server, _ = net.serve(tmp_path, net.srv_v4, 2 * n)
+        for source in (net.cli_v4, other):
+            clients = net.client(tmp_path, net.srv_v4, count=n, req=50, resp=500, parallel=4, source=source)
+            assert all("error" not in c for c in clients)
+        server.wait(timeout=60)
+        recs = d.wait_records(net, 4 * n)
+        assert len(recs) == 4 * n
+        transfers = collections.defaultdict(list)
+        for t in d.all_transfers():
+            transfers[(t["netns"], t["lport"], t["rport"], t["flow_start_ns"])].append(t)
+        followed = {"ab": 0, "flows-only": 0, None: 0}
+        for r in recs:
+            mine = transfers.get((r["netns"], r["lport"], r["rport"], r["start_ns"]), [])
+            rule = r["cc_rule"] if r["dir"] == "passive" else None
+            assert (rule is None) == (r["dir"] == "active"), r  # the rules match the client's address
+            if rule == "ab":
+                assert sorted(t["direction"] for t in mine) == ["recv", "send"], (r, mine)
+                assert all(t["sampling_rate"] == 1 and t["experiment"] == "ab" for t in mine), mine
+            else:
+                assert all(t["sampling_rate"] == 16 for t in mine), mine
+                assert bool(mine) == sampled(r["lport"], r["rport"], 16), (r, mine)
+            followed[rule] += bool(mine)
+        assert followed["ab"] == n
+        # 64 flows at 1 in 16: 4 expected; all 64 is what a rule that did not
+        # say follow_transfers: false would give.
+        assert followed["flows-only"] < n / 2, followed
+        print(f"\nflows with transfer records: {followed}", end="")
+    finally:
+        assert d.stop() == 0, d.stderr_text()
 
 
 @pytest.mark.parametrize("mode", ["respect", pytest.param("enforce", marks=pytest.mark.real_kernel)])

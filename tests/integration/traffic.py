@@ -213,8 +213,9 @@ def one_client(args, family, idx):
     s.settimeout(60)
     if args.stamp_arrival:
         s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-    if args.source:
-        s.bind((args.source, 0))
+    if args.source or args.source_port:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((args.source or "", args.source_port + idx if args.source_port else 0))
     t0 = time.monotonic_ns()             # before connect(): what tcpscope measures
     try:
         s.connect((args.addr, args.port))
@@ -308,6 +309,8 @@ def main():
     c.add_argument("--request-after", type=float, default=0, metavar="MS",
                    help="wait this long after connect() before sending the request")
     c.add_argument("--source", help="local address to connect from")
+    c.add_argument("--source-port", type=int, default=0,
+                   help="local port of the first connection, the next ones' one more each (0: the kernel's)")
     c.add_argument("--out", required=True)
     c.add_argument("--timeout", type=float, default=120)
     c.add_argument("--idle-before-close", type=float, default=0, metavar="MS",

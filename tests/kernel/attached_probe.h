@@ -1,5 +1,6 @@
 // The fixture every test of the real BPF programs starts from: the programs
-// loaded and attached with a ring and remote trie a test fills in seconds.
+// loaded and attached with a ring and remote trie a test fills in seconds,
+// following every flow's transfers.
 // Needs root and a BTF kernel; the test is skipped otherwise.
 #pragma once
 
@@ -23,6 +24,7 @@ class AttachedProbe : public ::testing::Test {
     FlowProbeOptions opts;
     opts.ring_buffer_bytes = ring_buffer_bytes();
     opts.remote_trie_entries = 1024;
+    opts.transfer_sampling_rate = 1;  // every flow's transfers: the tests check each
     std::string error, details;
     probe_ = FlowProbe::open_and_attach(opts, &error, &details);
     ASSERT_TRUE(probe_) << error << "\n" << details;

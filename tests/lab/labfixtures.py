@@ -84,16 +84,19 @@ def read_jsonl(path):
     return [json.loads(l) for l in p.read_text().splitlines() if l] if p.exists() else []
 
 
-def start_daemon(lab, tmp: Path, extra_config="", kernel_profile=None):
+def start_daemon(lab, tmp: Path, extra_config="", kernel_profile=None, transfer_sampling_rate=1):
     """A tcpscope daemon whose config knows the lab's peer classes and ASNs,
-    run as on `kernel_profile`'s kernel (KERNEL_PROFILES; None: this one).
-    The lab tracks it: if this process dies, reaping the lab stops it too."""
+    run as on `kernel_profile`'s kernel (KERNEL_PROFILES; None: this one),
+    following the transfers of one flow in transfer_sampling_rate (None: the
+    default's). The lab tracks it: if this process dies, reaping the lab
+    stops it too."""
     assert TCPSCOPE.exists(), f"build first: {TCPSCOPE} missing"
     home = tmp / "daemon"
     home.mkdir(exist_ok=True)
     cfg = lab.tcpscope_config(home / "tcpscope.yaml", extra=extra_config)
     integration.WATCHED_NETNS.update(lab.netns_ids.values())  # the Daemon helper keeps only these
-    d = Daemon(home, extra_args=("--config", str(cfg)), env=kernel_profiles.daemon_env(kernel_profile))
+    d = Daemon(home, extra_args=("--config", str(cfg)), env=kernel_profiles.daemon_env(kernel_profile),
+               transfer_sampling_rate=transfer_sampling_rate)
     d.kernel_profile = kernel_profile
     lab.track(d.proc.pid)
     return d

@@ -166,8 +166,10 @@ TEST(TransferCompare, OfLinesOfSeveralRatesOnlyTheFlowsTheLargestKeepsCount) {
   for (int i = 0; i < 4000; ++i) {
     TransferRecord t = transfer("cubic", 64501, TransferDirection::kSend, 20000, i < 2000 ? 100 : 200);
     t.flow_start_ns = 1700000000000000000 + int64_t{i} * 977;
+    t.lport = 443;
+    t.rport = static_cast<uint16_t>(20000 + i);
     t.sampling_rate = i < 2000 ? 1 : 8;
-    const bool at8 = transfer_sampled(t.flow_start_ns, 8);
+    const bool at8 = transfer_sampled(t.lport, t.rport, 8);
     if (at8) ++kept[i < 2000 ? 0 : 1];
     if (i < 2000 || at8) {
       mixed.add_line(transfer_line(t));

@@ -38,6 +38,7 @@ const std::map<std::string, std::function<void(Config&)>>& changes() {
       {"transfer_sampling_rate", [](Config& c) { c.transfer_sampling_rate = 1; }},
       {"cc_policy", [](Config& c) { c.cc_policy.sysctl_guard = SysctlGuard::kDeny; }},
       {"snapshot_interval_s", [](Config& c) { c.snapshot_interval_s = 1; }},
+      {"ignore_netns", [](Config& c) { c.ignore_netns = {"loadgen"}; }},
       {"export", [](Config& c) { c.export_.kafka.brokers = {"kafka-1:9092"}; }},
   };
   return kChanges;

@@ -112,17 +112,17 @@ struct FlowLogFixture {
     sink = FlowLogSink::open(config, self, [this](const std::string& l) { logged.push_back(l); }, &error);
     EXPECT_TRUE(sink) << error;
   }
-  // One drain: a flow, a transfer the outputs carry and one they do not.
+  // One drain: two transfers and their flow.
   std::string drain() {
     FlowRecord flow;
     flow.fct_us = 1234;
-    TransferRecord carried, not_carried;
-    carried.seq = 7;
-    not_carried.seq = 8;
+    TransferRecord first, second;
+    first.seq = 7;
+    second.seq = 8;
     sink->begin_drain(RecordSink::Clock::now());
-    sink->add(RoutedTransfer(carried, AsnLabel::kOwn, true, &json));
-    sink->add(RoutedTransfer(not_carried, AsnLabel::kOwn, false, &json));
-    sink->add(RoutedFlow(flow, AsnLabel::kOwn, true, &json));
+    sink->add(RoutedTransfer(first, AsnLabel::kOwn, &json));
+    sink->add(RoutedTransfer(second, AsnLabel::kOwn, &json));
+    sink->add(RoutedFlow(flow, AsnLabel::kOwn, &json));
     sink->end_drain();
     sink->close(std::chrono::seconds(5));
     return slurp(config.flow_log);
@@ -135,12 +135,12 @@ struct FlowLogFixture {
   std::string error, json;
 };
 
-TEST(FlowLogSink, WritesFlowsAndTheTransfersTheOutputsCarry) {
+TEST(FlowLogSink, WritesFlowsAndTheirTransfers) {
   FlowLogFixture fx(true);
   const std::string data = fx.drain();
-  EXPECT_EQ(std::count(data.begin(), data.end(), '\n'), 2) << data;
+  EXPECT_EQ(std::count(data.begin(), data.end(), '\n'), 3) << data;
   EXPECT_NE(data.find("\"seq\":7"), std::string::npos) << data;
-  EXPECT_EQ(data.find("\"seq\":8"), std::string::npos) << data;
+  EXPECT_NE(data.find("\"seq\":8"), std::string::npos) << data;
   EXPECT_NE(data.find("\"fct_us\":1234"), std::string::npos) << data;
   EXPECT_EQ(fx.sink->failure(), "");
 }
@@ -151,10 +151,10 @@ TEST(FlowLogSink, WritesNoTransfersWhenTheConfigSaysSoAndFollowsAReload) {
   next.flow_log_transfers = true;
   FlowRecord flow;
   TransferRecord t;
-  fx.sink->add(RoutedTransfer(t, AsnLabel::kOwn, true, &fx.json));
-  fx.sink->add(RoutedFlow(flow, AsnLabel::kOwn, true, &fx.json));
+  fx.sink->add(RoutedTransfer(t, AsnLabel::kOwn, &fx.json));
+  fx.sink->add(RoutedFlow(flow, AsnLabel::kOwn, &fx.json));
   fx.sink->apply_config(next);
-  fx.sink->add(RoutedTransfer(t, AsnLabel::kOwn, true, &fx.json));
+  fx.sink->add(RoutedTransfer(t, AsnLabel::kOwn, &fx.json));
   fx.sink->end_drain();
   fx.sink->close(std::chrono::seconds(5));
   const std::string data = slurp(fx.config.flow_log);

@@ -45,7 +45,7 @@ TEST(KafkaBucket, AFlowKeepsItsBucketAndFlowsSpreadOverAll) {
     const uint32_t b = kafka_bucket(start);
     ASSERT_LT(b, kKafkaBuckets);
     ++all[b];
-    if (transfer_sampled(start, 16)) ++sampled[b], ++n_sampled;
+    if (transfer_sampled(443, static_cast<uint16_t>(1024 + i % 64000), 16)) ++sampled[b], ++n_sampled;
   }
   for (uint32_t b = 0; b < kKafkaBuckets; ++b) {
     EXPECT_NEAR(all[b], n / kKafkaBuckets, n / kKafkaBuckets / 10) << b;
@@ -166,17 +166,17 @@ TEST(KafkaExport, QueuesEachRecordInTheConfiguredFormat) {
     const bool json = format == "json";
     double want = 0;
     std::string line;
-    x->produce(RoutedFlow(flow, AsnLabel::kOwn, true, &line));
+    x->produce(RoutedFlow(flow, AsnLabel::kOwn, &line));
     want += json ? flow_json.size() : flow_protobuf.size();
     x->update_metrics();
     EXPECT_EQ(queue_bytes(*registry), want) << format << ": a flow";
     // The line another output made already is the one sent.
-    RoutedFlow written(flow, AsnLabel::kOwn, true, &line);
+    RoutedFlow written(flow, AsnLabel::kOwn, &line);
     EXPECT_EQ(written.json(), flow_json);
     line = "a flow log line\n";
     x->produce(written);
     want += json ? 16 : flow_protobuf.size();
-    x->produce(RoutedTransfer(transfer, AsnLabel::kOwn, true, &line));
+    x->produce(RoutedTransfer(transfer, AsnLabel::kOwn, &line));
     want += json ? transfer_json.size() : transfer_protobuf.size();
     x->update_metrics();
     EXPECT_EQ(queue_bytes(*registry), want) << format;
@@ -196,7 +196,7 @@ TEST(KafkaExport, QueuesEachRecordInTheConfiguredFormat) {
   auto x = KafkaExport::open(k, registry, &error);
   ASSERT_TRUE(x) << error;
   std::string line;
-  x->produce(RoutedTransfer(transfer, AsnLabel::kOwn, true, &line));
+  x->produce(RoutedTransfer(transfer, AsnLabel::kOwn, &line));
   x->update_metrics();
   EXPECT_EQ(queue_bytes(*registry), 0);
   x->close(0);

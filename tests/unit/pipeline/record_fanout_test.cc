@@ -10,7 +10,6 @@
 
 #include "config/config.h"
 #include "enrich/peer_classifier.h"
-#include "record/transfer_sampling.h"
 
 namespace tcpscope {
 namespace {
@@ -26,7 +25,7 @@ class RecordingSink final : public RecordSink {
     if (wants_json_) json.emplace_back(flow.json());
   }
   void add(const RoutedTransfer& t) override {
-    seen.push_back("transfer " + std::to_string(t.record.seq) + (t.exported ? " exported" : ""));
+    seen.push_back("transfer " + std::to_string(t.record.seq));
     rates.push_back(t.record.sampling_rate);
     if (wants_json_) json.emplace_back(t.json());
   }
@@ -55,16 +54,10 @@ tcpscope_flow_identity identity(uint64_t start_ns) {
   return id;
 }
 
-// A flow start whose transfers the outputs carry at `rate`, or not.
-uint64_t start_sampled(uint32_t rate, bool sampled) {
-  const MonotonicToRealtime clock{0};
-  for (uint64_t ns = 1'000'000'000;; ns += 1000)
-    if (transfer_sampled(clock.to_realtime(ns), rate) == sampled) return ns;
-}
+constexpr uint64_t kStart = 1'000'000'000;
 
 struct Fanout {
-  explicit Fanout(uint32_t rate) : first(false), second(true) {
-    config.transfer_sampling_rate = rate;
+  Fanout() : first(false), second(true) {
     tables.classifier = std::make_shared<const PeerClassifier>(std::vector<PeerClassSpec>{}, "client");
     enricher = std::make_unique<Enricher>(tables);
     pipeline = std::make_unique<FlowPipeline>(clock, *enricher, names, TransferDelimiter::kWrite);
@@ -82,7 +75,7 @@ struct Fanout {
   RecordingSink first, second;
 };
 
-tcpscope_close_event close_with_transfers(uint64_t start_ns, uint32_t n) {
+tcpscope_close_event close_with_transfers(uint64_t start_ns, uint32_t n, uint8_t sampling_shift = 0) {
   tcpscope_close_event ev{};
   ev.flow.id = identity(start_ns);
   ev.flow.end_ns = start_ns + 1'000'000;
@@ -92,50 +85,52 @@ tcpscope_close_event close_with_transfers(uint64_t start_ns, uint32_t n) {
     ev.transfers[i].id = ev.flow.id;
     ev.transfers[i].seq = i;
     ev.transfers[i].bytes = 1000;
+    ev.transfers[i].sampling_shift = sampling_shift;
   }
   return ev;
 }
 
 TEST(RecordFanout, EverySinkSeesTheTransfersBeforeTheirFlowInOneDrain) {
-  Fanout f(1);
+  Fanout f;
   f.fanout->begin_drain(RecordSink::Clock::now());
-  f.fanout->on_close(close_with_transfers(start_sampled(1, true), 2));
+  f.fanout->on_close(close_with_transfers(kStart, 2));
   f.fanout->end_drain();
-  const std::vector<std::string> expected = {"begin", "transfer 0 exported", "transfer 1 exported", "flow", "end"};
+  const std::vector<std::string> expected = {"begin", "transfer 0", "transfer 1", "flow", "end"};
   EXPECT_EQ(f.first.seen, expected);
   EXPECT_EQ(f.second.seen, expected);
 }
 
-TEST(RecordFanout, OnlyTheSampledFlowsTransfersAreExportedAndCarryTheRate) {
-  Fanout f(16);
-  f.fanout->on_close(close_with_transfers(start_sampled(16, true), 1));
-  f.fanout->on_close(close_with_transfers(start_sampled(16, false), 1));
-  EXPECT_EQ(f.first.seen, (std::vector<std::string>{"transfer 0 exported", "flow", "transfer 0", "flow"}));
-  EXPECT_EQ(f.first.rates, (std::vector<uint32_t>{16, 1}));  // 1: the record's own default
+// The kernel says at which rate it followed the flow (2^sampling_shift; 0:
+// a rule follows it): every sink gets every transfer record with its rate.
+TEST(RecordFanout, EveryTransferRecordReachesEverySinkWithItsFlowsRate) {
+  Fanout f;
+  f.fanout->on_close(close_with_transfers(kStart, 1, 4));
+  f.fanout->on_close(close_with_transfers(kStart + 1000, 1, 0));
+  EXPECT_EQ(f.first.seen, (std::vector<std::string>{"transfer 0", "flow", "transfer 0", "flow"}));
+  EXPECT_EQ(f.first.rates, (std::vector<uint32_t>{16, 1}));
+  EXPECT_EQ(f.second.rates, f.first.rates);
 }
 
 TEST(RecordFanout, TheJsonLineIsTheRecordsAndServesEverySink) {
-  Fanout f(1);
-  f.fanout->on_close(close_with_transfers(start_sampled(1, true), 1));
+  Fanout f;
+  f.fanout->on_close(close_with_transfers(kStart, 1, 4));
   ASSERT_EQ(f.second.json.size(), 2u);
   EXPECT_NE(f.second.json[0].find("\"seq\":0"), std::string::npos) << f.second.json[0];
   EXPECT_NE(f.second.json[1].find("\"outcome\""), std::string::npos) << f.second.json[1];
   EXPECT_EQ(f.second.json[0].back(), '\n');
 }
 
-TEST(RecordFanout, AReloadReachesEverySinkAndTheSampling) {
-  Fanout f(1);
+TEST(RecordFanout, AReloadReachesEverySink) {
+  Fanout f;
   Config next = f.config;
   next.transfer_sampling_rate = 16;
   f.fanout->apply_config(next);
   EXPECT_EQ(f.first.seen, (std::vector<std::string>{"config 16"}));
-  f.fanout->on_close(close_with_transfers(start_sampled(16, false), 1));
-  EXPECT_EQ(f.second.seen.back(), "flow");
-  EXPECT_EQ(f.second.seen[f.second.seen.size() - 2], "transfer 0");
+  EXPECT_EQ(f.second.seen, (std::vector<std::string>{"config 16"}));
 }
 
 TEST(RecordFanout, ANewRankingReachesEverySinkOnceAMinute) {
-  Fanout f(1);
+  Fanout f;
   const auto t0 = RecordSink::Clock::now();
   f.fanout->tick(t0);
   EXPECT_TRUE(f.first.seen.empty());
@@ -145,7 +140,7 @@ TEST(RecordFanout, ANewRankingReachesEverySinkOnceAMinute) {
 }
 
 TEST(RecordFanout, FailuresNameEveryFailingSink) {
-  Fanout f(1);
+  Fanout f;
   EXPECT_EQ(f.fanout->failures(), "");
   f.first.failing = "flow log: No space left on device";
   f.second.failing = "kafka export: Broker transport failure";
