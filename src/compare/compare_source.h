@@ -23,6 +23,13 @@
 
 namespace tcpscope {
 
+// What the daemon's and Prometheus's transfer distributions hold (the
+// records' own sources say their sampling_rate instead).
+inline constexpr char kFollowedTransfersNote[] =
+    "transfers: those of the flows the kernel follows (one in transfer_sampling_rate, and every flow an "
+    "experiment or controller assigns), each counted once: the quantiles stand for every transfer, the counts "
+    "are the sample's.";
+
 class CompareSource {
  public:
   virtual ~CompareSource() = default;

@@ -143,6 +143,7 @@ bool collect_from_daemon(const std::string& base_url, int timeout_ms, const Comp
                     seconds_text(scan.window_s) + "); quantiles are within " + acc +
                     " of the exact order statistics, and the rank test treats values in the same " + acc +
                     " bucket as ties.");
+  if (scan.unit == SampleUnit::kTransfer) s.notes.push_back(kFollowedTransfersNote);
   if (scan.format_version < kDistributionsFormatVersion)
     s.notes.push_back("note: the daemon at " + redact_url(base_url) + " is an older tcpscope (distributions format " +
                       std::to_string(scan.format_version) + ", this compare's is " +

@@ -412,6 +412,7 @@ bool PrometheusSource::collect(const CompareOptions& options, const Selection& a
                     ": per arm, sum by le of increase() across every series (every host); counts are the "
                     "increase of each cumulative bucket (made monotone in le) rounded to the nearest integer, "
                     "since increase() extrapolates to the range's ends.");
+  if (options.unit == SampleUnit::kTransfer) s.notes.push_back(kFollowedTransfersNote);
   if (!excluded.empty())
     s.notes.push_back("size classes at or above throughput_min_bytes (" + std::to_string(tmin) + " bytes) left out: " +
                       join(std::vector<std::string>(excluded.begin(), excluded.end()), ", ") +

@@ -5,6 +5,7 @@ import collections
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 import urllib.request
@@ -784,3 +785,40 @@ def test_the_kernel_follows_the_transfers_of_the_sampled_flows_only(net, tmp_pat
     finally:
         rc = d.stop()
     assert rc == 0, d.stderr_text()
+
+
+def test_a_namespace_it_is_told_to_ignore_has_no_records(net, tmp_path):
+    """ignore_netns: the client's namespace is left alone (a load generator
+    on the same host), so only the server's ends have records; a reload that
+    names none brings the client's back for the connections opened after it.
+    A namespace that cannot be read stops the start with one line."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to load BPF programs")
+    cfg = tmp_path / "tcpscope.yaml"
+    cfg.write_text(f"ignore_netns: [{net.cli}]\n")
+    d = Daemon(tmp_path, extra_args=("--config", str(cfg)))
+    try:
+        n = 20
+        server, _ = net.serve(tmp_path, net.srv_v4, 2 * n)
+        assert all("error" not in c for c in net.client(tmp_path, net.srv_v4, count=n, parallel=4))
+        passive = d.wait_records(net, n)
+        time.sleep(1)  # the daemon's drains: any client record would be there by now
+        recs = [r for r in d.all_records() if r["start_ns"] >= net.created_ns]
+        assert len(passive) == n and all(r["dir"] == "passive" for r in recs), recs
+
+        cfg.write_text("ignore_netns: []\n")
+        d.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "tcpscope: reloaded" in d.stderr_text(), 20, what="reload")
+        assert all("error" not in c for c in net.client(tmp_path, net.srv_v4, count=n, parallel=4))
+        server.wait(timeout=30)
+        recs = d.wait_records(net, 3 * n)
+        assert sum(r["dir"] == "active" for r in recs) == n, recs
+    finally:
+        assert d.stop() == 0, d.stderr_text()
+
+    cfg.write_text("ignore_netns: [no-such-namespace-here]\n")
+    (tmp_path / "again").mkdir()
+    with pytest.raises(RuntimeError) as e:
+        Daemon(tmp_path / "again", extra_args=("--config", str(cfg)))
+    assert "ignore_netns no-such-namespace-here: /run/netns/no-such-namespace-here: No such file or directory" \
+        in str(e.value), str(e.value)
