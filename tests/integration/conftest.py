@@ -423,10 +423,9 @@ def net():
     pair.close()
 
 
-def sampled(lport, rport, rate):
-    """Whether the kernel follows the transfers of a flow of these two ports at
-    `rate` (record/transfer_sampling.h's transfer_sampled: ClickHouse's
-    intHash64 of the two ports, the smaller first)."""
+def sampling_hash(lport, rport):
+    """record/transfer_sampling.h's sampling_hash: ClickHouse's intHash64 of
+    the two ports, the smaller in the upper 16 bits."""
     m = (1 << 64) - 1
     x = (min(lport, rport) << 16 | max(lport, rport)) ^ 0x4CF2D2BAAE6DA887
     x ^= x >> 33
@@ -434,4 +433,10 @@ def sampled(lport, rport, rate):
     x ^= x >> 33
     x = (x * 0xc4ceb9fe1a85ec53) & m
     x ^= x >> 33
-    return x & (rate - 1) == 0
+    return x
+
+
+def sampled(lport, rport, rate):
+    """Whether the kernel follows the transfers of a flow of these two ports at
+    `rate` (record/transfer_sampling.h's transfer_sampled)."""
+    return sampling_hash(lport, rport) & (rate - 1) == 0
