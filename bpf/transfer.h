@@ -110,7 +110,7 @@ static __always_inline void choose_followed(const struct sock *sk, struct tcp_so
 		return;
 	if (shift > 16)
 		shift = 16;
-	if (sampling_hash(sport, dport) & ((1ULL << shift) - 1))
+	if (shift && (sampling_hash(sport, dport) & ((1ULL << shift) - 1)))
 		return;
 	st->flags |= TCPSCOPE_ST_FOLLOWED;
 	st->sampling_shift = shift;

@@ -34,10 +34,11 @@
 -- the syntax kept to, the choice of types and why the consumer group is not flows.sql's. Here: Int64 for flow_start_ns, start_ns, end_ns and
 -- xfer_us (signed 64-bit in tcpscope), Nullable(Int64) for wait_us (null when no data came the
 -- other way first), UInt64 for the counters and the kernel's µs counters.
--- sampling_rate (UInt32): the daemon wrote the transfers of one flow in this many
--- (transfer_sampling_rate); compare --clickhouse counts, of rows of several rates, only the flows
--- the largest keeps (intHash64(toUInt64(flow_start_ns)) a multiple of it). Tables made before it
--- existed:
+-- sampling_rate (UInt32): the kernel followed the transfers of one flow in this many
+-- (transfer_sampling_rate; 1 for a flow an experiment or controller assigned); compare
+-- --clickhouse counts, of rows of several rates, only the flows the largest follows
+-- (intHash64(bitOr(bitShiftLeft(toUInt64(least(lport, rport)), 16), toUInt64(greatest(lport, rport))))
+-- a multiple of it). Tables made before it existed:
 --   ALTER TABLE tcpscope.transfers_kafka ADD COLUMN sampling_rate UInt32 DEFAULT 1 AFTER delimited_by
 --   ALTER TABLE tcpscope.transfers ADD COLUMN sampling_rate UInt32 DEFAULT 1 AFTER delimited_by
 -- and the view dropped and made again, as flows.sql says for new keys.

@@ -152,6 +152,8 @@ const ConfigSection<Config>& top_level_section() {
                       "nsfs path (a load generator's, a test's)",
                       [](ConfigReader& r, const ConfigEntry& f, const std::string& path, std::vector<std::string>* out) {
                         read_netns_list(r, f, path, out);
+                        if (std::find(out->begin(), out->end(), "self") != out->end())
+                          r.error(f.line, path + " names self: tcpscope would leave its own namespace's sockets alone");
                       }),
                   Reload::kApplied),
       section_key("http", &Config::http, http_section(), Reload::kEachKey, "the HTTP endpoint's authentication"),

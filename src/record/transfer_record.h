@@ -37,11 +37,11 @@ struct TransferRecord {
   uint32_t seq = 0;
   TransferDirection direction = TransferDirection::kSend;
   TransferDelimiter delimited_by = TransferDelimiter::kWrite;
-  // The flow log and Kafka carry the transfers of one flow in
-  // sampling_rate (config transfer_sampling_rate, a power of two), chosen by
-  // the hash of flow_start_ns (record/transfer_sampling.h), so a sampled
-  // flow keeps all its transfers. A reader that meets several rates keeps
-  // only the flows the largest would have kept.
+  // The kernel followed the transfers of one flow in sampling_rate (config
+  // transfer_sampling_rate, a power of two; 1 for a flow a rule follows),
+  // chosen by the hash of the two ports (record/transfer_sampling.h), so a
+  // followed flow has all its transfers. A reader that meets several rates
+  // keeps only the flows the largest would have followed.
   uint32_t sampling_rate = 1;
   // CLOCK_REALTIME nanoseconds.
   int64_t start_ns = 0;

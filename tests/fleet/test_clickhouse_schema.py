@@ -419,11 +419,20 @@ def test_ttl_sql_on_this_server(clickhouse, pipeline):
             clickhouse.query(statements[0])
 
 
-def test_int_hash64_picks_the_flows_the_daemon_samples(clickhouse):
+def test_int_hash64_picks_the_flows_the_kernel_follows(clickhouse):
     """compare --clickhouse brings transfers of several sampling rates to the
-    largest with intHash64(toUInt64(flow_start_ns)); the daemon samples with
-    its copy (src/record/transfer_sampling.h, whose unit test holds 26.9's
-    values): this server must give the same."""
+    largest with src/compare/clickhouse_source.cc's expression of the two
+    port columns; the kernel and the daemon follow flows by their copies
+    (bpf/transfer.h, src/record/transfer_sampling.h, whose unit test holds
+    26.9's intHash64 values): this server must give the same."""
     got = clickhouse.query("SELECT intHash64(toUInt64(1234567890123456789)), "
                            "intHash64(toUInt64(toInt64(-5))) FORMAT TSV").split()
     assert got == ["8838629509554173056", "13263830642547698461"], got
+    # The ports' expression is intHash64 of the smaller port in the upper
+    # 16 bits, the larger in the lower, whichever end's record it reads.
+    for lport, rport in ((443, 50000), (50000, 443), (8080, 8080), (65535, 1)):
+        ports = f"toUInt16({lport}), toUInt16({rport})"
+        key = min(lport, rport) << 16 | max(lport, rport)
+        got = clickhouse.query(f"SELECT intHash64(bitOr(bitShiftLeft(toUInt64(least({ports})), 16), "
+                               f"toUInt64(greatest({ports})))), intHash64(toUInt64({key})) FORMAT TSV").split()
+        assert got[0] == got[1], (lport, rport, got)

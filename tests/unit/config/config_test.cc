@@ -365,6 +365,27 @@ TEST(ConfigTest, TransferSamplingRate) {
   EXPECT_TRUE(OneError("transfer_sampling_rate: 131072\n", 1, "out of range 1..65536"));
 }
 
+TEST(ConfigTest, IgnoreNetns) {
+  Config c;
+  EXPECT_TRUE(c.ignore_netns.empty());
+  ASSERT_TRUE(errors_of("ignore_netns: [loadgen, /proc/1234/ns/net]\n", &c).empty());
+  EXPECT_EQ(c.ignore_netns, (std::vector<std::string>{"loadgen", "/proc/1234/ns/net"}));
+  EXPECT_TRUE(OneError("ignore_netns: [self]\n", 1, "ignore_netns names self"));
+  EXPECT_TRUE(OneError("ignore_netns: [\"a b\"]\n", 1, "must be self, a network namespace's name or an absolute path"));
+  EXPECT_TRUE(OneError("ignore_netns: loadgen\n", 1, "ignore_netns"));
+}
+
+TEST(ConfigTest, ExperimentFollowsEveryTransferUnlessItSaysNot) {
+  const std::string rule = "cc_policy:\n  rules:\n    - name: ab\n      match: {}\n"
+                           "      experiment: { name: ab, arms: { bbr: 50, cubic: 50 }";
+  Config c;
+  ASSERT_TRUE(errors_of(rule + " }\n", &c).empty());
+  ASSERT_EQ(c.cc_policy.rules.size(), 1u);
+  EXPECT_TRUE(c.cc_policy.rules[0].experiment->follow_transfers);
+  ASSERT_TRUE(errors_of(rule + ", follow_transfers: false }\n", &c).empty());
+  EXPECT_FALSE(c.cc_policy.rules[0].experiment->follow_transfers);
+}
+
 TEST(ConfigErrorTest, SnapshotInterval) {
   EXPECT_TRUE(NoErrors("snapshot_interval_s: 0\n"));
 }
