@@ -343,8 +343,15 @@ static __always_inline void note_flight(const struct sock *sk, struct tcp_sock *
 		 * network first), written while earlier data was outstanding. */
 		if (st->tx_end_ns <= st->tx_start_ns)
 			return;
-		if (st->last_rx_ns <= st->tx_start_ns && flight_ns < st->tx_end_ns + TRANSFER_IDLE_NS)
-			return; /* joins the running transfer */
+		if (st->last_rx_ns <= st->tx_start_ns && flight_ns < st->tx_end_ns + TRANSFER_IDLE_NS) {
+			/* Joins the running transfer, which cannot end before
+			 * this flight left: should the ACK of its last byte go
+			 * unseen, the end is its departure, not the ACK of the
+			 * flight before it. */
+			if (flight_ns > st->tx_end_ns)
+				st->tx_end_ns = flight_ns;
+			return;
+		}
 		end_transfer(sk, tp, st, TCPSCOPE_XFER_SEND, st->tx_end_ns);
 	}
 	begin_send_transfer(tp, st, flight_ns);
