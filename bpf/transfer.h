@@ -17,7 +17,9 @@
 #define USEC_PER_SEC 1000000U
 
 /* The kernel's tick, for its jiffies-based time counters (tcp_info's
- * busy/rwnd/sndbuf time). Weak: without a readable kernel config they are 0. */
+ * busy/rwnd/sndbuf time). The loader resolves it (src/kernel/kernel_tick.h:
+ * the kernel's config, else measured); 0 where neither served, and those
+ * counters then read 0. */
 extern int CONFIG_HZ __kconfig __weak;
 
 /*

@@ -181,6 +181,11 @@ void CcController::observe(const FlowRecord& f) {
   target->rule->connections.close(connection_key(f));
 }
 
+void CcController::forget_closed(const std::unordered_set<uint64_t>& open, double pass_start_s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& r : rules_) r->closed_unseen += r->connections.drop_absent(open, pass_start_s);
+}
+
 void CcController::promote_asns(Rule& r, double now_s, bool* changed) {
   if (r.spec.cohort != CohortKind::kAsn) return;
   // Largest first, as long as there is room.

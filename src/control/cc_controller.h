@@ -50,6 +50,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -102,6 +103,11 @@ class CcController {
   // A finished transfer or flow; only those a controller rule assigned count.
   void observe(const TransferRecord& t);
   void observe(const FlowRecord& f);
+  // The connection_key()s of every socket a complete pass of the socket
+  // iterator found open, the pass having started at `pass_start_s` (unix
+  // seconds): the open connections it did not find closed with their close
+  // record lost, and leave the rules' connection tables.
+  void forget_closed(const std::unordered_set<uint64_t>& open, double pass_start_s);
 
   // Re-tests each rule whose interval has passed (now: unix seconds).
   struct StepResult {

@@ -53,6 +53,19 @@ ConnectionTable::Entry* ConnectionTable::find_or_add(uint64_t key, double now_s)
   return &it->second;
 }
 
+size_t ConnectionTable::drop_absent(const std::unordered_set<uint64_t>& open, double pass_start_s) {
+  size_t dropped = 0;
+  for (auto e = entries_.begin(); e != entries_.end();) {
+    if (e->second.last_seen_s < pass_start_s && !open.count(e->first)) {
+      e = entries_.erase(e);
+      ++dropped;
+    } else {
+      ++e;
+    }
+  }
+  return dropped;
+}
+
 ConnectionSums* ConnectionTable::sums_in(Entry* e, uint64_t id, std::initializer_list<uint64_t> in_use) {
   for (auto& s : e->slots)
     if (s.evidence == id) return &s;

@@ -10,10 +10,12 @@
 // entry has three slots, each naming the evidence it is for.
 //
 // Bounded: at most kMaxConnections entries per rule (about 200 bytes each).
-// A full table first drops connections idle for kIdleEvictS; a connection
-// that still finds no room is not counted (the caller counts it refused):
-// counting it as a new cluster each time would be the error the clusters
-// exist to avoid.
+// A connection whose close record was lost (a ring overflow) would stay, so
+// each complete pass of the socket iterator, which sees every open socket,
+// drops the entries it did not find (drop_absent()). A full table also
+// drops connections idle for kIdleEvictS; a connection that still finds no
+// room is not counted (the caller counts it refused): counting it as a new
+// cluster each time would be the error the clusters exist to avoid.
 #pragma once
 
 #include <array>
@@ -21,6 +23,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "control/arm_evidence.h"
 #include "net/ip_addr.h"
@@ -53,6 +56,10 @@ class ConnectionTable {
   // record adds to; 0 stands for none), started afresh.
   static ConnectionSums* sums_in(Entry* e, uint64_t id, std::initializer_list<uint64_t> in_use);
   void close(uint64_t key) { entries_.erase(key); }
+  // A socket iterator's pass that started at `pass_start_s` found the
+  // connections `open` and no other: the entries not among them that were
+  // last seen before the pass are of closed sockets. Returns how many went.
+  size_t drop_absent(const std::unordered_set<uint64_t>& open, double pass_start_s);
   size_t size() const { return entries_.size(); }
   void clear() { entries_.clear(); }
 

@@ -87,6 +87,7 @@ struct CcController::Rule {
   std::map<uint32_t, Cohort> asns;        // ASN cohorts
   std::map<uint32_t, std::vector<ArmEvidence>> candidates;  // pooled ASNs followed for promotion
   ConnectionTable connections;  // the open ones with send transfers counted, each one's sums
+  uint64_t closed_unseen = 0;   // entries dropped because the socket iterator no longer found them
   double next_test_s = 0;
   uint64_t decisions = 0, reverts = 0;
 

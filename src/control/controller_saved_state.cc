@@ -1,12 +1,16 @@
 // The controller's state across restarts: save() writes every rule's
 // cohorts, decisions and evidence (with each open connection's sums) as one
-// JSON document, and restore() reads one back, checking every value, before
-// it applies anything, and applying a rule's part only if the rule's
-// settings are those it was saved under. Where the document is kept is
-// controller_store.h's; when it is written, state_writer.h's.
+// JSON document, and restore() reads one back, checking every value and
+// that the values agree with each other, before it applies anything, and
+// applying a rule's part only if the rule's settings are those it was saved
+// under. Anything wrong refuses the whole document: a part restored beside
+// a part dropped would be evidence no run of the controller could have
+// gathered. Where the document is kept is controller_store.h's; when it is
+// written, state_writer.h's.
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -113,13 +117,14 @@ double finite_at(const nlohmann::json& j, const char* key) {
   if (!v.is_number() || !std::isfinite(v.get<double>())) throw std::invalid_argument(std::string(key) + " is not a number");
   return v.get<double>();
 }
-// An ASN written as decimal text: 1 to 2^32 - 1.
+// An ASN written as decimal text, as save() writes it (no leading zero, so
+// that one ASN has one name): 1 to 2^32 - 1.
 uint32_t asn_of(const std::string& text) {
-  if (text.empty() || text.size() > 10 || text.find_first_not_of("0123456789") != std::string::npos)
-    throw std::invalid_argument("ASN \"" + text + "\" is not a decimal number");
-  const uint64_t v = std::stoull(text);
-  if (v == 0 || v > UINT32_MAX) throw std::invalid_argument("ASN " + text + " is out of range");
-  return static_cast<uint32_t>(v);
+  const bool digits = !text.empty() && text.size() <= 10 && text[0] != '0' &&
+                      text.find_first_not_of("0123456789") == std::string::npos;
+  if (!digits || std::stoull(text) > UINT32_MAX)
+    throw std::invalid_argument("ASN \"" + text + "\" is not a decimal number from 1 to 4294967295");
+  return static_cast<uint32_t>(std::stoull(text));
 }
 
 // One connection's saved sums, checked: x values are counts of transfers.
@@ -127,6 +132,7 @@ struct SavedSums {
   uint64_t key;
   ConnectionSums sums;
   double last_seen_s;
+  size_t arm;  // of the evidence they are in
 };
 SavedSums saved_sums(const nlohmann::json& j) {
   if (!j.is_array() || j.size() != 8 || !non_negative_integer(j[0]))
@@ -139,7 +145,8 @@ SavedSums saved_sums(const nlohmann::json& j) {
   }
   for (int i : {1, 3, 5})
     if (v[i] < 0 || v[i] > 1e15) throw std::invalid_argument("an open connection's count is out of range");
-  SavedSums s{j[0].get<uint64_t>(), {}, v[6]};
+  if (v[6] < 0) throw std::invalid_argument("an open connection's last seen time is negative");
+  SavedSums s{j[0].get<uint64_t>(), {}, v[6], 0};
   s.sums.objective[0] = {v[0], v[1]};
   s.sums.objective[1] = {v[2], v[3]};
   s.sums.inflation = {v[4], v[5]};
@@ -159,10 +166,60 @@ std::vector<ArmEvidence> evidence_from(const nlohmann::json& j, size_t k, std::v
     for (const auto& oj : list) {
       SavedSums s = saved_sums(oj);
       s.sums.evidence = ev[a].id();
+      s.arm = a;
       open->push_back(s);
     }
   }
   return ev;
+}
+
+// A rule's open connections as its table can hold them
+// (connection_table.h): each connection in at most kSlots evidences, in
+// each once (twice, its next transfer would find no slot for the evidence
+// it adds to), all of one arm (the kernel draws the arm per connection) and
+// seen last at one time, and at most kMaxConnections of them.
+void check_open_connections(const std::vector<SavedSums>& open) {
+  struct Seen {
+    size_t arm;
+    double last_seen_s;
+    std::set<uint64_t> evidences;
+  };
+  std::map<uint64_t, Seen> by_key;
+  for (const SavedSums& s : open) {
+    auto [it, added] = by_key.try_emplace(s.key, Seen{s.arm, s.last_seen_s, {}});
+    Seen& seen = it->second;
+    const std::string which = "open connection " + std::to_string(s.key);
+    if (!seen.evidences.insert(s.sums.evidence).second)
+      throw std::invalid_argument(which + " is twice in one arm's evidence");
+    if (seen.evidences.size() > ConnectionTable::kSlots)
+      throw std::invalid_argument(which + " is in more than " + std::to_string(ConnectionTable::kSlots) +
+                                  " evidences");
+    if (seen.arm != s.arm) throw std::invalid_argument(which + " is of two arms");
+    if (seen.last_seen_s != s.last_seen_s) throw std::invalid_argument(which + " was last seen at two times");
+  }
+  if (by_key.size() > ConnectionTable::kMaxConnections)
+    throw std::invalid_argument(std::to_string(by_key.size()) + " open connections, more than a rule keeps (" +
+                                std::to_string(ConnectionTable::kMaxConnections) + ")");
+}
+
+// A cohort's decision and latest test agree with its state: the evidence of
+// the last decision or revert as test_rule() writes it, of the action that
+// made the state (an exploring cohort has made none; a state written by
+// hand may leave it null), and the test as it shows it.
+void check_decision(const nlohmann::json& cj, const std::string& label, const std::string& state) {
+  const nlohmann::json& d = cj.at("decision");
+  if (!d.is_null()) {
+    if (!d.is_object() || !d.contains("action") || d.at("action") != state)
+      throw std::invalid_argument("cohort " + label + ": " + state + " by a decision of another state");
+    if (!d.contains("at_s") || !d.at("at_s").is_number() || !std::isfinite(d.at("at_s").get<double>()))
+      throw std::invalid_argument("cohort " + label + ": a decision at no time");
+  }
+  if (cj.contains("decided_at_s") != (state == "decided"))
+    throw std::invalid_argument("cohort " + label + ": decided_at_s " +
+                                (state == "decided" ? "missing" : "in a cohort not decided"));
+  const nlohmann::json& t = cj.value("last_test", nlohmann::json());
+  if (!t.is_null() && !(t.is_object() && t.contains("hypothesis") && t.at("hypothesis").is_string()))
+    throw std::invalid_argument("cohort " + label + ": last_test is not a test");
 }
 
 }  // namespace
@@ -258,6 +315,7 @@ bool CcController::restore(const nlohmann::json& doc, std::string* error) {
         c.epoch_start_s = finite_at(cj, "epoch_start_s");
         c.max_e = finite_at(cj, "max_e");
         if (c.max_e < 1) throw std::invalid_argument("cohort " + c.label + ": max_e below 1");
+        check_decision(cj, c.label, state);
         c.decision = cj.at("decision");
         c.last_test = cj.value("last_test", nlohmann::json());
         if (cj.contains("decided_at_s")) c.decided_at_s = finite_at(cj, "decided_at_s");
@@ -273,23 +331,32 @@ bool CcController::restore(const nlohmann::json& doc, std::string* error) {
             *error = "cohort " + c.label + ": not an ASN cohort of this rule";
             return false;
           }
-          p.asns.emplace(c.kernel_key, std::move(c));
+          const std::string label = c.label;
+          if (!p.asns.emplace(c.kernel_key, std::move(c)).second)
+            throw std::invalid_argument("cohort " + label + " is there twice");
         } else {
+          // The peer classes are among the settings: under the same ones,
+          // a pool of no class is no state this rule could have saved.
           if (c.kernel_key != TCPSCOPE_COHORT_CLASS_KEY(r.class_id(c.label)) ||
               std::find(r.class_names.begin(), r.class_names.end(), c.label) == r.class_names.end())
-            continue;  // the peer classes changed: that pool starts afresh
-          p.pools.emplace(c.label, std::move(c));
+            throw std::invalid_argument("cohort " + c.label + ": not a peer class of this rule");
+          const std::string label = c.label;
+          if (!p.pools.emplace(label, std::move(c)).second)
+            throw std::invalid_argument("cohort " + label + " is there twice");
         }
       }
       if (p.asns.size() > r.spec.max_cohorts) throw std::invalid_argument("more ASN cohorts than max_cohorts");
       if (with_evidence) {
         if (!rj.at("candidates").is_object() || rj.at("candidates").size() > controller::candidate_cap(r.spec))
           throw std::invalid_argument("more candidate ASNs than the rule follows");
-        for (const auto& [asn, ej] : rj.at("candidates").items())
-          p.candidates.emplace(asn_of(asn), evidence_from(ej, k, &p.open));
+        for (const auto& [asn, ej] : rj.at("candidates").items()) {
+          const uint32_t n = asn_of(asn);
+          if (p.asns.count(n)) throw std::invalid_argument("ASN " + asn + " is both a cohort and a candidate");
+          if (p.candidates.count(n)) throw std::invalid_argument("candidate ASN " + asn + " is there twice");
+          p.candidates.emplace(n, evidence_from(ej, k, &p.open));
+        }
       }
-      if (p.open.size() > ConnectionTable::kMaxConnections * ConnectionTable::kSlots)
-        throw std::invalid_argument("more open connections than the rule keeps");
+      check_open_connections(p.open);
       parsed.push_back(std::move(p));
     }
   } catch (const std::exception& e) {

@@ -68,6 +68,8 @@ std::string CcController::status_json() const {
     rj["decisions"] = r->decisions;
     rj["reverts"] = r->reverts;
     rj["pooled_asns"] = r->candidates.size();
+    rj["open_connections"] = r->connections.size();
+    rj["connections_closed_unseen"] = r->closed_unseen;
     rj["records_refused"] = nlohmann::json::object();
     for (int v = 1; v < kEvidenceVerdicts; ++v)
       rj["records_refused"][to_string(static_cast<EvidenceVerdict>(v))] = r->refused[v];

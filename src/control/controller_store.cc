@@ -167,7 +167,7 @@ std::string ControllerStore::set_aside(std::string* error) const {
     if (b.time == now) count = std::max(count, b.count + 1);
   const std::string name = prefix + std::to_string(now) + (count > 1 ? "-" + std::to_string(count) : "");
   if (::renameat2(dfd, kFileName, dfd, name.c_str(), RENAME_NOREPLACE) != 0) {
-    *error = path_ + " -> " + name + ": " + errno_text(errno);
+    if (errno != ENOENT) *error = path_ + " -> " + name + ": " + errno_text(errno);
     ::close(dfd);
     return "";
   }

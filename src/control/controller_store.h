@@ -33,13 +33,14 @@ class ControllerStore {
   // directory (0700) if missing. False + *error on failure, and for a text
   // over kMaxStateBytes, which load() would refuse.
   bool save(const std::string& text, std::string* error) const;
-  // Moves a state that cannot be used (load() or the controller refused it)
-  // out of the way, so that the next save does not overwrite what someone
-  // may want to look at: controller.json.unreadable-<unix seconds>, in the
-  // same directory, never over another (a second in the same second is
-  // -2, and so on); the kKeptUnreadable newest such files are kept. Returns
-  // the new path, or "" with *error; a failure to remove an old one is
-  // also in *error.
+  // Moves a state that cannot be used (load() or the controller refused
+  // it, or it is stale: state_writer.h) out of the way, so that the next
+  // save does not overwrite what someone may want to look at, and no start
+  // restores it: controller.json.unreadable-<unix seconds>, in the same
+  // directory, never over another (a second in the same second is -2, and
+  // so on); the kKeptUnreadable newest such files are kept. Returns the new
+  // path; "" with *error empty when there is no state to move, "" with
+  // *error on failure; a failure to remove an old one is also in *error.
   std::string set_aside(std::string* error) const;
   static constexpr size_t kKeptUnreadable = 3;
 

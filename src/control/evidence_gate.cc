@@ -41,10 +41,13 @@ EvidenceVerdict EvidenceGate::judge(Direction dir, uint32_t ns, const IpAddr& la
                                        : std::find(lports.begin(), lports.end(), lport) != lports.end();
   if (!governed) return EvidenceVerdict::kPort;
   if (raddr == laddr || loopback(raddr)) return EvidenceVerdict::kLocalPeer;
-  if (local) {
-    auto it = local->find(ns);
-    if (it != local->end() && it->second->lookup(raddr)) return EvidenceVerdict::kLocalPeer;
-  }
+  if (!local) return EvidenceVerdict::kCounts;
+  auto own = local->by_netns.find(ns);
+  auto host = local->by_netns.find(local->host_netns);
+  // Without both tables a peer cannot be told from this host: nothing counts,
+  // as for a namespace whose table cannot be read.
+  if (own == local->by_netns.end() || host == local->by_netns.end()) return EvidenceVerdict::kNetns;
+  if (own->second->lookup(raddr) || host->second->lookup(raddr)) return EvidenceVerdict::kLocalPeer;
   return EvidenceVerdict::kCounts;
 }
 

@@ -15,7 +15,10 @@
 //     with CAP_NET_BIND_SERVICE can listen on;
 //   - from a peer that is not this host: a peer inside its namespace's local
 //     routing table (any of the host's addresses: a second NIC, docker0, a
-//     VIP; loopback; AnyIP ranges) is a local user again.
+//     VIP; loopback; AnyIP ranges) is a local user again, and so is one
+//     inside the daemon's namespace's table: a service in a container or a
+//     named namespace is reached from the host over a veth or docker0, whose
+//     host end's address is local to the host's namespace only.
 // Steering is not changed: the other sockets still get the cohort's arms.
 #pragma once
 
@@ -38,16 +41,20 @@ constexpr int kEvidenceVerdicts = 6;
 // reason label of tcpscope_controller_records_refused_total.
 const char* to_string(EvidenceVerdict v);
 
-// This host's addresses as each network namespace (by inode) routes them:
-// its local routing table (net/local_routes.h).
-using LocalAddresses = std::map<uint32_t, std::shared_ptr<const PrefixTrie<uint8_t>>>;
+// This host's addresses as each network namespace routes them: its local
+// routing table (net/local_routes.h).
+struct LocalAddresses {
+  std::map<uint32_t, std::shared_ptr<const PrefixTrie<uint8_t>>> by_netns;  // by inode
+  uint32_t host_netns = 0;  // the daemon's namespace, whose table every namespace's sockets are judged by too
+};
 
 struct EvidenceGate {
   std::vector<uint16_t> lports;  // the rule's match.lports; empty: privileged ports only
   uint16_t unprivileged_port_start = 1024;
   std::vector<uint32_t> netns;   // the namespaces whose sockets count (inodes); empty: none
-  // Each one's local addresses; a namespace without a table still refuses
-  // loopback and a peer at the socket's own address.
+  // The namespaces' local addresses. When set, a socket counts only while
+  // both its namespace's table and the daemon's are known; when null (no
+  // table read), only loopback and the socket's own address are local.
   std::shared_ptr<const LocalAddresses> local;
 
   EvidenceVerdict judge(Direction dir, uint32_t netns, const IpAddr& laddr, uint16_t lport, const IpAddr& raddr) const;

@@ -59,8 +59,9 @@ SequentialResult mixture_sprt(const ClusteredRatio& a, const ClusteredRatio& b, 
   if (a.clusters < 2 || b.clusters < 2) return r;
   const double va = a.variance(), vb = b.variance(), v = va + vb;
   if (!(v > 0) || !std::isfinite(v)) return r;
+  const double ka = a.effective_clusters() - 1, kb = b.effective_clusters() - 1;
+  if (!(ka > 0) || !(kb > 0)) return r;
   r.testable = true;
-  const double ka = static_cast<double>(a.clusters) - 1, kb = static_cast<double>(b.clusters) - 1;
   r.dof = v * v / (va * va / ka + vb * vb / kb);
   const double rho = tau * tau / v;
   r.diff = b.ratio() - a.ratio();

@@ -79,21 +79,30 @@ void StateWriter::write(Shared& s, nlohmann::json state) {
   const FittedState fitted = fit_state(std::move(state), ControllerStore::kMaxStateBytes);
   std::string error;
   const bool saved = s.store.save(fitted.text, &error);
+  // Not even trimmed does it fit, so it is not written: the state on disk
+  // is older than what the controllers hold now, and a start must not bring
+  // it back as if it were theirs. It goes aside.
+  std::string aside, aside_error;
+  if (!fitted.fits) aside = s.store.set_aside(&aside_error);
   std::vector<std::string> said;
   // Trimmed and still over the cap is not written: only the failure is said.
   const bool trimmed = fitted.fits && !fitted.trimmed.empty();
   if (trimmed && !s.trimming)
     said.push_back("controller state trimmed to fit the " + std::to_string(ControllerStore::kMaxStateBytes >> 20) +
-                   " MiB that loading accepts: " + fitted.trimmed + " (said once while it lasts)");
+                   " MiB that loading accepts, dropping " + fitted.trimmed + " (said once while it lasts)");
   s.trimming = trimmed;
   if (saved) error.clear();
   // A state over the cap names its size, which changes at every save: one
   // failure while it lasts all the same.
-  const std::string failure = fitted.fits ? error : "over the cap";
-  if (failure != s.last_error) {
-    if (!error.empty()) said.push_back("controller state not saved: " + error);
-    s.last_error = failure;
-  }
+  const std::string failure = fitted.fits ? error : "over the cap" + aside_error;
+  if (!error.empty() && (failure != s.last_error || !aside.empty()))
+    said.push_back("controller state not saved: " + error +
+                   (!aside.empty()         ? "; the previous state, now stale, moved to " + aside +
+                                                 " so that no start restores it"
+                    : !aside_error.empty() ? "; the previous state, now stale, cannot be moved aside (" +
+                                                 aside_error + "): the next start would restore it"
+                                           : ""));
+  s.last_error = failure;
   if (said.empty()) return;
   std::lock_guard<std::mutex> lock(s.mu);
   s.messages.insert(s.messages.end(), said.begin(), said.end());

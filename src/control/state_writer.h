@@ -39,8 +39,9 @@ class StateWriter {
   bool flush(std::chrono::milliseconds timeout);
   // What the writes had to say since the last call, each once while it
   // lasts: a failure ("controller state not saved: ..."; a state over the
-  // cap, whose size changes at every save, is one failure), and what was
-  // trimmed to fit. For the loop thread to log.
+  // cap, whose size changes at every save, is one failure, and the previous
+  // state, stale then, is set aside: controller_store.h), and what was
+  // trimmed to fit, with counts (state_fit.h). For the loop thread to log.
   std::vector<std::string> take_messages();
 
  private:

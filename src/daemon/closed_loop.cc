@@ -48,7 +48,7 @@ bool ClosedLoop::reload(const Config& next, const AsnDatabase* asn_db, std::stri
 }
 
 void ClosedLoop::tick(Clock::time_point now) {
-  if (controller_.empty()) return;
+  if (stopped_ || controller_.empty()) return;
   // Addresses come and go (a VIP, a new interface): a local table is read
   // again when its namespace says a route changed, and once a minute anyway.
   bool changed = now >= next_routes_read_;
@@ -73,23 +73,26 @@ void ClosedLoop::close(std::chrono::milliseconds timeout) {
 }
 
 void ClosedLoop::watch_namespaces(const Config& config) {
-  for (const auto& rule : config.cc_policy.rules) {
-    if (!rule.controller) continue;
-    for (const auto& name : rule.controller->evidence_netns) {
-      if (namespaces_.count(name)) continue;
-      uint32_t inode = 0;
-      std::string error;
-      if (!netns_inode(name, &inode, &error)) {
-        log_("controller: evidence_netns " + name + ": " + error + "; no record of it counts");
-        continue;
-      }
-      auto routes = LocalRoutes::open(name == "self" ? "" : netns_path(name), &error);
-      if (!routes)
-        log_("controller: evidence_netns " + name + ": its local routing table cannot be read (" + error +
-             "); no record of it counts until the next start");
-      else
-        namespaces_[name] = {inode, std::move(routes)};
+  std::vector<std::string> names;
+  for (const auto& rule : config.cc_policy.rules)
+    if (rule.controller)
+      names.insert(names.end(), rule.controller->evidence_netns.begin(), rule.controller->evidence_netns.end());
+  // The host's own addresses are local to every rule's sockets (evidence_gate.h).
+  if (!names.empty()) names.push_back("self");
+  for (const auto& name : names) {
+    if (namespaces_.count(name)) continue;
+    uint32_t inode = 0;
+    std::string error;
+    if (!netns_inode(name, &inode, &error)) {
+      log_("controller: evidence_netns " + name + ": " + error + "; no record of it counts");
+      continue;
     }
+    auto routes = LocalRoutes::open(name == "self" ? "" : netns_path(name), &error);
+    if (!routes)
+      log_("controller: evidence_netns " + name + ": its local routing table cannot be read (" + error +
+           "); no record of it counts until the next start");
+    else
+      namespaces_[name] = {inode, std::move(routes)};
   }
   read_local_routes();
 }
@@ -107,9 +110,10 @@ void ClosedLoop::read_local_routes() {
     }
     auto trie = std::make_shared<PrefixTrie<uint8_t>>();
     for (const auto& p : routes) trie->insert(p.addr, p.len, 1);
-    (*local)[ns.inode] = std::move(trie);
+    local->by_netns[ns.inode] = std::move(trie);
     inodes[name] = ns.inode;
   }
+  if (auto self = namespaces_.find("self"); self != namespaces_.end()) local->host_netns = self->second.inode;
   if (errors != routes_error_) {
     if (!errors.empty()) log_("controller: local routing table unreadable (" + errors + "); its records do not count");
     routes_error_ = errors;

@@ -36,6 +36,10 @@ class ClosedLoop final : public RecordSink {
   void add(const RoutedFlow& flow) override { controller_.observe(flow.record); }
   void add(const RoutedTransfer& transfer) override { controller_.observe(transfer.record); }
   void tick(Clock::time_point now) override;
+  // At stop, before the handover is stored: from here on no tick tests,
+  // applies weights or reads routes, so the policy's maps and generation
+  // stay as stored; close() still saves the state.
+  void stop() { stopped_ = true; }
   void close(std::chrono::milliseconds timeout) override;
 
   CcController& controller() { return controller_; }
@@ -48,7 +52,8 @@ class ClosedLoop final : public RecordSink {
   // A saved state that cannot be used, out of the next save's way.
   void set_aside(const std::string& why);
   void log_writer_messages();
-  // The namespaces the controller rules' evidence_netns name: each one's
+  // The namespaces the controller rules' evidence_netns name, and the
+  // daemon's own (its addresses are local to all of them): each one's
   // inode and a reader of its local routing table, opened for names not
   // seen before (another namespace than the daemon's own can be entered
   // only at start: after that it lacks CAP_SYS_ADMIN, and says so).
@@ -71,6 +76,7 @@ class ClosedLoop final : public RecordSink {
   CcController controller_;
   ControllerStore store_;
   StateWriter writer_{store_};
+  bool stopped_ = false;
   bool saving_ = true;  // false once a state that could not be set aside must not be overwritten
 };
 

@@ -89,7 +89,11 @@ class Daemon {
   int start_outputs();
   // One drain of the ring: its records to every sink, together.
   int drain_ring();
+  // The timer's tick: the clock, the open-flow snapshots, then account().
   void on_tick();
+  // What a tick does that starts nothing: the sinks' periodic work (the
+  // closed loop's tests among them, until it stops) and the kernel's counters.
+  void account(SteadyClock::time_point now);
   void apply_reload(PreparedReload& r);
   // /healthz, on an HTTP thread: reads only last_drain_ns_ and, under
   // failures_mu_, failures_, which the loop thread sets.
@@ -214,6 +218,9 @@ int Daemon::start_kernel() {
   fanout_ = std::make_unique<RecordFanout>(*pipeline_, config_);
   snapshots_ = std::make_unique<OpenFlowSnapshots>(config_.snapshot_interval_s ? probe_->snapshot_link_fd() : -1,
                                                    clock_, *pipeline_, aggregator_->aggregator(), *self_, log_line);
+  snapshots_->on_complete_pass([this](const std::unordered_set<uint64_t>& open, double pass_start_s) {
+    loop_->controller().forget_closed(open, pass_start_s);
+  });
   http_->handle_json("/api/v1/flows", [this](const std::string& q) { return snapshots_->json(q); });
   http_->handle_json("/api/v1/policy", [this](const std::string&) { return policy_->to_json(); });
   http_->handle_json("/api/v1/controller",
@@ -273,6 +280,10 @@ void Daemon::on_tick() {
   }
   snapshots_->tick(now, std::chrono::seconds(config_.snapshot_interval_s));
   policy_->update_metrics();
+  account(now);
+}
+
+void Daemon::account(SteadyClock::time_point now) {
   fanout_->tick(now);
   sample_kernel_counters(*probe_, *ring_, *pipeline_, *self_);
   std::lock_guard<std::mutex> lock(failures_mu_);
@@ -388,6 +399,9 @@ int Daemon::run() {
   // The jobs read the iterator's link and reopen the flow log: done before those go.
   snapshots_->wait();
   reloader_->wait();
+  // Nothing starts, attaches or changes the policy from here on: the
+  // handover below stores what the next daemon takes over.
+  loop_->stop();
   // Under a service manager that keeps descriptors across a restart, the
   // programs stay attached for the next daemon (docs/packaging.md "Restarts"), the
   // policy's sysctl guard with them: it reads on where this one stops, and
@@ -403,7 +417,7 @@ int Daemon::run() {
   const auto drain_until = SteadyClock::now() + std::chrono::seconds(1);
   while (drain_ring() == RingReader::kDefaultDrainBudget && (!handover_stored_ || SteadyClock::now() < drain_until)) {
   }
-  on_tick();
+  account(SteadyClock::now());
   fanout_->close(kCloseTimeout);
   ring_.reset();
   probe_.reset();

@@ -2,6 +2,8 @@
 
 #include <atomic>
 
+#include "control/connection_table.h"
+
 namespace tcpscope {
 
 namespace {
@@ -18,6 +20,7 @@ void OpenFlowSnapshots::tick(Clock::time_point now, std::chrono::seconds interva
 void OpenFlowSnapshots::start(Clock::time_point now) {
   last_start_ = now;
   if (link_fd_ < 0 || job_.running()) return;
+  pass_start_s_ = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   job_.start([link = link_fd_, rotation = &rotation_] {
     FlowSnapshot snap = snapshot_all_namespaces(link, kSnapshotBudget, rotation);
     sort_by_flow_identity(&snap.flows);  // here, off the ring's loop
@@ -31,11 +34,17 @@ void OpenFlowSnapshots::finish() {
   auto flows = std::make_shared<OpenFlowsView>(clock_);
   flows->reserve(snap->flows.size());
   Aggregator::ActiveFlows active;
+  // A pass that skipped a namespace, or could not read one, did not see every open socket.
+  const bool complete = on_complete_pass_ && snap->namespaces_skipped == 0 && snap->namespace_errors == 0;
+  std::unordered_set<uint64_t> open;
+  if (complete) open.reserve(snap->flows.size());
   for (const auto& ev : snap->flows) {
     const FlowRecord f = pipeline_.record_of(ev);
     ++active[{f.enrichment.peer_class, f.cc}];
+    if (complete) open.insert(connection_key(f));
     flows->add(ev, f);
   }
+  if (complete) on_complete_pass_(open, pass_start_s_);
   aggregator_.set_active_flows(active);
   self_.set_snapshot({static_cast<int64_t>(flows->size()), snap->namespaces, snap->namespaces_empty,
                       snap->namespaces_skipped, snap->namespace_errors, snap->seconds});

@@ -220,10 +220,9 @@ std::unique_ptr<HttpServer> HttpServer::start(const std::string& listen, const H
     *error = "listen " + listen + ": " + why;
     return nullptr;
   }
-  std::unique_ptr<HttpServer> s(new HttpServer());
+  std::unique_ptr<HttpServer> s(new HttpServer(limits));
   s->listen_ = listen;
   s->loopback_listener_ = is_loopback(sa);
-  s->limits_ = limits;
   s->limits_.max_connections = std::max(1, std::min(limits.max_connections, usable_descriptors() - kFdReserve));
   if (!s->set_basic_auth(security, error)) {
     *error = "listen " + listen + ": " + *error;
@@ -271,6 +270,8 @@ std::unique_ptr<HttpServer> HttpServer::start(const std::string& listen, const H
   s->io_ = std::thread(&HttpServer::run_io, s.get());
   return s;
 }
+
+HttpServer::HttpServer(const Limits& limits) : limits_(limits), budget_(limits.max_pending_output_bytes) {}
 
 HttpServer::~HttpServer() {
   stop();
@@ -498,11 +499,18 @@ void HttpServer::close_connection(uint64_t id) {
     const linger reset{1, 0};
     setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
   }
-  pending_output_ -= c.out_size();
+  let_go_of_response(c);
   close(c.fd);  // also leaves the epoll set
   auto p = per_peer_.find(c.peer);
   if (p != per_peer_.end() && --p->second <= 0) per_peer_.erase(p);
   connections_.erase(it);
+}
+
+void HttpServer::let_go_of_response(Connection& c) {
+  if (c.body) budget_.release(c.body, c.head.size());
+  c.head.clear();
+  c.body.reset();
+  c.out_sent = 0;
 }
 
 void HttpServer::on_readable(Connection& c, int64_t now) {
@@ -578,7 +586,7 @@ void HttpServer::dispatch(Connection& c, HttpRequest&& request, int64_t now) {
     if (json_.count(request.path)) pool = api_pool_.get();
   }
   if (!pool) return error(404);
-  if (pending_output_ > limits_.max_pending_output_bytes) {
+  if (budget_.exhausted()) {
     count(kBusy);
     return error(503);
   }
@@ -609,11 +617,10 @@ void HttpServer::respond(Connection& c, const Reply& reply, int64_t now) {
   if (reply.status == 401) head += "WWW-Authenticate: Basic realm=\"tcpscope\", charset=\"UTF-8\"\r\n";
   if (!c.keep_alive) head += "Connection: close\r\n";
   head += "\r\n";
-  pending_output_ -= c.out_size();
+  let_go_of_response(c);
+  budget_.hold(reply.body, head.size());
   c.head = std::move(head);
   c.body = reply.body;
-  c.out_sent = 0;
-  pending_output_ += c.out_size();
   c.state = Connection::kWriting;
   c.state_since_ms = now;
   c.deadline_ms = now + limits_.response_deadline_ms;
@@ -640,10 +647,7 @@ void HttpServer::on_writable(Connection& c, int64_t now) {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     return close_connection(c.id);
   }
-  pending_output_ -= c.out_size();
-  c.head.clear();
-  c.body.reset();
-  c.out_sent = 0;
+  let_go_of_response(c);
   if (!c.keep_alive) {
     // Read (and drop) what the client still sends for a moment, so that the
     // close does not reset the connection before it has read the answer.
@@ -669,20 +673,14 @@ void HttpServer::collect_done(int64_t now) {
     done.swap(done_);
   }
   // A reply that was queued counts against the response budget as a new
-  // request does: past it, 503. Requests answered together share one body
-  // (they come in a row) and the budget is asked once for it.
-  const std::string* budgeted = nullptr;
-  bool over_budget = false;
+  // request does: past it, 503. Requests answered together share one body:
+  // once the first of them holds it, the others cost only their heads.
   for (Done& d : done) {
     auto it = connections_.find(d.connection);
     if (it == connections_.end()) continue;
     Connection& c = *it->second;
     if (c.state != Connection::kWorking) continue;
-    if (d.reply.body.get() != budgeted) {
-      budgeted = d.reply.body.get();
-      over_budget = pending_output_ > 0 && pending_output_ + budgeted->size() > limits_.max_pending_output_bytes;
-    }
-    if (over_budget) {
+    if (!budget_.fits(d.reply.body)) {
       count(kBusy);
       respond(c, Reply{503, kTextContentType, std::string(status_text(503)) + "\n"}, now);
       continue;

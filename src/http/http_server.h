@@ -23,7 +23,10 @@
 // still taking its response after a second, so a flood from an address
 // cannot lock out a scraper at the same address. Responses wait in memory
 // up to a total budget, which a queued request's reply asks for when it is
-// ready, as a new request does; past it, 503.
+// ready, as a new request does; past it, 503. An answer shared by many
+// connections counts once (ResponseBudget), so clients that ask /metrics
+// together and never read cannot spend the budget on copies that do not
+// exist.
 // What is refused and why is counted
 // (tcpscope_http_rejected_total{reason}, served with /metrics).
 //
@@ -46,6 +49,7 @@
 
 #include "config/config.h"
 #include "http/http_auth.h"
+#include "http/response_budget.h"
 
 namespace prometheus {
 class Registry;
@@ -75,7 +79,7 @@ class HttpServer {
     int response_deadline_ms = 10000;  // the whole response taken by the client
     int max_requests_per_connection = 100;
     size_t max_head_bytes = 8192;
-    size_t max_pending_output_bytes = size_t(128) << 20;
+    size_t max_pending_output_bytes = size_t(128) << 20;  // answers held (ResponseBudget: a shared one once)
     int scrape_workers = 1;  // /metrics
     int api_workers = 2;     // JSON handlers
     size_t max_queued_requests = 256;  // per worker pool; past it 503
@@ -125,6 +129,9 @@ class HttpServer {
   const std::string& listen_address() const { return listen_; }
   const Limits& limits() const { return limits_; }
   uint64_t rejected(Rejection r) const { return rejected_[r].load(std::memory_order_relaxed); }
+  // What the answers connections hold count against max_pending_output_bytes
+  // (a body shared by several connections once).
+  size_t response_bytes_held() const { return budget_.used(); }
   // Stops accepting, finishes the requests workers hold, closes every connection; idempotent.
   void stop();
 
@@ -145,7 +152,7 @@ class HttpServer {
     Reply reply;
   };
 
-  HttpServer() = default;
+  explicit HttpServer(const Limits& limits);
   void run_io();
   void run_worker(Pool* pool);
   void accept_all(int64_t now_ms);
@@ -158,6 +165,7 @@ class HttpServer {
   void collect_done(int64_t now_ms);
   void expire(int64_t now_ms);
   void close_connection(uint64_t id);  // a response not yet taken is reset, not sent on
+  void let_go_of_response(Connection& c);  // its head and its share of the body leave the budget
   void watch(Connection& c, uint32_t events);
   void count(Rejection r) { rejected_[r].fetch_add(1, std::memory_order_relaxed); }
   Reply serve(const std::string& path, const std::string& query);
@@ -182,7 +190,7 @@ class HttpServer {
   std::map<uint64_t, std::unique_ptr<Connection>> connections_;
   std::map<std::string, int> per_peer_;
   uint64_t next_id_ = 2;  // 0: the listener, 1: wake_fd_
-  size_t pending_output_ = 0;
+  ResponseBudget budget_;  // of the answers connections hold
   int64_t last_expiry_ms_ = 0;
   int64_t accept_paused_until_ms_ = 0;  // 0: the listener is watched
 

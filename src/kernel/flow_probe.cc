@@ -12,9 +12,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <iterator>
 
+#include "kernel/kernel_tick.h"
 #include "kernel/load_log.h"
 #include "tcpscope.skel.h"
 
@@ -175,12 +177,16 @@ std::string incompatibility(const Handover& h, tcpscope_bpf* skel) {
 uint32_t transfer_sampling_shift(uint32_t rate) { return rate ? static_cast<uint32_t>(__builtin_ctz(rate)) : 0; }
 
 // Opens the object and fixes what must be fixed before load: the maps'
-// sizes, the constants, and which programs load under `plan`; with
-// `previous`, its maps in place of new ones if they fit (else *why_not says
-// why, and none is taken). nullptr, with *error naming what failed, on failure.
+// sizes, the constants (CONFIG_HZ: `tick`'s), and which programs load under
+// `plan`; with `previous`, its maps in place of new ones if they fit (else
+// *why_not says why, and none is taken). nullptr, with *error naming what failed, on failure.
 tcpscope_bpf* open_for(const FlowProbeOptions& opts, const LoadPlan& plan, uint32_t generation,
-                       const Handover* previous, std::string* why_not, std::string* error) {
-  tcpscope_bpf* skel = tcpscope_bpf__open();
+                       const KernelTick& tick, const Handover* previous, std::string* why_not,
+                       std::string* error) {
+  // The kconfig externs resolved here: libbpf reads no config of the kernel's.
+  const std::string kconfig = libbpf_kconfig(tick);
+  LIBBPF_OPTS(bpf_object_open_opts, open_opts, .kconfig = kconfig.c_str());
+  tcpscope_bpf* skel = tcpscope_bpf__open_opts(&open_opts);
   if (!skel) {
     *error = "opening the BPF object failed: " + errno_text(errno);
     return nullptr;
@@ -256,6 +262,7 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
   LibbpfLogCapture log;
   std::unique_ptr<FlowProbe> probe(new FlowProbe());
   probe->ring_bytes_ = opts.ring_buffer_bytes;
+  const KernelTick tick = read_kernel_tick();
 
   // Older kernels lack some tracepoints: those programs stay unloaded and the
   // records lose only what they fed (stated by `tcpscope version`).
@@ -295,7 +302,7 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
   if (previous) probe->generation_ = previous->generation + 1 ? previous->generation + 1 : 1;
   std::string why_not;
   for (size_t attempt = 0;; ++attempt) {
-    probe->skel_ = open_for(opts, plan, probe->generation_, opts.previous, &why_not, error);
+    probe->skel_ = open_for(opts, plan, probe->generation_, tick, opts.previous, &why_not, error);
     if (!probe->skel_) {
       *details = log.take();
       return nullptr;
@@ -311,8 +318,16 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
       failed_errno = -err;
       refused = refused_program(log.text());
       const std::string why = refused.empty() ? "" : verifier_reason(log.text(), refused);
-      *error = "the kernel refused BPF program " + (refused.empty() ? std::string("(unknown)") : "'" + refused + "'") +
-               ": " + errno_text(err) + (why.empty() ? "" : " (verifier: " + why + ")");
+      if (refused.empty()) {
+        // Nothing reached the verifier: a step of libbpf's own failed
+        // (kernel BTF, CO-RE relocations, maps, kconfig), which it named.
+        const std::string step = libbpf_failure(log.text());
+        *error = "loading the BPF object failed before the kernel verified any program: " +
+                 (step.empty() ? std::string("libbpf said nothing") : "libbpf: " + step) + ": " + errno_text(err);
+      } else {
+        *error = "the kernel refused BPF program '" + refused + "': " + errno_text(err) +
+                 (why.empty() ? "" : " (verifier: " + why + ")");
+      }
       reason = why.empty() ? errno_text(err) : "verifier: " + why;
     } else if (!probe->took_over_ && !set_active_generation(skel, probe->generation_, error)) {
       *details = log.take();
@@ -376,6 +391,8 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
   }
   probe->ncpus_ = libbpf_num_possible_cpus();
   if (probe->ncpus_ <= 0) probe->ncpus_ = 1;
+  // Said once loaded: a start that fails says one thing, why.
+  std::fprintf(stderr, "tcpscope: kernel: %s\n", tick.source.c_str());
   return probe;
 }
 

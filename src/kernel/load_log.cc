@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <regex>
+#include <string_view>
 #include <vector>
 
 namespace tcpscope {
@@ -70,6 +71,22 @@ std::string refused_program(const std::string& log) {
   std::string name;
   for (auto it = log.cbegin(); std::regex_search(it, log.cend(), m, re); it = m.suffix().first) name = m[1];
   return name;
+}
+
+std::string libbpf_failure(const std::string& log) {
+  static const std::regex generic("^failed to load (object|BPF skeleton) ");
+  constexpr std::string_view kPrefix = "libbpf: ";
+  std::string last;
+  for (size_t at = 0; at < log.size();) {
+    size_t end = log.find('\n', at);
+    if (end == std::string::npos) end = log.size();
+    const std::string_view line(log.data() + at, end - at);
+    at = end + 1;
+    if (line.substr(0, kPrefix.size()) != kPrefix) continue;
+    std::string message(line.substr(kPrefix.size()));
+    if (!message.empty() && !std::regex_search(message, generic)) last = std::move(message);
+  }
+  return last;
 }
 
 std::string verifier_reason(const std::string& log, const std::string& program) {

@@ -31,6 +31,13 @@ class LibbpfLogCapture {
 // The program whose load libbpf reported failed in `log`, "" if none.
 std::string refused_program(const std::string& log);
 
+// What libbpf says failed when a load stopped before the kernel verified
+// any program (no refused_program()): its last message but the generic
+// "failed to load object" ones, without the "libbpf: " prefix; "" if none.
+// Say, "failed to open system Kconfig", or "map 'events': failed to create:
+// Cannot allocate memory(-12)".
+std::string libbpf_failure(const std::string& log);
+
 // The verifier's reason for refusing `program`: the last line of its load log
 // (libbpf's "-- BEGIN PROG LOAD LOG --" block) before the statistics the
 // verifier appends ("processed N insns", "verification time", "stack

@@ -3,8 +3,11 @@
 // controller, configured with two controller rules, restores it or refuses
 // it whole. What it refuses it says why, and the store sets the file aside
 // whole (controller_store.h). Whatever it accepts has weights summing to
-// 100, is saved again, and that saved state is accepted again, saves the
-// same (a restart after a restart changes nothing) and takes a step.
+// 100 and open connections a table can hold (each in at most
+// ConnectionTable::kSlots evidences, in each once, of one arm), is saved
+// again, and that saved state is accepted again, saves the same (a restart
+// after a restart changes nothing) and takes a step. The seeds
+// (corpus/controller_state/) include one state of each kind restore refuses.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,8 +17,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +29,7 @@
 
 #include "config/config.h"
 #include "control/cc_controller.h"
+#include "control/connection_table.h"
 #include "control/controller_store.h"
 
 namespace {
@@ -96,6 +103,36 @@ void set_aside(const tcpscope::ControllerStore& store, const std::string& bytes,
   if (kept > tcpscope::ControllerStore::kKeptUnreadable) fail(std::to_string(kept) + " states set aside are kept");
 }
 
+// A state accepted holds connections as a table can: each in at most
+// kSlots evidences, in each once (a connection twice in one evidence once
+// made its next transfer write through a null pointer), of one arm.
+void check_open_connections(const nlohmann::json& state) {
+  struct Seen {
+    size_t times = 0;
+    std::set<std::string> evidences;  // cohort or candidate, and arm
+    std::set<size_t> arms;
+  };
+  std::map<std::pair<std::string, uint64_t>, Seen> seen;  // by rule and key
+  auto add = [&](const std::string& rule, const std::string& owner, const nlohmann::json& arms) {
+    for (size_t a = 0; a < arms.size(); ++a)
+      for (const auto& o : arms[a]["open"]) {
+        Seen& c = seen[{rule, o[0].get<uint64_t>()}];
+        ++c.times;
+        c.evidences.insert(owner + "/" + std::to_string(a));
+        c.arms.insert(a);
+      }
+  };
+  for (const auto& [name, rule] : state["rules"].items()) {
+    for (const auto& cohort : rule["cohorts"]) add(name, cohort["label"].get<std::string>(), cohort["evidence"]);
+    for (const auto& [asn, arms] : rule["candidates"].items()) add(name, "candidate " + asn, arms);
+  }
+  for (const auto& [id, c] : seen)
+    if (c.times > tcpscope::ConnectionTable::kSlots || c.evidences.size() != c.times || c.arms.size() != 1)
+      fail("open connection " + std::to_string(id.second) + " of rule " + id.first + " accepted " +
+           std::to_string(c.times) + " times in " + std::to_string(c.evidences.size()) + " evidences of " +
+           std::to_string(c.arms.size()) + " arms");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -117,6 +154,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (sum != 100) fail("a restored cohort's weights sum to " + std::to_string(sum));
   }
   const nlohmann::json saved = first->save();
+  check_open_connections(saved);
   auto second = controller();
   if (!second->restore(saved, &error)) fail("a state it saved is refused: " + error + "\n" + saved.dump());
   if (second->save() != saved) fail("a state restored twice saves differently:\n" + saved.dump());

@@ -8,8 +8,12 @@ the lab (tests/lab/test_lab_controller.py, bench/controller_lab.py); the
 statistics themselves in tests/unit/control."""
 import json
 import os
+import random
+import re
 import signal
+import subprocess
 import sys
+import time
 import urllib.request
 
 import pytest
@@ -200,3 +204,128 @@ def test_without_send_transfers_the_status_says_so(net, tmp_path, test_cgroup):
         assert all(t["direction"] == "recv" for t in d.all_transfers()), "a send transfer on this kernel"
     finally:
         assert d.stop() == 0, d.stderr_text()
+
+
+HOLD = ("import socket,sys\n"
+        "conns=[]\n"
+        "for _ in range(int(sys.argv[4])):\n"
+        "  c=socket.socket(); c.bind((sys.argv[1], 0)); c.connect((sys.argv[2], int(sys.argv[3])))\n"
+        "  c.sendall(b'x'*200)\n"
+        "  got=0\n"
+        "  while got<200: got+=len(c.recv(65536))\n"
+        "  conns.append(c)\n"
+        "print('open', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "for c in conns: c.close()\n"
+        "print('closed', flush=True)\n")
+
+
+def test_connections_whose_close_records_were_lost_leave_the_table(net, tmp_path, test_cgroup):
+    """200 kept-open connections are counted; with the daemon stopped, a
+    burst of 1,500 others fills its 256 KiB ring and then the 200 close, so
+    their close records are lost. The next complete pass of the socket
+    iterator (snapshot_interval_s: 1) finds none of them open: they leave the
+    connection table, and new connections are counted, none refused."""
+    s = Setup(net, tmp_path, test_cgroup)
+    d = s.daemon(controller_config(s.pfx2as, s.net.srv) + "ring_buffer_bytes: 262144\nsnapshot_interval_s: 1\n")
+    hold = None
+
+    def rule():
+        return get_json(d, "/api/v1/controller")["rules"][0]
+
+    def transfers():
+        return sum(a["transfers"] for c in rule()["cohorts"] for a in c["evidence"]["arms"].values())
+    try:
+        hold = subprocess.Popen(["ip", "netns", "exec", net.cli, sys.executable, "-c", HOLD, net.cli_v4, net.srv_v4,
+                                 "8080", "200"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert hold.stdout.readline().strip() == "open"
+        wait_for(lambda: rule()["open_connections"] == 200, 20, what="200 open connections in the table")
+        before = rule()
+        d.proc.send_signal(signal.SIGSTOP)
+        try:
+            s.net.ns(s.net.cli, sys.executable, "-c", CONNECT, s.other, s.net.srv_v4, "8080", "1500")
+            hold.stdin.write("\n")
+            hold.stdin.flush()
+            assert hold.stdout.readline().strip() == "closed"
+
+            def server_ends_open():
+                out = s.net.ns(s.net.srv, "ss", "-Htn", "state", "connected", "dst", s.net.cli_v4).stdout
+                return len(out.splitlines())
+            # The server's ends close, into the full ring, before the daemon runs again.
+            wait_for(lambda: server_ends_open() == 0, 20, what="the server's ends of the 200 closed")
+        finally:
+            d.proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: (d.metric_value("tcpscope_records_lost_total") or 0) > 0, 10, what="records lost")
+        wait_for(lambda: rule()["open_connections"] == 0, 10, what="an empty connection table")
+        after = rule()
+        print(f"\n200 open connections, their close records behind a full ring: "
+              f"{after['connections_closed_unseen']} left the table unseen, "
+              f"{d.metric_value('tcpscope_records_lost_total'):.0f} records lost", end="")
+        assert before["connections_closed_unseen"] == 0, before
+        assert after["connections_closed_unseen"] >= 190, after
+        counted = transfers()
+        s.connections(d, s.net.cli_v4, 50)
+        wait_for(lambda: transfers() >= counted + 50, 10, what="50 new connections counted")
+        assert rule()["records_refused"]["connection_cap"] == 0, rule()
+    finally:
+        if hold and hold.poll() is None:
+            hold.kill()
+            hold.wait()
+        d.proc.send_signal(signal.SIGCONT)
+        assert d.stop() == 0, d.stderr_text()
+
+
+FORBIDDEN_AFTER_DETACH = ("BPF_LINK_CREATE", "BPF_ITER_CREATE", "BPF_MAP_UPDATE_ELEM", "BPF_RAW_TRACEPOINT_OPEN",
+                          "BPF_PROG_ATTACH")
+
+
+def bpf_after_detach(trace_prefix):
+    """The daemon's bpf() calls of FORBIDDEN_AFTER_DETACH made after it closed
+    its first live link (the detach), from strace -ff -ttt files; and
+    whether a detach was seen."""
+    lines = []
+    for f in trace_prefix.parent.glob(trace_prefix.name + ".*"):
+        lines += [l.split(" ", 1) for l in f.read_text().splitlines() if " " in l]
+    links, detached, after = set(), False, []
+    for _, call in sorted(lines, key=lambda l: float(l[0])):
+        ret = re.search(r"= (\d+)$", call)
+        if call.startswith(("bpf(BPF_LINK_CREATE", "bpf(BPF_RAW_TRACEPOINT_OPEN")) and ret and not detached:
+            links.add(int(ret.group(1)))
+        m = re.match(r"close\((\d+)\)", call)
+        if m and int(m.group(1)) in links:
+            detached = True
+        if detached and call.startswith(tuple(f"bpf({c}" for c in FORBIDDEN_AFTER_DETACH)):
+            after.append(call[:120])
+    return detached, after
+
+
+def test_a_stop_starts_nothing_after_the_detach(net, tmp_path, test_cgroup):
+    """20 stops, each at a random moment 0.5 to 2.5 s after the start, of a
+    daemon whose controller tests every second and whose socket iterator
+    runs every second, under strace: once it has closed its first link (the
+    detach), no link, iterator, attachment or map update follows."""
+    s = Setup(net, tmp_path, test_cgroup)
+    s.cfg.write_text(controller_config(s.pfx2as, s.net.srv) + "snapshot_interval_s: 1\n")
+    rng = random.Random(48)
+    for run in range(20):
+        home = tmp_path / f"stop{run}"
+        home.mkdir()
+        prefix = home / "trace"
+        wrapper = home / "tcpscope-under-strace"
+        wrapper.write_text(f"#!/bin/sh\nexec strace -f -ff -ttt -qq --seccomp-bpf -e trace=bpf,close -o {prefix} "
+                           f"{TCPSCOPE} \"$@\"\n")
+        wrapper.chmod(0o755)
+        env = dict(os.environ, STATE_DIRECTORY=str(s.state))
+        d = Daemon(home, extra_args=("--config", str(s.cfg), "--cgroup", str(s.cgroup)), env=env, binary=wrapper)
+        try:
+            time.sleep(rng.uniform(0.5, 2.5))
+            daemon_pid = int(sh("pgrep", "-P", str(d.proc.pid), "-x", "tcpscope").stdout.split()[0])
+            os.kill(daemon_pid, signal.SIGTERM)
+            assert d.proc.wait(timeout=30) == 0, d.stderr_text()
+        finally:
+            if d.proc.poll() is None:
+                d.proc.kill()
+                d.proc.wait()
+        detached, after = bpf_after_detach(prefix)
+        assert detached, f"run {run}: no link closed at stop"
+        assert after == [], f"run {run}: after the detach: {after}"

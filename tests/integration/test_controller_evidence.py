@@ -12,14 +12,29 @@ None of them counts: the controller takes evidence only from the service's
 namespace (evidence_netns), its accepted sockets on the rule's ports, from
 peers outside the host's local routing table (src/control/evidence_gate.h).
 The same pattern from a remote client of the service does count, and flips
-the decision: the attack is real, the gate is what stops it."""
+the decision: the attack is real, the gate is what stops it.
+
+A service in a namespace of its own (a container's) is reached from the host
+over a bridge, as over docker0: the bridge has an address of the host's
+namespace, the daemon's, that the service's namespace does not know as
+local. Fetches from it, and from every other address of the host, count
+nothing either, while a remote client routed through the host counts each of
+its requests."""
 import json
 import os
+import random
+import signal
+import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
-from conftest import Daemon, wait_for
+import pytest
+from conftest import ROOT, Daemon, remove_netns, sh, stop_process, wait_for
+
+sys.path.insert(0, str(ROOT / "tests" / "lab"))
+from traffic_mix import ACCESS_LOG_FIELDS, nginx_conf, object_name  # noqa: E402  (the lab's nginx)
 
 # An arm-aware end: `serve ADDR PORT` accepts and, per connection,
 # sends its CC's initial ("b" or "c") and 64 KiB; `fetch ADDR PORT N` opens N
@@ -91,7 +106,7 @@ NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
 OWN_SERVICE, OWN_CLIENT = "198.19.250.1", "198.19.250.7"
 
 
-def config(service_netns):
+def config(service_netns, min_transfers=20):
     return f"""
 snapshot_interval_s: 0
 cc_policy:
@@ -102,7 +117,7 @@ cc_policy:
         arms: [bbr, cubic]
         cohort: peer_class
         control_percent: 10
-        min_transfers: 20
+        min_transfers: {min_transfers}
         interval_s: 1
         evidence_netns: [{service_netns}]
 """
@@ -190,3 +205,143 @@ def test_a_local_user_cannot_steer_the_loop_and_a_remote_client_can(net, tmp_pat
         assert client_cohort(d)["winner"] == "cubic", client_cohort(d)
     finally:
         assert d.stop() == 0, d.stderr_text()
+
+
+class HostRoutedService:
+    """Two namespaces joined to this host's own (the daemon's), the host
+    routing between them: `svc`, a service's, a container's as Docker makes
+    it (its veth's host end in a bridge, the bridge with the host's address:
+    docker0); `cli`, a remote client's, as the internet behind a NIC (a veth
+    whose host end has an address of the host). Forwarding is turned on for
+    these two devices only. The namespaces take their veths with them; the
+    bridge goes in close()."""
+
+    def __init__(self, cgroup):
+        n = random.randrange(2, 240, 2)
+        for net in (n, n + 1):  # another run's, in the host's namespace
+            assert not sh("ip", "-4", "route", "show", "match", f"198.19.{net}.1").stdout.count(f"198.19.{net}."), net
+        tag = f"{os.getpid() % 10000}-{random.randrange(1 << 20):05x}"
+        self.cgroup = cgroup
+        self.svc, self.cli = f"tsh-s{tag}", f"tsh-c{tag}"
+        self.bridge, self.host_to_cli = f"tshb{tag[-5:]}", f"tshc{tag[-5:]}"
+        self.host_v4, self.svc_v4 = f"198.19.{n}.1", f"198.19.{n}.2"
+        self.host_v6, self.svc_v6 = f"fd00:7c6:{n:x}::1", f"fd00:7c6:{n:x}::2"
+        self.host_cli_side, self.cli_v4 = f"198.19.{n + 1}.1", f"198.19.{n + 1}.2"
+        self.procs = []
+        try:
+            sh("ip", "netns", "add", self.svc)
+            sh("ip", "netns", "add", self.cli)
+            sh("ip", "link", "add", self.bridge, "type", "bridge")
+            sh("ip", "link", "add", f"tshs{tag[-5:]}", "master", self.bridge, "up", "type", "veth",
+               "peer", "name", "eth0", "netns", self.svc)
+            sh("ip", "link", "add", self.host_to_cli, "type", "veth", "peer", "name", "eth0", "netns", self.cli)
+            for host_dev, ns, host_v4, ns_v4 in ((self.bridge, self.svc, self.host_v4, self.svc_v4),
+                                                 (self.host_to_cli, self.cli, self.host_cli_side, self.cli_v4)):
+                sh("ip", "addr", "add", f"{host_v4}/24", "dev", host_dev)
+                sh("sysctl", "-qw", f"net.ipv4.conf.{host_dev}.forwarding=1")
+                sh("ip", "link", "set", host_dev, "up")
+                self.ns(ns, "ip", "link", "set", "lo", "up")
+                self.ns(ns, "ip", "addr", "add", f"{ns_v4}/24", "dev", "eth0")
+                self.ns(ns, "ip", "link", "set", "eth0", "up")
+                self.ns(ns, "ip", "route", "add", "default", "via", host_v4)
+            sh("ip", "-6", "addr", "add", f"{self.host_v6}/64", "dev", self.bridge, "nodad")
+            self.ns(self.svc, "ip", "-6", "addr", "add", f"{self.svc_v6}/64", "dev", "eth0", "nodad")
+        except Exception:
+            self.close()
+            raise
+
+    def ns(self, name, *cmd, check=True):
+        return sh("ip", "netns", "exec", name, *cmd, check=check)
+
+    def start_nginx(self, workdir: Path, port):
+        """nginx in the service's namespace and the test's cgroup (where the
+        policy programs give its sockets their arms); one request per
+        connection."""
+        (workdir / "www").mkdir(parents=True)
+        (workdir / "logs").mkdir()
+        (workdir / "tmp").mkdir()
+        (workdir / "www" / object_name(10_000)).write_bytes(os.urandom(10_000))
+        listens = [f"{self.svc_v4}:{port}", f"[{self.svc_v6}]:{port}"]
+        (workdir / "nginx.conf").write_text(nginx_conf(workdir, listens, ACCESS_LOG_FIELDS, keepalive=False,
+                                                        workers=1))
+        self.procs.append(subprocess.Popen(
+            ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(self.cgroup),
+             "ip", "netns", "exec", self.svc, "nginx", "-p", str(workdir), "-c", str(workdir / "nginx.conf"),
+             "-g", "daemon off;"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        # Ready once it listens (a probe request would be a record of its own).
+        listening = lambda: self.ns(self.svc, "ss", "-Hltn", f"sport = :{port}").stdout.count("LISTEN") == 2
+        wait_for(listening, 10, what=lambda: f"nginx listening: {(workdir / 'logs' / 'error.log').read_text()}")
+
+    def close(self):
+        for p in self.procs:
+            stop_process(p, signal.SIGQUIT, timeout=10)
+        remove_netns(self.svc, self.cli)
+        sh("ip", "link", "del", self.bridge, check=False)
+
+
+def fetch(n, url, runner=(), options=()):
+    """`n` requests to `url`, one connection each (nginx closes after one),
+    by curl with `options` run by `runner` (a namespace's, a user's). How
+    many were answered 200."""
+    r = sh(*runner, "curl", "-sS", *options, "-o", "/dev/null", "-w", "%{http_code}\\n", f"{url}?[1-{n}]",
+           check=False)
+    return r.stdout.split().count("200")
+
+
+def test_a_container_takes_nothing_from_the_host_and_everything_from_a_remote_client(tmp_path, test_cgroup):
+    if os.geteuid() != 0:
+        pytest.skip("needs root for network namespaces")
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    net = HostRoutedService(test_cgroup)
+    d = None
+    try:
+        cfg = tmp_path / "tcpscope.yaml"
+        # min_transfers out of reach: the cohort keeps counting, nothing is decided.
+        cfg.write_text(config(net.svc, min_transfers=100000))
+        d = Daemon(tmp_path, extra_args=("--config", str(cfg), "--cgroup", str(test_cgroup)),
+                   env=dict(os.environ, STATE_DIRECTORY=str(state)))
+        port = 80  # privileged in the service's namespace: the rule names no port
+        net.start_nginx(tmp_path / "nginx", port)
+        obj = object_name(10_000)
+        v4, v6 = f"http://{net.svc_v4}:{port}/{obj}", f"http://[{net.svc_v6}]:{port}/{obj}"
+        refused = lambda: status(d).get("records_refused", {}).get("local_peer", 0)
+
+        def host_fetches_count_nothing(n, url, *options):
+            """A local user's `n` fetches: all answered, all refused as local."""
+            before = refused()
+            assert fetch(n, url, NOBODY, options) == n
+            # Two records a connection: its flow and its response's transfer.
+            wait_for(lambda: refused() - before >= 2 * n, 20,
+                     what=lambda: f"{n} fetches of the host's refused: {refused() - before} records; "
+                                  f"counted: {evidence_transfers(d)} transfers")
+            assert evidence_transfers(d) == 0, client_cohort(d)
+
+        # From the bridge's address (docker0's), over IPv4 and IPv6, and from
+        # another address of the host (the client side's).
+        host_fetches_count_nothing(40, v4)
+        host_fetches_count_nothing(20, v6)
+        host_fetches_count_nothing(20, v4, "--interface", net.host_cli_side)
+        # An address the host gains while the daemon runs: its table is read
+        # again on the route change (each 100 ms tick, given a second).
+        gained = net.host_cli_side.rsplit(".", 1)[0] + ".9"
+        sh("ip", "addr", "add", f"{gained}/32", "dev", net.host_to_cli)
+        time.sleep(1)
+        host_fetches_count_nothing(20, v4, "--interface", gained)
+        # After a reload, the same.
+        reloads = d.stderr_text().count("reloaded ")
+        d.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: d.stderr_text().count("reloaded ") > reloads, 20, what="the reload")
+        host_fetches_count_nothing(20, v4)
+
+        # A remote client, routed through the host: each of its requests counts.
+        requests = 30
+        assert fetch(requests, v4, ("ip", "netns", "exec", net.cli)) == requests
+        wait_for(lambda: evidence_transfers(d) >= requests, 20,
+                 what=lambda: f"the remote client's {requests} requests: {client_cohort(d)}")
+        time.sleep(2)  # twenty ticks for anything more to arrive
+        assert evidence_transfers(d) == requests, client_cohort(d)
+    finally:
+        net.close()
+        if d:
+            assert d.stop() == 0, d.stderr_text()

@@ -14,7 +14,9 @@ import json
 import os
 import random
 import signal
+import select
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -204,6 +206,86 @@ def test_a_thousand_slow_clients_do_not_delay_scrapes(net, tmp_path, remote):
             assert d.metric_value("tcpscope_records_lost_total") == 0
         finally:
             stop.set()
+            assert d.stop() == 0, d.stderr_text()
+
+
+def flows_from_many_asns(net, tmp_path, asns):
+    """A config that gives each of `asns` addresses of the client namespace
+    an AS of its own, and the addresses themselves: one connection from each
+    to the server makes `asns` label sets, each a few hundred series."""
+    prefix = net.cli_v6.rsplit("::", 1)[0]  # the pair's /64: the server reaches all of it
+    sources = [f"{prefix}::{0x1000 + i:x}" for i in range(asns)]
+    pfx = tmp_path / "pfx2as.tsv"
+    pfx.write_text("".join(f"{a}\t128\t{64600 + i}\n" for i, a in enumerate(sources)))
+    batch = tmp_path / "addresses.ip"
+    batch.write_text("".join(f"addr add {a}/128 dev {net.veth_cli} nodad\n" for a in sources))
+    net.ns(net.cli, "ip", "-batch", str(batch))
+    return sources, config_for(tmp_path, net, extra=f"asn:\n  prefix_file: {pfx}\n  top_n: {asns}\n")
+
+
+def one_exchange_from_each(net, tmp_path, sources, port=8080):
+    """traffic.py's exchange (100 bytes asked, 1,000 answered) from each source."""
+    server, _ = net.serve(tmp_path, net.srv_v6, len(sources), port=port)
+    with in_netns(net.cli):
+        for a in sources:
+            with socket.create_connection((net.srv_v6, port), timeout=10, source_address=(a, 0)) as s:
+                s.sendall(struct.pack("!II", 100, 1000) + b"c" * 100)
+                got = 0
+                while got < 1000 and (chunk := s.recv(65536)):
+                    got += len(chunk)
+                assert got == 1000, (a, got)
+    server.wait(timeout=30)
+
+
+def test_non_reading_clients_of_a_big_page_leave_the_budget_to_the_scrape(net, tmp_path):
+    """64 clients of another host ask /metrics at once and never read, while
+    the page is bigger than what a socket's send buffer takes (tcp_wmem's
+    4 MiB): their answers wait in the daemon. They share one answer (two:
+    the first may be answered alone), which the response budget counts once;
+    counted per connection, 64 copies would pass the 128 MiB budget and the
+    real scrape would get 503. It gets 200, its page whole, in under a
+    second, and nothing is refused as busy."""
+    asns = 640  # about 8.5 KB of series each
+    sources, cfg = flows_from_many_asns(net, tmp_path, asns)
+    port = free_port()
+    with other_host(2) as (netns, addresses, server):
+        d = Daemon(tmp_path, port=port, extra_args=("--config", str(cfg), "--listen", f"0.0.0.0:{port}"))
+        attackers = []
+        try:
+            one_exchange_from_each(net, tmp_path, sources)
+            def every_asn_has_series():
+                text = d.metrics()
+                return all(f'asn="{64600 + i}"' in text for i in range(asns))
+
+            wait_for(every_asn_has_series, 30, interval=0.5, what=f"series of {asns} ASNs")
+            page = len(d.metrics())
+            with in_netns(netns):
+                for i in range(64):
+                    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                    attackers.append(s)
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+                    s.bind((addresses[i % len(addresses)], 0))
+                    s.settimeout(10)
+                    s.connect((server, port))
+                    s.sendall(REQUEST)
+            t_attack = time.monotonic()
+            for s in attackers:  # each has begun to take its answer, and takes no more
+                assert select.select([s], [], [], 10)[0], "no answer began within 10 s"
+                assert s.recv(12) == b"HTTP/1.1 200"
+            t0 = time.monotonic()
+            status, _, body = http_get(d.url + "/metrics", timeout=10)
+            took = time.monotonic() - t0
+            busy = d.metric_value("tcpscope_http_rejected_total", {"reason": "busy"})
+            print(f"\n64 non-reading clients of a {page / 1048576:.1f} MiB page (64 copies: "
+                  f"{64 * page / 1048576:.0f} MiB); the scrape {time.monotonic() - t_attack:.2f} s into the "
+                  f"attack took {took * 1000:.0f} ms: {status}; rejected as busy: {busy}")
+            assert 64 * page > 128 << 20 and page > 4 << 20, page  # the premise: past the socket buffers and the budget
+            assert status == 200 and body.endswith("\n") and "tcpscope_build_info" in body, (status, body[-200:])
+            assert took < 1.0, took
+            assert busy == 0
+        finally:
+            for s in attackers:
+                s.close()
             assert d.stop() == 0, d.stderr_text()
 
 

@@ -3,13 +3,15 @@
 start there, say what the records lose, and keep every record exact where it
 can. This machine has every hook, so the test hides some from the loader
 (TCPSCOPE_TEST_MISSING_TRACEPOINTS, read only while loading) and checks the
-fallbacks against the same ground truth as the full set."""
+fallbacks against the same ground truth as the full set. Many hosts also have
+no kernel config to read (CONFIG_HZ): the daemon measures the tick there."""
+import gzip
 import os
 import re
 
 import pytest
 
-from conftest import Daemon
+from conftest import TCPSCOPE, Daemon
 
 HIDDEN = ("sk_data_ready", "tcp_sendmsg_locked", "tcp_cong_state_set")
 
@@ -85,3 +87,83 @@ def test_receive_side_end_from_the_segments(old_kernel_daemon, net, tmp_path):
         sent = [t for t in d.all_transfers() if (t["laddr"], t["lport"], t["raddr"], t["rport"]) == key]
         assert [(t["direction"], t["bytes"]) for t in sent] == [("send", 1_000_008)], sent
         assert abs(sent[0]["end_ns"] - (a["start_ns"] + a["fct_us"] * 1000)) <= 2_000, (sent, a)
+
+
+# The daemon in a mount namespace of its own where no kernel config can be
+# read, as in a container without /boot or on a minimal image: an empty /boot,
+# and /proc/config.gz (where the kernel has one) masked with /dev/null, as
+# container runtimes mask /proc files. Debian's kernels have no
+# /proc/config.gz; the namespace goes with the daemon.
+WITHOUT_KERNEL_CONFIG = """#!/bin/sh
+exec unshare --mount --propagation private sh -c \\
+  'mount -t tmpfs tcpscope-no-config /boot && { [ ! -e /proc/config.gz ] || mount --bind /dev/null /proc/config.gz; } &&
+   exec "$0" "$@"' TCPSCOPE "$@"
+"""
+
+
+def config_hz_seen_here():
+    """CONFIG_HZ as this test (outside the daemon's namespace) reads it, or None."""
+    for path, opener in ((f"/boot/config-{os.uname().release}", open), ("/proc/config.gz", gzip.open)):
+        try:
+            with opener(path, "rt") as f:
+                m = re.search(r"^CONFIG_HZ=(\d+)$", f.read(), re.M)
+        except OSError:
+            continue
+        if m:
+            return int(m.group(1))
+    return None
+
+
+@pytest.mark.real_kernel
+def test_the_tick_comes_from_the_kernel_config_where_one_is_read(tmp_path):
+    expected = config_hz_seen_here()
+    if expected is None:
+        pytest.skip("no kernel config readable here (the next test covers that)")
+    d = Daemon(tmp_path)
+    try:
+        err = d.stderr_text()
+        lines = [l for l in err.splitlines() if l.startswith("tcpscope: kernel: tick ")]
+        assert re.fullmatch(rf"tcpscope: kernel: tick {expected} Hz, CONFIG_HZ of "
+                            rf"(/boot/config-{re.escape(os.uname().release)}|/proc/config\.gz)", "\n".join(lines)), err
+    finally:
+        d.stop()
+
+
+@pytest.mark.real_kernel
+def test_starts_without_a_kernel_config_and_measures_the_tick(net, tmp_path):
+    """libbpf refuses the whole object when it finds no kernel config for a
+    kconfig extern (CONFIG_HZ): the daemon resolves it itself, from the
+    jiffies it measures, says so in one line, and the transfers' jiffies-based
+    times (busy_us, rwnd_limited_us, sndbuf_limited_us) are time, not 0."""
+    wrapper = tmp_path / "tcpscope-without-kernel-config"
+    wrapper.write_text(WITHOUT_KERNEL_CONFIG.replace("TCPSCOPE", str(TCPSCOPE)))
+    wrapper.chmod(0o755)
+    d = Daemon(tmp_path, binary=wrapper)
+    try:
+        err = d.stderr_text()
+        release = re.escape(os.uname().release)
+        m = re.search(r"^tcpscope: kernel: tick (\d+) Hz, measured: the jiffies advanced [\d.]+ per second over "
+                      rf"200 ms; no kernel config \(/boot/config-{release}: No such file or directory \(errno 2\), "
+                      r"/proc/config\.gz: (sets no CONFIG_HZ|No such file or directory \(errno 2\))\)$", err, re.M)
+        assert m, err
+        expected = config_hz_seen_here()
+        if expected is not None:
+            assert int(m.group(1)) == expected, (err, expected)
+        # 1 MB at 20 Mbit/s, about 400 ms: 100 ticks and more at any HZ.
+        net.ns(net.srv, "tc", "qdisc", "add", "dev", net.veth_srv, "root", "tbf",
+               "rate", "20mbit", "burst", "32kb", "latency", "400ms")
+        server, _ = net.serve(tmp_path, net.srv_v4, 1)
+        [c] = net.client(tmp_path, net.srv_v4, req=100, resp=1_000_000)
+        server.wait(timeout=60)
+        assert "error" not in c, c
+        recs = d.wait_records(net, 2)
+        assert len(recs) == 2, recs
+        key = (net.srv_v4, c["rport"], net.cli_v4, c["lport"])
+        sent = [t for t in d.all_transfers()
+                if (t["laddr"], t["lport"], t["raddr"], t["rport"]) == key and t["direction"] == "send"]
+        assert len(sent) == 1 and sent[0]["bytes"] >= 1_000_000, sent
+        t = sent[0]
+        accrued = t["busy_us"] + t["rwnd_limited_us"] + t["sndbuf_limited_us"]
+        assert 0.5 * t["xfer_us"] <= accrued <= t["xfer_us"], t
+    finally:
+        d.stop()

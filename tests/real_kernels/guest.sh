@@ -16,8 +16,9 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin PYTHOND
 if [ -f "$out/emulated" ]; then
   export TCPSCOPE_TEST_EMULATED=1 TCPSCOPE_TEST_TIME_SCALE="$(cat "$out/emulated")"
 fi
-# libbpf reads the running kernel's config (CONFIG_HZ) from /boot, which here
-# is the host's: the kernel package's own goes on a tmpfs over it.
+# The daemon reads the running kernel's config (CONFIG_HZ) from /boot, which
+# here is the host's: the kernel package's own goes on a tmpfs over it. (One
+# test, test_kernel_fallbacks.py's, hides it again to start without any.)
 mount -t tmpfs tcpscope-boot /boot && cp "$TCPSCOPE_GUEST_CONFIG" "/boot/config-$(uname -r)"
 cd "$root"
 "$TCPSCOPE_BUILD/tcpscope_kernel_tests" > "$out/kernel_tests.log" 2>&1

@@ -19,7 +19,8 @@ machine's kernel, without a VM. Either way it runs:
     exact bytes; a transfer per response on a kept-alive connection; an
     upload; cc_policy's arms through sock_ops and the setsockopt and sysctl
     guards; open-flow snapshots; SIGHUP reload; nothing left after SIGTERM;
-    a refused program, required or left out).
+    a refused program, required or left out; a start with no kernel config
+    to read, the tick measured).
 Every line it prints starts with the kernel release it ran on. KVM is used
 where it boots (its first line within KVM_BOOT_S); otherwise QEMU emulates
 the CPU (TCG), and the tests' waits are TIME_SCALE times longer and their

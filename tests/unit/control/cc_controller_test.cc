@@ -509,7 +509,14 @@ TEST(CcController, StateSurvivesARestartAndAChangedRuleStartsAfresh) {
   configure(b, cfg);
   std::string error;
   ASSERT_TRUE(b.restore(nlohmann::json::parse(saved.dump()), &error)) << error;
-  EXPECT_EQ(status(b), status(a));
+  // The state keeps the open connections' sums in evidence still tested;
+  // these 600 have sums only in the epoch the decision closed.
+  auto without_open = [](nlohmann::json j) {
+    for (auto& r : j["rules"]) r.erase("open_connections");
+    return j;
+  };
+  EXPECT_EQ(without_open(status(b)), without_open(status(a)));
+  EXPECT_EQ(status(b)["rules"][0]["open_connections"], 0);
   EXPECT_EQ(b.cohort_weights(), a.cohort_weights());
 
   Config changed = cfg;

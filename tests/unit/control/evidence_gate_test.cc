@@ -12,18 +12,28 @@ IpAddr ip(const char* text) { return *IpAddr::parse(text); }
 
 constexpr uint32_t kService = 4026531840, kOther = 4026532999;  // namespaces, by inode
 
-// A gate of the service's namespace, whose local routing table has its
-// addresses, 127/8, ::1 and an AnyIP range.
-EvidenceGate service_gate() {
-  EvidenceGate gate;
-  gate.netns = {kService};
+std::shared_ptr<const PrefixTrie<uint8_t>> table(std::initializer_list<const char*> prefixes) {
   auto trie = std::make_shared<PrefixTrie<uint8_t>>();
-  for (const char* p : {"198.18.0.1/32", "198.18.0.9/32", "127.0.0.0/8", "::1/128", "fd00:5::/64"}) {
+  for (const char* p : prefixes) {
     const Prefix prefix = *Prefix::parse(p);
     trie->insert(prefix.addr, prefix.len, 1);
   }
+  return trie;
+}
+
+// The daemon's namespace's local routing table: the host's addresses, 127/8,
+// ::1 and an AnyIP range.
+std::shared_ptr<const PrefixTrie<uint8_t>> host_table() {
+  return table({"198.18.0.1/32", "198.18.0.9/32", "127.0.0.0/8", "::1/128", "fd00:5::/64"});
+}
+
+// A gate of the service in the daemon's own namespace.
+EvidenceGate service_gate() {
+  EvidenceGate gate;
+  gate.netns = {kService};
   auto local = std::make_shared<LocalAddresses>();
-  (*local)[kService] = trie;
+  local->by_netns[kService] = host_table();
+  local->host_netns = kService;
   gate.local = local;
   return gate;
 }
@@ -81,6 +91,51 @@ TEST(EvidenceGate, APeerAtAnyAddressOfTheHostIsLocal) {
   EXPECT_EQ(gate.judge(Direction::kPassive, kService, ip("198.18.0.1"), 443, ip("198.18.0.10")),
             EvidenceVerdict::kCounts);
   EXPECT_EQ(gate.judge(Direction::kPassive, kService, ip("fd00::1"), 443, ip("fd00:6::1")), EvidenceVerdict::kCounts);
+}
+
+// A service in a container's namespace (kOther), reached from the host over
+// a veth (as over docker0): the host's end, 198.18.0.1, and every other
+// address of the host are in the daemon's table, not in the container's.
+TEST(EvidenceGate, InAnotherNamespaceTheHostsAddressesAreLocalToo) {
+  EvidenceGate gate;
+  gate.netns = {kOther};
+  auto local = std::make_shared<LocalAddresses>();
+  local->by_netns[kService] = host_table();
+  local->by_netns[kOther] = table({"198.18.0.2/32", "198.18.7.7/32", "127.0.0.0/8", "::1/128"});
+  local->host_netns = kService;
+  gate.local = local;
+  const IpAddr service = ip("198.18.0.2");
+  for (const char* host : {"198.18.0.1", "198.18.0.9", "fd00:5::77"})
+    EXPECT_EQ(gate.judge(Direction::kPassive, kOther, service, 443, ip(host)), EvidenceVerdict::kLocalPeer) << host;
+  // The container's own other address is local as before.
+  EXPECT_EQ(gate.judge(Direction::kPassive, kOther, service, 443, ip("198.18.7.7")), EvidenceVerdict::kLocalPeer);
+  // A client routed through the host is not the host.
+  EXPECT_EQ(gate.judge(Direction::kPassive, kOther, service, 443, ip("198.18.1.2")), EvidenceVerdict::kCounts);
+  EXPECT_EQ(gate.judge(Direction::kPassive, kOther, ip("fd00:9::2"), 443, ip("fd00:6::1")), EvidenceVerdict::kCounts);
+  // The container's addresses are not the host's: a service in the daemon's
+  // namespace is judged by the daemon's table alone.
+  gate.netns = {kService};
+  EXPECT_EQ(gate.judge(Direction::kPassive, kService, ip("198.18.0.1"), 443, ip("198.18.7.7")),
+            EvidenceVerdict::kCounts);
+}
+
+TEST(EvidenceGate, WithoutTheDaemonsTableOrItsOwnNothingCounts) {
+  EvidenceGate gate;
+  gate.netns = {kOther};
+  auto local = std::make_shared<LocalAddresses>();
+  local->by_netns[kOther] = table({"198.18.0.2/32", "127.0.0.0/8"});
+  local->host_netns = kService;  // its table unreadable
+  gate.local = local;
+  EXPECT_EQ(gate.judge(Direction::kPassive, kOther, ip("198.18.0.2"), 443, ip("198.18.1.2")), EvidenceVerdict::kNetns);
+  auto unknown_host = std::make_shared<LocalAddresses>(*local);
+  unknown_host->host_netns = 0;  // the daemon's namespace could not be opened
+  gate.local = unknown_host;
+  EXPECT_EQ(gate.judge(Direction::kPassive, kOther, ip("198.18.0.2"), 443, ip("198.18.1.2")), EvidenceVerdict::kNetns);
+  auto no_own = std::make_shared<LocalAddresses>();
+  no_own->by_netns[kService] = table({"198.18.0.1/32"});
+  no_own->host_netns = kService;
+  gate.local = no_own;
+  EXPECT_EQ(gate.judge(Direction::kPassive, kOther, ip("198.18.0.2"), 443, ip("198.18.1.2")), EvidenceVerdict::kNetns);
 }
 
 TEST(EvidenceGate, FollowsTheHostsUnprivilegedPortStart) {

@@ -155,6 +155,123 @@ TEST(MixtureSprt, FewConnectionsCannotDecideOnTheirTransferCount) {
   EXPECT_LE(crossed, runs * 5 / 100);
 }
 
+// The e-value as mixture_sprt took it before the effective number of
+// connections: K - 1 degrees of freedom per arm, however unequal the
+// connections' sizes.
+double k_minus_one_e(const ClusteredRatio& a, const ClusteredRatio& b) {
+  const double va = a.variance(), vb = b.variance(), v = va + vb;
+  const double ka = static_cast<double>(a.clusters) - 1, kb = static_cast<double>(b.clusters) - 1;
+  const double nu = v * v / (va * va / ka + vb * vb / kb), rho = kTau * kTau / v;
+  const double t2 = (b.ratio() - a.ratio()) * (b.ratio() - a.ratio()) / v;
+  return std::exp(-0.5 * std::log1p(rho) + (nu + 1) / 2 * (std::log1p(t2 / nu) - std::log1p(t2 / (nu * (1 + rho)))));
+}
+
+struct AaCrossings {
+  int ever = 0, last = 0, k_minus_one_last = 0;
+};
+
+// A/A runs with connections of the given sizes per arm (sizes(rng) draws
+// one arm's), each connection at its own level N(0, 0.5), each transfer
+// +- N(0, 0.3), looked at `looks` times as the transfers arrive (each
+// connection's spread evenly over the looks): how many runs reach 1/alpha
+// at some look, at the last, and at the last with K - 1 degrees of freedom.
+template <typename Sizes>
+AaCrossings aa_crossings(uint64_t seed, int runs, int looks, Sizes sizes) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> between(0, 0.5), within(0, 0.3);
+  AaCrossings out;
+  for (int run = 0; run < runs; ++run) {
+    struct Arm {
+      std::vector<int> size;
+      std::vector<double> level;
+      std::vector<ClusterSums> sums;
+      ClusteredRatio evidence;
+    };
+    Arm arms[2];
+    for (Arm& arm : arms) {
+      arm.size = sizes(rng);
+      for (size_t c = 0; c < arm.size.size(); ++c) arm.level.push_back(between(rng));
+      arm.sums.resize(arm.size.size());
+    }
+    bool crossed = false;
+    SequentialResult r;
+    for (int look = 1; look <= looks; ++look) {
+      for (Arm& arm : arms)
+        for (size_t c = 0; c < arm.size.size(); ++c) {
+          const int due = static_cast<int>(static_cast<int64_t>(arm.size[c]) * look / looks);
+          for (int i = static_cast<int>(arm.sums[c].x); i < due; ++i)
+            arm.evidence.add(&arm.sums[c], arm.level[c] + within(rng), 1);
+        }
+      r = mixture_sprt(arms[0].evidence, arms[1].evidence, kTau, kAlpha);
+      crossed = crossed || r.e_value >= 1 / kAlpha;
+    }
+    out.ever += crossed;
+    out.last += r.e_value >= 1 / kAlpha;
+    out.k_minus_one_last += k_minus_one_e(arms[0].evidence, arms[1].evidence) >= 1 / kAlpha;
+  }
+  return out;
+}
+
+std::vector<int> heavy_and_light(int heavy, int light_count, int light) {
+  std::vector<int> sizes(static_cast<size_t>(light_count) + 1, light);
+  sizes[0] = heavy;
+  return sizes;
+}
+
+// Pop-to-pop and origin traffic: a few persistent connections and a trickle
+// of short ones. A heavy connection's own draw of its path is invisible in
+// the delta method's variance (its residual is what it pulls the ratio to);
+// the effective number of connections, not their count, is what the
+// variance rests on: A/A runs cross the bound in at most alpha of 1,000, at
+// the last of 10 looks and at any of them, where K - 1 degrees of freedom
+// crossed in most.
+TEST(MixtureSprt, OneHeavyConnectionPerArmCannotDecideAnAaTest) {
+  const int runs = 1000, looks = 10;
+  struct Shape {
+    const char* name;
+    std::vector<int> sizes;
+    bool k_minus_one_fooled;
+  };
+  const Shape shapes[] = {
+      {"5,000 + 3 x 1", heavy_and_light(5000, 3, 1), true},
+      {"10,000 + 3 x 100", heavy_and_light(10000, 3, 100), true},
+      {"5,000 + 60 x 1", heavy_and_light(5000, 60, 1), true},
+      {"2 x 5,000 + 10 x 1", {5000, 5000, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, false},
+      {"3 x 2,000 + 30 x 5", [] {
+         std::vector<int> v(33, 5);
+         v[0] = v[1] = v[2] = 2000;
+         return v;
+       }(), false},
+      {"21 x 20", std::vector<int>(21, 20), false},
+  };
+  uint64_t seed = 11;
+  for (const Shape& shape : shapes) {
+    const AaCrossings n = aa_crossings(seed++, runs, looks, [&](std::mt19937_64&) { return shape.sizes; });
+    std::printf("A/A, %s per arm: crossed in %d of %d runs at some look, %d at the last; K - 1 degrees of freedom %d\n",
+                shape.name, n.ever, runs, n.last, n.k_minus_one_last);
+    EXPECT_LE(n.ever, runs * 5 / 100) << shape.name;
+    if (shape.k_minus_one_fooled)
+      EXPECT_GE(n.k_minus_one_last, runs / 2) << shape.name << ": the shape no longer fools K - 1 degrees of freedom";
+  }
+}
+
+// Connection sizes from a heavy-tailed distribution (Pareto, shape 1.1,
+// from 1 transfer, capped at 100,000), 4 to 64 connections per arm.
+TEST(MixtureSprt, HeavyTailedConnectionSizesCannotDecideAnAaTest) {
+  const int runs = 1000;
+  const AaCrossings n = aa_crossings(21, runs, 10, [](std::mt19937_64& rng) {
+    std::uniform_int_distribution<int> count(4, 64);
+    std::uniform_real_distribution<double> u(0, 1);
+    std::vector<int> sizes(static_cast<size_t>(count(rng)));
+    for (int& s : sizes) s = static_cast<int>(std::min(1e5, std::floor(std::pow(1 - u(rng), -1 / 1.1))));
+    return sizes;
+  });
+  std::printf("A/A, Pareto(1.1) sizes, 4 to 64 connections per arm: crossed in %d of %d runs at some look, %d at the "
+              "last; K - 1 degrees of freedom %d\n",
+              n.ever, runs, n.last, n.k_minus_one_last);
+  EXPECT_LE(n.ever, runs * 5 / 100);
+}
+
 // The price of looking at every interval: a 10 % change of a log-normal
 // with sigma 1 is found at 3000 per arm in 74 % of runs, at 6000 in more
 // than 90 % (a fixed-horizon test at 0.05 needs about 1700).

@@ -1,4 +1,5 @@
 #include "http/http_server.h"
+#include "http/response_budget.h"
 
 #include <arpa/inet.h>
 #include <linux/ipv6.h>
@@ -594,6 +595,84 @@ TEST(HttpServerSecurityTest, QueuedRepliesCountAgainstTheResponseBudget) {
   EXPECT_EQ(status[0], "HTTP/1.1 200");
   for (size_t i = 1; i < status.size(); ++i) EXPECT_EQ(status[i], "HTTP/1.1 503") << i;
   EXPECT_EQ(server->rejected(HttpServer::kBusy), 3u);
+}
+
+// The budget holds what is in memory: a body ten connections share is one
+// string and counts once, each connection's head for itself; the body's
+// bytes leave with its last holder.
+TEST(ResponseBudgetTest, ASharedBodyCountsOnceUntilItsLastHolderLetsGo) {
+  ResponseBudget budget(10000);
+  const auto shared = std::make_shared<const std::string>(4000, 'x');
+  const auto other = std::make_shared<const std::string>(3000, 'y');
+  const auto third = std::make_shared<const std::string>(3000, 'z');
+  budget.hold(shared, 100);
+  EXPECT_EQ(budget.used(), 4100u);
+  for (int i = 0; i < 9; ++i) budget.hold(shared, 100);
+  EXPECT_EQ(budget.used(), 4000u + 10 * 100);
+  EXPECT_TRUE(budget.fits(other));  // 5000 + 3000 of 10000
+  budget.hold(other, 100);
+  EXPECT_EQ(budget.used(), 8100u);
+  EXPECT_FALSE(budget.fits(third));  // 8100 + 3000: a body not held yet costs its size
+  EXPECT_TRUE(budget.fits(shared));  // one held already costs nothing more
+  for (int i = 0; i < 9; ++i) budget.release(shared, 100);
+  EXPECT_EQ(budget.used(), 4000u + 100 + 3100) << "one holder left keeps the body counted";
+  budget.release(shared, 100);
+  EXPECT_EQ(budget.used(), 3100u);
+  budget.release(other, 100);
+  EXPECT_EQ(budget.used(), 0u);
+  // With nothing held, any answer fits, even one bigger than the budget;
+  // while it is held, the budget is exhausted for new requests.
+  const auto huge = std::make_shared<const std::string>(20000, 'h');
+  EXPECT_TRUE(budget.fits(huge));
+  budget.hold(huge, 100);
+  EXPECT_TRUE(budget.exhausted());
+  budget.release(huge, 100);
+  EXPECT_FALSE(budget.exhausted());
+  EXPECT_EQ(budget.used(), 0u);
+}
+
+// 64 clients ask /metrics together and never read. The page (8 MiB) is
+// more than a socket's send buffer takes (tcp_wmem's 4 MiB), so the answers
+// wait in the server. They share one answer (two: the first request may be
+// answered alone), and the response budget counts each once, not 64 times:
+// 64 copies would pass the 128 MiB budget and the real scrape that follows
+// would get 503. When the clients go, so do the bytes.
+TEST(HttpServerSecurityTest, NonReadingClientsOfOneSharedAnswerLeaveRoomForTheScrape) {
+  auto server = start_with([](HttpServer::Limits& l) { l.max_connections_per_peer = 128; });
+  ASSERT_TRUE(server);
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto& padding = prometheus::BuildGauge().Name("padding").Help("makes the page big").Register(*registry);
+  for (int i = 0; i < 120000; ++i) padding.Add({{"i", std::to_string(i) + std::string(50, 'p')}});
+  server->serve_metrics(registry);
+  constexpr int kClients = 64;
+  std::vector<int> fds;
+  for (int i = 0; i < kClients; ++i) {
+    fds.push_back(connect_to(server->port(), 4096));
+    send_all(fds.back(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  }
+  for (size_t i = 0; i < fds.size(); ++i) {  // each has begun to take its answer, and stops there
+    char line[13] = {};
+    EXPECT_EQ(recv(fds[i], line, 12, MSG_WAITALL), 12) << i;
+    EXPECT_STREQ(line, "HTTP/1.1 200") << i;
+  }
+  const size_t held = server->response_bytes_held();
+  const auto t0 = std::chrono::steady_clock::now();
+  const Response scrape = request(server->port(), "GET", "/metrics");
+  const double took = seconds_since(t0);
+  const size_t page = scrape.body.size();
+  std::printf("%d non-reading clients of a %.2f MiB page: %.2f MiB held in the budget (one copy each: %.1f MiB "
+              "of %zu MiB); the scrape beside them took %.0f ms\n",
+              kClients, page / 1048576.0, held / 1048576.0, kClients * page / 1048576.0,
+              server->limits().max_pending_output_bytes >> 20, took * 1000);
+  EXPECT_EQ(scrape.status, 200);
+  EXPECT_GT(kClients * page, server->limits().max_pending_output_bytes) << "the page is too small to matter";
+  EXPECT_GE(held, page);
+  EXPECT_LE(held, 2 * page + kClients * 512) << "two bodies and 64 heads at most";
+  EXPECT_LT(took, 2.0);
+  EXPECT_EQ(server->rejected(HttpServer::kBusy), 0u);
+  close_all(fds);
+  for (int i = 0; i < 100 && server->response_bytes_held() > 0; ++i) usleep(20 * 1000);
+  EXPECT_EQ(server->response_bytes_held(), 0u) << "the last holder went, the body with it";
 }
 
 // /metrics ignores its query, and so does the sharing of its answers:
