@@ -139,7 +139,8 @@ static __always_inline void fill_identity(struct tcpscope_flow_identity *id, con
 	id->dport = bpf_ntohs(sk->__sk_common.skc_dport);
 	id->netns = sk->__sk_common.skc_net.net->ns.inum;
 	id->dir = st->dir;
-	__builtin_memset(id->pad, 0, sizeof(id->pad));
+	id->unprivileged_port_start = sk->__sk_common.skc_net.net->ipv4.sysctl_ip_prot_sock;
+	id->uid = sk->sk_uid.val;
 }
 
 /* Fills a record from the socket as it is now. `final` is the close: the

@@ -96,7 +96,13 @@ struct tcpscope_flow_identity {
 	__u16 dport;
 	__u8 family;          /* 4 or 6 */
 	__u8 dir;             /* enum tcpscope_dir */
-	__u8 pad[6];
+	/* The socket's namespace's net.ipv4.ip_unprivileged_port_start (each
+	 * namespace has its own), as the record was made; at most 65535. */
+	__u16 unprivileged_port_start;
+	/* The socket's owner (sk_uid, the initial user namespace's uid): who
+	 * created it, or who accepted it (the accepting process's fsuid);
+	 * before accept, its listener's owner. */
+	__u32 uid;
 };
 
 TCPSCOPE_ASSERT_SIZE(tcpscope_flow_identity, 56);

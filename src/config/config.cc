@@ -338,7 +338,7 @@ bool KafkaConfig::operator==(const KafkaConfig& o) const {
 bool ControllerSpec::operator==(const ControllerSpec& o) const {
   return arms == o.arms && cohort == o.cohort && control_percent == o.control_percent &&
          min_transfers == o.min_transfers && min_connections == o.min_connections &&
-         evidence_netns == o.evidence_netns && interval_s == o.interval_s && fdr == o.fdr &&
+         evidence_netns == o.evidence_netns && evidence_user == o.evidence_user && interval_s == o.interval_s && fdr == o.fdr &&
          ramp_step_percent == o.ramp_step_percent && max_cohorts == o.max_cohorts &&
          retrans_share_increase == o.retrans_share_increase && rtt_inflation_increase == o.rtt_inflation_increase;
 }

@@ -71,6 +71,11 @@ struct ControllerSpec {
   // file. sock_ops steers every namespace, any local user's own among them,
   // so only the service's may decide.
   std::vector<std::string> evidence_netns = {"self"};
+  // The user whose sockets are the service's (a uid; the config names a
+  // user or a uid, resolved when it is read): a port is a number, and
+  // another user may listen on it too (on [::] beside an IPv4 listener, on
+  // another address). None: the sockets of root, or any on a privileged port.
+  std::optional<uint32_t> evidence_user;
   double retrans_share_increase = 0.2;   // guard: the winner's retransmit share may exceed the other arm's by this much (absolute)
   double rtt_inflation_increase = 0.5;   // guard: its srtt/min_rtt may exceed the other arm's by this factor - 1
 

@@ -1,6 +1,13 @@
 // `cc_policy:` which congestion control new connections get (docs/policy.md
 // "Congestion-control policy"): rules with a fixed cc, an experiment or a
 // closed-loop controller ("Closed loop").
+#include <pwd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <vector>
+
 #include "config/config_sections.h"
 
 namespace tcpscope {
@@ -8,6 +15,26 @@ namespace tcpscope {
 namespace {
 
 using R = ConfigReader;
+
+// A uid as given, or a user name's from the user database.
+std::optional<uint32_t> user_id(const std::string& name, std::string* error) {
+  uint32_t uid = 0;
+  const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), uid);
+  if (ec == std::errc() && end == name.data() + name.size()) {
+    if (uid != UINT32_MAX) return uid;  // (uid_t)-1 is no user
+    *error = "is not a uid (0..4294967294)";
+    return std::nullopt;
+  }
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  const int err = getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found);
+  if (found) return static_cast<uint32_t>(found->pw_uid);
+  *error = err ? std::string("looking the user up failed: ") + std::strerror(err) + " (errno " +
+                     std::to_string(err) + ")"
+               : "no such user on this host";
+  return std::nullopt;
+}
 
 const ConfigSection<CcMatch>& match_section() {
   static const ConfigSection<CcMatch> kSection{{
@@ -138,6 +165,19 @@ const ConfigSection<ControllerSpec>& controller_section() {
               [](R& r, const ConfigEntry& f, const std::string& path, std::vector<std::string>* out) {
                 const auto count = read_netns_list(r, f, path, out);
                 if (count && *count == 0) r.error(f.line, path + " names no namespace: no record could count");
+              }),
+          member_key<ControllerSpec, std::optional<uint32_t>>(
+              "evidence_user", &ControllerSpec::evidence_user, "user name or uid", "",
+              "whose sockets count as evidence: the user the service accepts connections as (sk_uid); unset: "
+              "root's, or any on a privileged port",
+              [](R& r, const ConfigEntry& f, const std::string& path, std::optional<uint32_t>* out) {
+                const auto name = r.string_value(f, path);
+                if (!name) return;
+                std::string error;
+                if (const auto uid = user_id(*name, &error))
+                  *out = *uid;
+                else
+                  r.error(R::line_of(f.value, f.line), path + " " + *name + ": " + error);
               }),
           integer_key("interval_s", &ControllerSpec::interval_s, 1, 86400, "seconds between tests of the evidence"),
           number_key("fdr", &ControllerSpec::fdr, 1e-6, 0.5,

@@ -62,7 +62,6 @@ void CcController::configure(const Config& config) {
   std::vector<std::string> class_names;
   for (const auto& c : config.peer_classes) class_names.push_back(c.name);
   class_names.push_back(config.default_peer_class);
-  const uint16_t port_start = unprivileged_port_start();
   for (uint32_t i = 0; i < config.cc_policy.rules.size(); ++i) {
     const CcRule& cr = config.cc_policy.rules[i];
     if (!cr.controller) continue;
@@ -84,7 +83,7 @@ void CcController::configure(const Config& config) {
       r->throughput_min_bytes = config.throughput_min_bytes;
     }
     r->index = i;
-    r->gate = EvidenceGate{cr.match.lports, port_start, {}, local_addresses_};
+    r->gate = EvidenceGate{cr.match.lports, {}, local_addresses_};
     for (const auto& name : cr.controller->evidence_netns) {
       auto ns = netns_by_name_.find(name);
       if (ns != netns_by_name_.end()) r->gate.netns.push_back(ns->second);
@@ -129,7 +128,7 @@ std::optional<CcController::Target> CcController::target_of(const Record& record
   Rule& r = *rit->second;
   auto ait = r.arm_index.find(*rec.arm);
   if (ait == r.arm_index.end()) return std::nullopt;
-  const EvidenceVerdict verdict = r.gate.judge(record.dir, record.netns, record.laddr, record.lport, record.raddr);
+  const EvidenceVerdict verdict = r.gate.judge(record, r.spec.evidence_user);
   if (verdict != EvidenceVerdict::kCounts) {
     ++r.refused[static_cast<int>(verdict)];
     return std::nullopt;

@@ -1,7 +1,6 @@
 #include "control/evidence_gate.h"
 
 #include <algorithm>
-#include <fstream>
 
 namespace tcpscope {
 
@@ -19,6 +18,8 @@ const char* to_string(EvidenceVerdict v) {
       return "connection_cap";
     case EvidenceVerdict::kNetns:
       return "netns";
+    case EvidenceVerdict::kService:
+      return "service";
   }
   return "counts";
 }
@@ -34,12 +35,16 @@ bool loopback(const IpAddr& a) {
 }  // namespace
 
 EvidenceVerdict EvidenceGate::judge(Direction dir, uint32_t ns, const IpAddr& laddr, uint16_t lport,
-                                    const IpAddr& raddr) const {
+                                    const IpAddr& raddr, const SocketOwner& socket,
+                                    std::optional<uint32_t> service_uid) const {
   if (std::find(netns.begin(), netns.end(), ns) == netns.end()) return EvidenceVerdict::kNetns;
   if (dir != Direction::kPassive) return EvidenceVerdict::kOutgoing;
-  const bool governed = lports.empty() ? lport < unprivileged_port_start
-                                       : std::find(lports.begin(), lports.end(), lport) != lports.end();
+  const bool privileged = lport < socket.unprivileged_port_start;
+  const bool governed =
+      lports.empty() ? privileged : std::find(lports.begin(), lports.end(), lport) != lports.end();
   if (!governed) return EvidenceVerdict::kPort;
+  const bool services = service_uid ? socket.uid == *service_uid : privileged || socket.uid == 0;
+  if (!services) return EvidenceVerdict::kService;
   if (raddr == laddr || loopback(raddr)) return EvidenceVerdict::kLocalPeer;
   if (!local) return EvidenceVerdict::kCounts;
   auto own = local->by_netns.find(ns);
@@ -49,14 +54,6 @@ EvidenceVerdict EvidenceGate::judge(Direction dir, uint32_t ns, const IpAddr& la
   if (own == local->by_netns.end() || host == local->by_netns.end()) return EvidenceVerdict::kNetns;
   if (own->second->lookup(raddr) || host->second->lookup(raddr)) return EvidenceVerdict::kLocalPeer;
   return EvidenceVerdict::kCounts;
-}
-
-uint16_t unprivileged_port_start() {
-  std::ifstream f("/proc/sys/net/ipv4/ip_unprivileged_port_start");
-  long v = -1;
-  if (!(f >> v) || v < 0 || v > 65536) return 1024;
-  // 0 lets anyone bind any port: then no port is privileged.
-  return static_cast<uint16_t>(std::min<long>(v, 65535));
 }
 
 }  // namespace tcpscope

@@ -11,8 +11,15 @@
 //   - accepted ones: an outgoing connection's sends are requests, and anyone
 //     can open one;
 //   - on a port the rule names (match.lports), else on a privileged port
-//     (below net.ipv4.ip_unprivileged_port_start), which only a process
-//     with CAP_NET_BIND_SERVICE can listen on;
+//     (below net.ipv4.ip_unprivileged_port_start of the socket's own
+//     namespace, as its record says), which only a process with
+//     CAP_NET_BIND_SERVICE can listen on;
+//   - the service's own: a port is a number, not who listens on it (anyone
+//     may listen on [::] and the service's unprivileged port with
+//     IPV6_V6ONLY beside its IPv4 listener, or on another address). A
+//     socket's owner (sk_uid) is who accepted it, so with the rule's
+//     evidence_user only that user's sockets count; without one, privilege
+//     stands for the service: a privileged port, or a socket root accepted;
 //   - from a peer that is not this host: a peer inside its namespace's local
 //     routing table (any of the host's addresses: a second NIC, docker0, a
 //     VIP; loopback; AnyIP ranges) is a local user again, and so is one
@@ -25,6 +32,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "net/ip_addr.h"
@@ -35,10 +43,10 @@ namespace tcpscope {
 
 // kConnectionCap is the controller's, not the gate's: a connection that
 // found no room in its rule's table of open connections (connection_table.h).
-enum class EvidenceVerdict : uint8_t { kCounts, kOutgoing, kPort, kLocalPeer, kConnectionCap, kNetns };
-constexpr int kEvidenceVerdicts = 6;
-// "counts", "outgoing", "port", "local_peer", "connection_cap", "netns": the
-// reason label of tcpscope_controller_records_refused_total.
+enum class EvidenceVerdict : uint8_t { kCounts, kOutgoing, kPort, kLocalPeer, kConnectionCap, kNetns, kService };
+constexpr int kEvidenceVerdicts = 7;
+// "counts", "outgoing", "port", "local_peer", "connection_cap", "netns",
+// "service": the reason label of tcpscope_controller_records_refused_total.
 const char* to_string(EvidenceVerdict v);
 
 // This host's addresses as each network namespace routes them: its local
@@ -50,18 +58,21 @@ struct LocalAddresses {
 
 struct EvidenceGate {
   std::vector<uint16_t> lports;  // the rule's match.lports; empty: privileged ports only
-  uint16_t unprivileged_port_start = 1024;
   std::vector<uint32_t> netns;   // the namespaces whose sockets count (inodes); empty: none
   // The namespaces' local addresses. When set, a socket counts only while
   // both its namespace's table and the daemon's are known; when null (no
   // table read), only loopback and the socket's own address are local.
   std::shared_ptr<const LocalAddresses> local;
 
-  EvidenceVerdict judge(Direction dir, uint32_t netns, const IpAddr& laddr, uint16_t lport, const IpAddr& raddr) const;
+  // `service_uid`: the rule's evidence_user, the uid whose sockets are the
+  // service's; none: root's, or any on a privileged port.
+  EvidenceVerdict judge(Direction dir, uint32_t netns, const IpAddr& laddr, uint16_t lport, const IpAddr& raddr,
+                        const SocketOwner& socket, std::optional<uint32_t> service_uid) const;
+  // A flow or transfer record.
+  template <class Record>
+  EvidenceVerdict judge(const Record& r, std::optional<uint32_t> service_uid) const {
+    return judge(r.dir, r.netns, r.laddr, r.lport, r.raddr, r.socket, service_uid);
+  }
 };
-
-// This host's net.ipv4.ip_unprivileged_port_start, 1024 (the kernel's
-// default) when it cannot be read.
-uint16_t unprivileged_port_start();
 
 }  // namespace tcpscope

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "os/netns_path.h"
 
@@ -16,9 +17,21 @@ ClosedLoop::ClosedLoop(InstalledPolicy& policy, const Enricher& enricher, const 
       log_(std::move(log)),
       controller_(std::move(registry), [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }) {}
 
+ClosedLoop::~ClosedLoop() {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    closing_ = true;
+  }
+  inbox_cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
 bool ClosedLoop::start(std::string* error) {
   controller_.configure(config_);
-  watch_namespaces(config_);
+  {
+    std::lock_guard<std::mutex> lock(namespaces_mu_);
+    watch_namespaces(config_);
+  }
   if (!controller_.empty()) {
     std::string store_error;
     if (auto saved = store_.load(&store_error)) {
@@ -31,14 +44,23 @@ bool ClosedLoop::start(std::string* error) {
     }
     policy_.set_cohorts(controller_.cohort_asns(), controller_.cohort_weights(), &store_error);
   }
-  return policy_.load(config_, enricher_.tables()->asn_db.get(), error);
+  if (!policy_.load(config_, enricher_.tables()->asn_db.get(), error)) return false;
+  thread_ = std::thread([this] { run(); });
+  return true;
 }
 
 bool ClosedLoop::reload(const Config& next, const AsnDatabase* asn_db, std::string* error) {
   const nlohmann::json before = controller_.save();
   std::string ignored;
+  // Weights the thread worked out for the rules before this reload are not
+  // applied after it: it publishes under this lock, from the rules in force.
+  std::lock_guard<std::mutex> changed_lock(changed_mu_);
+  changed_.reset();
   controller_.configure(next);
-  watch_namespaces(next);
+  {
+    std::lock_guard<std::mutex> lock(namespaces_mu_);
+    watch_namespaces(next);
+  }
   policy_.set_cohorts(controller_.cohort_asns(), controller_.cohort_weights(), &ignored);
   if (policy_.load(next, asn_db, error)) return true;
   controller_.configure(config_);
@@ -47,24 +69,119 @@ bool ClosedLoop::reload(const Config& next, const AsnDatabase* asn_db, std::stri
   return false;
 }
 
-void ClosedLoop::tick(Clock::time_point now) {
-  if (stopped_ || controller_.empty()) return;
-  // Addresses come and go (a VIP, a new interface): a local table is read
-  // again when its namespace says a route changed, and once a minute anyway.
-  bool changed = now >= next_routes_read_;
-  for (auto& [_, ns] : namespaces_) changed = ns.routes->changed() || changed;
-  if (changed) {
-    next_routes_read_ = now + std::chrono::seconds(60);
-    read_local_routes();
+void ClosedLoop::add(const RoutedFlow& flow) {
+  const auto& e = flow.record.enrichment.experiment;
+  if (e && *e == kControllerExperiment) drain_.emplace_back(flow.record);
+}
+
+void ClosedLoop::add(const RoutedTransfer& transfer) {
+  const auto& e = transfer.record.enrichment.experiment;
+  if (e && *e == kControllerExperiment && transfer.record.direction == TransferDirection::kSend)
+    drain_.emplace_back(transfer.record);
+}
+
+void ClosedLoop::end_drain() {
+  if (!drain_.empty()) hand_over(&drain_);
+}
+
+void ClosedLoop::forget_closed(const std::unordered_set<uint64_t>& open, double pass_start_s) {
+  std::vector<Item> pass;
+  pass.emplace_back(ClosedPass{open, pass_start_s});
+  hand_over(&pass);
+}
+
+void ClosedLoop::hand_over(std::vector<Item>* items) {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    if (inbox_.size() + items->size() > kMaxBacklog) {
+      not_taken_ += items->size();
+      items->clear();
+      return;
+    }
+    if (inbox_.empty()) {
+      inbox_.swap(*items);
+    } else {
+      inbox_.insert(inbox_.end(), std::make_move_iterator(items->begin()), std::make_move_iterator(items->end()));
+      items->clear();
+    }
+  }
+  inbox_cv_.notify_one();
+}
+
+void ClosedLoop::run() {
+  using namespace std::chrono;
+  auto next_step = Clock::now();
+  std::vector<Item> taken;
+  for (;;) {
+    uint64_t not_taken = 0;
+    bool closing = false;
+    {
+      std::unique_lock<std::mutex> lock(inbox_mu_);
+      inbox_cv_.wait_until(lock, next_step, [&] { return closing_ || !inbox_.empty(); });
+      taken.swap(inbox_);
+      std::swap(not_taken, not_taken_);
+      closing = closing_;
+    }
+    if (not_taken)
+      log_("controller: " + std::to_string(not_taken) + " records not counted: the controller's thread is " +
+           std::to_string(kMaxBacklog) + " records behind");
+    for (Item& item : taken) {
+      if (auto* t = std::get_if<TransferRecord>(&item))
+        controller_.observe(*t);
+      else if (auto* f = std::get_if<FlowRecord>(&item))
+        controller_.observe(*f);
+      else if (auto* pass = std::get_if<ClosedPass>(&item))
+        controller_.forget_closed(pass->open, pass->start_s);
+    }
+    taken.clear();
+    if (closing) return;
+    if (Clock::now() >= next_step) {
+      next_step = Clock::now() + seconds(1);
+      if (!stopped_) step();
+    }
+  }
+}
+
+void ClosedLoop::step() {
+  if (controller_.empty()) return;
+  const auto now = Clock::now();
+  {
+    // Addresses come and go (a VIP, a new interface): a local table is read
+    // again when its namespace says a route changed, and once a minute anyway.
+    std::lock_guard<std::mutex> lock(namespaces_mu_);
+    bool changed = now >= next_routes_read_;
+    for (auto& [_, ns] : namespaces_) changed = ns.routes->changed() || changed;
+    if (changed) {
+      next_routes_read_ = now + std::chrono::seconds(60);
+      read_local_routes();
+    }
   }
   const double now_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  const CcController::StepResult step = controller_.step(now_s);
-  if (step.changed) apply_cohorts();
-  if (step.tested) save();
+  const CcController::StepResult result = controller_.step(now_s);
+  if (result.changed) {
+    std::lock_guard<std::mutex> lock(changed_mu_);
+    changed_ = Cohorts{controller_.cohort_asns(), controller_.cohort_weights()};
+  }
+  if (result.tested) save();
+}
+
+void ClosedLoop::tick(Clock::time_point) {
+  std::optional<Cohorts> changed;
+  {
+    std::lock_guard<std::mutex> lock(changed_mu_);
+    changed.swap(changed_);
+  }
+  if (changed && !stopped_) apply_cohorts(*changed);
   log_writer_messages();
 }
 
 void ClosedLoop::close(std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    closing_ = true;
+  }
+  inbox_cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
   if (controller_.empty()) return;
   save();
   if (!writer_.flush(timeout))
@@ -121,9 +238,9 @@ void ClosedLoop::read_local_routes() {
   controller_.set_namespaces(std::move(inodes), std::move(local));
 }
 
-void ClosedLoop::apply_cohorts() {
+void ClosedLoop::apply_cohorts(const Cohorts& cohorts) {
   std::string error;
-  switch (policy_.set_cohorts(controller_.cohort_asns(), controller_.cohort_weights(), &error)) {
+  switch (policy_.set_cohorts(cohorts.asns, cohorts.weights, &error)) {
     case InstalledPolicy::CohortUpdate::kApplied:
       return;
     case InstalledPolicy::CohortUpdate::kNeedsInstall:
@@ -135,8 +252,8 @@ void ClosedLoop::apply_cohorts() {
   log_("controller: applying cohort weights failed: " + error + "; the kernel keeps the previous ones");
 }
 
-// The snapshot is taken here, under the controller's lock; fitting,
-// serialising and writing it are the writer's, off this thread.
+// The snapshot is taken here, on the controller's thread and under its
+// lock; fitting, serialising and writing it are the writer's.
 void ClosedLoop::save() {
   if (saving_) writer_.save(controller_.save());
 }

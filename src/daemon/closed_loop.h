@@ -1,12 +1,28 @@
 // The closed loop in the daemon: the controller (control/cc_controller.h)
-// takes records as evidence, re-tests its cohorts every tick, puts their
+// takes records as evidence, re-tests its cohorts every second, puts their
 // weights into the policy the kernel enforces (kernel/installed_policy.h),
 // and keeps its state on disk (control/controller_store.h) across restarts.
+//
+// The controller works on a thread of its own, so that the ring buffer's
+// loop never waits on it: a state of many rules takes long to snapshot for
+// the disk, and /api/v1/controller builds its answer under the controller's
+// lock. The loop hands each drain's controller records over at once (one
+// short lock); the thread takes them in order, re-tests, saves, and leaves
+// the cohorts' new weights for the loop, which alone touches the policy.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
+#include <unordered_set>
+#include <variant>
+#include <vector>
 
 #include "control/cc_controller.h"
 #include "control/controller_store.h"
@@ -25,29 +41,55 @@ class ClosedLoop final : public RecordSink {
   ClosedLoop(InstalledPolicy& policy, const Enricher& enricher, const Config& config_in_force,
              std::shared_ptr<prometheus::Registry> registry, LogLine log);
 
+  ~ClosedLoop() override;
+
   // The controller rules of the config in force, their saved state, and the
-  // policy with their cohorts into the kernel.
+  // policy with their cohorts into the kernel; then the controller's thread.
   bool start(std::string* error);
   // SIGHUP: the same for `next` (with the ASN data it comes with). A
   // controller rule that changed starts afresh, one removed is gone. On
   // failure the controllers and the policy in force stay.
   bool reload(const Config& next, const AsnDatabase* asn_db, std::string* error);
 
-  void add(const RoutedFlow& flow) override { controller_.observe(flow.record); }
-  void add(const RoutedTransfer& transfer) override { controller_.observe(transfer.record); }
+  void add(const RoutedFlow& flow) override;
+  void add(const RoutedTransfer& transfer) override;
+  void end_drain() override;
+  // The cohorts' weights the controller's thread changed, into the kernel;
+  // what the state writer had to say, to the log.
   void tick(Clock::time_point now) override;
-  // At stop, before the handover is stored: from here on no tick tests,
+  // A complete pass of the socket iterator (CcController::forget_closed()),
+  // taken in order with the records.
+  void forget_closed(const std::unordered_set<uint64_t>& open, double pass_start_s);
+  // At stop, before the handover is stored: from here on nothing tests,
   // applies weights or reads routes, so the policy's maps and generation
   // stay as stored; close() still saves the state.
   void stop() { stopped_ = true; }
+  // The thread takes what is still handed over, and ends; the state is saved.
   void close(std::chrono::milliseconds timeout) override;
 
   CcController& controller() { return controller_; }
 
  private:
+  struct ClosedPass {
+    std::unordered_set<uint64_t> open;
+    double start_s;
+  };
+  struct Cohorts {
+    std::vector<uint32_t> asns;
+    std::vector<CohortWeights> weights;
+  };
+  using Item = std::variant<FlowRecord, TransferRecord, ClosedPass>;
+  // What the loop hands over at most, waiting: a thread this far behind is
+  // stuck, and the loop must not grow without bound for it.
+  static constexpr size_t kMaxBacklog = size_t{1} << 20;
+
+  void hand_over(std::vector<Item>* items);
+  // The controller's thread: the records in order, a test every second.
+  void run();
+  void step();
   // The cohorts' weights into the kernel; a new ASN cohort reinstalls the
-  // policy, so the trie names it.
-  void apply_cohorts();
+  // policy, so the trie names it. The loop's.
+  void apply_cohorts(const Cohorts& cohorts);
   void save();
   // A saved state that cannot be used, out of the next save's way.
   void set_aside(const std::string& why);
@@ -58,16 +100,17 @@ class ClosedLoop final : public RecordSink {
   // seen before (another namespace than the daemon's own can be entered
   // only at start: after that it lacks CAP_SYS_ADMIN, and says so).
   void watch_namespaces(const Config& config);
-  // Their local tables now, to the controller.
+  // Their local tables now, to the controller (namespaces_mu_ held).
   void read_local_routes();
 
   struct WatchedNamespace {
     uint32_t inode = 0;
     std::unique_ptr<LocalRoutes> routes;
   };
+  std::mutex namespaces_mu_;  // the loop's reload and the controller's thread
   std::map<std::string, WatchedNamespace> namespaces_;
-  Clock::time_point next_routes_read_{};
-  std::string routes_error_;  // the last one logged
+  Clock::time_point next_routes_read_{};  // the thread's
+  std::string routes_error_;              // the last one logged
 
   InstalledPolicy& policy_;
   const Enricher& enricher_;
@@ -76,8 +119,19 @@ class ClosedLoop final : public RecordSink {
   CcController controller_;
   ControllerStore store_;
   StateWriter writer_{store_};
-  bool stopped_ = false;
-  bool saving_ = true;  // false once a state that could not be set aside must not be overwritten
+  // False once a state that could not be set aside must not be overwritten.
+  std::atomic<bool> saving_{true};
+
+  std::vector<Item> drain_;  // the loop's, until end_drain()
+  std::mutex inbox_mu_;
+  std::condition_variable inbox_cv_;
+  std::vector<Item> inbox_;
+  bool closing_ = false;     // under inbox_mu_: the thread takes the inbox and ends
+  uint64_t not_taken_ = 0;   // under inbox_mu_: records dropped over kMaxBacklog, not yet logged
+  std::atomic<bool> stopped_{false};
+  std::mutex changed_mu_;  // the weights the thread changed, for the loop to apply
+  std::optional<Cohorts> changed_;
+  std::thread thread_;
 };
 
 }  // namespace tcpscope

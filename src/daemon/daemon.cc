@@ -219,12 +219,12 @@ int Daemon::start_kernel() {
   snapshots_ = std::make_unique<OpenFlowSnapshots>(config_.snapshot_interval_s ? probe_->snapshot_link_fd() : -1,
                                                    clock_, *pipeline_, aggregator_->aggregator(), *self_, log_line);
   snapshots_->on_complete_pass([this](const std::unordered_set<uint64_t>& open, double pass_start_s) {
-    loop_->controller().forget_closed(open, pass_start_s);
+    loop_->forget_closed(open, pass_start_s);
   });
   http_->handle_json("/api/v1/flows", [this](const std::string& q) { return snapshots_->json(q); });
-  http_->handle_json("/api/v1/policy", [this](const std::string&) { return policy_->to_json(); });
+  http_->handle_json("/api/v1/policy", std::function<std::string()>([this] { return policy_->to_json(); }));
   http_->handle_json("/api/v1/controller",
-                     [this](const std::string&) { return loop_->controller().status_json(); });
+                     std::function<std::string()>([this] { return loop_->controller().status_json(); }));
   RingReader::Handlers handlers;
   handlers.flow = [this](const tcpscope_flow_event& ev) { fanout_->on_flow(ev); };
   handlers.transfer = [this](const tcpscope_transfer_event& ev) { fanout_->on_transfer(ev); };

@@ -318,6 +318,13 @@ void HttpServer::set_health(HealthCheck check) {
 void HttpServer::handle_json(const std::string& path, JsonHandler handler) {
   std::unique_lock<std::shared_mutex> lock(mu_);
   json_[path] = std::move(handler);
+  query_free_.erase(path);
+}
+
+void HttpServer::handle_json(const std::string& path, std::function<std::string()> handler) {
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  json_[path] = [handler = std::move(handler)](const std::string&) { return handler(); };
+  query_free_.insert(path);
 }
 
 bool HttpServer::set_basic_auth(const HttpConfig& security, std::string* error) {
@@ -590,16 +597,16 @@ void HttpServer::dispatch(Connection& c, HttpRequest&& request, int64_t now) {
     count(kBusy);
     return error(503);
   }
+  // /metrics and the query-free JSON answers ignore their query: their
+  // requests share one answer whatever their query says, so /metrics?n=1,
+  // ?n=2, ... cannot each cost a serialisation.
+  if (request.path == "/metrics" || takes_no_query(request.path)) request.query.clear();
   {
     std::lock_guard<std::mutex> lock(pool->mu);
     if (pool->queue.size() >= limits_.max_queued_requests) {
       count(kBusy);
       return error(503);
     }
-    // /metrics ignores its query: its requests share one answer whatever
-    // their query says, so /metrics?n=1, ?n=2, ... cannot each cost a
-    // serialisation.
-    if (request.path == "/metrics") request.query.clear();
     pool->queue.push_back({c.id, std::move(request.path), std::move(request.query)});
   }
   pool->cv.notify_one();
@@ -806,6 +813,11 @@ HttpServer::Reply HttpServer::health_reply() {
   if (!h.first) return Reply{503, kTextContentType, one_line_reason(h.second) + "\n"};
   // The status code is the contract; a healthy body may still name what degrades.
   return Reply{200, kTextContentType, (h.second.empty() ? "ok" : "ok; " + one_line_reason(h.second)) + "\n"};
+}
+
+bool HttpServer::takes_no_query(const std::string& path) const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  return query_free_.count(path) > 0;
 }
 
 HttpServer::Reply HttpServer::serve(const std::string& path, const std::string& query) {

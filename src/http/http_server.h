@@ -42,6 +42,7 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -118,6 +119,9 @@ class HttpServer {
   // GET <path> (exact match, e.g. "/api/v1/flows") answers with handler(query)
   // as application/json. /metrics and /healthz cannot be overridden.
   void handle_json(const std::string& path, JsonHandler handler);
+  // The same for an answer that has no query: the query is dropped, so
+  // concurrent requests share one answer whatever their query strings say.
+  void handle_json(const std::string& path, std::function<std::string()> handler);
 
   // Replaces the basic-auth credentials (none when `security` has no user),
   // for requests from now on; a SIGHUP applies a rotated password this way.
@@ -169,6 +173,7 @@ class HttpServer {
   void watch(Connection& c, uint32_t events);
   void count(Rejection r) { rejected_[r].fetch_add(1, std::memory_order_relaxed); }
   Reply serve(const std::string& path, const std::string& query);
+  bool takes_no_query(const std::string& path) const;
   std::string metrics_text();
   Reply health_reply();
   bool authorized(const HttpRequest& request, const std::string& peer_text);
@@ -204,6 +209,7 @@ class HttpServer {
   std::shared_ptr<prometheus::Registry> registry_;
   HealthCheck health_;
   std::map<std::string, JsonHandler> json_;
+  std::set<std::string> query_free_;  // paths whose handler takes no query
 
   std::mutex log_mu_;
   int64_t log_window_start_s_ = 0;

@@ -57,7 +57,7 @@ std::string event_string(const char* s, size_t capacity);
 // the flow's direction (enum tcpscope_dir),
 Direction event_direction(uint8_t dir);
 // and the flow's identity (but its start, which each record names its own
-// way): endpoints, direction and network namespace.
+// way): endpoints, direction, network namespace and the socket's owner.
 template <class Record>
 void decode_identity(const tcpscope_flow_identity& id, Record* r) {
   r->laddr = event_address(id.saddr, id.family);
@@ -66,6 +66,7 @@ void decode_identity(const tcpscope_flow_identity& id, Record* r) {
   r->rport = id.dport;
   r->dir = event_direction(id.dir);
   r->netns = id.netns;
+  r->socket = SocketOwner{id.uid, id.unprivileged_port_start};
 }
 
 // Flow completion time: first SYN to the last data byte acknowledged in

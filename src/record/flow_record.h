@@ -19,6 +19,16 @@ enum class Outcome : uint8_t { kOk, kReset, kRefused, kTimeout, kError };
 const char* to_string(Direction d);
 const char* to_string(Outcome o);
 
+// Who owns a record's socket, as its namespace judges it: what the
+// controller's evidence gate (control/evidence_gate.h) tells a service's
+// sockets from another user's by. Not in the flow log.
+struct SocketOwner {
+  uint32_t uid = 0;  // sk_uid: who accepted (passive) or created (active) it, in the initial user namespace
+  // The socket's namespace's net.ipv4.ip_unprivileged_port_start when the
+  // record was made: ports below it need CAP_NET_BIND_SERVICE to listen on.
+  uint16_t unprivileged_port_start = 1024;
+};
+
 struct FlowRecord {
   // CLOCK_REALTIME nanoseconds.
   int64_t start_ns = 0;
@@ -53,6 +63,7 @@ struct FlowRecord {
   std::string comm;
   uint64_t cgroup_id = 0;
   uint32_t netns = 0;
+  SocketOwner socket;
 
   int family() const { return raddr.family; }
 };

@@ -33,6 +33,7 @@ struct TransferRecord {
   uint16_t lport = 0, rport = 0;
   Direction dir = Direction::kActive;
   uint32_t netns = 0;
+  SocketOwner socket;
 
   uint32_t seq = 0;
   TransferDirection direction = TransferDirection::kSend;

@@ -41,10 +41,15 @@ from traffic_mix import ACCESS_LOG_FIELDS, nginx_conf, object_name  # noqa: E402
 # connections (8 at a time) and reads a "b" transfer 2 KiB per 5 ms through
 # a 4 KiB receive buffer. `push` and `sink` are the same roles with the
 # connection opened the other way: the pushing end connects and sends.
+# `answer ADDR PORT` sends each connection 1000 bytes, one transfer;
+# `get ADDR PORT N` reads them and prints how many answers were whole. An
+# IPv6 ADDR listens with IPV6_V6ONLY.
 ARM_AWARE = r'''
 import socket, sys, threading, time
 TCP_CONGESTION = 13
 BODY = b"x" * 65536
+ANSWER = b"a" * 1000
+whole = []
 
 def send_arm_and_body(c):
     cc = c.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16).split(b"\0")[0]
@@ -63,13 +68,29 @@ def read_as_told(c):
             time.sleep(0.005)
     c.close()
 
-def small_buffer_socket():
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def answer(c):
+    c.sendall(ANSWER)
+    c.close()
+
+def read_answer(c):
+    got = b""
+    while True:
+        b = c.recv(4096)
+        if not b:
+            break
+        got += b
+    c.close()
+    whole.append(got == ANSWER)
+
+def small_buffer_socket(addr):
+    s = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     return s
 
 def listen(addr, port, handle):
-    s = small_buffer_socket()
+    s = small_buffer_socket(addr)
+    if ":" in addr:
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind((addr, port))
     s.listen(128)
@@ -79,7 +100,7 @@ def listen(addr, port, handle):
 
 def connect_n(addr, port, n, handle, source=None):
     def one():
-        c = small_buffer_socket()
+        c = small_buffer_socket(addr)
         c.settimeout(30)
         if source:
             c.bind((source, 0))
@@ -95,6 +116,10 @@ if role == "serve": listen(addr, port, send_arm_and_body)
 elif role == "sink": listen(addr, port, read_as_told)
 elif role == "fetch": connect_n(addr, port, int(sys.argv[4]), read_as_told, sys.argv[5] if len(sys.argv) > 5 else None)
 elif role == "push": connect_n(addr, port, int(sys.argv[4]), send_arm_and_body)
+elif role == "answer": listen(addr, port, answer)
+elif role == "get":
+    connect_n(addr, port, int(sys.argv[4]), read_answer)
+    print(sum(whole))
 '''
 
 # The service on a privileged port: the rule names no port, so only those count.
@@ -106,20 +131,21 @@ NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
 OWN_SERVICE, OWN_CLIENT = "198.19.250.1", "198.19.250.7"
 
 
-def config(service_netns, min_transfers=20):
+def config(service_netns, min_transfers=20, lports="", evidence_user=None):
+    user = f"\n        evidence_user: {evidence_user}" if evidence_user else ""
     return f"""
 snapshot_interval_s: 0
 cc_policy:
   rules:
     - name: auto
-      match: {{ peer_class: client }}
+      match: {{ peer_class: client{lports} }}
       controller:
         arms: [bbr, cubic]
         cohort: peer_class
         control_percent: 10
         min_transfers: {min_transfers}
         interval_s: 1
-        evidence_netns: [{service_netns}]
+        evidence_netns: [{service_netns}]{user}
 """
 
 
@@ -140,9 +166,26 @@ def evidence_transfers(d):
 def start(net, ns, role, addr, port, *prefix):
     """A listener; ready once the namespace lists its socket (a probe
     connection would be a record of its own)."""
+    listeners = lambda: len(net.ns(ns, "ss", "-Hltn", f"sport = :{port}").stdout.splitlines())
+    before = listeners()
     net.spawn(ns, *prefix, sys.executable, "-c", ARM_AWARE, role, addr, str(port))
-    listening = lambda: net.ns(ns, "ss", "-Hltn", f"sport = :{port}").stdout.strip()
-    wait_for(listening, 10, what=f"{role} listening on {addr}:{port}")
+    wait_for(lambda: listeners() > before, 10, what=f"{role} listening on {addr}:{port}")
+
+
+def started_daemon(tmp_path, test_cgroup, config_text):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    cfg = tmp_path / "tcpscope.yaml"
+    cfg.write_text(config_text)
+    home = tmp_path / "daemon"
+    home.mkdir()
+    return Daemon(home, extra_args=("--config", str(cfg), "--cgroup", str(test_cgroup)),
+                  env=dict(os.environ, STATE_DIRECTORY=str(state)))
+
+
+def gets(net, addr, port, n):
+    """A remote client's `n` connections to addr:port; how many were answered whole."""
+    return int(net.ns(net.cli, sys.executable, "-c", ARM_AWARE, "get", addr, str(port), str(n)).stdout)
 
 
 def test_a_local_user_cannot_steer_the_loop_and_a_remote_client_can(net, tmp_path, test_cgroup):
@@ -345,3 +388,67 @@ def test_a_container_takes_nothing_from_the_host_and_everything_from_a_remote_cl
         net.close()
         if d:
             assert d.stop() == 0, d.stderr_text()
+
+
+# A port anyone may bind, and the users of the service and of the takeover.
+SHARED_PORT = 8080
+WWW_DATA = ("setpriv", "--reuid=33", "--regid=33", "--clear-groups")
+
+
+def refused_as(d, reason):
+    return status(d).get("records_refused", {}).get(reason, 0)
+
+
+def test_another_users_listener_on_the_services_port_counts_nothing(net, tmp_path, test_cgroup):
+    """A port is a number, not who listens on it: the service (www-data)
+    listens on its IPv4 address and port 8080, another user (nobody) on
+    [::] and the same port with IPV6_V6ONLY, and learns each socket's arm.
+    A remote client's requests to each are served; only the service's
+    count (evidence_user), the other's are refused as `service`."""
+    net.cgroup = test_cgroup
+    d = started_daemon(tmp_path, test_cgroup,
+                       config(net.srv, min_transfers=100000, lports=f", lports: [{SHARED_PORT}]",
+                              evidence_user="www-data"))
+    try:
+        start(net, net.srv, "answer", net.srv_v4, SHARED_PORT, *WWW_DATA)
+        start(net, net.srv, "answer", "::", SHARED_PORT, *NOBODY)
+        requests = 30
+        assert gets(net, net.srv_v6, SHARED_PORT, requests) == requests
+        assert gets(net, net.srv_v4, SHARED_PORT, requests) == requests
+        # Two records a connection are judged: its flow and its answer's transfer.
+        wait_for(lambda: refused_as(d, "service") >= 2 * requests and evidence_transfers(d) >= requests, 20,
+                 what=lambda: f"the takeover refused, the service counted: {status(d)}")
+        time.sleep(2)  # twenty ticks for anything more to arrive
+        assert evidence_transfers(d) == requests, client_cohort(d)
+        assert refused_as(d, "service") == 2 * requests, status(d)
+        assert d.metric_value("tcpscope_controller_records_refused_total",
+                              {"rule": "auto", "reason": "service"}) == 2 * requests
+    finally:
+        assert d.stop() == 0, d.stderr_text()
+
+
+def test_each_namespace_is_judged_by_its_own_unprivileged_port_start(net, tmp_path, test_cgroup):
+    """The service's namespace makes ports below 9000 privileged, the
+    daemon's keeps its own bound (below 8080): a rule that names no port
+    counts the service's port 8080 there, as only a privileged process
+    could listen on it, and any user's socket on it is the service's."""
+    net.cgroup = test_cgroup
+    own = int(Path("/proc/sys/net/ipv4/ip_unprivileged_port_start").read_text())
+    assert own <= SHARED_PORT, own
+    net.ns(net.srv, "sysctl", "-qw", "net.ipv4.ip_unprivileged_port_start=9000")
+    d = started_daemon(tmp_path, test_cgroup, config(net.srv, min_transfers=100000))
+    try:
+        # nobody cannot listen on it there: the namespace's bound holds.
+        r = net.ns(net.srv, *NOBODY, sys.executable, "-c", "import socket; socket.socket().bind(('', 8080))",
+                   check=False)
+        assert r.returncode != 0 and "Permission denied" in r.stderr, r
+        start(net, net.srv, "answer", net.srv_v4, SHARED_PORT)
+        requests = 20
+        assert gets(net, net.srv_v4, SHARED_PORT, requests) == requests
+        wait_for(lambda: evidence_transfers(d) >= requests, 20,
+                 what=lambda: f"the service's requests counted: {status(d)}")
+        time.sleep(2)
+        assert evidence_transfers(d) == requests, client_cohort(d)
+        assert refused_as(d, "port") == 0 and refused_as(d, "service") == 0, status(d)
+    finally:
+        assert d.stop() == 0, d.stderr_text()

@@ -1023,3 +1023,67 @@ def test_no_shell_and_no_unreviewed_process_spawning_in_src():
         assert '"-c"' not in text, f"{rel} passes -c to something"
     assert found <= ALLOWED_PROCESS_CALLS, found - ALLOWED_PROCESS_CALLS
     assert not any(name in ("system", "popen") for _, name in found)
+
+
+def test_controller_queries_during_churn_never_hold_up_the_records(net, tmp_path):
+    """A controller rule over this test's flows; two clients fetch
+    /api/v1/controller with a query string of their own each time, in a loop,
+    and /healthz is asked every 100 ms, for 20 s of churn: the controller
+    works on a thread of its own, so no record is lost and /healthz always
+    answers within a second."""
+    rule = f"""cc_policy:
+  rules:
+    - name: auto
+      match: {{ peer_class: relclass, lports: [8080] }}
+      controller:
+        arms: [bbr, cubic]
+        cohort: peer_class
+        interval_s: 1
+        evidence_netns: [{net.srv}]
+"""
+    cfg = config_for(tmp_path, net, extra=rule)
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    d = Daemon(tmp_path, extra_args=("--config", str(cfg)), env=dict(os.environ, STATE_DIRECTORY=str(state)))
+    try:
+        stop = threading.Event()
+        answered, health = [], []
+        lock = threading.Lock()
+
+        def controller_client(n):
+            i = 0
+            while not stop.is_set():
+                i += 1
+                status, _, body = http_get(f"{d.url}/api/v1/controller?client={n}&i={i}", timeout=10)
+                with lock:
+                    answered.append(status == 200 and json.loads(body)["rules"][0]["rule"] == "auto")
+
+        def health_probe():
+            while not stop.is_set():
+                t0 = time.monotonic()
+                status, _, _ = http_get(d.url + "/healthz", timeout=10)
+                with lock:
+                    health.append((status, time.monotonic() - t0))
+                time.sleep(0.1)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+            futures = [pool.submit(controller_client, n) for n in range(2)] + [pool.submit(health_probe)]
+            connections, t0 = 0, time.monotonic()
+            while time.monotonic() - t0 < 20:  # on the rule's port, round after round
+                connections += churn(net, tmp_path, 200, parallel=8, port=8080)
+            stop.set()
+            for f in futures:
+                f.result(timeout=30)
+        wait_flows(d, 2 * connections, 30)
+        assert d.metric_value("tcpscope_records_lost_total") == 0, d.losses()
+        slowest = max(s for _, s in health)
+        print(f"\n{len(answered)} controller answers, {len(health)} health probes (slowest {slowest * 1000:.0f} ms) "
+              f"during {connections} connections", end="")
+        assert len(answered) > 20 and all(answered), (len(answered), answered.count(False))
+        assert all(status == 200 for status, _ in health), health
+        assert slowest < 1.0, slowest
+        rule_status = json.loads(http_get(d.url + "/api/v1/controller")[2])["rules"][0]
+        counted = sum(a["transfers"] for c in rule_status["cohorts"] for a in c["evidence"]["arms"].values())
+        assert counted > 0, rule_status["records_refused"]
+    finally:
+        assert d.stop() == 0, d.stderr_text()

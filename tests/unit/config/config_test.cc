@@ -163,6 +163,17 @@ TEST(ConfigTest, ControllerSettings) {
   EXPECT_EQ(s.max_cohorts, 7u);
   EXPECT_DOUBLE_EQ(s.retrans_share_increase, 0.02);
   EXPECT_DOUBLE_EQ(s.rtt_inflation_increase, 1.5);
+  EXPECT_FALSE(s.evidence_user);  // root's sockets, or any on a privileged port
+}
+
+TEST(ConfigTest, ControllerEvidenceUserIsAUserOrAUid) {
+  const std::string rule = "cc_policy:\n  rules:\n    - name: auto\n      controller:\n        arms: [cubic, bbr]\n";
+  for (const auto& [given, uid] : {std::pair<const char*, uint32_t>{"root", 0}, {"nobody", 65534}, {"33", 33}}) {
+    Config c;
+    auto errors = errors_of(rule + "        evidence_user: " + given + "\n", &c);
+    ASSERT_TRUE(errors.empty()) << given << ": " << dump(errors);
+    EXPECT_EQ(c.cc_policy.rules.at(0).controller->evidence_user, uid) << given;
+  }
 }
 
 TEST(ConfigTest, SpecExampleNeedsTheKernelToOfferItsCcs) {
@@ -807,6 +818,10 @@ const ErrorCase kErrorCases[] = {
      "controller has no arms"},
     {"ControllerMistakes", "cc_policy:\n  rules:\n    - name: auto\n      controller:\n        arms: [bbr, cubic]\n        guards: {loss: 1}\n", 6,
      "loss"},
+    {"ControllerMistakes", "cc_policy:\n  rules:\n    - name: auto\n      controller:\n        arms: [bbr, cubic]\n        evidence_user: no-such-user-here\n", 6,
+     "controller.evidence_user no-such-user-here: no such user on this host"},
+    {"ControllerMistakes", "cc_policy:\n  rules:\n    - name: auto\n      controller:\n        arms: [bbr, cubic]\n        evidence_user: 4294967295\n", 6,
+     "controller.evidence_user 4294967295: is not a uid (0..4294967294)"},
     {"ControllerMistakes", "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      controller: {arms: [bbr, cubic]}\n", 3,
      "has more than one of cc, experiment and controller"},
     {"ControllerMistakes", "cc_policy:\n  rules:\n    - name: r\n      experiment: {name: controller, arms: {bbr: 50, cubic: 50}}\n", 4,

@@ -484,7 +484,8 @@ TEST(CcController, OnlyTheServicesSocketsAreEvidence) {
                                                      {"port", 200},
                                                      {"local_peer", 200},
                                                      {"netns", 200},
-                                                     {"connection_cap", 0}}));
+                                                     {"connection_cap", 0},
+                                                     {"service", 0}}));
   const auto* pool = cohort(s, "client");
   EXPECT_TRUE(!pool || (*pool)["evidence"]["arms"]["bbr"]["transfers"] == 0) << s.dump(2);
   const std::string text = prometheus::TextSerializer().Serialize(registry->Collect());

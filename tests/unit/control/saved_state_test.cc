@@ -15,6 +15,7 @@
 #include "control/cc_controller.h"
 #include "control/connection_table.h"
 #include "record/transfer_record.h"
+#include "controller_transfer.h"
 
 namespace tcpscope {
 namespace {
@@ -50,26 +51,9 @@ std::unique_ptr<CcController> configured() {
 // A large send transfer of connection `connection` (its flow's start tells
 // connections apart), served on 443, at `mbps`, ending at `end_s`.
 TransferRecord transfer(int64_t connection, const std::string& arm, uint32_t asn, double mbps, double end_s) {
-  TransferRecord t;
-  t.netns = kNetns;
-  t.dir = Direction::kPassive;
-  t.laddr = *IpAddr::parse("198.18.0.1");
-  t.raddr = *IpAddr::parse("198.18.1.2");
-  t.lport = 443;
-  t.flow_start_ns = connection;
-  t.end_ns = static_cast<int64_t>(end_s * 1e9);
-  t.direction = TransferDirection::kSend;
-  t.bytes = 5'000'000;
-  t.xfer_us = std::llround(t.bytes * 8 / mbps);
-  t.srtt_us = 55000;
-  t.min_rtt_us = 50000;
-  t.enrichment.asn = asn;
-  t.enrichment.peer_class = "client";
-  t.enrichment.cc_rule = "auto";
-  t.enrichment.experiment = kControllerExperiment;
-  t.enrichment.arm = arm;
-  t.cc = arm;
-  return t;
+  constexpr uint64_t kBytes = 5'000'000;
+  return controller_transfer(kNetns, connection, arm, asn, kBytes, std::llround(kBytes * 8 / mbps),
+                             static_cast<int64_t>(end_s * 1e9));
 }
 
 nlohmann::json& cohort_of(nlohmann::json& doc, const std::string& label) {

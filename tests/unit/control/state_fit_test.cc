@@ -22,6 +22,7 @@
 #include "control/controller_store.h"
 #include "control/state_writer.h"
 #include "record/transfer_record.h"
+#include "controller_transfer.h"
 
 namespace tcpscope {
 namespace {
@@ -49,26 +50,9 @@ Config largest_config() {
 // metric's span, so that each sketch spans all of it (the largest a sketch
 // gets).
 TransferRecord extreme(const std::string& arm, uint32_t asn, bool large, bool high, int64_t connection) {
-  TransferRecord t;
-  t.netns = kNetns;
-  t.dir = Direction::kPassive;
-  t.laddr = *IpAddr::parse("198.18.0.1");
-  t.raddr = *IpAddr::parse("198.18.1.2");
-  t.lport = 443;
-  t.flow_start_ns = connection;
-  t.end_ns = 1'800'000'000'000'000'000;
-  t.direction = TransferDirection::kSend;
-  t.bytes = large ? 5'000'000 : 50'000;
-  t.xfer_us = large ? (high ? 1 : 30'000'000'000) : (high ? 9'000'000'000 : 2);
-  t.srtt_us = 55000;
-  t.min_rtt_us = 50000;
-  t.enrichment.asn = asn;
-  t.enrichment.peer_class = "client";
-  t.enrichment.cc_rule = "auto";
-  t.enrichment.experiment = kControllerExperiment;
-  t.enrichment.arm = arm;
-  t.cc = arm;
-  return t;
+  return controller_transfer(kNetns, connection, arm, asn, large ? 5'000'000 : 50'000,
+                             large ? (high ? 1 : 30'000'000'000) : (high ? 9'000'000'000 : 2),
+                             1'800'000'000'000'000'000);
 }
 
 // The largest state the config allows: 1000 ASN cohorts and 4000 candidate

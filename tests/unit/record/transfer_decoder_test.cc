@@ -50,6 +50,17 @@ TEST(TransferDecoder, NoWaitIsNull) {
   EXPECT_FALSE(decode_transfer_event(ev, MonotonicToRealtime(0), TransferDelimiter::kWrite).wait_us);
 }
 
+// The socket's owner and its namespace's bound, as the flow's records
+// carry them (decode_identity, which the flow decoder shares).
+TEST(TransferDecoder, TheSocketsOwnerAndItsNamespacesPortBound) {
+  tcpscope_transfer_event ev = base_event();
+  ev.id.uid = 65534;
+  ev.id.unprivileged_port_start = 9000;
+  const TransferRecord r = decode_transfer_event(ev, MonotonicToRealtime(0), TransferDelimiter::kWrite);
+  EXPECT_EQ(r.socket.uid, 65534u);
+  EXPECT_EQ(r.socket.unprivileged_port_start, 9000u);
+}
+
 TEST(TransferDecoder, CountersAndTheirUnits) {
   const TransferRecord r = decode_transfer_event(base_event(), MonotonicToRealtime(0), TransferDelimiter::kWrite);
   EXPECT_EQ(r.seq, 3u);
