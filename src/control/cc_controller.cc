@@ -58,6 +58,27 @@ bool CcController::empty() const {
 
 void CcController::configure(const Config& config) {
   std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::unique_ptr<Rule>> pool = std::move(rules_);
+  adopt(config, &pool);
+  replaced_.clear();
+  for (auto& r : pool)
+    if (r) replaced_.push_back(std::move(r));
+}
+
+void CcController::revert(const Config& previous) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::unique_ptr<Rule>> pool = std::move(rules_);
+  for (auto& r : replaced_) pool.push_back(std::move(r));
+  replaced_.clear();
+  adopt(previous, &pool);
+}
+
+void CcController::confirm() {
+  std::lock_guard<std::mutex> lock(mu_);
+  replaced_.clear();
+}
+
+void CcController::adopt(const Config& config, std::vector<std::unique_ptr<Rule>>* pool) {
   std::vector<std::unique_ptr<Rule>> next;
   std::vector<std::string> class_names;
   for (const auto& c : config.peer_classes) class_names.push_back(c.name);
@@ -68,7 +89,7 @@ void CcController::configure(const Config& config) {
     std::unique_ptr<Rule> r;
     const nlohmann::json settings =
         controller::settings_of(*cr.controller, cr.match, class_names, config.throughput_min_bytes);
-    for (auto& old : rules_)
+    for (auto& old : *pool)
       if (old && old->name == cr.name && old->spec == *cr.controller &&
           controller::settings_of(old->spec, old->match, old->class_names, old->throughput_min_bytes) == settings)
         r = std::move(old);

@@ -86,6 +86,12 @@ class CcController {
   // afresh (its flows go back to equal shares at once), and rules no longer
   // there are forgotten.
   void configure(const Config& config);
+  // Undoes the last configure(): `previous`, the config before it, with its
+  // rules as they were, cohorts and evidence included (a reload the kernel
+  // refused). Moves, where a saved state would copy the whole evidence.
+  void revert(const Config& previous);
+  // The last configure() holds: what revert() would put back goes.
+  void confirm();
   bool empty() const;
 
   // The network namespaces the rules' evidence_netns name, resolved (name
@@ -142,6 +148,9 @@ class CcController {
   };
   template <class Record>
   std::optional<Target> target_of(const Record& record);
+  // The controller rules of `config`, each taken from `pool` where one there
+  // has its name and settings; what is left in `pool` was not taken. mu_ held.
+  void adopt(const Config& config, std::vector<std::unique_ptr<Rule>>* pool);
   void test_rule(Rule& r, double now_s, bool* changed);
   void promote_asns(Rule& r, double now_s, bool* changed);
   void ramp(Rule& r, bool* changed);
@@ -149,6 +158,7 @@ class CcController {
 
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Rule>> rules_;
+  std::vector<std::unique_ptr<Rule>> replaced_;  // by the last configure(), for revert()
   std::map<std::string, Rule*> by_name_;
   std::unique_ptr<ControllerMetrics> metrics_;
   LogLine log_;

@@ -50,7 +50,6 @@ bool ClosedLoop::start(std::string* error) {
 }
 
 bool ClosedLoop::reload(const Config& next, const AsnDatabase* asn_db, std::string* error) {
-  const nlohmann::json before = controller_.save();
   std::string ignored;
   // Weights the thread worked out for the rules before this reload are not
   // applied after it: it publishes under this lock, from the rules in force.
@@ -62,9 +61,11 @@ bool ClosedLoop::reload(const Config& next, const AsnDatabase* asn_db, std::stri
     watch_namespaces(next);
   }
   policy_.set_cohorts(controller_.cohort_asns(), controller_.cohort_weights(), &ignored);
-  if (policy_.load(next, asn_db, error)) return true;
-  controller_.configure(config_);
-  controller_.restore(before, &ignored);
+  if (policy_.load(next, asn_db, error)) {
+    controller_.confirm();
+    return true;
+  }
+  controller_.revert(config_);
   policy_.set_cohorts(controller_.cohort_asns(), controller_.cohort_weights(), &ignored);
   return false;
 }

@@ -8,6 +8,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -120,6 +121,7 @@ class Daemon {
   std::unique_ptr<OpenFlowSnapshots> snapshots_;
 
   std::atomic<int64_t> last_drain_ns_{0};
+  SteadyClock::duration longest_pass_{};  // of the loop over one wake-up; the loop's
   SteadyClock::time_point last_clock_refresh_ = SteadyClock::now();
   // What /healthz (an HTTP thread) says of failing sinks, set on the loop.
   mutable std::mutex failures_mu_;
@@ -286,6 +288,7 @@ void Daemon::on_tick() {
 void Daemon::account(SteadyClock::time_point now) {
   fanout_->tick(now);
   sample_kernel_counters(*probe_, *ring_, *pipeline_, *self_);
+  self_->set_loop_longest_pass(std::chrono::duration<double>(longest_pass_).count());
   std::lock_guard<std::mutex> lock(failures_mu_);
   failures_ = fanout_->failures();
 }
@@ -369,6 +372,7 @@ int Daemon::run() {
     // timer and signals without blocking, then drain again.
     int n = epoll_wait(ep, events, 8, more_queued ? 0 : -1);
     if (n < 0 && errno != EINTR) return fail(std::string("epoll_wait: ") + strerror(errno));
+    const auto woke = SteadyClock::now();
     for (int i = 0; i < n; ++i) {
       int fd = events[i].data.fd;
       if (fd == tfd) {
@@ -390,6 +394,7 @@ int Daemon::run() {
       }
     }
     more_queued = drain_ring() == RingReader::kDefaultDrainBudget;
+    longest_pass_ = std::max(longest_pass_, SteadyClock::now() - woke);
   }
 
   // No request in flight and none accepted from here on: the handlers read

@@ -52,6 +52,9 @@ DaemonHealth::DaemonHealth(std::shared_ptr<prometheus::Registry> registry, const
                                             "queue was full or a write failed."));
   ring_fill_ = plain_gauge(r, "tcpscope_ring_buffer_fill_ratio",
                            "Fill of the kernel ring buffer (0..1) at the last drain.");
+  loop_longest_pass_ = plain_gauge(r, "tcpscope_loop_longest_pass_seconds",
+                                   "The longest the daemon's loop took over one wake-up (what woke it, then a drain "
+                                   "of the ring buffer) since it started.");
   snapshot_flows_ = plain_gauge(r, "tcpscope_snapshot_flows", "Open TCP flows in the last snapshot.");
   snapshot_seconds_ = plain_gauge(r, "tcpscope_snapshot_seconds",
                                   "Time the last open-flow snapshot spent reading the kernel, all namespaces.");
@@ -94,6 +97,8 @@ void DaemonHealth::set_records(uint64_t total) { set_total(&records_, total); }
 void DaemonHealth::set_transfer_records(uint64_t total) { set_total(&transfer_records_, total); }
 void DaemonHealth::set_enrichment_lookups(uint64_t total) { set_total(&lookups_, total); }
 void DaemonHealth::set_flow_log_dropped(uint64_t total) { set_total(&flow_log_dropped_, total); }
+
+void DaemonHealth::set_loop_longest_pass(double seconds) { loop_longest_pass_->Set(seconds); }
 
 void DaemonHealth::set_ring_buffer_fill(double ratio) {
   if (std::isnan(ratio)) ratio = 0;

@@ -47,6 +47,10 @@ class DaemonHealth {
   void set_flow_log_dropped(uint64_t total);
   // tcpscope_ring_buffer_fill_ratio, clamped to 0..1.
   void set_ring_buffer_fill(double ratio);
+  // tcpscope_loop_longest_pass_seconds: the longest the daemon's loop took
+  // over one wake-up since it started (what it was woken for, then a drain
+  // of the ring): records waited in the ring at most that long.
+  void set_loop_longest_pass(double seconds);
   // tcpscope_snapshot_flows: open flows in the last snapshot;
   // tcpscope_snapshot_namespaces{result}: network namespaces it read, found
   // without a TCP socket, did not reach within its time budget, or could not
@@ -71,6 +75,7 @@ class DaemonHealth {
   prometheus::Family<prometheus::Counter>* recursion_misses_family_;
   std::map<std::string, TotalCounter> recursion_misses_;
   prometheus::Gauge* ring_fill_;
+  prometheus::Gauge* loop_longest_pass_;
   prometheus::Gauge* snapshot_flows_;
   prometheus::Gauge* snapshot_seconds_;
   prometheus::Gauge *ns_read_, *ns_empty_, *ns_skipped_, *ns_failed_;

@@ -1077,11 +1077,13 @@ def test_controller_queries_during_churn_never_hold_up_the_records(net, tmp_path
         wait_flows(d, 2 * connections, 30)
         assert d.metric_value("tcpscope_records_lost_total") == 0, d.losses()
         slowest = max(s for _, s in health)
+        longest_pass = d.metric_value("tcpscope_loop_longest_pass_seconds")
         print(f"\n{len(answered)} controller answers, {len(health)} health probes (slowest {slowest * 1000:.0f} ms) "
-              f"during {connections} connections", end="")
+              f"during {connections} connections; the loop's longest pass {longest_pass * 1000:.0f} ms", end="")
         assert len(answered) > 20 and all(answered), (len(answered), answered.count(False))
         assert all(status == 200 for status, _ in health), health
         assert slowest < 1.0, slowest
+        assert 0 < longest_pass < 1.0, longest_pass
         rule_status = json.loads(http_get(d.url + "/api/v1/controller")[2])["rules"][0]
         counted = sum(a["transfers"] for c in rule_status["cohorts"] for a in c["evidence"]["arms"].values())
         assert counted > 0, rule_status["records_refused"]

@@ -499,6 +499,35 @@ TEST(CcController, OnlyTheServicesSocketsAreEvidence) {
   EXPECT_EQ((*cohort(status(c), "client"))["winner"], "cubic");
 }
 
+// A reload the kernel refuses: revert() puts the rules before it back as they
+// were, the decided cohort and its open connections included, and forgets
+// the rule the reload added; confirm() would have kept the reload.
+TEST(CcController, RevertPutsBackTheRulesBeforeTheLastConfigure) {
+  CcController c(std::make_shared<prometheus::Registry>(), nullptr);
+  const Config before = controller_config(CohortKind::kPeerClass);
+  feed_bbr_twice_as_fast(&c, before);
+  const nlohmann::json was = status(c);
+  ASSERT_EQ((*cohort(was, "client"))["state"], "decided");
+
+  Config next = before;
+  for (auto& r : next.cc_policy.rules)
+    if (r.controller) r.controller->control_percent = 20;  // a changed rule starts afresh
+  CcRule added = next.cc_policy.rules.back();
+  added.name = "added";
+  next.cc_policy.rules.push_back(added);
+  c.configure(next);
+  ASSERT_EQ(status(c)["rules"].size(), 2u);
+  ASSERT_EQ(cohort(status(c), "client"), nullptr) << "the changed rule started afresh";
+
+  c.revert(before);
+  EXPECT_EQ(status(c), was);
+
+  c.configure(next);
+  c.confirm();
+  c.revert(before);
+  EXPECT_EQ(cohort(status(c), "client"), nullptr) << "confirmed: nothing to put back";
+}
+
 TEST(CcController, StateSurvivesARestartAndAChangedRuleStartsAfresh) {
   CcController a(std::make_shared<prometheus::Registry>(), nullptr);
   const Config cfg = controller_config(CohortKind::kPeerClass);
