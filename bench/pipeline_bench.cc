@@ -13,11 +13,15 @@
 // the label variety of edge traffic (3 peer classes + default, ~60 ASNs
 // with a skewed share, 2 CCs).
 //
+// BM_FlowPathServices: the same path with and without naming the service
+// that owns each socket, over 1,000 real cgroups (needs root).
+//
 // BM_PipelineSeriesMemory fills every label combination of the default
 // series cap and reports the heap held per series (mallinfo2 delta).
 #include <benchmark/benchmark.h>
 #include <malloc.h>
 #include <prometheus/registry.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -37,7 +41,9 @@
 #include "enrich/asn_db.h"
 #include "enrich/enricher.h"
 #include "enrich/peer_classifier.h"
+#include "enrich/service_names.h"
 #include "export/kafka_protobuf.h"
+#include "os/cgroup_path.h"
 #include "record/flow_decoder.h"
 #include "record/flow_json.h"
 #include "pipeline/flow_pipeline.h"
@@ -161,7 +167,7 @@ const Fixture& fixture() {
       ev.pacing_rate = 1250000;
       ev.ca_state_ns[0] = ev.end_ns - ev.established_ns;
       ev.pid = 1234;
-      ev.cgroup_id = 5678;
+      ev.id.task_cgroup_id = 5678;
       ev.id.netns = 4026531840u;
       std::strcpy(ev.cc, pct(rng) < 50 ? "bbr" : "cubic");
       std::strcpy(ev.comm, "nginx");
@@ -432,6 +438,97 @@ void BM_TransferPath(benchmark::State& state) {
                           : "transfer: decode+enrich+aggregate+distributions");
 }
 BENCHMARK(BM_TransferPath)->Arg(0)->Arg(1);
+
+// Real cgroups for the service names to name: kCgroups units made under the
+// cgroup2 mount for the benchmark's run, removed with it.
+class BenchCgroups {
+ public:
+  static constexpr size_t kCgroups = 1000;
+  BenchCgroups() {
+    root_ = cgroup2_mount_point();
+    if (root_.empty()) return;
+    base_ = root_ + "/tcpscope-bench-" + std::to_string(getpid());
+    if (mkdir(base_.c_str(), 0755) != 0) return;
+    for (size_t i = 0; i < kCgroups; ++i) {
+      const std::string dir = base_ + "/svc-" + std::to_string(i) + ".service";
+      struct stat st {};
+      if (mkdir(dir.c_str(), 0755) != 0 || stat(dir.c_str(), &st) != 0) return;
+      dirs_.push_back(dir);
+      ids_.push_back(st.st_ino);  // on cgroup v2 the directory's inode is the cgroup's id
+    }
+  }
+  ~BenchCgroups() {
+    for (const auto& d : dirs_) rmdir(d.c_str());
+    if (!base_.empty()) rmdir(base_.c_str());
+  }
+  bool ok() const { return ids_.size() == kCgroups; }
+  const std::string& root() const { return root_; }
+  const std::vector<uint64_t>& ids() const { return ids_; }
+
+ private:
+  std::string root_, base_;
+  std::vector<std::string> dirs_;
+  std::vector<uint64_t> ids_;
+};
+
+// A finished flow's path through the daemon (FlowPipeline, the fanout, the
+// Prometheus series and the /api/v1 distributions), the flows' sockets in
+// 1,000 cgroups: Arg 0 without service names (every owner unknown, as where
+// no cgroup v2 is mounted), Arg 1 with them (the namer watching the host's
+// whole tree and the 1,000 units; the series gain the service label). The
+// difference is what naming costs per record.
+void BM_FlowPathServices(benchmark::State& state) {
+  const bool named = state.range(0) != 0;
+  const auto& fx = fixture();
+  BenchCgroups cgroups;
+  if (!cgroups.ok()) {
+    state.SkipWithError("cannot make 1,000 cgroups under the cgroup2 mount (needs root and cgroup v2)");
+    return;
+  }
+  std::unique_ptr<ServiceNames> names;
+  if (named) {
+    ServiceNamesOptions options;
+    options.cgroup_root = cgroups.root();
+    std::string error;
+    names = ServiceNames::create(std::move(options), &error);
+    if (!names) {
+      state.SkipWithError(error.c_str());
+      return;
+    }
+  }
+  std::vector<tcpscope_flow_event> events = fx.events;
+  for (size_t i = 0; i < events.size(); ++i) events[i].id.sock_cgroup_id = cgroups.ids()[i % cgroups.ids().size()];
+  Enricher enricher(fx.tables());
+  RuleNames rule_names;
+  FlowPipeline pipeline(fx.clock, enricher, rule_names, TransferDelimiter::kWrite, names.get());
+  Config config;
+  RecordFanout fanout(pipeline, config);
+  AggregatorSink series(std::make_shared<prometheus::Registry>(), AggregatorOptions::from_config(config));
+  DistributionsSink distributions(FlowDistributionsOptions{}, [](const std::string&) {});
+  fanout.add_sink(&series);
+  fanout.add_sink(&distributions);
+  auto now = RecordSink::Clock::now();
+  fanout.begin_drain(now);
+  for (const auto& ev : events) fanout.on_flow(ev);
+  fanout.tick(now + std::chrono::minutes(2));
+  fanout.end_drain();
+  size_t i = 0;
+  fanout.begin_drain(now);
+  for (auto _ : state) {
+    fanout.on_flow(events[i]);
+    i = (i + 1) & (kRecords - 1);
+    if ((i & (kDrainRecords - 1)) == 0) {
+      fanout.end_drain();
+      fanout.begin_drain(now = RecordSink::Clock::now());
+    }
+  }
+  fanout.end_drain();
+  state.SetItemsProcessed(state.iterations());
+  if (names) state.counters["unresolved"] = double(names->counts().unresolved_lookups);
+  state.SetLabel(named ? "flow: decode+enrich+name 1,000 services+aggregate+distributions"
+                       : "flow: decode+enrich+aggregate+distributions, no service names");
+}
+BENCHMARK(BM_FlowPathServices)->Arg(0)->Arg(1);
 
 }  // namespace
 }  // namespace tcpscope

@@ -7,7 +7,8 @@
  *   cgroup/sysctl      watches (or refuses) writes to the host's CC sysctls
  * The rules are compiled by the daemon, down to a mask per remote prefix of
  * the rules that can match there: here are one trie lookup, a visit of the
- * mask's set bits (local ports) and counting.
+ * mask's set bits (local ports) and counting; and, only when a rule naming
+ * services is left in the mask, a lookup per level of the socket's cgroup.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -46,6 +47,16 @@ struct remote_trie {
 };
 struct remote_trie remote_gen0 SEC(".maps");
 struct remote_trie remote_gen1 SEC(".maps");
+
+/* The cgroups of the services rules name (policy.h); sized by the loader at
+ * open time. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, TCPSCOPE_SERVICE_CGROUPS);
+	__type(key, __u64);
+	__type(value, struct tcpscope_service_rules);
+} service_cgroups SEC(".maps");
 
 /* A controller rule's weights per cohort, kept by the daemon as it decides:
  * one entry is replaced at a time, so a new socket sees old or new weights. */
@@ -179,6 +190,33 @@ static __always_inline const __u32 *cohort_cum_weight(const struct tcpscope_rule
 	return w ? w->cum_weight : 0;
 }
 
+/* The rules of generation `gen` naming a service that owns the socket's
+ * cgroup or one of its nearest TCPSCOPE_SERVICE_CGROUP_LEVELS - 1 ancestors.
+ * Up through each cgroup's css parent, which 6.1 and 6.12 have alike (not
+ * kernfs_node's parent, renamed in 6.15), by the verifier's direct loads of
+ * kernel memory: a probe read each would cost more than the map lookup. */
+static __always_inline __u64 owned_service_rules(struct bpf_sock *sk, __u32 gen)
+{
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	struct cgroup_subsys_state *parent;
+	struct tcpscope_service_rules *sr;
+	struct cgroup *cg;
+	__u64 owned = 0, id;
+
+	if (!tp)
+		return 0;
+	cg = tp->inet_conn.icsk_inet.sk.sk_cgrp_data.cgroup;
+	for (int k = 0; k < TCPSCOPE_SERVICE_CGROUP_LEVELS && cg; k++) {
+		id = cg->kn->id;
+		sr = bpf_map_lookup_elem(&service_cgroups, &id);
+		if (sr)
+			owned |= sr->rules[gen];
+		parent = cg->self.parent;
+		cg = parent ? parent->cgroup : 0;
+	}
+	return owned;
+}
+
 static __always_inline void apply_policy(struct bpf_sock_ops *skops)
 {
 	struct tcpscope_policy_state *ps = state();
@@ -216,8 +254,11 @@ static __always_inline void apply_policy(struct bpf_sock_ops *skops)
 	trie = gen ? (void *)&remote_gen1 : (void *)&remote_gen0;
 	info = bpf_map_lookup_elem(trie, &key);
 	/* The rules whose class, ASN and prefix conditions hold for this peer,
-	 * decided by the daemon: only their local ports are left to check. */
+	 * decided by the daemon: only their services and local ports are left
+	 * to check. A rule naming services holds only for their sockets. */
 	mask = info ? info->rules : ps->default_rules[gen];
+	if (mask & ps->service_rules[gen])
+		mask &= ~ps->service_rules[gen] | owned_service_rules(sk, gen);
 	install = ps->install_id[gen] & TCPSCOPE_INSTALL_MASK;
 	lport = (__u16)skops->local_port;
 

@@ -141,6 +141,8 @@ static __always_inline void fill_identity(struct tcpscope_flow_identity *id, con
 	id->dir = st->dir;
 	id->unprivileged_port_start = sk->__sk_common.skc_net.net->ipv4.sysctl_ip_prot_sock;
 	id->uid = sk->sk_uid.val;
+	id->sock_cgroup_id = BPF_CORE_READ(sk, sk_cgrp_data.cgroup, kn, id);
+	id->task_cgroup_id = st->cgroup_id;
 }
 
 /* Fills a record from the socket as it is now. `final` is the close: the
@@ -171,7 +173,6 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 	e->bytes_received = received;
 	e->bytes_retrans = tp->bytes_retrans;
 	e->pacing_rate = sk->sk_pacing_rate;
-	e->cgroup_id = st->cgroup_id;
 	if (final)
 		close_ca_interval(st, now);
 	e->ca_state_ns[0] = 0;

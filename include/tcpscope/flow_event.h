@@ -29,7 +29,7 @@
  * of its own layout version, and otherwise starts afresh. A test build may
  * set another (tests/package: an upgrade to a layout that differs). */
 #ifndef TCPSCOPE_LAYOUT_VERSION
-#define TCPSCOPE_LAYOUT_VERSION 3
+#define TCPSCOPE_LAYOUT_VERSION 4
 #endif
 
 #define TCPSCOPE_CC_NAME_LEN 16
@@ -103,9 +103,16 @@ struct tcpscope_flow_identity {
 	 * created it, or who accepted it (the accepting process's fsuid);
 	 * before accept, its listener's owner. */
 	__u32 uid;
+	/* The socket's cgroup v2 (its id, kernfs's): the cgroup of the task
+	 * that made it, and for an accepted socket its listener's, which the
+	 * kernel copies at the accept. The daemon names the service from it. */
+	__u64 sock_cgroup_id;
+	/* The owning task's cgroup v2, taken with its pid (flow_state.h); 0
+	 * until a task of the socket's is seen. */
+	__u64 task_cgroup_id;
 };
 
-TCPSCOPE_ASSERT_SIZE(tcpscope_flow_identity, 56);
+TCPSCOPE_ASSERT_SIZE(tcpscope_flow_identity, 72);
 
 /* What a flow's record reports as the kernel had it at close: the daemon
  * copies this part whole, and src/record/record_fields.h names each field
@@ -130,7 +137,6 @@ struct tcpscope_flow_event {
 	__u64 bytes_received; /* payload bytes received in order */
 	__u64 bytes_retrans;
 	__u64 pacing_rate;    /* bytes per second */
-	__u64 cgroup_id;
 	__u64 ca_state_ns[TCPSCOPE_CA_STATES]; /* time in Open, Disorder, CWR, Recovery, Loss */
 	__u32 pid;
 	__u32 srtt_us;
@@ -157,7 +163,7 @@ struct tcpscope_flow_event {
 	struct tcpscope_flow_kernel kernel;
 };
 
-TCPSCOPE_ASSERT_SIZE(tcpscope_flow_event, 280);
+TCPSCOPE_ASSERT_SIZE(tcpscope_flow_event, 288);
 #pragma GCC diagnostic pop
 
 enum tcpscope_transfer_direction {
@@ -195,7 +201,7 @@ struct tcpscope_transfer_event {
 	char cc[TCPSCOPE_CC_NAME_LEN];
 };
 
-TCPSCOPE_ASSERT_SIZE(tcpscope_transfer_event, 144);
+TCPSCOPE_ASSERT_SIZE(tcpscope_transfer_event, 160);
 #pragma GCC diagnostic pop
 
 /* A flow's record at close with the transfers still open then (a
@@ -213,7 +219,25 @@ struct tcpscope_close_event {
 	__u32 reserved;
 };
 
-TCPSCOPE_ASSERT_SIZE(tcpscope_close_event, 584);
+TCPSCOPE_ASSERT_SIZE(tcpscope_close_event, 624);
+#pragma GCC diagnostic pop
+
+/* The cgroups_made map (bpf/cgroup.bpf.c): each cgroup v2 made while the
+ * programs run, by its id (kernfs's), with its parent's id and its own
+ * name, as the kernel's cgroup_mkdir tracepoint has them. A socket's cgroup
+ * may be made and removed before the daemon reads its directory; from this
+ * the daemon names it by its parent's path. An LRU map: the oldest go. */
+#define TCPSCOPE_CGROUPS_MADE 8192
+#define TCPSCOPE_CGROUP_NAME_LEN 248
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wpadded"
+struct tcpscope_cgroup_made {
+	__u64 parent_id;
+	char name[TCPSCOPE_CGROUP_NAME_LEN]; /* NUL-terminated */
+};
+
+TCPSCOPE_ASSERT_SIZE(tcpscope_cgroup_made, 256);
 #pragma GCC diagnostic pop
 
 /* Entries of the ignored_netns map: network namespaces (by inode) whose

@@ -21,6 +21,9 @@
 #define TCPSCOPE_MAX_ARMS 8
 #define TCPSCOPE_MAX_LPORTS 16
 #define TCPSCOPE_POLICY_GENERATIONS 2
+/* A socket's service is looked up in this many cgroups: its own and the
+ * nearest above it (the root among them when it is that near). */
+#define TCPSCOPE_SERVICE_CGROUP_LEVELS 16
 
 /* Every byte of these structs is a named field: an implicit hole is a
  * compile error on both sides (see flow_event.h). */
@@ -39,8 +42,9 @@ TCPSCOPE_ASSERT_SIZE(tcpscope_remote_key, 20);
 struct tcpscope_remote_info {
 	/* Bit i: rule i's peer_class, asns and prefixes conditions all hold for
 	 * these addresses (a rule without one of them passes it). Only lports
-	 * is left for the kernel to check, so the sockops program visits just
-	 * the set bits, lowest first: first match wins as in the rule order. */
+	 * and services are left for the kernel to check, so the sockops
+	 * program visits just the set bits, lowest first: first match wins as
+	 * in the rule order. */
 	__u64 rules;
 	/* The cohort keys a controller rule's weights are looked up by
 	 * (tcpscope_cohort_key): the ASN when a controller keeps one for it
@@ -113,8 +117,22 @@ struct tcpscope_policy_state {
 	/* The rules mask of an address no trie entry covers (the daemon also
 	 * loads ::/0 into the trie, so this is a fallback). */
 	__u64 default_rules[TCPSCOPE_POLICY_GENERATIONS];
+	/* The rules with a `services` condition: they match only a socket
+	 * whose cgroup, or an ancestor of it, has their bit in
+	 * service_cgroups. 0: no cgroup is looked up. */
+	__u64 service_rules[TCPSCOPE_POLICY_GENERATIONS];
 };
-TCPSCOPE_ASSERT_SIZE(tcpscope_policy_state, 56);
+TCPSCOPE_ASSERT_SIZE(tcpscope_policy_state, 72);
+
+/* service_cgroups: cgroup id (its kernfs id, the inode of its directory in
+ * the cgroup2 mount) -> bit i of rules[gen]: rule i of that generation
+ * names a service that owns the cgroup. A socket's cgroup is the one it
+ * was created in (an accepted socket's, its listener's). */
+#define TCPSCOPE_SERVICE_CGROUPS 65536 /* the map's size unless the loader sets one */
+struct tcpscope_service_rules {
+	__u64 rules[TCPSCOPE_POLICY_GENERATIONS];
+};
+TCPSCOPE_ASSERT_SIZE(tcpscope_service_rules, 16);
 
 /* Per socket: what the policy and the application did to its CC. Cloned to
  * accepted children, so an application's choice on a listener carries over. */

@@ -75,7 +75,10 @@
 -- ecn (UInt8) and delivered_ce (UInt64) came after the other keys; tables made before them:
 --   ALTER TABLE tcpscope.flows_kafka ADD COLUMN ecn UInt8 AFTER ca_loss_us, ADD COLUMN delivered_ce UInt64 AFTER ecn
 --   ALTER TABLE tcpscope.flows ADD COLUMN ecn UInt8 AFTER ca_loss_us, ADD COLUMN delivered_ce UInt64 AFTER ecn
--- then the view dropped and made again.
+-- then the view dropped and made again. The owner's columns came after delivered_ce:
+--   ALTER TABLE tcpscope.flows_kafka ADD COLUMN service String AFTER delivered_ce, ADD COLUMN unit String AFTER service, ADD COLUMN container_id String AFTER unit, ADD COLUMN pod_uid String AFTER container_id, ADD COLUMN sock_cgroup_id UInt64 AFTER pod_uid
+--   ALTER TABLE tcpscope.flows ADD COLUMN service String AFTER delivered_ce, ADD COLUMN unit String AFTER service, ADD COLUMN container_id String AFTER unit, ADD COLUMN pod_uid String AFTER container_id, ADD COLUMN sock_cgroup_id UInt64 AFTER pod_uid
+-- and the view again.
 
 CREATE DATABASE IF NOT EXISTS tcpscope;
 
@@ -128,7 +131,12 @@ CREATE TABLE IF NOT EXISTS tcpscope.flows_kafka
     ca_recovery_us UInt64,
     ca_loss_us UInt64,
     ecn UInt8,
-    delivered_ce UInt64
+    delivered_ce UInt64,
+    service String,
+    unit String,
+    container_id String,
+    pod_uid String,
+    sock_cgroup_id UInt64
 )
 ENGINE = Kafka('kafka-1:9092', 'tcpscope.flows', 'tcpscope-clickhouse-flows', 'JSONEachRow');
 

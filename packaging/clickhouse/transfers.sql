@@ -41,7 +41,11 @@
 -- a multiple of it). Tables made before it existed:
 --   ALTER TABLE tcpscope.transfers_kafka ADD COLUMN sampling_rate UInt32 DEFAULT 1 AFTER delimited_by
 --   ALTER TABLE tcpscope.transfers ADD COLUMN sampling_rate UInt32 DEFAULT 1 AFTER delimited_by
--- and the view dropped and made again, as flows.sql says for new keys.
+-- and the view dropped and made again, as flows.sql says for new keys. The owner's columns
+-- came after netns:
+--   ALTER TABLE tcpscope.transfers_kafka ADD COLUMN service String AFTER netns, ADD COLUMN unit String AFTER service, ADD COLUMN container_id String AFTER unit, ADD COLUMN pod_uid String AFTER container_id, ADD COLUMN sock_cgroup_id UInt64 AFTER pod_uid
+--   ALTER TABLE tcpscope.transfers ADD COLUMN service String AFTER netns, ADD COLUMN unit String AFTER service, ADD COLUMN container_id String AFTER unit, ADD COLUMN pod_uid String AFTER container_id, ADD COLUMN sock_cgroup_id UInt64 AFTER pod_uid
+-- and the view again.
 --
 -- export.kafka.format: protobuf: as flows.sql says, with tcpscope.proto's TransferRecord:
 --   sed -e "s/'JSONEachRow')/'Protobuf') SETTINGS kafka_schema = 'tcpscope.proto:TransferRecord'/" \
@@ -83,7 +87,12 @@ CREATE TABLE IF NOT EXISTS tcpscope.transfers_kafka
     cc_rule Nullable(String),
     experiment Nullable(String),
     arm Nullable(String),
-    netns UInt32
+    netns UInt32,
+    service String,
+    unit String,
+    container_id String,
+    pod_uid String,
+    sock_cgroup_id UInt64
 )
 ENGINE = Kafka('kafka-1:9092', 'tcpscope.transfers', 'tcpscope-clickhouse-transfers', 'JSONEachRow');
 

@@ -1,6 +1,6 @@
 // The Prometheus series and the distributions as record sinks
-// (pipeline/record_sink.h): each takes every record under its ASN's label,
-// a drain at a time.
+// (pipeline/record_sink.h): each takes every record under its ASN's and
+// service's labels, a drain at a time.
 #pragma once
 
 #include "aggregate/aggregator.h"
@@ -17,10 +17,15 @@ class AggregatorSink final : public RecordSink {
 
   // A drain's records reach the registry together (Aggregator::begin_batch).
   void begin_drain(Clock::time_point) override { aggregator_.begin_batch(); }
-  void add(const RoutedFlow& flow) override { aggregator_.add(flow.record, flow.asn_label); }
-  void add(const RoutedTransfer& transfer) override { aggregator_.add(transfer.record, transfer.asn_label); }
+  void add(const RoutedFlow& flow) override { aggregator_.add(flow.record, flow.asn_label, flow.service); }
+  void add(const RoutedTransfer& transfer) override {
+    aggregator_.add(transfer.record, transfer.asn_label, transfer.service);
+  }
   void end_drain() override { aggregator_.end_batch(); }
   void asn_ranking_changed(const AsnRanking& ranking) override { aggregator_.retire_series(ranking); }
+  void service_ranking_changed(const ServiceRanking& ranking) override {
+    aggregator_.retire_service_series(ranking);
+  }
   void apply_config(const Config& config) override;
 
  private:
@@ -35,13 +40,13 @@ class DistributionsSink final : public RecordSink {
   FlowDistributions& distributions() { return distributions_; }
 
   void begin_drain(Clock::time_point now) override { drain_time_ = now; }
-  // Keyed by the raw ASN (as the flow log); the label only decides whether
-  // a new key may still be added when the table is full.
+  // Keyed by the raw ASN and service (as the flow log); the ASN's label
+  // only decides whether a new key may still be added when the table is full.
   void add(const RoutedFlow& flow) override {
-    distributions_.add_at(flow.record, flow.asn_label, drain_time_);
+    distributions_.add_at(flow.record, flow.asn_label, drain_time_, flow.service);
   }
   void add(const RoutedTransfer& transfer) override {
-    distributions_.add_at(transfer.record, transfer.asn_label, drain_time_);
+    distributions_.add_at(transfer.record, transfer.asn_label, drain_time_, transfer.service);
   }
   void apply_config(const Config& config) override;
 

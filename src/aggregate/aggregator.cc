@@ -26,10 +26,16 @@ constexpr size_t kCaStates = TCPSCOPE_CA_STATES;
 // Order of FlowRecord::ca_state_us (the kernel's TCP_CA_* order).
 constexpr const char* kCaStateNames[kCaStates] = {"open", "disorder", "cwr", "recovery", "loss"};
 
-// The series key packs (class id, cc id, other flag, asn) into 64 bits so the
-// steady state hashes one integer instead of a label map.
-uint64_t series_key(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other) {
-  return (uint64_t{class_id} << 56) | (uint64_t{cc_id} << 48) | (uint64_t{other} << 32) | asn;
+constexpr size_t kAsn = 0, kService = 1;  // Series::ranked
+
+// The series key packs (class id, cc id, service is "other", asn is "other",
+// asn) into one word and the service's key (0 when "other" or unknown) into
+// the other, so the steady state hashes two integers instead of a label map.
+PackedKey series_key(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool asn_other, const RankedService& service) {
+  const bool service_other = service.label == RankedLabel::kOther;
+  return {(uint64_t{class_id} << 56) | (uint64_t{cc_id} << 48) | (uint64_t{service_other} << 33) |
+              (uint64_t{asn_other} << 32) | asn,
+          service_other ? 0 : service.key};
 }
 
 double us_to_seconds(uint64_t us) { return static_cast<double>(us) / 1e6; }
@@ -199,7 +205,7 @@ const std::vector<double>& rtt_buckets_seconds() {
   return b;
 }
 
-uint64_t series_budget(const AggregatorOptions& o, uint32_t top_n, uint64_t peer_classes,
+uint64_t series_budget(const AggregatorOptions& o, uint32_t top_n, uint32_t service_top_n, uint64_t peer_classes,
                        uint64_t congestion_controls) {
   // A histogram with b bounds is b + 1 buckets (+Inf), _sum and _count.
   auto histogram = [](const std::vector<double>& bounds) { return uint64_t{bounds.size()} + 3; };
@@ -215,7 +221,8 @@ uint64_t series_budget(const AggregatorOptions& o, uint32_t top_n, uint64_t peer
                                  + histogram(throughput_buckets_bytes_per_second())  // transfer_throughput
                                  + 1;                                    // transfer_throughput_excluded_total
   const uint64_t asn_values = uint64_t{top_n} + o.max_stale_asns + 2;  // + "0" and "other"
-  return peer_classes * congestion_controls * (asn_values * per_label_set + 1);
+  const uint64_t service_values = uint64_t{service_top_n} + o.max_stale_services + 2;  // + "" and "other"
+  return peer_classes * congestion_controls * (asn_values * service_values * per_label_set + 1);
 }
 
 AggregatorOptions AggregatorOptions::from_config(const Config& config) {
@@ -223,17 +230,23 @@ AggregatorOptions AggregatorOptions::from_config(const Config& config) {
   o.size_classes_bytes = config.size_classes_bytes;
   o.throughput_min_bytes = config.throughput_min_bytes;
   o.max_stale_asns = config.asn.top_n;
+  o.max_stale_services = config.services.top_n;
   return o;
 }
 
-// Pointers into the registry's families for one (peer_class, asn, cc) label
-// set. Series that only some flows feed are created on first use so that,
-// e.g., a label set that only ever sees refused connections has no histograms.
+// Pointers into the registry's families for one (peer_class, asn, service,
+// cc) label set. Series that only some flows feed are created on first use
+// so that, e.g., a label set that only ever sees refused connections has no
+// histograms.
 struct Aggregator::Series {
-  std::string peer_class, cc, asn;  // label values
-  uint32_t asn_number = 0;
-  bool specific_asn = false;        // asn is a number from the top-N (not "0" / "other")
-  Clock::time_point last_in_top;
+  std::string peer_class, cc, asn, service;  // label values
+  // Per ranked label (kAsn, kService): the ASN number or the service key,
+  // and whether it is a value of the top-N (not unknown / "other").
+  struct Ranked {
+    uint64_t key = 0;
+    bool specific = false;
+    Clock::time_point last_in_top;
+  } ranked[2];
 
   prometheus::Counter* bytes_acked = nullptr;
   prometheus::Counter* bytes_received = nullptr;
@@ -263,7 +276,9 @@ struct Aggregator::Series {
     bool dirty = false;
   } pending;
 
-  prometheus::Labels base() const { return {{"peer_class", peer_class}, {"asn", asn}, {"cc", cc}}; }
+  prometheus::Labels base() const {
+    return {{"peer_class", peer_class}, {"asn", asn}, {"service", service}, {"cc", cc}};
+  }
   prometheus::Labels with(const char* name, const std::string& value) const {
     auto l = base();
     l.emplace(name, value);
@@ -315,10 +330,14 @@ Aggregator::Aggregator(std::shared_ptr<prometheus::Registry> registry, Aggregato
 
 Aggregator::~Aggregator() = default;
 
-Aggregator::Series* Aggregator::series_for(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other) {
-  const uint64_t key = series_key(class_id, cc_id, asn, other);
+template <class Record>
+Aggregator::Series* Aggregator::series_for(const Record& r, AsnLabel asn_label, const RankedService& service) {
+  const bool asn_other = asn_label == AsnLabel::kOther;
+  const uint32_t asn = asn_other ? 0 : r.enrichment.asn;
+  const uint8_t class_id = class_ids_.id(r.enrichment.peer_class);
+  const SeriesKey key = series_key(class_id, cc_ids_.id(r.cc), asn, asn_other, service);
   auto it = series_.find(key);
-  Series* s = it != series_.end() ? it->second.get() : new_series(key, class_id, cc_id, asn, other);
+  Series* s = it != series_.end() ? it->second.get() : new_series(key, r, asn, asn_other, service);
   if (!s->pending.dirty) {
     s->pending.dirty = true;
     dirty_.push_back(s);
@@ -326,14 +345,17 @@ Aggregator::Series* Aggregator::series_for(uint8_t class_id, uint8_t cc_id, uint
   return s;
 }
 
-Aggregator::Series* Aggregator::new_series(uint64_t key, uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other) {
+template <class Record>
+Aggregator::Series* Aggregator::new_series(const SeriesKey& key, const Record& r, uint32_t asn, bool asn_other,
+                                           const RankedService& service) {
   auto s = std::make_unique<Series>();
-  s->peer_class = class_ids_.value(class_id);
-  s->cc = cc_ids_.value(cc_id);
-  s->asn = other ? kOtherAsnLabel : std::to_string(asn);
-  s->asn_number = asn;
-  s->specific_asn = !other && asn != 0;
-  s->last_in_top = Clock::now();
+  s->peer_class = class_ids_.value(static_cast<uint8_t>(key.ids >> 56));
+  s->cc = cc_ids_.value(static_cast<uint8_t>(key.ids >> 48));
+  s->asn = asn_other ? kOtherAsnLabel : std::to_string(asn);
+  s->service = service_label_text(service.label, r.enrichment.owner());
+  const Clock::time_point now = Clock::now();
+  s->ranked[kAsn] = {asn, !asn_other && asn != 0, now};
+  s->ranked[kService] = {service.key, service.label == RankedLabel::kOwn && service.key != 0, now};
   const auto labels = s->base();
   s->bytes_acked = &bytes_acked_->Add(labels);
   s->bytes_received = &bytes_received_->Add(labels);
@@ -346,12 +368,10 @@ Aggregator::Series* Aggregator::new_series(uint64_t key, uint8_t class_id, uint8
   return raw;
 }
 
-void Aggregator::add(const FlowRecord& f, AsnLabel asn) {
+void Aggregator::add(const FlowRecord& f, AsnLabel asn, const RankedService& service) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t bytes = f.bytes_acked + f.bytes_received;
-  const bool other = asn == AsnLabel::kOther;
-
-  Series* s = series_for(class_ids_.id(f.enrichment.peer_class), cc_ids_.id(f.cc), other ? 0 : f.enrichment.asn, other);
+  Series* s = series_for(f, asn, service);
 
   const size_t d = f.dir == Direction::kPassive ? 1 : 0;
   const size_t o = std::min<size_t>(static_cast<size_t>(f.outcome), kOutcomes - 1);
@@ -401,10 +421,9 @@ void Aggregator::add(const FlowRecord& f, AsnLabel asn) {
   if (!batching_) publish_locked();
 }
 
-void Aggregator::add(const TransferRecord& t, AsnLabel asn) {
+void Aggregator::add(const TransferRecord& t, AsnLabel asn, const RankedService& service) {
   std::lock_guard<std::mutex> lock(mu_);
-  const bool other = asn == AsnLabel::kOther;
-  Series* s = series_for(class_ids_.id(t.enrichment.peer_class), cc_ids_.id(t.cc), other ? 0 : t.enrichment.asn, other);
+  Series* s = series_for(t, asn, service);
 
   const size_t d = t.direction == TransferDirection::kRecv ? 1 : 0;
   const auto direction_labels = [s, &t] { return s->with("direction", to_string(t.direction)); };
@@ -472,49 +491,66 @@ void Aggregator::publish_locked() {
 
 void Aggregator::retire_series(const AsnRanking& ranking) {
   std::lock_guard<std::mutex> lock(mu_);
+  retire_locked(kAsn, options_.max_stale_asns, [&ranking](uint64_t asn) {
+    return ranking.label(static_cast<uint32_t>(asn)) == AsnLabel::kOwn ? Rank::kTop : Rank::kOut;
+  });
+}
+
+void Aggregator::retire_service_series(const ServiceRanking& ranking) {
+  std::lock_guard<std::mutex> lock(mu_);
+  retire_locked(kService, options_.max_stale_services, [&ranking](uint64_t key) {
+    if (!ranking.tracked(key)) return Rank::kGone;  // no record for the grace period
+    return ranking.label(key) == RankedLabel::kOwn ? Rank::kTop : Rank::kOut;
+  });
+}
+
+void Aggregator::retire_locked(size_t dimension, size_t max_stale, const std::function<Rank(uint64_t)>& rank) {
   publish_locked();  // series may be removed below
   const Clock::time_point now = Clock::now();
 
-  // Series of ASNs that left the top-N no longer move; drop them after a
-  // grace period so that ASN churn does not grow the series count forever.
+  // Series of values that left the top-N no longer move; drop them after a
+  // grace period so that churn does not grow the series count forever.
   auto expired = [&](Clock::time_point since) {
     return std::chrono::duration<double>(now - since).count() >= options_.stale_asn_seconds;
   };
-  std::unordered_map<uint32_t, Clock::time_point> stale;  // asn -> last time in the top-N
+  std::unordered_map<uint64_t, Clock::time_point> stale;  // key -> last time in the top-N
   for (auto it = series_.begin(); it != series_.end();) {
     Series* s = it->second.get();
     // Histograms of replaced size classes go after the same grace period.
     s->fct->remove_expired(expired);
     for (auto& h : s->transfer_seconds) h->remove_expired(expired);
-    if (s->specific_asn) {
-      if (ranking.label(s->asn_number) == AsnLabel::kOwn) {
-        s->last_in_top = now;
-      } else if (expired(s->last_in_top)) {
+    Series::Ranked& r = s->ranked[dimension];
+    if (r.specific) {
+      const Rank now_rank = rank(r.key);
+      if (now_rank == Rank::kTop) {
+        r.last_in_top = now;
+      } else if (now_rank == Rank::kGone || expired(r.last_in_top)) {
         remove_series(s);
         it = series_.erase(it);
         continue;
       } else {
-        auto& t = stale[s->asn_number];
-        t = std::max(t, s->last_in_top);
+        auto& t = stale[r.key];
+        t = std::max(t, r.last_in_top);
       }
     }
     ++it;
   }
 
-  // At most max_stale_asns ASNs keep stale series: churn faster than the
-  // grace period (the whole top-N replaced at every ranking) would otherwise
-  // multiply the series count. The ASNs out of the top-N longest go first.
-  if (stale.size() > options_.max_stale_asns) {
-    std::vector<std::pair<Clock::time_point, uint32_t>> oldest;
+  // At most max_stale values keep stale series: churn faster than the grace
+  // period (the whole top-N replaced at every ranking) would otherwise
+  // multiply the series count. The values out of the top-N longest go first.
+  if (stale.size() > max_stale) {
+    std::vector<std::pair<Clock::time_point, uint64_t>> oldest;
     oldest.reserve(stale.size());
-    for (const auto& [asn, t] : stale) oldest.emplace_back(t, asn);
-    const size_t drop = stale.size() - options_.max_stale_asns;
+    for (const auto& [key, t] : stale) oldest.emplace_back(t, key);
+    const size_t drop = stale.size() - max_stale;
     std::partial_sort(oldest.begin(), oldest.begin() + static_cast<std::ptrdiff_t>(drop), oldest.end());
-    std::set<uint32_t> gone;
+    std::set<uint64_t> gone;
     for (size_t i = 0; i < drop; ++i) gone.insert(oldest[i].second);
     for (auto it = series_.begin(); it != series_.end();) {
       Series* s = it->second.get();
-      if (s->specific_asn && gone.count(s->asn_number)) {
+      const Series::Ranked& r = s->ranked[dimension];
+      if (r.specific && gone.count(r.key)) {
         remove_series(s);
         it = series_.erase(it);
       } else {

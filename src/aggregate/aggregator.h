@@ -1,5 +1,5 @@
 // Folds finished flows and their transfers into the Prometheus series of
-// SPEC.md ("Prometheus metrics"): per (peer_class, asn, cc) counters, FCT /
+// SPEC.md ("Prometheus metrics"): per (peer_class, asn, service, cc) counters, FCT /
 // throughput / RTT histograms, transfer counts, times and throughput, and
 // the active-flow gauges.
 //
@@ -9,9 +9,16 @@
 // An ASN that leaves the top-N keeps its (frozen) series for
 // stale_asn_seconds (1 h), and at most max_stale_asns (= top_n) ASNs are kept
 // that way, so at most A = 2 * top_n + 2 asn values are live.
+// Services are folded the same way by their own ranking (service_ranking.h:
+// the top services.top_n by bytes keep their name, the unknown service is
+// "", every other "other"), with max_stale_services (= services.top_n) kept
+// stale; a service with no record for services.grace_seconds loses its
+// series at once. So at most V = 2 * services.top_n + 2 service values.
+// tcpscope_active_flows has no asn or service: the open-flow snapshot
+// (open_flows_view.h) counts sockets by (peer_class, cc) only.
 // Counted as Prometheus counts them (every histogram bucket including +Inf,
-// _sum and _count is a series), each base label set (peer_class, asn, cc)
-// holds at most
+// _sum and _count is a series), each base label set (peer_class, asn,
+// service, cc) holds at most
 //   4   bytes_acked, bytes_received, segments_out, retransmitted_segments
 //   10  flows_total (2 dir x 5 outcome)
 //   5   congestion_state_seconds_total (5 states)
@@ -23,7 +30,7 @@
 //   22  transfer_throughput_bytes_per_second (as flow_throughput_...)
 //   1   transfer_throughput_excluded_total (reason rwnd_limited)
 // i.e. P = 120 + 81 S series, and the families hold at most
-//   C * A * K * P + C * K (tcpscope_active_flows)
+//   C * A * V * K * P + C * K (tcpscope_active_flows)
 // with C peer classes (configured + default), K congestion controls in use.
 // For stale_asn_seconds after a reload that changes the size classes, the
 // FCT and transfer-time histograms of the replaced classes stay too (S_old +
@@ -31,8 +38,8 @@
 // docs/metrics.md "Series budget" has the default's figure; aggregator_test.cc
 // (SeriesCountMatchesTheBudget) counts a registry against this formula.
 //
-// Threading: add(), retire_series(), set_active_flows() and
-// update_options() may be called from any thread (one mutex, uncontended in
+// Threading: add(), retire_series(), retire_service_series(),
+// set_active_flows() and update_options() may be called from any thread (one mutex, uncontended in
 // the daemon where the ring reader is the only caller of add()). Rendering
 // (Registry::Collect on the HTTP threads) only touches prometheus-cpp
 // objects, which are thread-safe.
@@ -40,6 +47,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -49,7 +57,9 @@
 #include <vector>
 
 #include "pipeline/asn_ranking.h"
+#include "pipeline/service_ranking.h"
 #include "aggregate/label_ids.h"
+#include "aggregate/packed_key.h"
 #include "measure/measure.h"
 #include "record/flow_record.h"
 #include "record/transfer_record.h"
@@ -76,6 +86,9 @@ struct AggregatorOptions {
   // At most this many such stale ASNs keep their series; beyond it the ones
   // out of the top-N longest are removed at once. from_config: top_n.
   size_t max_stale_asns = 50;
+  // The same bound for services out of the top-N (they retire after
+  // stale_asn_seconds too). from_config: services.top_n.
+  size_t max_stale_services = 20;
 
   static AggregatorOptions from_config(const Config& config);
   // The part the metrics' populations read (measure/measure.h).
@@ -89,11 +102,12 @@ const std::vector<double>& rtt_buckets_seconds();
 
 // The most series (Prometheus samples: each histogram bucket, _sum and
 // _count counted) the aggregator's families can hold with these options,
-// a ranking of `top_n` ASNs, `peer_classes` peer class values and `congestion_controls` CCs in use
-// (the formula above; size classes as configured, i.e. not during the grace
-// period after a size-class reload).
-uint64_t series_budget(const AggregatorOptions& options, uint32_t top_n, uint64_t peer_classes,
-                       uint64_t congestion_controls);
+// rankings of `top_n` ASNs and `service_top_n` services, `peer_classes` peer
+// class values and `congestion_controls` CCs in use (the formula above; size
+// classes as configured, i.e. not during the grace period after a
+// size-class reload).
+uint64_t series_budget(const AggregatorOptions& options, uint32_t top_n, uint32_t service_top_n,
+                       uint64_t peer_classes, uint64_t congestion_controls);
 
 class Aggregator {
  public:
@@ -105,13 +119,14 @@ class Aggregator {
   Aggregator& operator=(const Aggregator&) = delete;
 
   // Counts one finished flow (peer_class, asn, cc already enriched) under
-  // its ASN's label (AsnRanking::add). Outside a batch the metrics move at
+  // its ASN's label (AsnRanking::add) and its owner's (ServiceRanking::count;
+  // {} is the unknown service, ""). Outside a batch the metrics move at
   // once.
-  void add(const FlowRecord& flow, AsnLabel asn);
-  // Counts one transfer under its ASN's label as the ranking has it now
-  // (AsnRanking::label: a transfer's bytes are its flow's, which ranks them
-  // when it finishes).
-  void add(const TransferRecord& transfer, AsnLabel asn);
+  void add(const FlowRecord& flow, AsnLabel asn, const RankedService& service = {});
+  // Counts one transfer under its ASN's and service's labels as the rankings
+  // have them now (AsnRanking::label, ServiceRanking::ranked: a transfer's
+  // bytes are its flow's, which ranks them when it finishes).
+  void add(const TransferRecord& transfer, AsnLabel asn, const RankedService& service = {});
 
   // Between these, add() only accumulates per series; end_batch() publishes
   // to the registry. prometheus-cpp takes a compare-and-swap per counter and
@@ -124,6 +139,9 @@ class Aggregator {
   // are removed once stale (stale_asn_seconds, max_stale_asns), as are FCT
   // and transfer-time histograms of size classes a reload replaced.
   void retire_series(const AsnRanking& ranking);
+  // The same for services; a service the ranking forgot (no record for
+  // services.grace_seconds) loses its series at once.
+  void retire_service_series(const ServiceRanking& ranking);
 
   // Sets tcpscope_active_flows from a snapshot of open flows; series missing
   // from the snapshot drop to 0.
@@ -138,26 +156,27 @@ class Aggregator {
 
   // The size_class label for a flow that moved this many payload bytes.
   std::string size_class_label(uint64_t bytes) const;
-  // (peer_class, asn, cc) label sets with live series; for tests and /api.
+  // (peer_class, asn, service, cc) label sets with live series; for tests and /api.
   size_t label_sets() const;
 
  private:
   struct Series;
-  struct KeyHash {
-    size_t operator()(uint64_t k) const {
-      k ^= k >> 33;
-      k *= 0xff51afd7ed558ccdULL;
-      k ^= k >> 33;
-      return static_cast<size_t>(k);
-    }
-  };
+  // ids: (class id, cc id, the "other" flags, asn); service: its key, 0 when "other" or unknown.
+  using SeriesKey = PackedKey;
   using Clock = std::chrono::steady_clock;
+  // Where a ranked value stands in its ranking now.
+  enum class Rank { kTop, kOut, kGone };
 
-  // The series of a label set, made on first use, listed for the next
-  // publish: its caller adds to its pending values.
-  Series* series_for(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other);
+  // The series of a record's label set, made on first use, listed for the
+  // next publish: its caller adds to its pending values.
+  template <class Record>
+  Series* series_for(const Record& r, AsnLabel asn_label, const RankedService& service);
   // Makes it, with the counters every label set has, under `key`.
-  Series* new_series(uint64_t key, uint8_t class_id, uint8_t cc_id, uint32_t asn, bool other);
+  template <class Record>
+  Series* new_series(const SeriesKey& key, const Record& r, uint32_t asn, bool asn_other,
+                     const RankedService& service);
+  // retire_series() for the ranked label `dimension` (ASN or service).
+  void retire_locked(size_t dimension, size_t max_stale, const std::function<Rank(uint64_t)>& rank);
   void publish_locked();
   void remove_series(Series* s);
 
@@ -186,8 +205,8 @@ class Aggregator {
   // Label values by id; ids go into the series key.
   LabelIds class_ids_;
   LabelIds cc_ids_;
-  // (class, cc, asn label) packed into 64 bits -> the series of that label set.
-  std::unordered_map<uint64_t, std::unique_ptr<Series>, KeyHash> series_;
+  // The packed label set -> its series.
+  std::unordered_map<SeriesKey, std::unique_ptr<Series>, PackedKeyHash> series_;
   std::map<std::pair<std::string, std::string>, prometheus::Gauge*> active_gauges_;
 
   // Series with unpublished flows, and whether add() leaves them so.

@@ -34,7 +34,7 @@ uint32_t key_asn(uint64_t k) { return static_cast<uint32_t>(k); }
 }  // namespace
 
 const std::vector<std::string>& distribution_key_fields() {
-  static const std::vector<std::string> fields{"peer_class", "asn", "cc", "arm", "size_class"};
+  static const std::vector<std::string> fields{"peer_class", "asn", "service", "cc", "arm", "size_class"};
   return fields;
 }
 
@@ -53,7 +53,7 @@ struct FlowDistributions::Generation {
   Generation(Clock::time_point t, uint64_t n) : start(t), serial(n) {}
   Clock::time_point start;
   uint64_t serial;
-  std::unordered_map<uint64_t, Entry> entries;
+  std::unordered_map<Key, Entry, PackedKeyHash> entries;
   uint64_t records[kSampleUnitCount] = {};  // flows, transfers
   uint64_t folded[kSampleUnitCount] = {};   // counted under asn "other": key table full
 };
@@ -74,9 +74,16 @@ void FlowDistributions::rotate_if_due(Clock::time_point now) {
   if (options_.window_s <= 0 || now - current_->start < window) return;
   previous_ = std::move(current_);
   current_ = std::make_unique<Generation>(now, ++generations_made_);
+  // The names of services only the dropped generation had go with it.
+  std::unordered_map<uint64_t, std::string> kept;
+  for (const auto& [key, entry] : previous_->entries) {
+    auto it = names_.services.find(key.service);
+    if (it != names_.services.end()) kept.emplace(it->first, it->second);
+  }
+  names_.services = std::move(kept);
 }
 
-FlowDistributions::Entry* FlowDistributions::entry_for(uint64_t key, uint64_t folded_key, bool top_asn,
+FlowDistributions::Entry* FlowDistributions::entry_for(const Key& key, const Key& folded_key, bool top_asn,
                                                        SampleUnit unit) {
   auto& entries = current_->entries;
   auto it = entries.find(key);
@@ -98,22 +105,26 @@ FlowDistributions::Entry* FlowDistributions::entry_for(uint64_t key, uint64_t fo
 
 size_t FlowDistributions::reserve_keys() const { return std::max<size_t>(options_.max_keys / 4, 16); }
 
-void FlowDistributions::add(const FlowRecord& flow, AsnLabel asn_label) { add_at(flow, asn_label, Clock::now()); }
-
-void FlowDistributions::add(const TransferRecord& transfer, AsnLabel asn_label) {
-  add_at(transfer, asn_label, Clock::now());
+void FlowDistributions::add(const FlowRecord& flow, AsnLabel asn_label, const RankedService& service) {
+  add_at(flow, asn_label, Clock::now(), service);
 }
 
-void FlowDistributions::add_at(const FlowRecord& flow, AsnLabel asn_label, Clock::time_point now) {
-  add_record(flow, metric_inputs(flow), asn_label, now);
+void FlowDistributions::add(const TransferRecord& transfer, AsnLabel asn_label, const RankedService& service) {
+  add_at(transfer, asn_label, Clock::now(), service);
 }
 
-void FlowDistributions::add_at(const TransferRecord& transfer, AsnLabel asn_label, Clock::time_point now) {
-  add_record(transfer, metric_inputs(transfer), asn_label, now);
+void FlowDistributions::add_at(const FlowRecord& flow, AsnLabel asn_label, Clock::time_point now,
+                               const RankedService& service) {
+  add_record(flow, metric_inputs(flow), asn_label, service.key, now);
+}
+
+void FlowDistributions::add_at(const TransferRecord& transfer, AsnLabel asn_label, Clock::time_point now,
+                               const RankedService& service) {
+  add_record(transfer, metric_inputs(transfer), asn_label, service.key, now);
 }
 
 template <class Record>
-void FlowDistributions::add_record(const Record& r, const MetricInputs& in, AsnLabel asn_label,
+void FlowDistributions::add_record(const Record& r, const MetricInputs& in, AsnLabel asn_label, uint64_t service_key,
                                    Clock::time_point now) {
   if (!in.ok || in.partial || in.bytes == 0) return;  // no metric counts such a record
   // Keyed by the raw ASN, as the flow log has it, so that --server groups
@@ -131,12 +142,17 @@ void FlowDistributions::add_record(const Record& r, const MetricInputs& in, AsnL
   const uint8_t cls = names_.classes.id(r.enrichment.peer_class);
   const uint8_t cc = names_.ccs.id(r.cc);
   const uint8_t arm = r.enrichment.arm ? names_.arms.id(*r.enrichment.arm) : 0;
-  Entry* e = entry_for(pack_key(cls, cc, arm, sc, false, r.enrichment.asn), pack_key(cls, cc, arm, sc, true, 0), top_asn,
-                       in.unit);
+  const size_t keys_before = current_->entries.size();
+  Entry* e = entry_for(Key{pack_key(cls, cc, arm, sc, false, r.enrichment.asn), service_key},
+                       Key{pack_key(cls, cc, arm, sc, true, 0), service_key}, top_asn, in.unit);
   if (!e) {
     ++dropped_[unit];
     return;
   }
+  // A service's name is looked up only when one of its keys is new in the
+  // generation, not per record.
+  if (service_key != 0 && current_->entries.size() != keys_before)
+    names_.services.try_emplace(service_key, r.enrichment.owner().name);
   for (int m = 0; m < kMeasureCount; ++m) {
     if (!values[m]) continue;
     auto& s = e->sketch[unit][m];
@@ -161,19 +177,25 @@ bool FlowDistributions::update_options(FlowDistributionsOptions options) {
   metric_options_ = MetricOptions{options_.size_classes_bytes, options_.throughput_min_bytes};
   if (reset) {
     names_.size_classes = size_class_names(options_.size_classes_bytes);
+    names_.services.clear();
     previous_.reset();
     current_ = std::make_unique<Generation>(Clock::now(), ++generations_made_);
   }
   return reset;
 }
 
-std::string FlowDistributions::KeyNames::field(uint64_t key, const std::string& field) const {
-  if (field == "peer_class") return classes.value(key_class(key));
-  if (field == "cc") return ccs.value(key_cc(key));
-  if (field == "arm") return arms.value(key_arm(key));
-  if (field == "asn") return key_other(key) ? kOtherAsnLabel : std::to_string(key_asn(key));
+std::string FlowDistributions::KeyNames::field(const Key& key, const std::string& field) const {
+  const uint64_t k = key.ids;
+  if (field == "peer_class") return classes.value(key_class(k));
+  if (field == "cc") return ccs.value(key_cc(k));
+  if (field == "arm") return arms.value(key_arm(k));
+  if (field == "asn") return key_other(k) ? kOtherAsnLabel : std::to_string(key_asn(k));
+  if (field == "service") {
+    auto it = services.find(key.service);
+    return it != services.end() ? it->second : "";
+  }
   if (field == "size_class") {
-    const uint32_t sc = key_size_class(key);
+    const uint32_t sc = key_size_class(k);
     return sc < size_classes.size() ? size_classes[sc] : "?";
   }
   return "";
@@ -192,7 +214,7 @@ FlowDistributions::QueryResult FlowDistributions::query_at(Measure metric, Sampl
     throw std::invalid_argument("unit " + std::string(to_string(unit)) + ": " + why);
   const auto& fields = distribution_key_fields();
   auto kept = [&](const std::string& f) { return std::find(fields.begin(), fields.end(), f) != fields.end(); };
-  const std::string kept_list = "peer_class, asn, cc, arm, size_class";
+  const std::string kept_list = "peer_class, asn, service, cc, arm, size_class";
   if (by != "all" && !kept(by))
     throw std::invalid_argument("cannot group by \"" + by + "\": the daemon keeps distributions by " + kept_list +
                                 " only (use the flow log for other fields)");
@@ -209,7 +231,8 @@ FlowDistributions::QueryResult FlowDistributions::query_at(Measure metric, Sampl
 
   // Under the lock: the keys with a sketch of this metric, and their names.
   struct Item {
-    uint64_t generation, key;
+    uint64_t generation;
+    Key key;
     bool in_a = false, in_b = false;
     std::map<std::pair<std::string, uint32_t>, Group>::iterator group;
   };
@@ -240,7 +263,7 @@ FlowDistributions::QueryResult FlowDistributions::query_at(Measure metric, Sampl
     item.in_b = b.matches(get);
     if (!item.in_a && !item.in_b) continue;
     const std::string group = by == "all" ? "all" : names.field(item.key, by);
-    const uint32_t sc = sized ? key_size_class(item.key) : 0;
+    const uint32_t sc = sized ? key_size_class(item.key.ids) : 0;
     auto it = groups.find({group, sc});
     if (it == groups.end()) {
       Group g{group, std::nullopt, sc, *empty, *empty};
@@ -363,7 +386,7 @@ FlowDistributions::Stats FlowDistributions::stats() const {
     st.folded_flows += gen->folded[kFlow];
     st.folded_transfers += gen->folded[kTransfer];
     // Hash node plus entry, roughly, and each sketch's object and counters.
-    st.memory_bytes += gen->entries.size() * (sizeof(Entry) + sizeof(uint64_t) + 2 * sizeof(void*));
+    st.memory_bytes += gen->entries.size() * (sizeof(Entry) + sizeof(Key) + 2 * sizeof(void*));
     for (const auto& [key, e] : gen->entries) {
       for (const auto& per_unit : e.sketch) {
         for (const auto& s : per_unit) {

@@ -1,6 +1,6 @@
 // What the daemon keeps so that `tcpscope compare --server URL` can answer
 // without a flow log: one FlowSketch (1 % relative error) per unit, metric
-// and key (peer_class, asn label, cc, arm, size_class) of finished flows and
+// and key (peer_class, asn, service, cc, arm, size_class) of finished flows and
 // of transfers, over a sliding window. Flows feed every metric; transfers
 // the ones measure/measure.h defines per transfer (fct, throughput), keyed
 // by the same fields (size_class by the transfer's bytes), so a key's flows
@@ -10,11 +10,13 @@
 // HTTP threads only merge.
 //
 // What --server can and cannot answer. Selections and --by may use only the
-// key fields: peer_class, asn, cc, arm, size_class (anything else needs the
-// flow log). asn is the raw AS number, as in the flow log, so `--by asn` and
-// `--a asn=N` mean the same in both modes whatever the Prometheus top-N is
-// (the dashboards fold ASNs outside it into "other"; these sketches do so
-// only when the key table is full, below). Quantiles are within the
+// key fields: peer_class, asn, service, cc, arm, size_class (anything else
+// needs the flow log). asn is the raw AS number and service the owner's name
+// ("" when unknown), as in the flow log, so `--by asn`, `--by service` and
+// `--a asn=N` mean the same in both modes whatever the Prometheus top-N are
+// (the dashboards fold ASNs and services outside them into "other"; these
+// sketches fold ASNs only when the key table is full, below). A service's
+// name is kept while a key of either generation holds it. Quantiles are within the
 // sketch's relative accuracy over each metric's span (metric_sketch_span:
 // 10 decades, no collapse inside it); the rank test sees values within 1 %
 // of each other as ties (see compare_stats.h).
@@ -62,7 +64,9 @@
 #include <vector>
 
 #include "pipeline/asn_ranking.h"
+#include "pipeline/service_ranking.h"
 #include "aggregate/label_ids.h"
+#include "aggregate/packed_key.h"
 #include "measure/flow_sketch.h"
 #include "measure/measure.h"
 #include "measure/selection.h"
@@ -96,16 +100,19 @@ class FlowDistributions {
   FlowDistributions(const FlowDistributions&) = delete;
   FlowDistributions& operator=(const FlowDistributions&) = delete;
 
-  // Counts one finished flow under its raw ASN. `asn_label` is the flow's
-  // label in the ASN ranking (asn_ranking.h, the one the Prometheus series
-  // use): it only decides whether the flow's key may use the reserve once
-  // max_keys are in use (top-N ASNs may, "other" may not).
-  void add(const FlowRecord& flow, AsnLabel asn_label);
+  // Counts one finished flow under its raw ASN and its owner's name.
+  // `asn_label` is the flow's label in the ASN ranking (asn_ranking.h, the
+  // one the Prometheus series use): it only decides whether the flow's key
+  // may use the reserve once max_keys are in use (top-N ASNs may, "other"
+  // may not). `service` is the owner's as the fanout ranked it (its key; {}:
+  // unknown, ""); its label plays no part here.
+  void add(const FlowRecord& flow, AsnLabel asn_label, const RankedService& service = {});
   // Counts one finished transfer, the same way (the label of its flow's ASN).
-  void add(const TransferRecord& transfer, AsnLabel asn_label);
+  void add(const TransferRecord& transfer, AsnLabel asn_label, const RankedService& service = {});
   // The same at the caller's time (the daemon's drain; tests).
-  void add_at(const FlowRecord& flow, AsnLabel asn_label, Clock::time_point now);
-  void add_at(const TransferRecord& transfer, AsnLabel asn_label, Clock::time_point now);
+  void add_at(const FlowRecord& flow, AsnLabel asn_label, Clock::time_point now, const RankedService& service = {});
+  void add_at(const TransferRecord& transfer, AsnLabel asn_label, Clock::time_point now,
+              const RankedService& service = {});
 
   // Config reload. New size classes or threshold: the sketches no longer
   // mean the same thing, so they are dropped (returns true).
@@ -158,13 +165,16 @@ class FlowDistributions {
  private:
   struct Entry;
   struct Generation;
+  // ids: (peer_class, cc, arm, size_class, asn is "other", asn); service: its key.
+  using Key = PackedKey;
 
   template <class Record>
-  void add_record(const Record& r, const MetricInputs& in, AsnLabel asn_label, Clock::time_point now);
+  void add_record(const Record& r, const MetricInputs& in, AsnLabel asn_label, uint64_t service_key,
+                  Clock::time_point now);
   void rotate_if_due(Clock::time_point now);
   // The entry for `key`, or its "other" key's (counting a folded record of
   // `unit`), or null when the table is full.
-  Entry* entry_for(uint64_t key, uint64_t folded_key, bool top_asn, SampleUnit unit);
+  Entry* entry_for(const Key& key, const Key& folded_key, bool top_asn, SampleUnit unit);
   size_t reserve_keys() const;
   FlowSketch new_sketch(Measure m) const;
   // A key's fields as text. Queries copy them, and match keys against
@@ -173,7 +183,8 @@ class FlowDistributions {
     LabelIds classes, ccs;
     LabelIds arms{{"null"}};  // id 0: no arm (the flow log's null)
     std::vector<std::string> size_classes;
-    std::string field(uint64_t key, const std::string& field) const;
+    std::unordered_map<uint64_t, std::string> services;  // service key -> name, of the keys in use
+    std::string field(const Key& key, const std::string& field) const;
   };
 
   FlowDistributionsOptions options_;

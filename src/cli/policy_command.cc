@@ -35,6 +35,7 @@ std::string match_text(const nlohmann::json& m) {
   if (m.contains("asns")) add("asns=" + list(m["asns"]));
   if (m.contains("prefixes")) add("prefixes=" + list(m["prefixes"]));
   if (m.contains("lports")) add("lports=" + list(m["lports"]));
+  if (m.contains("services")) add("services=" + list(m["services"]));
   return out.empty() ? "(all)" : out;
 }
 

@@ -25,8 +25,8 @@ namespace {
 // A fleet's answer is a few hundred series per arm; far more is not a query API.
 constexpr size_t kMaxAnswerBytes = 64u << 20;
 
-const std::vector<std::string> kSizedLabels = {"peer_class", "asn", "cc", "size_class"};
-const std::vector<std::string> kLabels = {"peer_class", "asn", "cc"};
+const std::vector<std::string> kSizedLabels = {"peer_class", "asn", "service", "cc", "size_class"};
+const std::vector<std::string> kLabels = {"peer_class", "asn", "service", "cc"};
 
 std::string join(const std::vector<std::string>& v, const char* sep) {
   std::string s;
@@ -423,15 +423,17 @@ bool PrometheusSource::collect(const CompareOptions& options, const Selection& a
                       " reach past throughput_min_bytes (" + std::to_string(tmin) +
                       " bytes): the histogram cannot split them, so they hold " + units +
                       " the flow log's fct would leave out.");
-  auto uses_asn = [](const Selection& sel) {
+  // The daemons fold values outside each ranking's top-N (pipeline/byte_ranking.h).
+  auto uses = [](const Selection& sel, const char* field) {
     for (const auto& t : sel.terms())
-      if (t.field == "asn") return true;
+      if (t.field == field) return true;
     return false;
   };
-  if (options.by == "asn" || uses_asn(a) || uses_asn(b))
-    s.notes.push_back("asn: the daemons label only their top-N ASNs by number and count the rest under asn "
-                      "\"other\", so groups and selections by asn hold fewer " + units +
-                      " than the flow log's.");
+  for (const auto& [field, values] : {std::pair{"asn", "ASNs by number"}, std::pair{"service", "services by name"}})
+    if (options.by == field || uses(a, field) || uses(b, field))
+      s.notes.push_back(std::string(field) + ": the daemons label only their top-N " + values +
+                        " and count the rest under " + field + " \"other\", so groups and selections by " + field +
+                        " hold fewer " + units + " than the flow log's.");
   *out = std::move(s);
   return true;
 }

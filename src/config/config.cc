@@ -132,6 +132,8 @@ const ConfigSection<Config>& top_level_section() {
                   Reload::kApplied),
       section_key("cc_policy", &Config::cc_policy, cc_policy_section(), Reload::kApplied,
                   "congestion control policy"),
+      section_key("services", &Config::services, services_section(), Reload::kApplied,
+                  "how the service that owns a socket is named from its cgroup (docs/services.md)"),
       // The map is sized at load.
       with_reload(integer_key("ring_buffer_bytes", &Config::ring_buffer_bytes, kMinRingBuffer, kMaxRingBuffer,
                               "kernel-to-daemon ring buffer, a power of two",

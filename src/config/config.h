@@ -30,6 +30,7 @@ struct CcMatch {
   std::vector<uint32_t> asns;
   std::vector<Prefix> prefixes;
   std::vector<uint16_t> lports;
+  std::vector<std::string> services;  // services' names (enrich/service_names.h) that own the local socket
 };
 
 struct ExperimentSpec {
@@ -138,6 +139,27 @@ struct ExportConfig {
   bool operator==(const ExportConfig& o) const { return kafka == o.kafka; }
 };
 
+// `services:` how a socket's owner is named from its cgroup
+// (enrich/service_names.h) and how many names the metrics keep.
+struct ServiceNameRule {
+  std::string path;  // an ECMAScript regular expression the whole cgroup path must match
+  std::string name;  // the service's name: $1 ... $9 are the expression's groups
+  int line = 0;
+  bool operator==(const ServiceNameRule& o) const { return path == o.path && name == o.name; }
+};
+
+struct ServicesConfig {
+  // Services with a label of their own in the metrics, by bytes; the rest are "other".
+  uint32_t top_n = 20;
+  // A removed cgroup keeps its name this long for the records of its sockets
+  // still closing, and a service gone this long loses its series.
+  uint32_t grace_seconds = 600;
+  std::vector<ServiceNameRule> names;  // tried in order before the built-in layouts
+  bool operator==(const ServicesConfig& o) const {
+    return top_n == o.top_n && grace_seconds == o.grace_seconds && names == o.names;
+  }
+};
+
 struct Config {
   std::string listen = "127.0.0.1:9810";
   std::string flow_log;  // "" = none, "-" = stdout
@@ -155,6 +177,7 @@ struct Config {
   uint32_t transfer_sampling_rate = 16;
   static constexpr uint32_t kMaxTransferSamplingRate = 1u << 16;
   CcPolicy cc_policy;
+  ServicesConfig services;
   HttpConfig http;
   ExportConfig export_;  // `export:` (a C++ keyword)
   uint64_t ring_buffer_bytes = 16u << 20;  // power of two, page multiple

@@ -18,6 +18,7 @@ const ConfigSection<CcPolicy>& cc_policy_section();          // policy_config.cc
 // /run/netns or an nsfs path; the number of items, none if it is no list.
 std::optional<size_t> read_netns_list(ConfigReader& reader, const ConfigEntry& entry, const std::string& path,
                                       std::vector<std::string>* out);  // policy_config.cc
+const ConfigSection<ServicesConfig>& services_section();  // service_config.cc
 const ConfigSection<HttpConfig>& http_section();             // http_config.cc
 const ConfigSection<ExportConfig>& export_section();         // kafka_config.cc
 

@@ -3,6 +3,7 @@
 // closed-loop controller ("Closed loop").
 #include <pwd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -62,6 +63,29 @@ const ConfigSection<CcMatch>& match_section() {
             r.each_item(f, path, [&](const YAML::Node& p, int line, const std::string& item) {
               if (auto v = r.integer_value(p, line, item, 1, 65535)) out->push_back(static_cast<uint16_t>(*v));
             });
+          }),
+      member_key<CcMatch, std::vector<std::string>>(
+          "services", &CcMatch::services, "list of 1 to 64 strings of 1 to 512 bytes", "[]",
+          "services owning the local socket, by the names records carry in `service` (a systemd unit, a "
+          "container, namespace/pod): a socket is a service's when its cgroup (an accepted socket's: its "
+          "listener's) or one of the 15 cgroups above it is",
+          [](R& r, const ConfigEntry& f, const std::string& path, std::vector<std::string>* out) {
+            // Bounded so that a rule's names stay a list to read, and each
+            // as long as a unit name (255) or namespace/pod (63 + 1 + 253).
+            constexpr size_t kMaxServices = 64, kMaxNameBytes = 512;
+            const auto count = r.each_item(f, path, [&](const YAML::Node& n, int line, const std::string& item) {
+              if (!n.IsScalar()) return r.error(line, item + " must be a service's name, got " + R::type_name(n));
+              const std::string& name = n.Scalar();
+              if (name.empty() || name.size() > kMaxNameBytes)
+                return r.error(line, item + " must be 1 to " + std::to_string(kMaxNameBytes) + " bytes, has " +
+                                         std::to_string(name.size()));
+              if (std::find(out->begin(), out->end(), name) != out->end())
+                return r.error(line, item + " " + config_quoted(name) + " is listed twice");
+              out->push_back(name);
+            });
+            if (count && (*count == 0 || *count > kMaxServices))
+              r.error(R::line_of(f.value, f.line), path + " needs 1 to " + std::to_string(kMaxServices) +
+                                                       " services, has " + std::to_string(*count));
           }),
   }};
   return kSection;

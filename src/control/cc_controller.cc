@@ -104,7 +104,7 @@ void CcController::adopt(const Config& config, std::vector<std::unique_ptr<Rule>
       r->throughput_min_bytes = config.throughput_min_bytes;
     }
     r->index = i;
-    r->gate = EvidenceGate{cr.match.lports, {}, local_addresses_};
+    r->gate = EvidenceGate{cr.match.lports, cr.match.services, {}, local_addresses_};
     for (const auto& name : cr.controller->evidence_netns) {
       auto ns = netns_by_name_.find(name);
       if (ns != netns_by_name_.end()) r->gate.netns.push_back(ns->second);

@@ -35,16 +35,20 @@ bool loopback(const IpAddr& a) {
 }  // namespace
 
 EvidenceVerdict EvidenceGate::judge(Direction dir, uint32_t ns, const IpAddr& laddr, uint16_t lport,
-                                    const IpAddr& raddr, const SocketOwner& socket,
+                                    const IpAddr& raddr, const SocketOwner& socket, const std::string& service,
                                     std::optional<uint32_t> service_uid) const {
   if (std::find(netns.begin(), netns.end(), ns) == netns.end()) return EvidenceVerdict::kNetns;
   if (dir != Direction::kPassive) return EvidenceVerdict::kOutgoing;
-  const bool privileged = lport < socket.unprivileged_port_start;
-  const bool governed =
-      lports.empty() ? privileged : std::find(lports.begin(), lports.end(), lport) != lports.end();
-  if (!governed) return EvidenceVerdict::kPort;
-  const bool services = service_uid ? socket.uid == *service_uid : privileged || socket.uid == 0;
-  if (!services) return EvidenceVerdict::kService;
+  if (!services.empty()) {
+    if (std::find(services.begin(), services.end(), service) == services.end()) return EvidenceVerdict::kService;
+  } else {
+    const bool privileged = lport < socket.unprivileged_port_start;
+    const bool governed =
+        lports.empty() ? privileged : std::find(lports.begin(), lports.end(), lport) != lports.end();
+    if (!governed) return EvidenceVerdict::kPort;
+    const bool own = service_uid ? socket.uid == *service_uid : privileged || socket.uid == 0;
+    if (!own) return EvidenceVerdict::kService;
+  }
   if (raddr == laddr || loopback(raddr)) return EvidenceVerdict::kLocalPeer;
   if (!local) return EvidenceVerdict::kCounts;
   auto own = local->by_netns.find(ns);

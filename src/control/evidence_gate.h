@@ -16,10 +16,14 @@
 //     CAP_NET_BIND_SERVICE can listen on;
 //   - the service's own: a port is a number, not who listens on it (anyone
 //     may listen on [::] and the service's unprivileged port with
-//     IPV6_V6ONLY beside its IPv4 listener, or on another address). A
-//     socket's owner (sk_uid) is who accepted it, so with the rule's
-//     evidence_user only that user's sockets count; without one, privilege
-//     stands for the service: a privileged port, or a socket root accepted;
+//     IPV6_V6ONLY beside its IPv4 listener, or on another address). A rule
+//     that names its services (match.services) counts only the sockets
+//     those own, by the socket's cgroup (record/enrichment.h): only root
+//     moves a process into a system service's or a container's cgroup, so
+//     the port no longer matters. Otherwise a socket's owner (sk_uid) is
+//     who accepted it, so with the rule's evidence_user only that user's
+//     sockets count; without one, privilege stands for the service: a
+//     privileged port, or a socket root accepted;
 //   - from a peer that is not this host: a peer inside its namespace's local
 //     routing table (any of the host's addresses: a second NIC, docker0, a
 //     VIP; loopback; AnyIP ranges) is a local user again, and so is one
@@ -33,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "net/ip_addr.h"
@@ -58,6 +63,7 @@ struct LocalAddresses {
 
 struct EvidenceGate {
   std::vector<uint16_t> lports;  // the rule's match.lports; empty: privileged ports only
+  std::vector<std::string> services;  // the rule's match.services; when set, lports and the user do not count
   std::vector<uint32_t> netns;   // the namespaces whose sockets count (inodes); empty: none
   // The namespaces' local addresses. When set, a socket counts only while
   // both its namespace's table and the daemon's are known; when null (no
@@ -65,13 +71,15 @@ struct EvidenceGate {
   std::shared_ptr<const LocalAddresses> local;
 
   // `service_uid`: the rule's evidence_user, the uid whose sockets are the
-  // service's; none: root's, or any on a privileged port.
+  // service's; none: root's, or any on a privileged port. `service`: the
+  // socket owner's name.
   EvidenceVerdict judge(Direction dir, uint32_t netns, const IpAddr& laddr, uint16_t lport, const IpAddr& raddr,
-                        const SocketOwner& socket, std::optional<uint32_t> service_uid) const;
+                        const SocketOwner& socket, const std::string& service,
+                        std::optional<uint32_t> service_uid) const;
   // A flow or transfer record.
   template <class Record>
   EvidenceVerdict judge(const Record& r, std::optional<uint32_t> service_uid) const {
-    return judge(r.dir, r.netns, r.laddr, r.lport, r.raddr, r.socket, service_uid);
+    return judge(r.dir, r.netns, r.laddr, r.lport, r.raddr, r.socket, r.enrichment.owner().name, service_uid);
   }
 };
 

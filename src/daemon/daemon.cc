@@ -26,10 +26,12 @@
 #include "daemon/kernel_counters.h"
 #include "daemon/open_flow_snapshots.h"
 #include "enrich/enricher.h"
+#include "enrich/service_names.h"
 #include "export/daemon_health.h"
 #include "export/output_sinks.h"
 #include "http/http_server.h"
 #include "kernel/capability_drop.h"
+#include "kernel/cgroups_made.h"
 #include "kernel/flow_probe.h"
 #include "kernel/handover.h"
 #include "kernel/installed_policy.h"
@@ -87,6 +89,8 @@ class Daemon {
  private:
   int start();
   int start_kernel();
+  void start_service_names();
+  void log_service_cgroups_error(const std::string& error);
   int start_outputs();
   // One drain of the ring: its records to every sink, together.
   int drain_ring();
@@ -109,6 +113,9 @@ class Daemon {
   std::unique_ptr<RingReader> ring_;
   std::unique_ptr<InstalledPolicy> policy_;
   MonotonicToRealtime clock_;
+  std::unique_ptr<ServiceNames> services_;  // null without a cgroup v2 hierarchy: owners unknown
+  std::vector<ServiceCgroup> first_service_cgroups_;  // what the namer's first walk found, for the policy
+  std::string service_cgroups_error_;                 // the last one logged
   std::unique_ptr<FlowPipeline> pipeline_;  // every record, finished or open, goes through it
   std::unique_ptr<RecordFanout> fanout_;    // and then to every sink
   // The sinks, in the order every record reaches them.
@@ -215,8 +222,9 @@ int Daemon::start_kernel() {
   if (!loop_->start(&error)) return fail("cc_policy: " + error);
   const auto sends = send_transfer_delimiter(probe_->missing_tracepoints());
   loop_->controller().set_send_transfers(sends.has_value());
+  start_service_names();
   pipeline_ = std::make_unique<FlowPipeline>(clock_, *enricher_, policy_->rule_names(),
-                                             sends.value_or(TransferDelimiter::kWrite));
+                                             sends.value_or(TransferDelimiter::kWrite), services_.get());
   fanout_ = std::make_unique<RecordFanout>(*pipeline_, config_);
   snapshots_ = std::make_unique<OpenFlowSnapshots>(config_.snapshot_interval_s ? probe_->snapshot_link_fd() : -1,
                                                    clock_, *pipeline_, aggregator_->aggregator(), *self_, log_line);
@@ -235,6 +243,52 @@ int Daemon::start_kernel() {
   if (!ring_) return fail(error);
   if (!drop_capabilities_after_start(*probe_, config_.snapshot_interval_s > 0, &error)) return fail(error);
   return 0;
+}
+
+// Who owns each socket, from the cgroup tree: without it the daemon still
+// measures, with every record's service empty.
+void Daemon::start_service_names() {
+  ServiceNamesOptions options;
+  options.cgroup_root = cgroup2_mount_point();
+  options.names = config_.services.names;
+  options.grace = std::chrono::seconds(config_.services.grace_seconds);
+  options.take_made = [fd = probe_->cgroups_made_fd()](uint64_t id) { return take_made_cgroup(fd, id); };
+  options.forget_made = [fd = probe_->cgroups_made_fd()](uint64_t id) { forget_made_cgroup(fd, id); };
+  options.warn = log_line;
+  // The policy's rules that name services follow their cgroups: all those
+  // the first walk finds at once, then each as it comes and goes.
+  options.on_named = [this](uint64_t id, const ServiceIdentity& owner) {
+    if (!services_) {
+      first_service_cgroups_.push_back({id, owner.name});
+      return;
+    }
+    std::string error;
+    if (!policy_->add_service_cgroup({id, owner.name}, &error)) log_service_cgroups_error(error);
+  };
+  options.on_forgotten = [this](uint64_t id) {
+    std::string error;
+    if (!policy_->remove_service_cgroup(id, &error)) log_service_cgroups_error(error);
+  };
+  if (options.cgroup_root.empty()) {
+    log_line("no cgroup v2 hierarchy mounted: records name no service, and rules naming services match nothing");
+    return;
+  }
+  std::string error;
+  services_ = ServiceNames::create(std::move(options), &error);
+  if (!services_) {
+    log_line("services: " + error + "; records name no service, and rules naming services match nothing");
+    return;
+  }
+  if (!policy_->set_service_cgroups(first_service_cgroups_, &error)) log_service_cgroups_error(error);
+  first_service_cgroups_.clear();
+  first_service_cgroups_.shrink_to_fit();
+}
+
+// Once per kind of failure: a full map refuses every new cgroup alike.
+void Daemon::log_service_cgroups_error(const std::string& error) {
+  if (error == service_cgroups_error_) return;
+  service_cgroups_error_ = error;
+  log_line("cc_policy: the services' cgroups: " + error);
 }
 
 // The sinks, in the order each record reaches them.
@@ -281,6 +335,7 @@ void Daemon::on_tick() {
     last_clock_refresh_ = now;
   }
   snapshots_->tick(now, std::chrono::seconds(config_.snapshot_interval_s));
+  if (services_) services_->expire(now);
   policy_->update_metrics();
   account(now);
 }
@@ -289,6 +344,10 @@ void Daemon::account(SteadyClock::time_point now) {
   fanout_->tick(now);
   sample_kernel_counters(*probe_, *ring_, *pipeline_, *self_);
   self_->set_loop_longest_pass(std::chrono::duration<double>(longest_pass_).count());
+  if (services_) {
+    const auto c = services_->counts();
+    self_->set_service_cgroups(c.known_cgroups - c.removed_in_grace, c.removed_in_grace, c.unresolved_lookups);
+  }
   std::lock_guard<std::mutex> lock(failures_mu_);
   failures_ = fanout_->failures();
 }
@@ -313,6 +372,7 @@ void Daemon::apply_reload(PreparedReload& r) {
   if (!http_->set_basic_auth(merged.http, &error)) log_line("reload: " + error + "; the previous credentials stay");
   enricher_->replace(std::move(r.tables));
   fanout_->apply_config(merged);
+  if (services_) services_->update(merged.services);
   probe_->set_transfer_sampling_rate(merged.transfer_sampling_rate);
   if (!ignore_namespaces(*probe_, merged, &error)) log_line("reload: " + error + "; the namespaces ignored before stay");
   for (const auto& key : next_start) log_line("reload: " + key + " takes effect at the next start");
@@ -355,7 +415,8 @@ int Daemon::run() {
   if (sfd < 0 || tfd < 0 || ep < 0) return fail(std::string("event loop: ") + strerror(errno));
   for (int e : {reloader_->setup_errno(), snapshots_->setup_errno()})
     if (e) return fail(std::string("event loop: eventfd: ") + strerror(e));
-  for (int fd : {sfd, tfd, ring_->epoll_fd(), reloader_->fd(), snapshots_->fd()}) {
+  for (int fd : {sfd, tfd, ring_->epoll_fd(), reloader_->fd(), snapshots_->fd(), services_ ? services_->fd() : -1}) {
+    if (fd < 0) continue;
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -391,6 +452,8 @@ int Daemon::run() {
         reloader_->finish([this](PreparedReload& r) { apply_reload(r); });
       } else if (fd == snapshots_->fd()) {
         snapshots_->finish();
+      } else if (services_ && fd == services_->fd()) {
+        services_->on_readable();
       }
     }
     more_queued = drain_ring() == RingReader::kDefaultDrainBudget;

@@ -65,6 +65,15 @@ DaemonHealth::DaemonHealth(std::shared_ptr<prometheus::Registry> registry, const
   ns_empty_ = &ns.Add({{"result", "empty"}});
   ns_skipped_ = &ns.Add({{"result", "skipped"}});
   ns_failed_ = &ns.Add({{"result", "failed"}});
+  auto& cgroups = *gauge_family(r, "tcpscope_service_cgroups",
+                                "Cgroups whose service name the daemon knows: live, and removed but kept for "
+                                "services.grace_seconds.");
+  service_cgroups_live_ = &cgroups.Add({{"state", "live"}});
+  service_cgroups_removed_ = &cgroups.Add({{"state", "removed"}});
+  service_unresolved_ = TotalCounter(plain_counter(
+      r, "tcpscope_service_unresolved_total",
+      "Records whose socket's cgroup had no name (removed longer ago than services.grace_seconds, or never "
+      "seen): their service is empty."));
   auto& reloads = *counter_family(r, "tcpscope_config_reloads_total", "Config reloads (SIGHUP) by result.");
   reloads_ok_ = &reloads.Add({{"result", "ok"}});
   reloads_failed_ = &reloads.Add({{"result", "failed"}});
@@ -99,6 +108,12 @@ void DaemonHealth::set_enrichment_lookups(uint64_t total) { set_total(&lookups_,
 void DaemonHealth::set_flow_log_dropped(uint64_t total) { set_total(&flow_log_dropped_, total); }
 
 void DaemonHealth::set_loop_longest_pass(double seconds) { loop_longest_pass_->Set(seconds); }
+
+void DaemonHealth::set_service_cgroups(uint64_t live, uint64_t removed, uint64_t unresolved_total) {
+  service_cgroups_live_->Set(static_cast<double>(live));
+  service_cgroups_removed_->Set(static_cast<double>(removed));
+  set_total(&service_unresolved_, unresolved_total);
+}
 
 void DaemonHealth::set_ring_buffer_fill(double ratio) {
   if (std::isnan(ratio)) ratio = 0;

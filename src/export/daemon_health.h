@@ -63,6 +63,11 @@ class DaemonHealth {
   void set_snapshot(const SnapshotCounts& counts);
   // tcpscope_config_reloads_total{result="ok"|"failed"}.
   void count_reload(bool ok);
+  // tcpscope_service_cgroups{state="live"|"removed"}: the cgroups the
+  // service names know (removed: within the grace); and
+  // tcpscope_service_unresolved_total: records whose socket's cgroup was
+  // unknown (gone past the grace, or never seen), named "".
+  void set_service_cgroups(uint64_t live, uint64_t removed, uint64_t unresolved_total);
 
  private:
   // Advances `counter` to `total` under mu_.
@@ -71,7 +76,9 @@ class DaemonHealth {
   std::shared_ptr<prometheus::Registry> registry_;
   std::mutex mu_;  // the setters may be called from different threads
   TotalCounter records_lost_, transfer_records_lost_, state_changes_missed_, records_, transfer_records_, lookups_,
-      flow_log_dropped_;
+      flow_log_dropped_, service_unresolved_;
+  prometheus::Gauge* service_cgroups_live_;
+  prometheus::Gauge* service_cgroups_removed_;
   prometheus::Family<prometheus::Counter>* recursion_misses_family_;
   std::map<std::string, TotalCounter> recursion_misses_;
   prometheus::Gauge* ring_fill_;

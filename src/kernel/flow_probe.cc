@@ -59,6 +59,8 @@ constexpr OtherProgram kOtherPrograms[] = {
     {&Programs::watch_setsockopt,
      "applications' own congestion-control choices are not seen (app_cc: respect and enforce cannot hold)"},
     {&Programs::guard_sysctl, "the sysctl guard (cc_policy.sysctl_guard) does not run"},
+    {&Programs::on_cgroup_mkdir,
+     "a cgroup made and removed before the daemon reads its directory names no service (its records' is empty)"},
     {&Programs::snapshot_open_flows,
      "no open-flow snapshots: /api/v1/flows, `tcpscope flows` and the open-flow gauges stay empty, and a "
      "kept-alive connection's finished transfers wait for the next one or its close"},
@@ -206,6 +208,9 @@ tcpscope_bpf* open_for(const FlowProbeOptions& opts, const LoadPlan& plan, uint3
   for (bpf_map* trie : {skel->maps.remote_gen0, skel->maps.remote_gen1})
     if (int err = bpf_map__set_max_entries(trie, opts.remote_trie_entries))
       return fail(std::string("sizing map '") + bpf_map__name(trie) + "' failed: " + errno_text(err));
+  if (int err = bpf_map__set_max_entries(skel->maps.service_cgroups, opts.service_cgroup_entries))
+    return fail("sizing map 'service_cgroups' to " + std::to_string(opts.service_cgroup_entries) +
+                " entries failed: " + errno_text(err));
   skel->rodata->generation = generation;
   skel->data->transfer_sampling_shift = transfer_sampling_shift(opts.transfer_sampling_rate);
   if (previous && (*why_not = incompatibility(*previous, skel)).empty()) {
@@ -534,6 +539,7 @@ Handover FlowProbe::handover() const {
 }
 
 int FlowProbe::ring_buffer_fd() const { return bpf_map__fd(skel_->maps.events); }
+int FlowProbe::cgroups_made_fd() const { return bpf_map__fd(skel_->maps.cgroups_made); }
 
 int FlowProbe::snapshot_link_fd() const {
   return skel_->links.snapshot_open_flows ? bpf_link__fd(skel_->links.snapshot_open_flows) : -1;

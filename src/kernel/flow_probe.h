@@ -12,6 +12,7 @@
 
 #include "kernel/handover.h"
 #include "tcpscope/flow_event.h"
+#include "tcpscope/policy.h"
 
 struct tcpscope_bpf;
 struct bpf_map;
@@ -41,6 +42,8 @@ struct FlowProbeOptions {
   // no rule it has nothing to do.
   std::string cgroup_path;
   uint32_t remote_trie_entries = 1u << 20;  // per generation of the policy trie
+  // Cgroups of services that cc_policy rules name (PolicyMaps::set_service_cgroups).
+  uint32_t service_cgroup_entries = TCPSCOPE_SERVICE_CGROUPS;
   // The kernel follows the transfers of one flow in this many (a power of
   // two), besides those of the flows a rule follows.
   uint32_t transfer_sampling_rate = 16;
@@ -85,6 +88,8 @@ class FlowProbe {
   FlowProbe(const FlowProbe&) = delete;
   FlowProbe& operator=(const FlowProbe&) = delete;
 
+  // cgroups_made (include/tcpscope/flow_event.h): cgroups by id, as made.
+  int cgroups_made_fd() const;
   int ring_buffer_fd() const;
   // The TCP socket iterator's link (snapshots of open flows); -1 if unavailable.
   int snapshot_link_fd() const;

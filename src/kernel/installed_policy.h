@@ -45,6 +45,18 @@ class InstalledPolicy {
   // Counters to Prometheus; the sysctl writes seen since the last call to
   // the log (rate-limited).
   void update_metrics();
+  // The service that owns each cgroup, for the rules that name services
+  // (kernel/policy_maps.h has what each does): every cgroup at start, then
+  // each as it is named or forgotten. On the daemon's thread.
+  bool set_service_cgroups(const std::vector<ServiceCgroup>& cgroups, std::string* error) {
+    return maps_.set_service_cgroups(cgroups, error);
+  }
+  bool add_service_cgroup(const ServiceCgroup& cgroup, std::string* error) {
+    return maps_.add_service_cgroup(cgroup, error);
+  }
+  bool remove_service_cgroup(uint64_t cgroup_id, std::string* error) {
+    return maps_.remove_service_cgroup(cgroup_id, error);
+  }
   // Stop refusing sysctl writes (the daemon is going away).
   void unload() { maps_.set_loaded(false); }
 

@@ -121,6 +121,11 @@ int PolicyMaps::install(const CompiledPolicy& policy, uint16_t install_id, const
     }
   }
   if (!write_cohort_weights(gen, weights, error)) return -1;
+  rules_naming_[gen].clear();
+  for (const auto& rule : policy.rules)
+    for (const auto& service : rule.services) rules_naming_[gen][service] = policy.rules_naming(service);
+  installed_gen_[gen] = true;
+  if (!write_service_cgroups(error)) return -1;
   std::vector<uint64_t> zeros(ncpus(), 0);
   for (bpf_map* counters : {skel->maps.cc_assignments, skel->maps.cc_revoked}) {
     int fd = bpf_map__fd(counters);
@@ -136,6 +141,7 @@ int PolicyMaps::install(const CompiledPolicy& policy, uint16_t install_id, const
   st.n_rules[gen] = static_cast<uint32_t>(policy.rules.size());
   st.install_id[gen] = install_id;
   st.default_rules[gen] = policy.default_rules;
+  st.service_rules[gen] = policy.service_rules;
   st.app_override = policy.app_override;
   st.sysctl_guard = policy.sysctl_guard;
   if (!st.host_netns) st.host_netns = host_netns_inode();  // read while every capability is held
@@ -153,6 +159,72 @@ int PolicyMaps::install(const CompiledPolicy& policy, uint16_t install_id, const
   // Mapped now, while the daemon still holds every capability it started with.
   if (!open_sysctl_log()) std::fprintf(stderr, "tcpscope: sysctl write log unavailable: %s\n", errno_text(errno).c_str());
   return static_cast<int>(gen);
+}
+
+bool PolicyMaps::write_service_cgroup(uint64_t cgroup_id, const std::string* service, std::string* error) {
+  const int fd = bpf_map__fd(probe_.skeleton()->maps.service_cgroups);
+  const std::string what = "cgroup " + std::to_string(cgroup_id) + (service ? " of " + *service : std::string());
+  tcpscope_service_rules v{};
+  if (bpf_map_lookup_elem(fd, &cgroup_id, &v) != 0 && errno != ENOENT) {
+    *error = "reading service_cgroups (" + what + "): " + errno_text(errno);
+    return false;
+  }
+  bool named = false;
+  for (uint32_t gen = 0; gen < TCPSCOPE_POLICY_GENERATIONS; ++gen) {
+    if (installed_gen_[gen]) {
+      const auto it = service ? rules_naming_[gen].find(*service) : rules_naming_[gen].end();
+      v.rules[gen] = it != rules_naming_[gen].end() ? it->second : 0;
+    }
+    named = named || v.rules[gen];
+  }
+  if (named ? bpf_map_update_elem(fd, &cgroup_id, &v, BPF_ANY) == 0
+            : bpf_map_delete_elem(fd, &cgroup_id) == 0 || errno == ENOENT)
+    return true;
+  const int err = errno;
+  *error = std::string(named ? "writing" : "deleting") + " service_cgroups (" + what + "): " + errno_text(err);
+  if (err == E2BIG)
+    *error += ", the map is full (" + std::to_string(bpf_map__max_entries(probe_.skeleton()->maps.service_cgroups)) +
+              " cgroups)";
+  return false;
+}
+
+bool PolicyMaps::write_service_cgroups(std::string* error) {
+  const int fd = bpf_map__fd(probe_.skeleton()->maps.service_cgroups);
+  std::vector<uint64_t> in_map;
+  uint64_t key = 0, next = 0;
+  for (const uint64_t* prev = nullptr; bpf_map_get_next_key(fd, prev, &next) == 0; prev = &key) {
+    key = next;
+    if (!service_of_cgroup_.count(key)) in_map.push_back(key);
+  }
+  for (const uint64_t id : in_map)
+    if (!write_service_cgroup(id, nullptr, error)) return false;
+  // The cgroups of services no rule names first: their entries go, so that
+  // a full map makes room before it grows.
+  auto named = [this](const std::string& service) {
+    for (const auto& naming : rules_naming_)
+      if (naming.count(service)) return true;
+    return false;
+  };
+  for (const bool pass_named : {false, true})
+    for (const auto& [id, service] : service_of_cgroup_)
+      if (named(service) == pass_named && !write_service_cgroup(id, &service, error)) return false;
+  return true;
+}
+
+bool PolicyMaps::set_service_cgroups(const std::vector<ServiceCgroup>& cgroups, std::string* error) {
+  service_of_cgroup_.clear();
+  for (const auto& c : cgroups) service_of_cgroup_[c.cgroup_id] = c.service;
+  return write_service_cgroups(error);
+}
+
+bool PolicyMaps::add_service_cgroup(const ServiceCgroup& cgroup, std::string* error) {
+  const std::string& service = service_of_cgroup_[cgroup.cgroup_id] = cgroup.service;
+  return write_service_cgroup(cgroup.cgroup_id, &service, error);
+}
+
+bool PolicyMaps::remove_service_cgroup(uint64_t cgroup_id, std::string* error) {
+  service_of_cgroup_.erase(cgroup_id);
+  return write_service_cgroup(cgroup_id, nullptr, error);
 }
 
 nlohmann::json PolicyMaps::handover_state() const {

@@ -1,5 +1,6 @@
 #include "pipeline/flow_pipeline.h"
 
+#include "enrich/service_names.h"
 #include "record/transfer_decoder.h"
 
 namespace tcpscope {
@@ -8,6 +9,8 @@ template <class Record>
 void FlowPipeline::enrich_and_name(Record* record, uint32_t rule_tag, uint8_t arm_tag) {
   lookups_ += static_cast<uint64_t>(enricher_.enrich(record->raddr, &record->enrichment));
   rule_names_.name(rule_tag, arm_tag, &record->enrichment);
+  if (services_)
+    record->enrichment.service = services_->owner_of(record->socket.sock_cgroup_id, record->socket.task_cgroup_id);
 }
 
 FlowRecord FlowPipeline::record_of(const tcpscope_flow_event& ev) {

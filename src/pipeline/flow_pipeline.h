@@ -1,6 +1,7 @@
 // The one step from the kernel's record to the record every output sees:
-// decode it (units, the realtime clock), enrich it (peer class, ASN), and
-// name the rule that chose its congestion control. Finished flows (from the
+// decode it (units, the realtime clock), enrich it (peer class, ASN, the
+// service that owns the socket), and name the rule that chose its
+// congestion control. Finished flows (from the
 // ring buffer) and open flows (from a snapshot) both go through it, so the
 // flow log, the metrics and /api/v1/flows describe a flow the same way; the
 // transfers of a flow (from the ring buffer) are enriched and named by the
@@ -20,13 +21,16 @@
 
 namespace tcpscope {
 
+class ServiceNames;
+
 class FlowPipeline {
  public:
-  // All three must outlive the pipeline; `clock` is refreshed by its owner.
+  // All must outlive the pipeline; `clock` is refreshed by its owner.
   // `sends`: how the kernel delimits send transfers (kernel/record_coverage.h).
+  // `services`: null where no cgroup v2 is mounted (every owner unknown).
   FlowPipeline(const MonotonicToRealtime& clock, const Enricher& enricher, const RuleNames& rule_names,
-               TransferDelimiter sends)
-      : clock_(clock), enricher_(enricher), rule_names_(rule_names), sends_(sends) {}
+               TransferDelimiter sends, ServiceNames* services = nullptr)
+      : clock_(clock), enricher_(enricher), rule_names_(rule_names), sends_(sends), services_(services) {}
 
   FlowRecord record_of(const tcpscope_flow_event& ev);
   TransferRecord record_of(const tcpscope_transfer_event& ev);
@@ -47,6 +51,7 @@ class FlowPipeline {
   const Enricher& enricher_;
   const RuleNames& rule_names_;
   const TransferDelimiter sends_;
+  ServiceNames* const services_;
   uint64_t lookups_ = 0;
 };
 

@@ -9,7 +9,9 @@ constexpr auto kRankingEvery = std::chrono::seconds(60);
 }  // namespace
 
 RecordFanout::RecordFanout(FlowPipeline& pipeline, const Config& config)
-    : pipeline_(pipeline), ranking_(AsnRankingOptions::from_config(config)) {}
+    : pipeline_(pipeline),
+      ranking_(AsnRankingOptions::from_config(config)),
+      services_(ServiceRanking::options_from_config(config)) {}
 
 void RecordFanout::begin_drain(Clock::time_point now) {
   for (RecordSink* s : sinks_) s->begin_drain(now);
@@ -26,16 +28,20 @@ void RecordFanout::on_close(const tcpscope_close_event& ev) {
 }
 
 void RecordFanout::route(const FlowRecord& flow) {
-  const AsnRanking::Counted asn = ranking_.add(flow.enrichment.asn, flow.bytes_acked + flow.bytes_received);
-  const RoutedFlow routed(flow, asn.label, &json_);
+  const uint64_t bytes = flow.bytes_acked + flow.bytes_received;
+  const AsnRanking::Counted asn = ranking_.add(flow.enrichment.asn, bytes);
+  const ServiceRanking::Counted service = services_.count(flow.enrichment, bytes);
+  const RoutedFlow routed(flow, asn.label, &json_, service.service);
   for (RecordSink* s : sinks_) s->add(routed);
   if (asn.reranked) ranking_changed();
+  if (service.reranked) service_ranking_changed();
 }
 
-// A transfer's bytes are its flow's: it takes its ASN's label without being
-// counted in the ranking.
+// A transfer's bytes are its flow's: it takes its ASN's and service's labels
+// without being counted in the rankings.
 void RecordFanout::route(const TransferRecord& transfer) {
-  const RoutedTransfer routed(transfer, ranking_.label(transfer.enrichment.asn), &json_);
+  const RoutedTransfer routed(transfer, ranking_.label(transfer.enrichment.asn), &json_,
+                              services_.ranked(transfer.enrichment));
   for (RecordSink* s : sinks_) s->add(routed);
 }
 
@@ -43,10 +49,16 @@ void RecordFanout::ranking_changed() {
   for (RecordSink* s : sinks_) s->asn_ranking_changed(ranking_);
 }
 
+void RecordFanout::service_ranking_changed() {
+  for (RecordSink* s : sinks_) s->service_ranking_changed(services_);
+}
+
 void RecordFanout::tick(Clock::time_point now) {
   if (now - last_ranking_ >= kRankingEvery) {
     ranking_.recompute();
     ranking_changed();
+    services_.recompute();
+    service_ranking_changed();
     last_ranking_ = now;
   }
   for (RecordSink* s : sinks_) s->tick(now);
@@ -55,6 +67,7 @@ void RecordFanout::tick(Clock::time_point now) {
 void RecordFanout::apply_config(const Config& config) {
   for (RecordSink* s : sinks_) s->apply_config(config);
   if (ranking_.update_options(AsnRankingOptions::from_config(config))) ranking_changed();
+  if (services_.update_options(ServiceRanking::options_from_config(config))) service_ranking_changed();
 }
 
 std::string RecordFanout::failures() const {

@@ -1,6 +1,6 @@
 // The ring buffer's records, through the pipeline, to every sink: each
 // record is decoded and enriched once (FlowPipeline), labelled by the ASN
-// ranking once, and then handed to the sinks
+// and service rankings once, and then handed to the sinks
 // in the order they were added. A closed flow's transfers go first, as the
 // kernel ended them before the flow.
 //
@@ -14,6 +14,7 @@
 #include "pipeline/asn_ranking.h"
 #include "pipeline/flow_pipeline.h"
 #include "pipeline/record_sink.h"
+#include "pipeline/service_ranking.h"
 #include "tcpscope/flow_event.h"
 
 namespace tcpscope {
@@ -36,7 +37,7 @@ class RecordFanout {
   void on_close(const tcpscope_close_event& ev);
   void end_drain();
 
-  // The sinks' ticks; a new ASN ranking once a minute.
+  // The sinks' ticks; new ASN and service rankings once a minute.
   void tick(Clock::time_point now);
   void apply_config(const Config& config);
   // Every failing sink's failure, "; "-separated; "" while all work.
@@ -48,9 +49,11 @@ class RecordFanout {
   // Only the kernel's followed flows have transfer records (transfer_sampling.h).
   void route(const TransferRecord& transfer);
   void ranking_changed();
+  void service_ranking_changed();
 
   FlowPipeline& pipeline_;
   AsnRanking ranking_;
+  ServiceRanking services_;
   std::vector<RecordSink*> sinks_;
   std::string json_;  // the current record's JSON line, when a sink asks for it
   Clock::time_point last_ranking_ = Clock::now();

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "pipeline/asn_ranking.h"
+#include "pipeline/service_ranking.h"
 #include "record/flow_json.h"
 #include "record/flow_record.h"
 #include "record/transfer_json.h"
@@ -29,12 +30,14 @@ using LogLine = std::function<void(const std::string&)>;
 template <class Record>
 class Routed {
  public:
-  Routed(const Record& record, AsnLabel asn_label, std::string* json_scratch)
-      : record(record), asn_label(asn_label), json_(json_scratch) {}
+  Routed(const Record& record, AsnLabel asn_label, std::string* json_scratch, RankedService service = {})
+      : record(record), asn_label(asn_label), service(service), json_(json_scratch) {}
 
   const Record& record;
   // By the ASN ranking in force before this record.
   const AsnLabel asn_label;
+  // Its owner's key and label by the service ranking, as asn_label.
+  const RankedService service;
 
   // The record's JSON line (record/flow_json.h), serialised by the first
   // sink that asks, so the flow log and a JSON Kafka export pay for one.
@@ -71,6 +74,8 @@ class RecordSink {
 
   // The ranking now gives other ASNs a label of their own.
   virtual void asn_ranking_changed(const AsnRanking& ranking) { (void)ranking; }
+  // The same for services; also after it forgot services gone quiet.
+  virtual void service_ranking_changed(const ServiceRanking& ranking) { (void)ranking; }
   // SIGHUP: the config in force from now on (already checked and merged).
   virtual void apply_config(const Config& config) { (void)config; }
   // The loop's tick: counters into metrics, periodic work.

@@ -113,6 +113,14 @@ std::vector<std::string> CompiledPolicy::congestion_controls() const {
   return {names.begin(), names.end()};
 }
 
+uint64_t CompiledPolicy::rules_naming(const std::string& service) const {
+  uint64_t mask = 0;
+  for (size_t i = 0; i < rules.size() && i < TCPSCOPE_MAX_RULES; ++i)
+    if (std::find(rules[i].services.begin(), rules[i].services.end(), service) != rules[i].services.end())
+      mask |= 1ULL << i;
+  return mask;
+}
+
 std::vector<std::string> arm_names(const std::vector<std::string>& ccs) {
   std::vector<std::string> out;
   std::map<std::string, int> seen;
@@ -158,6 +166,11 @@ std::optional<CompiledPolicy> compile_policy(const Config& config, const AsnData
     }
     if (!r.match.asns.empty()) cr.match |= kMatchAsn, uses_asns = true;
     if (!r.match.prefixes.empty()) cr.match |= kMatchPrefix;
+    if (!r.match.services.empty()) {
+      cr.match |= kMatchService;
+      cr.services = r.match.services;
+      out.service_rules |= 1ULL << i;
+    }
     if (!r.match.lports.empty()) {
       if (r.match.lports.size() > TCPSCOPE_MAX_LPORTS) {
         *error = "cc_policy rule '" + r.name + "': at most " + std::to_string(TCPSCOPE_MAX_LPORTS) + " lports";
@@ -321,7 +334,8 @@ bool lport_matches(const tcpscope_rule& r, uint16_t lport) {
 
 }  // namespace
 
-int match_rule(const CompiledPolicy& policy, const IpAddr& remote, uint16_t lport) {
+int match_rule(const CompiledPolicy& policy, const IpAddr& remote, uint16_t lport,
+               const std::vector<std::string>& services) {
   const RemoteEntry* e = lookup_remote(policy, remote);
   if (!e) return -1;  // rules exist only with the ::/0 entry
   for (size_t i = 0; i < policy.rules.size(); ++i) {
@@ -329,16 +343,26 @@ int match_rule(const CompiledPolicy& policy, const IpAddr& remote, uint16_t lpor
     if ((r.match & kMatchClass) && r.class_id != e->class_id) continue;
     if ((r.match & kMatchAsn) && !(e->asn_rules >> i & 1)) continue;
     if ((r.match & kMatchPrefix) && !(e->prefix_rules >> i & 1)) continue;
+    if ((r.match & kMatchService) && std::none_of(services.begin(), services.end(), [&](const std::string& s) {
+          return std::find(r.services.begin(), r.services.end(), s) != r.services.end();
+        }))
+      continue;
     if (!lport_matches(r.bpf, lport)) continue;
     return static_cast<int>(i);
   }
   return -1;
 }
 
-int match_rule_masked(const CompiledPolicy& policy, const IpAddr& remote, uint16_t lport) {
+int match_rule_masked(const CompiledPolicy& policy, const IpAddr& remote, uint16_t lport,
+                      const std::vector<std::string>& services) {
   if (policy.rules.empty()) return -1;  // n_rules == 0: the kernel stops here
   const RemoteEntry* e = lookup_remote(policy, remote);
   uint64_t mask = e ? e->info.rules : policy.default_rules;
+  if (mask & policy.service_rules) {
+    uint64_t owned = 0;  // the OR of service_cgroups' masks over the socket's cgroups
+    for (const auto& s : services) owned |= policy.rules_naming(s);
+    mask &= ~policy.service_rules | owned;
+  }
   while (mask) {
     int i = __builtin_ctzll(mask);
     mask &= mask - 1;

@@ -19,12 +19,14 @@ namespace tcpscope {
 
 class AsnDatabase;
 
-// A rule's conditions on the remote address (CompiledRule::match): every
-// one set must hold. Its local ports are in `bpf` (none: any port).
+// A rule's conditions (CompiledRule::match): every one set must hold. The
+// first three are on the remote address; kMatchService on the socket's
+// owner. Its local ports are in `bpf` (none: any port).
 enum : uint32_t {
   kMatchClass = 1u << 0,
   kMatchAsn = 1u << 1,
   kMatchPrefix = 1u << 2,
+  kMatchService = 1u << 3,
 };
 
 struct CompiledRule {
@@ -36,6 +38,7 @@ struct CompiledRule {
   // them. The kernel gets `bpf` and checks its local ports itself.
   uint32_t match = 0;     // kMatch*
   uint32_t class_id = 0;  // with kMatchClass: index into class_names
+  std::vector<std::string> services;  // with kMatchService: the services' names
   tcpscope_rule bpf{};
 };
 
@@ -67,12 +70,18 @@ struct CompiledPolicy {
   std::vector<std::string> class_names;  // class_id -> peer class
   std::vector<RemoteEntry> remote;       // empty when there are no rules
   uint64_t default_rules = 0;            // rules mask of an address no entry covers
+  // The rules with kMatchService: the kernel drops them from an address's
+  // mask unless the socket's cgroup has their bits (service_cgroups).
+  uint64_t service_rules = 0;
   uint32_t app_override = TCPSCOPE_APP_RESPECT;
   uint32_t sysctl_guard = TCPSCOPE_SYSCTL_OBSERVE;
 
   // Every CC a rule can set (the kernel must have them loaded: BPF cannot
   // make it load a module).
   std::vector<std::string> congestion_controls() const;
+  // Bit i: rule i names `service`; what service_cgroups holds for each of
+  // its cgroups.
+  uint64_t rules_naming(const std::string& service) const;
 };
 
 // The congestion controls `config` names that `loaded` lacks (present only as
@@ -102,12 +111,16 @@ tcpscope_remote_key remote_key(const IpAddr& addr, int len);
 const RemoteEntry* lookup_remote(const CompiledPolicy& policy, const IpAddr& addr);
 
 // The rule the policy picks for a remote address and local port, or -1: the
-// reference, every rule in order with each of its conditions.
-int match_rule(const CompiledPolicy& policy, const IpAddr& remote, uint16_t lport);
+// reference, every rule in order with each of its conditions. `services`:
+// the names of the services owning the socket's cgroup and its ancestors.
+int match_rule(const CompiledPolicy& policy, const IpAddr& remote, uint16_t lport,
+               const std::vector<std::string>& services = {});
 
 // The same decision made as the sockops program makes it: the entry's rules
-// mask, set bits lowest first, local ports. Must agree with match_rule.
-int match_rule_masked(const CompiledPolicy& policy, const IpAddr& remote, uint16_t lport);
+// mask less the service rules the socket's cgroups do not have, set bits
+// lowest first, local ports. Must agree with match_rule.
+int match_rule_masked(const CompiledPolicy& policy, const IpAddr& remote, uint16_t lport,
+                      const std::vector<std::string>& services = {});
 
 // Bit i: rule i's peer_class, asns and prefixes conditions hold for an
 // address with this class and these prefix / ASN rule sets.

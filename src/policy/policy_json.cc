@@ -26,6 +26,7 @@ std::string policy_json(const PolicyStatus& s) {
       if (src.match.peer_class) match["peer_class"] = *src.match.peer_class;
       if (!src.match.asns.empty()) match["asns"] = src.match.asns;
       if (!src.match.lports.empty()) match["lports"] = src.match.lports;
+      if (!src.match.services.empty()) match["services"] = src.match.services;
       if (!src.match.prefixes.empty()) {
         match["prefixes"] = nlohmann::json::array();
         for (const auto& pf : src.match.prefixes) match["prefixes"].push_back(pf.to_string());

@@ -116,7 +116,6 @@ FlowRecord decode_flow_event(const tcpscope_flow_event& ev, const MonotonicToRea
 
   r.pid = ev.pid;
   r.comm = event_string(ev.comm, sizeof(ev.comm));
-  r.cgroup_id = ev.cgroup_id;
   return r;
 }
 

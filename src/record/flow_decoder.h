@@ -66,7 +66,7 @@ void decode_identity(const tcpscope_flow_identity& id, Record* r) {
   r->rport = id.dport;
   r->dir = event_direction(id.dir);
   r->netns = id.netns;
-  r->socket = SocketOwner{id.uid, id.unprivileged_port_start};
+  r->socket = SocketOwner{id.uid, id.unprivileged_port_start, id.sock_cgroup_id, id.task_cgroup_id};
 }
 
 // Flow completion time: first SYN to the last data byte acknowledged in

@@ -19,14 +19,19 @@ enum class Outcome : uint8_t { kOk, kReset, kRefused, kTimeout, kError };
 const char* to_string(Direction d);
 const char* to_string(Outcome o);
 
-// Who owns a record's socket, as its namespace judges it: what the
-// controller's evidence gate (control/evidence_gate.h) tells a service's
-// sockets from another user's by. Not in the flow log.
+// Who owns a record's socket: its user, as its namespace judges it (what the
+// controller's evidence gate, control/evidence_gate.h, tells a service's
+// sockets from another user's by), and its cgroups.
 struct SocketOwner {
   uint32_t uid = 0;  // sk_uid: who accepted (passive) or created (active) it, in the initial user namespace
   // The socket's namespace's net.ipv4.ip_unprivileged_port_start when the
   // record was made: ports below it need CAP_NET_BIND_SERVICE to listen on.
   uint16_t unprivileged_port_start = 1024;
+  // The socket's cgroup v2 (an accepted socket's is its listener's) and its
+  // owning task's (0 until one is seen): the service is named from these
+  // (enrich/service_names.h). The flow record's `cgroup_id` is the task's.
+  uint64_t sock_cgroup_id = 0;
+  uint64_t task_cgroup_id = 0;
 };
 
 struct FlowRecord {
@@ -61,7 +66,6 @@ struct FlowRecord {
 
   uint32_t pid = 0;
   std::string comm;
-  uint64_t cgroup_id = 0;
   uint32_t netns = 0;
   SocketOwner socket;
 

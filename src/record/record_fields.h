@@ -51,6 +51,15 @@
   FIELD(experiment, N + 4, "optional string", "Nullable(String)", r.enrichment.experiment)   \
   FIELD(arm, N + 5, "optional string", "Nullable(String)", r.enrichment.arm)
 
+// The service that owns the socket (record/enrichment.h, ServiceIdentity)
+// and the socket's cgroup it is named from, from field N on.
+#define TCPSCOPE_SERVICE_FIELDS(FIELD, N)                                                    \
+  FIELD(service, N, "string", "String", r.enrichment.owner().name)                          \
+  FIELD(unit, N + 1, "string", "String", r.enrichment.owner().unit)                         \
+  FIELD(container_id, N + 2, "string", "String", r.enrichment.owner().container_id)         \
+  FIELD(pod_uid, N + 3, "string", "String", r.enrichment.owner().pod_uid)                   \
+  FIELD(sock_cgroup_id, N + 4, "uint64", "UInt64", r.socket.sock_cgroup_id)
+
 // SPEC.md's flow record, then the extensions the README lists.
 #define TCPSCOPE_FLOW_FIELDS(FIELD)                                                       \
   FIELD(start_ns, 2, "int64", "Int64", r.start_ns)                                       \
@@ -80,7 +89,7 @@
   FIELD(app_set_cc, 36, "bool", "UInt8", r.app_set_cc)                                   \
   FIELD(pid, 37, "uint32", "UInt32", r.pid)                                              \
   FIELD(comm, 38, "string", "String", r.comm)                                            \
-  FIELD(cgroup_id, 39, "uint64", "UInt64", r.cgroup_id)                                  \
+  FIELD(cgroup_id, 39, "uint64", "UInt64", r.socket.task_cgroup_id)                     \
   FIELD(netns, 40, "uint32", "UInt32", r.netns)                                          \
   FIELD(partial, 41, "bool", "UInt8", r.partial)                                         \
   FIELD(ca_open_us, 42, "uint64", "UInt64", r.ca_state_us[0])                            \
@@ -89,9 +98,10 @@
   FIELD(ca_recovery_us, 45, "uint64", "UInt64", r.ca_state_us[3])                        \
   FIELD(ca_loss_us, 46, "uint64", "UInt64", r.ca_state_us[4])                            \
   FIELD(ecn, 47, "bool", "UInt8", r.kernel.ecn != 0)                                     \
-  FIELD(delivered_ce, 48, "uint64", "UInt64", r.kernel.delivered_ce)
+  FIELD(delivered_ce, 48, "uint64", "UInt64", r.kernel.delivered_ce)                     \
+  TCPSCOPE_SERVICE_FIELDS(FIELD, 49)
 
-// SPEC.md's transfer record, then netns.
+// SPEC.md's transfer record, then netns and the owner.
 #define TCPSCOPE_TRANSFER_FIELDS(FIELD)                                                   \
   FIELD(flow_start_ns, 2, "int64", "Int64", r.flow_start_ns)                             \
   TCPSCOPE_ENDPOINT_FIELDS(FIELD, 3)                                                      \
@@ -112,7 +122,8 @@
   FIELD(sndbuf_limited_us, 23, "uint64", "UInt64", r.sndbuf_limited_us)                  \
   FIELD(cc, 24, "string", "String", r.cc)                                                \
   TCPSCOPE_ENRICHMENT_FIELDS(FIELD, 25)                                                   \
-  FIELD(netns, 31, "uint32", "UInt32", r.netns)
+  FIELD(netns, 31, "uint32", "UInt32", r.netns)                                          \
+  TCPSCOPE_SERVICE_FIELDS(FIELD, 32)
 
 namespace tcpscope {
 

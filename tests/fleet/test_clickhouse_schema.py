@@ -33,16 +33,18 @@ I64_MAX = 2**63 - 1
 # list against them.
 ENDPOINTS = ["family", "laddr", "lport", "raddr", "rport", "dir"]
 ENRICHMENT = ["peer_class", "asn", "as_org", "cc_rule", "experiment", "arm"]
+OWNER = ["service", "unit", "container_id", "pod_uid", "sock_cgroup_id"]
 FLOW_KEYS = (["kind", "start_ns", "end_ns", "fct_us", "duration_us"] + ENDPOINTS +
              ["outcome", "cc", "srtt_us", "min_rtt_us", "rttvar_us", "cwnd", "max_cwnd", "ssthresh", "mss",
               "bytes_acked", "bytes_received", "bytes_retrans", "segs_out", "segs_in", "retrans_segs", "lost_segs",
               "delivery_rate_bps", "pacing_rate_bps"] + ENRICHMENT +
              ["app_set_cc", "pid", "comm", "cgroup_id", "netns", "partial",
-              "ca_open_us", "ca_disorder_us", "ca_cwr_us", "ca_recovery_us", "ca_loss_us", "ecn", "delivered_ce"])
+              "ca_open_us", "ca_disorder_us", "ca_cwr_us", "ca_recovery_us", "ca_loss_us", "ecn", "delivered_ce"] +
+             OWNER)
 TRANSFER_KEYS = (["kind", "flow_start_ns"] + ENDPOINTS +
                  ["seq", "direction", "delimited_by", "sampling_rate", "start_ns", "end_ns", "xfer_us", "wait_us", "bytes", "retrans_segs",
                   "srtt_us", "min_rtt_us", "busy_us", "rwnd_limited_us", "sndbuf_limited_us", "cc"] +
-                 ENRICHMENT + ["netns"])
+                 ENRICHMENT + ["netns"] + OWNER)
 
 
 def writer_keys(table):
@@ -120,6 +122,7 @@ def flow(**over):
         "arm": None, "app_set_cc": False, "pid": 4242, "comm": b"nginx", "cgroup_id": 8812, "netns": 4026531840,
         "partial": False, "ca_open_us": 860000, "ca_disorder_us": 0, "ca_cwr_us": 0, "ca_recovery_us": 4197,
         "ca_loss_us": 0, "ecn": True, "delivered_ce": 12,
+        "service": "nginx.service", "unit": "nginx.service", "container_id": "", "pod_uid": "", "sock_cgroup_id": 8812,
     }
     r.update(over)
     return r
@@ -135,6 +138,8 @@ def transfer(**over):
         "busy_us": 200000, "rwnd_limited_us": 0, "sndbuf_limited_us": 0, "cc": "cubic",
         "peer_class": "internet", "asn": 64500, "as_org": "Example Net", "cc_rule": None, "experiment": None,
         "arm": None, "netns": 4026531840,
+        "service": "web/api-7c9f8d6b5-x2k4z", "unit": "cri-containerd-" + "ab" * 32 + ".scope",
+        "container_id": "ab" * 32, "pod_uid": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "sock_cgroup_id": 12345,
     }
     r.update(over)
     return r
@@ -153,7 +158,8 @@ FLOWS = [
          segs_out=U32_MAX, segs_in=U32_MAX, retrans_segs=U32_MAX, lost_segs=U32_MAX,
          delivery_rate_bps=U64_MAX, pacing_rate_bps=U64_MAX, asn=U32_MAX, app_set_cc=True, pid=U32_MAX,
          cgroup_id=U64_MAX, netns=U32_MAX, ca_open_us=U64_MAX, ca_disorder_us=U64_MAX, ca_cwr_us=U64_MAX,
-         ca_recovery_us=U64_MAX, ca_loss_us=U64_MAX, delivered_ce=U32_MAX, comm=b"curl"),
+         ca_recovery_us=U64_MAX, ca_loss_us=U64_MAX, delivered_ce=U32_MAX, comm=b"curl",
+         sock_cgroup_id=U64_MAX, service="", unit="", container_id="", pod_uid=""),
     # IPv4, every optional string set, partial, a UTF-8 comm and control bytes, escapes.
     flow(start_ns=1764000002000000002, peer_class="datacenter \"eu\\west\"", as_org="Società Ørsted ✓",
          cc_rule="bulk-bbr", experiment="cc-ab-2026", arm="treatment", partial=True,
@@ -161,7 +167,7 @@ FLOWS = [
     flow(start_ns=1764000003000000003, comm=b"tab\there\nnl\x01\x1f\x7f\x08\x0c\"q\\", outcome="timeout",
          bytes_acked=0, bytes_received=0, segs_out=0, segs_in=0, delivery_rate_bps=0, pacing_rate_bps=0),
     # A comm cut mid-character (each of its bytes a U+FFFD), a CJK and a broken organisation.
-    flow(start_ns=1764000005000000005, comm=CUT_COMM, as_org="中国电信"),
+    flow(start_ns=1764000005000000005, comm=CUT_COMM, as_org="中国电信", service="视频 \"live\"\\eu ✓"),
     flow(start_ns=1764000006000000006, comm=b"\xc0\xaf\xed\xa0\x80\x80", as_org=b"T\xfcrk Telekom"),
     # A failed handshake: no addresses known, every counter 0, ns times 0 (as a partial flow's could be).
     flow(start_ns=0, end_ns=0, fct_us=0, duration_us=0, family=0, laddr="", raddr="", lport=0, rport=0,
@@ -399,6 +405,42 @@ def test_a_key_without_a_column_is_refused(clickhouse, pipeline):
     text = flow_lines()[0][:-1] + ',"a_newer_key":1}\n'
     with pytest.raises(ServerError, match="Unknown field found while parsing JSONEachRow format: a_newer_key"):
         clickhouse.query(f"INSERT INTO {pipeline['database']}.flows FORMAT JSONEachRow", data=text.encode())
+
+
+@pytest.mark.parametrize("name", ["flows", "transfers"])
+def test_the_headers_alters_bring_a_table_made_before_the_owner_columns_up_to_date(kafka_broker, clickhouse,
+                                                                                      name):
+    """A table made by the schema as it was before the owner's columns
+    (service ... sock_cgroup_id), upgraded by the ALTER TABLE lines the
+    file's header gives, takes the newer line and holds the table's columns
+    in the file's order."""
+    database = unique_name("tcpscope_upgrade_")
+    topic, group = unique_name(f"fleet-test.{name}."), unique_name(f"fleet-test-clickhouse-{name}-")
+    sql = (SCHEMA / f"{name}.sql").read_text()
+    old = re.sub(r",\n    service String,\n    unit String,\n    container_id String,\n    pod_uid String,"
+                 r"\n    sock_cgroup_id UInt64\n\)", "\n)", sql)
+    assert old != sql, "the owner's columns close the Kafka table's column list"
+    old = rewrite(old, broker=kafka_broker.bootstrap, topic=topic, group=group, database=database,
+                  default_topic=f"tcpscope.{name}", default_group=f"tcpscope-clickhouse-{name}")
+    alters = [a for a in re.findall(r"^--   (ALTER TABLE tcpscope\.\w+ ADD COLUMN service .*)$", sql, re.M)]
+    assert len(alters) == 2, "the header names an ALTER for the Kafka table and the MergeTree table"
+    kafka_broker.create_topic(topic, partitions=1)
+    try:
+        apply_sql(clickhouse, old)
+        for a in alters:
+            clickhouse.query(re.sub(r"\btcpscope\.", f"{database}.", a))
+        want = [c for c, _ in columns_of(sql, f"tcpscope.{name}_kafka")]
+        got = [r["name"] for r in clickhouse.query_json(f"DESCRIBE TABLE {database}.{name}")]
+        assert got == want
+        text = (flow_lines() if name == "flows" else transfer_lines())[0]
+        clickhouse.query(f"INSERT INTO {database}.{name} FORMAT JSONEachRow", data=(text + "\n").encode())
+        row = clickhouse.query_json(f"SELECT service, sock_cgroup_id FROM {database}.{name}")
+        sent = json.loads(text)
+        assert [(r["service"], int(r["sock_cgroup_id"])) for r in row] == [(sent["service"], sent["sock_cgroup_id"])]
+    finally:
+        for suffix in ("_mv", "_kafka", ""):
+            clickhouse.query(f"DROP TABLE IF EXISTS {database}.{name}{suffix}")
+        clickhouse.query(f"DROP DATABASE IF EXISTS {database}")
 
 
 def test_ttl_sql_on_this_server(clickhouse, pipeline):

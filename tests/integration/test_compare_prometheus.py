@@ -172,6 +172,20 @@ def test_prometheus_counts_and_buckets_agree_with_the_flow_log(lab, prometheus, 
                 assert b["verdict"] == "no significant difference", where
     assert checked >= 12
 
+    # --by service: the daemon's service label (the top-N by bytes, "other",
+    # "" for the unknown owner, which Prometheus drops and compare reads back
+    # as group "") against the owners' names in the flow log. The lab's few
+    # services all fit in the top-N (services.top_n 20), so groups and counts
+    # agree as for asn.
+    for unit in ("transfer", "flow"):
+        args = ("--metric", "fct", "--unit", unit, "--by", "service", *SEL)
+        counts = lambda answer: {(g["group"], g["size_class"]): (g["n_a"], g["n_b"]) for g in answer["groups"]}
+        exact = counts(compare_json("--flows", str(cut), *args))
+        binned = compare_json("--prometheus", prometheus, *window, *args)
+        assert exact, unit
+        assert exact == counts(binned), (unit, binned["notes"])
+        assert any("service \"other\"" in note for note in binned["notes"]), binned["notes"]
+
     table = tcpscope("compare", "--prometheus", prometheus, *window, "--metric", "fct", "--by", "asn", *SEL)
     assert table.returncode == 0, table.stderr
     words = " ".join(table.stdout.split())  # footnotes are wrapped

@@ -203,4 +203,7 @@ def test_dashboard_is_importable_and_covers_the_ab_panels():
             "transfer time quantiles by size class"
         assert re.search(r"sum by \(cc, size_class, le\)", exprs), "FCT quantiles by size class"
         assert re.search(r"sum by \(asn, cc, le\)", exprs), "quantiles per ASN and CC"
-        assert {"cc_a", "cc_b", "peer_class", "asn", "instance"} <= variables
+        assert {"cc_a", "cc_b", "peer_class", "asn", "service", "instance"} <= variables
+        assert re.search(r"sum by \(service\)", exprs), "traffic by service"
+        assert all('service=~"$service"' in t["expr"] for p in panels for t in p.get("targets", [])
+                   if 'asn=~"$asn"' in t["expr"]), "every panel filtered by ASN is filtered by service too"

@@ -34,8 +34,8 @@ constexpr size_t kHalfBytes = 100000;   // the long connection's payload before 
 // The first probe's ring: nothing reads it until the next probe does, so it
 // holds every record of the connections made while the restart runs.
 constexpr uint32_t kRingBytes = 32u << 20;
-// Those connections, at most: two records of 584 bytes each (a close record
-// and the ring's header), 28 MiB of the ring. This machine makes about 30,000
+// Those connections, at most: two records of 624 bytes each (a close record
+// and the ring's header), 30 MiB of the ring. This machine makes about 30,000
 // loopback connections a second and takes over in about 100 ms, so the churn
 // lasts about eight takeovers.
 constexpr int kMaxDuringConnections = 25000;

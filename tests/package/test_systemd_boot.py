@@ -16,6 +16,7 @@ daemon is what systemd started.
 """
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -229,3 +230,53 @@ def test_install_start_upgrade_remove_purge_under_systemd(container):
                    "/etc/systemd/system/tcpscope.service 2>/dev/null", check=False).stdout.split()
     assert not left, f"left after purge: {left}"
     assert c.run("id", "-u", "tcpscope").stdout.strip() == uid
+
+
+def test_records_name_the_systemd_units_that_own_the_sockets(container):
+    """Two real services under the container's systemd, each a unit of its
+    own (systemd-run: transient .service units, in system.slice): the
+    packaged daemon, confined by its unit, names each accepted connection's
+    service by its unit, in the flow log and in the metrics' service label."""
+    c = container
+    c.run("dpkg", "-P", "tcpscope")
+    c.run("dpkg", "-i", "/debs/tcpscope_1.deb")
+    c.shell("cat > /etc/tcpscope/tcpscope.yaml <<'EOF'\nlisten: 127.0.0.1:9810\n"
+            "flow_log: /var/log/tcpscope/flows.ndjson\nEOF\nsystemctl restart tcpscope.service")
+    deadline = time.monotonic() + 60
+    while c.shell("curl -fsS http://127.0.0.1:9810/healthz", check=False).returncode != 0:
+        assert time.monotonic() < deadline, f"not healthy after restart:\n{c.journal()}"
+        time.sleep(0.5)
+    ports = {"web-a": 18080, "web-b": 18081}
+    for unit, port in ports.items():
+        c.run("systemd-run", f"--unit={unit}", "--property=Type=exec", "python3", "-m", "http.server",
+              str(port), "--bind", "127.0.0.1")
+    try:
+        for unit, port in ports.items():
+            deadline = time.monotonic() + 30
+            while c.shell(f"curl -fsS -o /dev/null http://127.0.0.1:{port}/", check=False).returncode != 0:
+                assert time.monotonic() < deadline, c.run("systemctl", "status", f"{unit}.service", check=False).stdout
+                time.sleep(0.3)
+            for _ in range(3):
+                c.shell(f"curl -fsS -o /dev/null http://127.0.0.1:{port}/")
+
+        def served(port):
+            lines = c.shell("cat /var/log/tcpscope/flows.ndjson", check=False).stdout.splitlines()
+            return [r for r in map(json.loads, lines)
+                    if r.get("kind") == "flow" and r["dir"] == "passive" and r["lport"] == port]
+        for unit, port in ports.items():
+            deadline = time.monotonic() + 30
+            while len(served(port)) < 4:
+                assert time.monotonic() < deadline, f"{unit}: {served(port)}\n{c.journal()}"
+                time.sleep(0.5)
+            cgroup = c.run("systemctl", "show", "-P", "ControlGroup", f"{unit}.service").stdout.strip()
+            for r in served(port):
+                assert (r["service"], r["unit"], r["container_id"], r["pod_uid"]) == \
+                    (f"{unit}.service", f"{unit}.service", "", ""), (cgroup, r)
+        metrics = c.shell("curl -fsS http://127.0.0.1:9810/metrics").stdout
+        for unit in ports:
+            assert re.search(r'^tcpscope_flows_total\{[^}]*service="' + unit + r'\.service"', metrics, re.M), \
+                f"no flows_total series of {unit}.service"
+    finally:
+        for unit in ports:
+            c.run("systemctl", "stop", f"{unit}.service", check=False)
+        c.run("dpkg", "-P", "tcpscope", check=False)

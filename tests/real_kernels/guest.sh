@@ -20,6 +20,8 @@ fi
 # here is the host's: the kernel package's own goes on a tmpfs over it. (One
 # test, test_kernel_fallbacks.py's, hides it again to start without any.)
 mount -t tmpfs tcpscope-boot /boot && cp "$TCPSCOPE_GUEST_CONFIG" "/boot/config-$(uname -r)"
+# The service names read the cgroup v2 tree (tests/integration/test_services.py).
+grep -q " cgroup2 " /proc/mounts || mount -t cgroup2 cgroup2 /sys/fs/cgroup
 cd "$root"
 "$TCPSCOPE_BUILD/tcpscope_kernel_tests" > "$out/kernel_tests.log" 2>&1
 echo $? > "$out/kernel_tests.rc"

@@ -90,8 +90,9 @@ uint64_t bucket(const prometheus::ClientMetric::Histogram& h, double le) {
   return UINT64_MAX;
 }
 
-Labels base(const std::string& asn, const std::string& cls = "client", const std::string& cc = "cubic") {
-  return {{"peer_class", cls}, {"asn", asn}, {"cc", cc}};
+Labels base(const std::string& asn, const std::string& cls = "client", const std::string& cc = "cubic",
+           const std::string& service = "") {
+  return {{"peer_class", cls}, {"asn", asn}, {"service", service}, {"cc", cc}};
 }
 
 // ASN 0's histogram of a family (nullptr if it has none), which has `count`
@@ -125,29 +126,45 @@ TransferRecord transfer(uint32_t asn, TransferDirection direction, uint64_t byte
   return client_transfer("cubic", asn, direction, bytes, xfer_us);
 }
 
-// The daemon's order: the ASN ranking labels each flow, then the aggregator
-// counts it under that label; a new ranking retires series. A transfer is
-// labelled by the ranking as it stands and adds no bytes to it.
+// The daemon's order (pipeline/record_fanout.cc): the ASN and service
+// rankings label each flow, then the aggregator counts it under those
+// labels; a new ranking retires series. A transfer is labelled by the
+// rankings as they stand and adds no bytes to them.
 struct TestOptions {
   AggregatorOptions series;
   AsnRankingOptions ranking;
+  ByteRankingOptions services = [] {
+    ByteRankingOptions o;
+    o.top_n = 20;
+    o.warmup_recompute_flows = 0;
+    return o;
+  }();
 };
 
 class RankedAggregator {
  public:
   RankedAggregator(std::shared_ptr<prometheus::Registry> registry, const TestOptions& o)
-      : ranking(o.ranking), agg(std::move(registry), o.series) {}
+      : ranking(o.ranking), services(o.services), agg(std::move(registry), o.series) {}
   // Whether the flow's ASN has a label of its own after it.
   bool add(const FlowRecord& f) {
-    const AsnRanking::Counted c = ranking.add(f.enrichment.asn, f.bytes_acked + f.bytes_received);
-    agg.add(f, c.label);
+    const uint64_t bytes = f.bytes_acked + f.bytes_received;
+    const AsnRanking::Counted c = ranking.add(f.enrichment.asn, bytes);
+    const ServiceRanking::Counted sc = services.count(f.enrichment, bytes);
+    agg.add(f, c.label, sc.service);
     if (c.reranked) agg.retire_series(ranking);
+    if (sc.reranked) agg.retire_service_series(services);
     return ranking.label(f.enrichment.asn) == AsnLabel::kOwn;
   }
-  void add(const TransferRecord& t) { agg.add(t, ranking.label(t.enrichment.asn)); }
+  void add(const TransferRecord& t) {
+    agg.add(t, ranking.label(t.enrichment.asn), services.ranked(t.enrichment));
+  }
   void recompute_top_asns() {
     ranking.recompute();
     agg.retire_series(ranking);
+  }
+  void recompute_top_services() {
+    services.recompute();
+    agg.retire_service_series(services);
   }
   void update_options(const TestOptions& o) {
     agg.update_options(o.series);
@@ -162,6 +179,7 @@ class RankedAggregator {
   std::string size_class_label(uint64_t bytes) const { return agg.size_class_label(bytes); }
 
   AsnRanking ranking;
+  ServiceRanking services;
   Aggregator agg;
 };
 
@@ -730,14 +748,22 @@ size_t exposition_samples(const prometheus::Registry& r) {
   return n;
 }
 
-// The asn label values present in the exposition.
-std::set<std::string> asn_labels(const prometheus::Registry& r) {
+// The label values of `name` present in the exposition.
+std::set<std::string> label_values(const prometheus::Registry& r, const std::string& name) {
   std::set<std::string> out;
   for (const auto& f : r.Collect())
     for (const auto& m : f.metric)
       for (const auto& l : m.label)
-        if (l.name == "asn") out.insert(l.value);
+        if (l.name == name) out.insert(l.value);
   return out;
+}
+
+std::set<std::string> asn_labels(const prometheus::Registry& r) { return label_values(r, "asn"); }
+
+std::shared_ptr<const ServiceIdentity> owner(const std::string& name) {
+  auto s = std::make_shared<ServiceIdentity>();
+  s->name = name;
+  return s;
 }
 
 TEST_F(AggregatorTest, SeriesCountMatchesTheBudget) {
@@ -755,14 +781,36 @@ TEST_F(AggregatorTest, SeriesCountMatchesTheBudget) {
   o.ranking.top_n = 5;
   o.series.max_stale_asns = 5;
   o.series.stale_asn_seconds = 3600;
+  o.services.top_n = 1;
+  o.services.bytes_half_life_s = 1e-9;  // each ranking goes by the bytes since the last one
+  o.series.max_stale_services = 1;
   const uint64_t N = o.ranking.top_n;
   RankedAggregator agg(registry_, o);
-  auto feed = [&](uint32_t asn, uint64_t scale) {
-    for (const auto& cls : classes)
-      for (const auto& cc : ccs) {
-        for (const auto& f : flows_filling_every_series(asn, cls, cc, scale)) agg.add(f);
-        for (const auto& t : transfers_filling_every_series(asn, cls, cc)) agg.add(t);
-      }
+  // x and y take turns in the services' top-1, z stays "other", and nullptr
+  // is the unknown service "".
+  const auto x = owner("x.service"), y = owner("y.service"), z = owner("z.service");
+  using Owners = std::vector<std::shared_ptr<const ServiceIdentity>>;
+  auto feed = [&](uint32_t asn, uint64_t scale, const Owners& owners) {
+    for (const auto& service : owners)
+      for (const auto& cls : classes)
+        for (const auto& cc : ccs) {
+          for (auto f : flows_filling_every_series(asn, cls, cc, scale)) {
+            f.enrichment.service = service;
+            agg.add(f);
+          }
+          for (auto t : transfers_filling_every_series(asn, cls, cc)) {
+            t.enrichment.service = service;
+            agg.add(t);
+          }
+        }
+  };
+  // A service's bytes, on ASN 0 (which the ASN ranking does not rank), so
+  // that the next ranking puts it first.
+  auto outweigh = [&](const std::shared_ptr<const ServiceIdentity>& service) {
+    FlowRecord f = good_flow(0, 1000000000000, 1000);
+    f.enrichment.service = service;
+    agg.add(f);
+    agg.recompute_top_services();
   };
   std::map<std::pair<std::string, std::string>, int64_t> active;
   for (const auto& cls : classes)
@@ -770,32 +818,96 @@ TEST_F(AggregatorTest, SeriesCountMatchesTheBudget) {
   agg.set_active_flows(active);
 
   // N + k ASNs and unknown ones: the first N join the top-N at once, the k
-  // others fold into "other". A = N + 2 asn values.
+  // others fold into "other". A = N + 2 asn values; x joins the services'
+  // top at once, z is "other": 3 service values.
   const uint32_t k = 3;
-  for (uint32_t a = 1; a <= N + k; ++a) feed(1000 + a, 1);
-  feed(0, 1);
+  const Owners first{x, z, nullptr};
+  for (uint32_t a = 1; a <= N + k; ++a) feed(1000 + a, 1, first);
+  feed(0, 1, first);
   EXPECT_EQ(agg.top_asns().size(), N);
   EXPECT_EQ(asn_labels(*registry_).size(), N + 2);
-  EXPECT_EQ(exposition_samples(*registry_), C * (N + 2) * K * P + C * K);
+  EXPECT_EQ(label_values(*registry_, "service"), (std::set<std::string>{"x.service", "other", ""}));
+  EXPECT_EQ(exposition_samples(*registry_), C * (N + 2) * 3 * K * P + C * K);
+
+  // y takes x's place; x's series stay, frozen: the old ASNs now have every
+  // service value.
+  outweigh(y);
+  const Owners second{y, z, nullptr};
+  for (uint32_t a = 1; a <= N + k; ++a) feed(1000 + a, 1, second);
+  feed(0, 1, second);
+  EXPECT_EQ(label_values(*registry_, "service"), (std::set<std::string>{"x.service", "y.service", "other", ""}));
 
   // N new, heavier ASNs take over the top-N; the old ones stay, frozen, for
-  // the grace period: A = 2N + 2, the budget.
-  for (uint32_t a = 1; a <= N; ++a) feed(2000 + a, 1000);
+  // the grace period: A = 2N + 2. Then x takes the services' top back, so
+  // the new ASNs see both x and y as well: every (asn, service) pair, the
+  // budget.
+  for (uint32_t a = 1; a <= N; ++a) feed(2000 + a, 10000, second);
   agg.recompute_top_asns();
-  for (uint32_t a = 1; a <= N; ++a) feed(2000 + a, 1000);
+  for (uint32_t a = 1; a <= N; ++a) feed(2000 + a, 10000, second);
+  outweigh(x);
+  for (uint32_t a = 1; a <= N; ++a) feed(2000 + a, 10000, first);
   EXPECT_EQ(asn_labels(*registry_).size(), 2 * N + 2);
-  EXPECT_EQ(exposition_samples(*registry_), C * (2 * N + 2) * K * P + C * K);
-  EXPECT_EQ(exposition_samples(*registry_), series_budget(o.series, o.ranking.top_n, C, K));
+  EXPECT_EQ(label_values(*registry_, "service").size(), 4u);
+  EXPECT_EQ(exposition_samples(*registry_), C * (2 * N + 2) * 4 * K * P + C * K);
+  EXPECT_EQ(exposition_samples(*registry_), series_budget(o.series, o.ranking.top_n, o.services.top_n, C, K));
 
   // Churn again: 2N stale candidates, only the N that left the top last stay.
-  for (uint32_t a = 1; a <= N; ++a) feed(3000 + a, 1000000);
+  for (uint32_t a = 1; a <= N; ++a) feed(3000 + a, 1000000, first);
   agg.recompute_top_asns();
-  for (uint32_t a = 1; a <= N; ++a) feed(3000 + a, 1000000);
+  for (uint32_t a = 1; a <= N; ++a) feed(3000 + a, 1000000, first);
   const auto labels = asn_labels(*registry_);
   EXPECT_EQ(labels.size(), 2 * N + 2);
   for (uint32_t a = 1; a <= N + k; ++a) EXPECT_FALSE(labels.count(std::to_string(1000 + a))) << a;
   for (uint32_t a = 1; a <= N; ++a) EXPECT_TRUE(labels.count(std::to_string(2000 + a))) << a;
-  EXPECT_EQ(exposition_samples(*registry_), series_budget(o.series, o.ranking.top_n, C, K));
+  EXPECT_LE(exposition_samples(*registry_), series_budget(o.series, o.ranking.top_n, o.services.top_n, C, K));
+
+  // A third service out-ranks x: y, out of the top longest, goes over
+  // max_stale_services.
+  outweigh(z);
+  feed(0, 1, {z});
+  EXPECT_EQ(label_values(*registry_, "service"), (std::set<std::string>{"x.service", "z.service", "other", ""}));
+}
+
+TEST_F(AggregatorTest, TopServicesKeepTheirNameOthersFoldAndUnknownIsEmpty) {
+  TestOptions o = no_warmup();
+  o.services.top_n = 1;
+  RankedAggregator agg(registry_, o);
+  FlowRecord nginx = good_flow(0, 900000, 1000), cron = good_flow(0, 1000, 1000), unknown = good_flow(0, 70, 1000);
+  nginx.enrichment.service = owner("nginx.service");
+  cron.enrichment.service = owner("cron.service");
+  agg.add(nginx);
+  agg.add(cron);
+  agg.add(unknown);
+  TransferRecord t = transfer(0, TransferDirection::kSend, 50000, 1000);
+  t.enrichment.service = owner("nginx.service");  // another object of the same service
+  agg.add(t);
+  Scrape s(*registry_);
+  EXPECT_EQ(s.counter("tcpscope_bytes_acked_total", base("0", "client", "cubic", "nginx.service")), 900000);
+  EXPECT_EQ(s.counter("tcpscope_bytes_acked_total", base("0", "client", "cubic", "other")), 1000);
+  EXPECT_EQ(s.counter("tcpscope_bytes_acked_total", base("0", "client", "cubic", "")), 70);
+  EXPECT_EQ(s.counter("tcpscope_transfers_total", with(base("0", "client", "cubic", "nginx.service"), "direction",
+                                                       "send")),
+            1);
+  EXPECT_EQ(agg.label_sets(), 3u);
+}
+
+TEST_F(AggregatorTest, AServiceWithoutRecordsForTheGracePeriodLosesItsSeries) {
+  TestOptions o = no_warmup();
+  o.services.forget_after_s = 1e-9;  // gone at the first ranking that saw no record of it
+  RankedAggregator agg(registry_, o);
+  FlowRecord nginx = good_flow(0, 5000, 1000), unknown = good_flow(0, 70, 1000);
+  nginx.enrichment.service = owner("nginx.service");
+  agg.add(nginx);
+  agg.add(unknown);
+  agg.recompute_top_services();  // saw nginx since the last ranking: kept
+  EXPECT_TRUE(label_values(*registry_, "service").count("nginx.service"));
+  agg.add(unknown);
+  agg.recompute_top_services();  // no record of nginx since: forgotten, its series go at once
+  EXPECT_EQ(label_values(*registry_, "service"), (std::set<std::string>{""}));
+  EXPECT_FALSE(agg.services.tracked(service_key("nginx.service")));
+  agg.add(nginx);  // back: a new series from zero
+  EXPECT_EQ(Scrape(*registry_).counter("tcpscope_bytes_acked_total", base("0", "client", "cubic", "nginx.service")),
+            5000);
 }
 
 TEST_F(AggregatorTest, DefaultSeriesBudgetIsTheDocumentedFigure) {
@@ -804,9 +916,13 @@ TEST_F(AggregatorTest, DefaultSeriesBudgetIsTheDocumentedFigure) {
   Config defaults;
   const AggregatorOptions o = AggregatorOptions::from_config(defaults);
   const uint32_t top_n = AsnRankingOptions::from_config(defaults).top_n;
+  const uint32_t service_top_n = ServiceRanking::options_from_config(defaults).top_n;
   EXPECT_EQ(o.max_stale_asns, 50u);
-  EXPECT_EQ(series_budget(o, top_n, 1, 1), 45289u);
-  EXPECT_EQ(series_budget(o, top_n, 1, 2), 90578u);
+  EXPECT_EQ(service_top_n, 20u);
+  EXPECT_EQ(o.max_stale_services, 20u);
+  // 102 asn values x 42 service values x 444 series, + 1 active_flows.
+  EXPECT_EQ(series_budget(o, top_n, service_top_n, 1, 1), 1902097u);
+  EXPECT_EQ(series_budget(o, top_n, service_top_n, 1, 2), 3804194u);
 }
 
 TEST_F(AggregatorTest, ReplacedSizeClassHistogramsGoWithAStaleAsn) {

@@ -58,6 +58,20 @@ TEST(PolicyCommand, TableShowsUtf8NamesInLineAndNoControls) {
   EXPECT_EQ(rules, 2u) << table;
 }
 
+TEST(PolicyCommand, TableListsARulesServices) {
+  const nlohmann::json policy = {
+      {"cgroup", "/sys/fs/cgroup"},
+      {"rules",
+       {{{"name", "video"},
+         {"match", {{"lports", {443}}, {"services", {"video.service", "media/streamer-0\x1b[2J"}}}},
+         {"cc", "bbr"},
+         {"assigned", 2}}}},
+      {"app_cc_setsockopt", nlohmann::json::array()},
+      {"sysctl_writes", nlohmann::json::object()}};
+  const std::string table = render_policy(policy.dump());
+  EXPECT_NE(table.find("lports=443 services=video.service,media/streamer-0?[2J"), std::string::npos) << table;
+}
+
 TEST(PolicyCommand, ControllerTableShowsCohortsWithoutTheirEscapes) {
   const nlohmann::json controller = {
       {"rules",

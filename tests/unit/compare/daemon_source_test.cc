@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <thread>
 #include <map>
+#include <set>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -21,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pipeline/asn_ranking.h"
+#include "pipeline/service_ranking.h"
 #include "compare/compare.h"
 #include "compare/daemon_source.h"
 #include "compare/flow_log_source.h"
@@ -119,6 +121,16 @@ void expect_close(const ArmSummary& exact, const ArmSummary& sketched, double re
   }
 }
 
+// The same group from --flows and --server: counts exact, quantiles within the sketch's 1 %.
+void expect_same_group(const GroupResult& exact, const GroupResult& sketched, const std::string& what) {
+  ASSERT_EQ(exact.group, sketched.group) << what;
+  ASSERT_EQ(exact.size_class, sketched.size_class) << what;
+  EXPECT_EQ(exact.a.n, sketched.a.n) << what;
+  EXPECT_EQ(exact.b.n, sketched.b.n) << what;
+  expect_close(exact.a, sketched.a, 0.01, what + " A");
+  expect_close(exact.b, sketched.b, 0.01, what + " B");
+}
+
 TEST(FlowDistributions, ServerModeAgreesWithFlowLogOnTheSameTraffic) {
   const auto flows = traffic(17);
   FlowDistributions d{FlowDistributionsOptions{}};
@@ -148,13 +160,7 @@ TEST(FlowDistributions, ServerModeAgreesWithFlowLogOnTheSameTraffic) {
       const GroupResult& e = exact.groups[i];
       const GroupResult& s = sketched.groups[i];
       const std::string g = what + " group " + e.group + " " + e.size_class.value_or("");
-      ASSERT_EQ(e.group, s.group) << g;
-      ASSERT_EQ(e.size_class, s.size_class) << g;
-      // Counts are exact; quantiles within the sketch's 1 %.
-      EXPECT_EQ(e.a.n, s.a.n) << g;
-      EXPECT_EQ(e.b.n, s.b.n) << g;
-      expect_close(e.a, s.a, 0.01, g + " A");
-      expect_close(e.b, s.b, 0.01, g + " B");
+      expect_same_group(e, s, g);
       tails += e.a.quantiles[3].value.has_value() + e.b.quantiles[3].value.has_value();
       // 1 + diff is a ratio of two medians, each within 1 %: within a
       // factor 1.01 / 0.99 (2.02 %). The bootstrap draws the same ranks in
@@ -193,6 +199,47 @@ TEST(FlowDistributions, ServerModeAgreesWithFlowLogOnTheSameTraffic) {
   }
 }
 
+// The daemon keys its sketches by the owner's name, as the flow log has it:
+// --by service and service= selections agree with the flow log, the unknown
+// service included (""), whatever the Prometheus top-N is.
+TEST(FlowDistributions, ServiceGroupsAgreeWithTheFlowLog) {
+  auto flows = traffic(23);
+  const std::vector<std::string> names{"nginx.service", "prod/api-7", ""};
+  std::vector<std::shared_ptr<const ServiceIdentity>> owners;
+  for (const auto& name : names) {
+    auto s = std::make_shared<ServiceIdentity>();
+    s->name = name;
+    owners.push_back(s);
+  }
+  FlowDistributions d{FlowDistributionsOptions{}};
+  ByteRankingOptions ro;
+  ro.top_n = 1;  // prod/api-7 is "other" in the series; the sketches keep its name
+  ro.warmup_recompute_flows = 0;
+  ServiceRanking ranking(ro);
+  for (size_t i = 0; i < flows.size(); ++i) {
+    flows[i].enrichment.service = owners[i % owners.size()];
+    d.add(flows[i], AsnLabel::kOwn, ranking.count(flows[i].enrichment, flows[i].bytes_acked).service);
+  }
+  EXPECT_EQ(ranking.label_text("prod/api-7"), "other");
+
+  for (const auto& [by, a, b] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"service", "cc=cubic", "cc=bbr"}, {"asn", "service=prod/api-7,cc=cubic", "service=prod/api-7,cc=bbr"}}) {
+    const CompareOptions o = opts(Measure::kFct, by, a, b);
+    const CompareResult exact = via_flow_log(flows, o);
+    const CompareResult sketched = via_server(&d, o);
+    ASSERT_EQ(exact.groups.size(), sketched.groups.size()) << by << " " << a;
+    std::set<std::string> groups;
+    for (size_t i = 0; i < exact.groups.size(); ++i) {
+      const GroupResult& e = exact.groups[i];
+      expect_same_group(e, sketched.groups[i], by + " " + a + " group " + e.group + " " + e.size_class.value_or(""));
+      groups.insert(e.group);
+    }
+    if (by == "service") {
+      EXPECT_EQ(groups, (std::set<std::string>(names.begin(), names.end())));
+    }
+  }
+}
+
 TEST(FlowDistributions, QueriesOnlyTheFieldsItKeeps) {
   FlowDistributions d{FlowDistributionsOptions{}};
   const Measure fct = Measure::kFct;
@@ -212,7 +259,8 @@ TEST(FlowDistributions, QueriesOnlyTheFieldsItKeeps) {
     d.handle_query("by=dir&a=cc%3Dbbr&b=cc%3Dcubic");
     FAIL() << "by=dir accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("peer_class, asn, cc, arm, size_class"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("peer_class, asn, service, cc, arm, size_class"), std::string::npos)
+        << e.what();
   }
   const auto j = nlohmann::json::parse(d.handle_query("a=cc%3Dbbr&b=cc%3Dcubic"));
   EXPECT_EQ(j["format_version"], kDistributionsFormatVersion);
@@ -472,6 +520,37 @@ TEST(FlowDistributions, WindowKeepsBetweenOneAndTwoWindowsOfFlows) {
   // One more window: the first flow's generation is gone.
   EXPECT_EQ(count(t0 + std::chrono::seconds(122)), 1u);
   EXPECT_EQ(count(t0 + std::chrono::seconds(183)), 0u);
+}
+
+// A service's name lasts as long as a generation holds one of its keys.
+TEST(FlowDistributions, ServiceNamesGoWithTheirGenerations) {
+  FlowDistributionsOptions o;
+  o.window_s = 60;
+  FlowDistributions d(o);
+  const auto t0 = Clock::now();
+  auto owned = [](const std::string& name) {
+    FlowRecord f = small_flow(1, "cubic", 100);
+    auto s = std::make_shared<ServiceIdentity>();
+    s->name = name;
+    f.enrichment.service = s;
+    return f;
+  };
+  const RankedService web{service_key("web.service"), RankedLabel::kOwn};
+  const RankedService db{service_key("db.service"), RankedLabel::kOwn};
+  d.add_at(owned("web.service"), AsnLabel::kOwn, t0, web);
+  d.add_at(owned("web.service"), AsnLabel::kOwn, t0 + std::chrono::seconds(1), web);  // its key exists: no lookup
+  d.add_at(owned("db.service"), AsnLabel::kOwn, t0 + std::chrono::seconds(61), db);  // rotates
+  auto groups = [&](Clock::time_point t) {
+    std::map<std::string, uint64_t> out;
+    for (const auto& g : d.query_at(Measure::kFct, SampleUnit::kFlow, "service", sel("cc=cubic"), sel("cc=bbr"), t).groups)
+      out[g.group] += g.a.count();
+    return out;
+  };
+  EXPECT_EQ(groups(t0 + std::chrono::seconds(62)), (std::map<std::string, uint64_t>{{"db.service", 1}, {"web.service", 2}}));
+  // web's generation is gone, db's is the older one now: web's name with it, db's kept.
+  EXPECT_EQ(groups(t0 + std::chrono::seconds(122)), (std::map<std::string, uint64_t>{{"db.service", 1}}));
+  d.add_at(owned("web.service"), AsnLabel::kOwn, t0 + std::chrono::seconds(123), web);  // a new key: named again
+  EXPECT_EQ(groups(t0 + std::chrono::seconds(124)), (std::map<std::string, uint64_t>{{"db.service", 1}, {"web.service", 1}}));
 }
 
 TEST(FlowDistributions, NewSizeClassesResetTheSketches) {

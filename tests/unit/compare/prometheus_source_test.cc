@@ -83,7 +83,7 @@ TEST(PromQuery, RefusesFieldsTheHistogramsLack) {
   const auto h = histogram(Measure::kThroughput, SampleUnit::kTransfer);
   EXPECT_FALSE(prometheus_arm_query(h, sel("arm=bbr"), "asn", false, 60, &q, &why));
   EXPECT_EQ(why, "field \"arm\" is not a label of tcpscope_transfer_throughput_bytes_per_second: with --prometheus, "
-                 "selections and --by use peer_class, asn, cc only");
+                 "selections and --by use peer_class, asn, service, cc only");
   // size_class only where the histogram has it (fct).
   EXPECT_FALSE(prometheus_arm_query(h, sel("cc=bbr"), "size_class", false, 60, &q, &why));
   EXPECT_NE(why.find("\"size_class\""), std::string::npos) << why;
@@ -291,6 +291,42 @@ TEST(PromSource, CollectsGroupsFromCannedAnswers) {
   EXPECT_NE(notes.find("over the 5m ending at 2025-11-25T10:00:00Z"), std::string::npos) << notes;
 }
 
+// --by service: the query groups by the service label, and a series without
+// it (Prometheus drops empty labels: the unknown service "") is group "".
+TEST(PromSource, GroupsByServiceWithTheUnknownServiceAsEmpty) {
+  FakePrometheus fake;
+  nlohmann::json a = nlohmann::json::array(), b = nlohmann::json::array();
+  auto add = [](nlohmann::json* result, std::map<std::string, std::string> labels,
+                const std::vector<std::pair<std::string, double>>& cumulative) {
+    for (const auto& [le, v] : cumulative) {
+      labels["le"] = le;
+      result->push_back(series(labels, std::to_string(v)));
+    }
+  };
+  add(&a, {{"service", "nginx.service"}, {"size_class", "lt_100k"}}, {{"0.01", 10}, {"0.02", 60}, {"+Inf", 100}});
+  add(&b, {{"service", "nginx.service"}, {"size_class", "lt_100k"}}, {{"0.01", 30}, {"0.02", 80}, {"+Inf", 100}});
+  add(&a, {{"size_class", "lt_100k"}}, {{"0.01", 4}, {"+Inf", 7}});
+  add(&b, {{"service", "other"}, {"size_class", "lt_100k"}}, {{"0.01", 1}, {"+Inf", 2}});
+  fake.answer_a = vector_answer(a);
+  fake.answer_b = vector_answer(b);
+  std::string out, err;
+  ASSERT_EQ(run({"--prometheus", fake.url(), "--a", "cc=cubic,service!=cron.service", "--b", "cc=bbr", "--by",
+                 "service", "--range", "1h", "--json"},
+                &out, &err),
+            0)
+      << err;
+  ASSERT_EQ(fake.queries.size(), 2u);
+  EXPECT_EQ(fake.queries[0],
+            "sum by (le, service, size_class) (increase(tcpscope_transfer_seconds_bucket{direction=\"send\", "
+            "cc=\"cubic\", service!=\"cron.service\"}[1h]))");
+  const auto j = nlohmann::json::parse(out);
+  std::map<std::string, std::pair<int, int>> n;  // group -> (n_a, n_b)
+  for (const auto& g : j["groups"]) n[g["group"].get<std::string>()] = {g["n_a"].get<int>(), g["n_b"].get<int>()};
+  EXPECT_EQ(n, (std::map<std::string, std::pair<int, int>>{
+                   {"", {7, 0}}, {"nginx.service", {100, 100}}, {"other", {0, 2}}}));
+  EXPECT_NE(j["notes"].dump().find("service \\\"other\\\""), std::string::npos) << j["notes"].dump();
+}
+
 // --quantiles from histograms: the bucket each lies in, with the same rule
 // for an arm too small to hold one.
 TEST(PromSource, AskedQuantilesAreTheBucketsTheyLieIn) {
@@ -381,7 +417,7 @@ TEST(PromSource, CommandLineChecks) {
   EXPECT_NE(err.find("--range and --time apply to --prometheus"), std::string::npos) << err;
   EXPECT_EQ(run({"--prometheus", "http://127.0.0.1:1", "--a", "arm=a", "--b", "cc=b"}, &out, &err), 1);
   EXPECT_EQ(err, "tcpscope compare: --a arm=a: field \"arm\" is not a label of tcpscope_transfer_seconds: with "
-                 "--prometheus, selections and --by use peer_class, asn, cc, size_class only\n");
+                 "--prometheus, selections and --by use peer_class, asn, service, cc, size_class only\n");
   EXPECT_EQ(run({"--prometheus", "http://127.0.0.1:1", "--metric", "retrans", "--a", "cc=a", "--b", "cc=b"}, &out,
                 &err),
             1);

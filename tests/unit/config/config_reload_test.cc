@@ -37,6 +37,7 @@ const std::map<std::string, std::function<void(Config&)>>& changes() {
       {"flow_log_transfers", [](Config& c) { c.flow_log_transfers = false; }},
       {"transfer_sampling_rate", [](Config& c) { c.transfer_sampling_rate = 1; }},
       {"cc_policy", [](Config& c) { c.cc_policy.sysctl_guard = SysctlGuard::kDeny; }},
+      {"services", [](Config& c) { c.services.names.push_back(ServiceNameRule{"/web/(.*)", "web-$1", 3}); }},
       {"snapshot_interval_s", [](Config& c) { c.snapshot_interval_s = 1; }},
       {"ignore_netns", [](Config& c) { c.ignore_netns = {"loadgen"}; }},
       {"export", [](Config& c) { c.export_.kafka.brokers = {"kafka-1:9092"}; }},

@@ -343,6 +343,24 @@ TEST(ConfigErrorTest, LportsRange) {
   EXPECT_EQ(c.cc_policy.rules.at(0).match.lports, (std::vector<uint16_t>{1, 65535}));
 }
 
+TEST(ConfigErrorTest, MatchServices) {
+  Config c;
+  std::string names;
+  for (int i = 0; i < 64; ++i) names += (i ? ", " : "") + std::string("s") + std::to_string(i) + ".service";
+  ASSERT_TRUE(errors_of(kMatchHead + "        services: [video.service, \"media/streamer-0\", " +
+                            std::string(512, 'x') + "]\n",
+                        &c)
+                  .empty());
+  EXPECT_EQ(c.cc_policy.rules.at(0).match.services,
+            (std::vector<std::string>{"video.service", "media/streamer-0", std::string(512, 'x')}));
+  ASSERT_TRUE(errors_of(kMatchHead + "        services: [" + names + "]\n", &c).empty());
+  EXPECT_EQ(c.cc_policy.rules.at(0).match.services.size(), 64u);
+  EXPECT_TRUE(OneError(kMatchHead + "        services: [" + names + ", one-more]\n", 6,
+                       "cc_policy.rules[0].match.services needs 1 to 64 services, has 65"));
+  EXPECT_TRUE(OneError(kMatchHead + "        services: [" + std::string(513, 'x') + "]\n", 6,
+                       "cc_policy.rules[0].match.services[0] must be 1 to 512 bytes, has 513"));
+}
+
 TEST(ConfigErrorTest, AsnsRange) {
   Config c;
   ASSERT_TRUE(errors_of("peer_classes:\n  - name: a\n    asns: [1, 4294967295]\n", &c).empty());
@@ -993,6 +1011,16 @@ const ErrorCase kErrorCases[] = {
      "lports[1] 65536 is out of range 1..65535"},
     {"LportsRange", "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match:\n        lports: [https]\n", 6,
      "got a scalar \"https\""},
+    {"MatchServices", "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match:\n        services: []\n", 6,
+     "cc_policy.rules[0].match.services needs 1 to 64 services, has 0"},
+    {"MatchServices", "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match:\n        services: [\"\"]\n", 6,
+     "cc_policy.rules[0].match.services[0] must be 1 to 512 bytes, has 0"},
+    {"MatchServices", "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match:\n        services:\n          - a.service\n          - a.service\n", 8,
+     "cc_policy.rules[0].match.services[1] \"a.service\" is listed twice"},
+    {"MatchServices", "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match:\n        services: [{name: a}]\n", 6,
+     "cc_policy.rules[0].match.services[0] must be a service's name, got a mapping"},
+    {"MatchServices", "cc_policy:\n  rules:\n    - name: r\n      cc: bbr\n      match:\n        services: a.service\n", 6,
+     "cc_policy.rules[0].match.services must be a list"},
     {"AsnsRange", "peer_classes:\n  - name: a\n    asns: [0]\n", 3,
      "peer_classes[0].asns[0] 0 is out of range 1..4294967295"},
     {"AsnsRange", "peer_classes:\n  - name: a\n    asns:\n      - 1\n      - 4294967296\n", 5,

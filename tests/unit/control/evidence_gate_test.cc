@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 
 namespace tcpscope {
 namespace {
@@ -18,8 +19,8 @@ constexpr SocketOwner kRootsSocket{0, 1024};
 
 EvidenceVerdict judge(const EvidenceGate& gate, Direction dir, uint32_t ns, const IpAddr& laddr, uint16_t lport,
                       const IpAddr& raddr, SocketOwner socket = kRootsSocket,
-                      std::optional<uint32_t> service_uid = std::nullopt) {
-  return gate.judge(dir, ns, laddr, lport, raddr, socket, service_uid);
+                      std::optional<uint32_t> service_uid = std::nullopt, const std::string& service = "") {
+  return gate.judge(dir, ns, laddr, lport, raddr, socket, service, service_uid);
 }
 
 std::shared_ptr<const PrefixTrie<uint8_t>> table(std::initializer_list<const char*> prefixes) {
@@ -202,6 +203,36 @@ TEST(EvidenceGate, OnlyTheServicesUsersSocketsCount) {
   // A port the rule does not name is refused for that first.
   EXPECT_EQ(judge(gate, Direction::kPassive, kService, ip("198.18.0.1"), 8081, client4, other, kWwwData),
             EvidenceVerdict::kPort);
+}
+
+TEST(EvidenceGate, ARuleThatNamesItsServicesCountsOnlyTheirSocketsOnAnyPort) {
+  EvidenceGate gate = service_gate();
+  gate.services = {"video.service", "web/api-7c9f8d6b5-x2k4z"};
+  const SocketOwner nobody{kNobody, 1024};
+  const IpAddr client4 = ip("198.18.1.2"), client6 = ip("fd00:1::2");
+  // The service's sockets count on an unprivileged port, whoever accepted them.
+  EXPECT_EQ(judge(gate, Direction::kPassive, kService, ip("198.18.0.1"), 8080, client4, nobody, std::nullopt,
+                  "video.service"),
+            EvidenceVerdict::kCounts);
+  EXPECT_EQ(judge(gate, Direction::kPassive, kService, ip("fd00::1"), 18080, client6, nobody, kWwwData,
+                  "web/api-7c9f8d6b5-x2k4z"),
+            EvidenceVerdict::kCounts);
+  // Another service's (a takeover of the same port) and an unknown owner's do not, root's neither.
+  for (const char* other : {"api.service", "", "video"})
+    EXPECT_EQ(judge(gate, Direction::kPassive, kService, ip("198.18.0.1"), 443, client4, kRootsSocket,
+                    std::nullopt, other),
+              EvidenceVerdict::kService)
+        << other;
+  // The other conditions stay: outgoing, a local peer, another namespace.
+  EXPECT_EQ(judge(gate, Direction::kActive, kService, ip("198.18.0.1"), 8080, client4, nobody, std::nullopt,
+                  "video.service"),
+            EvidenceVerdict::kOutgoing);
+  EXPECT_EQ(judge(gate, Direction::kPassive, kService, ip("198.18.0.1"), 8080, ip("198.18.0.9"), nobody,
+                  std::nullopt, "video.service"),
+            EvidenceVerdict::kLocalPeer);
+  EXPECT_EQ(judge(gate, Direction::kPassive, kOther, ip("198.18.0.1"), 8080, client4, nobody, std::nullopt,
+                  "video.service"),
+            EvidenceVerdict::kNetns);
 }
 
 TEST(EvidenceGate, NamesEveryVerdict) {

@@ -136,7 +136,11 @@ FlowRecord full_flow() {
                   "bbr-vs-cubic", ""};
   r.pid = 4242;
   r.comm = "we\x01ird\xFF";  // a control character as it is, the invalid byte as U+FFFD
-  r.cgroup_id = 1ull << 40;
+  r.socket.task_cgroup_id = 1ull << 40;
+  r.socket.sock_cgroup_id = (1ull << 40) + 1;
+  r.enrichment.service = std::make_shared<ServiceIdentity>(
+      ServiceIdentity{"web/api-7c9f8d6b5-x2k4z", "cri-containerd-" + std::string(64, 'a') + ".scope",
+                      std::string(64, 'a'), "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", (1ull << 40) + 1});
   r.netns = 4026531840u;
   return r;
 }
@@ -198,7 +202,7 @@ TEST(KafkaProtobuf, FlowEveryFieldAsTheJsonLineHasIt) {
   EXPECT_EQ(fields.at("arm"), "");
   EXPECT_EQ(fields.at("duration_us"), "-5");
   EXPECT_EQ(fields.at("comm"), "we\x01ird\xEF\xBF\xBD");
-  EXPECT_EQ(fields.size(), 46u) << "every field of the schema was written";
+  EXPECT_EQ(fields.size(), 51u) << "every field of the schema was written";
 }
 
 TEST(KafkaProtobuf, FlowDefaultsLeftOutNullsAbsent) {

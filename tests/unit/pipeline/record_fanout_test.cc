@@ -31,6 +31,7 @@ class RecordingSink final : public RecordSink {
   }
   void end_drain() override { seen.push_back("end"); }
   void asn_ranking_changed(const AsnRanking&) override { seen.push_back("ranking"); }
+  void service_ranking_changed(const ServiceRanking&) override { seen.push_back("service ranking"); }
   void apply_config(const Config& c) override { seen.push_back("config " + std::to_string(c.transfer_sampling_rate)); }
   std::string failure() const override { return failing; }
 
@@ -135,8 +136,18 @@ TEST(RecordFanout, ANewRankingReachesEverySinkOnceAMinute) {
   f.fanout->tick(t0);
   EXPECT_TRUE(f.first.seen.empty());
   f.fanout->tick(t0 + std::chrono::seconds(61));
-  EXPECT_EQ(f.first.seen, (std::vector<std::string>{"ranking"}));
-  EXPECT_EQ(f.second.seen, (std::vector<std::string>{"ranking"}));
+  EXPECT_EQ(f.first.seen, (std::vector<std::string>{"ranking", "service ranking"}));
+  EXPECT_EQ(f.second.seen, (std::vector<std::string>{"ranking", "service ranking"}));
+}
+
+TEST(RecordFanout, ANewServicesTopNRanksAtOnce) {
+  Fanout f;
+  Config next = f.config;
+  next.services.top_n = f.config.services.top_n + 1;
+  f.fanout->apply_config(next);
+  EXPECT_EQ(f.first.seen, (std::vector<std::string>{"config 16", "service ranking"}));
+  f.fanout->apply_config(next);  // nothing new to rank
+  EXPECT_EQ(f.first.seen, (std::vector<std::string>{"config 16", "service ranking", "config 16"}));
 }
 
 TEST(RecordFanout, FailuresNameEveryFailingSink) {

@@ -177,11 +177,13 @@ std::string describe(const CcMatch& m) {
   for (uint32_t a : m.asns) s += "asn=" + std::to_string(a) + " ";
   for (const auto& p : m.prefixes) s += "prefix=" + p.to_string() + " ";
   for (uint16_t l : m.lports) s += "lport=" + std::to_string(l) + " ";
+  for (const auto& v : m.services) s += "service=" + v + " ";
   return s;
 }
 
 // The kernel's matcher (each trie entry's mask of the rules whose class, ASN
-// and prefix conditions hold; set bits lowest first; local ports) against the
+// and prefix conditions hold, less the service rules the socket's cgroups do
+// not have; set bits lowest first; local ports) against the
 // reference (every rule in order, every condition) and against a decision
 // from first principles (classifier, ASN database, prefix containment), for
 // random policies of up to 64 rules and random addresses in and around their
@@ -200,6 +202,7 @@ TEST(CcPolicy, RulesMaskAgreesWithTheReferenceMatcher) {
   const char* bases[] = {"198.51.0.0", "198.51.100.0", "203.0.113.0", "10.20.0.0", "10.30.7.0",
                          "2001:db8::", "2001:db8:1::", "fd00:7c5::",  "192.0.2.0", "fd00:7c5:1::"};
   const std::vector<std::string> ccs = {"bbr", "cubic", "reno"};
+  const std::vector<std::string> services = {"a.service", "b.service", "media/streamer-0", "db"};
   std::mt19937 rng(20261121);
   auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
   auto contains = [](const Prefix& pf, const IpAddr& a) {
@@ -208,7 +211,7 @@ TEST(CcPolicy, RulesMaskAgreesWithTheReferenceMatcher) {
     for (int k = 0; inside && k < pf.len; ++k) inside = u.bit(k) == pf.addr.bit(k);
     return inside;
   };
-  long compared = 0, matched = 0;
+  long compared = 0, matched = 0, matched_by_service = 0;
   std::vector<int> hit_rule(64, 0);
   for (int policy_no = 0; policy_no < 60; ++policy_no) {
     Config c = base_config();
@@ -225,6 +228,8 @@ TEST(CcPolicy, RulesMaskAgreesWithTheReferenceMatcher) {
         for (size_t k = 0, n = 1 + pick(3); k < n; ++k) m.prefixes.push_back(P(pool[pick(pool.size())]));
       if (pick(3) == 0)
         for (size_t k = 0, n = 1 + pick(4); k < n; ++k) m.lports.push_back(static_cast<uint16_t>(80 + pick(6)));
+      if (pick(4) == 0)
+        for (size_t k = 0, n = 1 + pick(2); k < n; ++k) m.services.push_back(services[pick(services.size())]);
       c.cc_policy.rules.push_back(rule("r" + std::to_string(i), m, ccs[pick(ccs.size())]));
     }
     std::string err;
@@ -240,8 +245,12 @@ TEST(CcPolicy, RulesMaskAgreesWithTheReferenceMatcher) {
           a.bytes[bit / 8] ^= static_cast<uint8_t>(0x80 >> (bit % 8));
         }
       const uint16_t lport = static_cast<uint16_t>(80 + pick(7));
-      const int kernel = match_rule_masked(*p, a, lport);
-      ASSERT_EQ(kernel, match_rule(*p, a, lport)) << a.to_string() << " port " << lport << " policy " << policy_no;
+      // The services of the socket's cgroup and its ancestors: none, one
+      // (some no rule names), or a service nested in another's cgroup.
+      std::vector<std::string> owners;
+      for (size_t k = 0, n = pick(3); k < n; ++k) owners.push_back(pick(5) ? services[pick(services.size())] : "x.service");
+      const int kernel = match_rule_masked(*p, a, lport, owners);
+      ASSERT_EQ(kernel, match_rule(*p, a, lport, owners)) << a.to_string() << " port " << lport << " policy " << policy_no;
 
       const uint32_t asn = db->lookup_asn(a);
       const std::string& cls = classifier.classify(a, asn);
@@ -254,6 +263,10 @@ TEST(CcPolicy, RulesMaskAgreesWithTheReferenceMatcher) {
             std::none_of(m.prefixes.begin(), m.prefixes.end(), [&](const Prefix& pf) { return contains(pf, a); }))
           continue;
         if (!m.lports.empty() && std::find(m.lports.begin(), m.lports.end(), lport) == m.lports.end()) continue;
+        if (!m.services.empty() && std::none_of(owners.begin(), owners.end(), [&](const std::string& o) {
+              return std::find(m.services.begin(), m.services.end(), o) != m.services.end();
+            }))
+          continue;
         want = static_cast<int>(i);
       }
       ASSERT_EQ(kernel, want) << a.to_string() << " asn " << asn << " class " << cls << " port " << lport
@@ -263,12 +276,42 @@ TEST(CcPolicy, RulesMaskAgreesWithTheReferenceMatcher) {
                               << " / " << (want >= 0 ? describe(c.cc_policy.rules[want].match) : "");
       ++compared;
       if (kernel >= 0) ++matched, ++hit_rule[kernel];
+      if (kernel >= 0 && !c.cc_policy.rules[kernel].match.services.empty()) ++matched_by_service;
     }
   }
   EXPECT_EQ(compared, 60 * 400);
   // Not a vacuous agreement: most lookups match some rule, and not always the first.
   EXPECT_GT(matched, compared / 2);
   EXPECT_GT(std::count_if(hit_rule.begin() + 1, hit_rule.end(), [](int h) { return h > 0; }), 10);
+  EXPECT_GT(matched_by_service, compared / 50);
+}
+
+TEST(CcPolicy, ServiceRulesAreLeftToTheKernelWithTheirServicesMasks) {
+  Config c = base_config();
+  CcMatch video;
+  video.services = {"video.service", "media/streamer-0"};
+  CcMatch video_p2p = video;
+  video_p2p.peer_class = "pop-to-pop";
+  CcMatch media;
+  media.services = {"media/streamer-0"};
+  c.cc_policy.rules = {rule("video-p2p", video_p2p, "reno"), rule("video", video, "cubic"),
+                       rule("all", CcMatch{}, "bbr"), rule("media", media, "htcp")};
+  std::string err;
+  auto p = compile_policy(c, nullptr, &err);
+  ASSERT_TRUE(p) << err;
+  EXPECT_EQ(p->service_rules, 0b1011u);
+  EXPECT_EQ(p->rules_naming("video.service"), 0b0011u);
+  EXPECT_EQ(p->rules_naming("media/streamer-0"), 0b1011u);
+  EXPECT_EQ(p->rules_naming("other.service"), 0u);
+  // The trie's masks hold the service rules whose address conditions hold.
+  EXPECT_EQ(lookup_remote(*p, A("10.1.2.3"))->info.rules, 0b1111u);
+  EXPECT_EQ(p->default_rules, 0b1110u);
+  EXPECT_EQ(match_rule_masked(*p, A("10.1.2.3"), 80, {"video.service"}), 0);
+  EXPECT_EQ(match_rule_masked(*p, A("192.0.2.1"), 80, {"video.service"}), 1);
+  EXPECT_EQ(match_rule_masked(*p, A("192.0.2.1"), 80, {"other.service"}), 2);
+  EXPECT_EQ(match_rule_masked(*p, A("192.0.2.1"), 80, {}), 2);
+  // A cgroup of one service inside another's: either's rules hold.
+  EXPECT_EQ(match_rule_masked(*p, A("10.1.2.3"), 80, {"other.service", "media/streamer-0"}), 0);
 }
 
 TEST(CcPolicy, MaskHoldsOnlyRulesWhoseAddressConditionsHold) {

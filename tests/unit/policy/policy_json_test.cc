@@ -21,6 +21,7 @@ Config config_with_rules() {
   CcRule ab;
   ab.name = "ab";
   ab.match.prefixes = {*Prefix::parse("203.0.113.0/24")};
+  ab.match.services = {"video.service", "media/streamer-0"};
   ab.experiment = ExperimentSpec{"bbr-trial", {{"bbr", 30}, {"cubic", 70}}};
   c.cc_policy.rules = {p2p, ab};
   return c;
@@ -90,7 +91,7 @@ TEST(PolicyJson, RulesArmsAndTheKernelsCounts) {
     "rules": [
       {"name": "p2p", "match": {"peer_class": "pop-to-pop", "lports": [443, 8443]},
        "cc": "cubic", "assigned": 5},
-      {"name": "ab", "match": {"prefixes": ["203.0.113.0/24"]},
+      {"name": "ab", "match": {"prefixes": ["203.0.113.0/24"], "services": ["video.service", "media/streamer-0"]},
        "experiment": {"name": "bbr-trial", "arms": [
          {"cc": "bbr", "weight": 30, "assigned": 3, "revoked": 0},
          {"cc": "cubic", "weight": 70, "assigned": 4, "revoked": 2}]},

@@ -40,8 +40,9 @@ TEST(FlowJson, OneValidObjectPerLineWithSpecFields) {
                         "max_cwnd", "ssthresh", "mss", "bytes_acked", "bytes_received", "bytes_retrans",
                         "segs_out", "segs_in", "retrans_segs", "lost_segs", "delivery_rate_bps",
                         "pacing_rate_bps", "peer_class", "asn", "as_org", "cc_rule", "experiment", "arm",
-                        "app_set_cc", "pid", "comm", "cgroup_id", "netns"})
+                        "app_set_cc", "pid", "comm", "cgroup_id", "netns", "service"})
     EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["service"], "") << "no owner named: empty, as for an unknown one";
   EXPECT_EQ(j["kind"], "flow");
   EXPECT_EQ(out.rfind("{\"kind\":\"flow\",", 0), 0u) << "kind comes first";
   EXPECT_EQ(j["start_ns"].get<int64_t>(), 1700000000123456789);

@@ -46,13 +46,14 @@ TEST(TransferJson, EverySpecFieldAndNothingElseButTheExtensions) {
       "rport",    "dir",           "seq",        "direction",    "start_ns",        "end_ns",
       "xfer_us",  "wait_us",       "bytes",      "retrans_segs", "srtt_us",         "min_rtt_us",
       "busy_us",  "rwnd_limited_us", "sndbuf_limited_us", "cc",  "peer_class",      "asn",
-      "as_org",   "cc_rule",       "experiment", "arm"};
+      "as_org",   "cc_rule",       "experiment", "arm",          "service"};
   std::set<std::string> got;
   for (const auto& [key, value] : j.items()) got.insert(key);
   std::set<std::string> want = spec;
   want.insert("netns");
   want.insert("delimited_by");
   want.insert("sampling_rate");
+  for (const char* owner : {"unit", "container_id", "pod_uid", "sock_cgroup_id"}) want.insert(owner);
   EXPECT_EQ(got, want);
 }
 

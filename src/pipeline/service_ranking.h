@@ -1,0 +1,72 @@
+// Which services (the socket owner's name, record/enrichment.h) get a label
+// of their own: byte_ranking.h's ranking over a 64-bit key per name. A
+// service among the top-N by bytes keeps its name, the unknown service keeps
+// "" (a value of its own, as ASN 0 is "0"), every other service is "other".
+// A service with no record for `services.grace_seconds` is forgotten: it
+// leaves the top-N and its series go (Aggregator::retire_service_series).
+//
+// Keys. The key is the name's 64-bit hash, so a name has one key for the
+// daemon's life whatever identity objects carry it, and the sinks key their
+// series by it without keeping names of their own; two names would share
+// series only on a 64-bit collision (~1e-10 for 100k names). Records of one
+// service arrive in runs, and a run shares one ServiceIdentity object, so
+// the last object's key is kept and a record hashes its name only when its
+// owner differs from the previous record's.
+//
+// Not thread-safe: the daemon's loop thread is its only user.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "pipeline/byte_ranking.h"
+#include "record/enrichment.h"
+
+namespace tcpscope {
+
+struct Config;
+
+// A record's service as the sinks key and label it.
+struct RankedService {
+  uint64_t key = 0;                       // service_key(name); 0: unknown (label "")
+  RankedLabel label = RankedLabel::kOwn;  // kOwn: the name ("" when unknown); kOther: "other"
+};
+
+// 0 for "", the name's hash otherwise (never 0).
+uint64_t service_key(const std::string& name);
+
+class ServiceRanking : public ByteRanking<uint64_t> {
+ public:
+  // services.top_n, and grace_seconds as the time a service is kept without records.
+  static ByteRankingOptions options_from_config(const Config& config);
+
+  explicit ServiceRanking(ByteRankingOptions options) : ByteRanking(options) {}
+
+  struct Counted {
+    RankedService service;  // labelled by the ranking in force before the flow
+    bool reranked;          // as ByteRanking::Counted
+  };
+  // Counts a finished flow's payload bytes for its owner.
+  Counted count(const Enrichment& owner, uint64_t bytes);
+  // A transfer's service as the ranking stands (its bytes are its flow's).
+  RankedService ranked(const Enrichment& owner);
+
+  // The label a record of service `name` gets now: "", "other" or the name.
+  std::string label_text(const std::string& name) const;
+
+ private:
+  uint64_t key_of(const Enrichment& owner);
+
+  // Held so that its address, the cache's key, is not reused while cached.
+  std::shared_ptr<const ServiceIdentity> last_owner_;
+  uint64_t last_key_ = 0;
+};
+
+// The text of a service label: "other", or the record's owner's name.
+inline const std::string& service_label_text(RankedLabel label, const ServiceIdentity& owner) {
+  static const std::string other = kOtherLabel;
+  return label == RankedLabel::kOther ? other : owner.name;
+}
+
+}  // namespace tcpscope
