@@ -72,13 +72,16 @@
 -- (input_format_skip_unknown_fields = 1) and keeps the rest of the line; add the columns there
 -- too to keep the new values.
 --
--- ecn (UInt8) and delivered_ce (UInt64) came after the other keys; tables made before them:
---   ALTER TABLE tcpscope.flows_kafka ADD COLUMN ecn UInt8 AFTER ca_loss_us, ADD COLUMN delivered_ce UInt64 AFTER ecn
+-- ecn (UInt8) and delivered_ce (UInt64) came after the other keys, and the owner's columns
+-- (service, unit, container_id, pod_uid: String; sock_cgroup_id: UInt64) after delivered_ce.
+-- A MergeTree table made before them takes them with
 --   ALTER TABLE tcpscope.flows ADD COLUMN ecn UInt8 AFTER ca_loss_us, ADD COLUMN delivered_ce UInt64 AFTER ecn
--- then the view dropped and made again. The owner's columns came after delivered_ce:
---   ALTER TABLE tcpscope.flows_kafka ADD COLUMN service String AFTER delivered_ce, ADD COLUMN unit String AFTER service, ADD COLUMN container_id String AFTER unit, ADD COLUMN pod_uid String AFTER container_id, ADD COLUMN sock_cgroup_id UInt64 AFTER pod_uid
 --   ALTER TABLE tcpscope.flows ADD COLUMN service String AFTER delivered_ce, ADD COLUMN unit String AFTER service, ADD COLUMN container_id String AFTER unit, ADD COLUMN pod_uid String AFTER container_id, ADD COLUMN sock_cgroup_id UInt64 AFTER pod_uid
--- and the view again.
+-- A Kafka table cannot be altered (ClickHouse changes only its columns' comments): drop the
+-- view and the Kafka table
+--   DROP TABLE tcpscope.flows_mv; DROP TABLE tcpscope.flows_kafka
+-- and apply this file again, which makes both anew in the same consumer group, so reading goes
+-- on from the group's committed offsets.
 
 CREATE DATABASE IF NOT EXISTS tcpscope;
 

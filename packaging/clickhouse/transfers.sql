@@ -38,14 +38,12 @@
 -- (transfer_sampling_rate; 1 for a flow an experiment or controller assigned); compare
 -- --clickhouse counts, of rows of several rates, only the flows the largest follows
 -- (intHash64(bitOr(bitShiftLeft(toUInt64(least(lport, rport)), 16), toUInt64(greatest(lport, rport))))
--- a multiple of it). Tables made before it existed:
---   ALTER TABLE tcpscope.transfers_kafka ADD COLUMN sampling_rate UInt32 DEFAULT 1 AFTER delimited_by
+-- a multiple of it). It came after the first keys, and the owner's columns (service, unit,
+-- container_id, pod_uid: String; sock_cgroup_id: UInt64) after netns. A MergeTree table made
+-- before them takes them with
 --   ALTER TABLE tcpscope.transfers ADD COLUMN sampling_rate UInt32 DEFAULT 1 AFTER delimited_by
--- and the view dropped and made again, as flows.sql says for new keys. The owner's columns
--- came after netns:
---   ALTER TABLE tcpscope.transfers_kafka ADD COLUMN service String AFTER netns, ADD COLUMN unit String AFTER service, ADD COLUMN container_id String AFTER unit, ADD COLUMN pod_uid String AFTER container_id, ADD COLUMN sock_cgroup_id UInt64 AFTER pod_uid
 --   ALTER TABLE tcpscope.transfers ADD COLUMN service String AFTER netns, ADD COLUMN unit String AFTER service, ADD COLUMN container_id String AFTER unit, ADD COLUMN pod_uid String AFTER container_id, ADD COLUMN sock_cgroup_id UInt64 AFTER pod_uid
--- and the view again.
+-- and the view and the Kafka table are dropped and made again, as flows.sql says.
 --
 -- export.kafka.format: protobuf: as flows.sql says, with tcpscope.proto's TransferRecord:
 --   sed -e "s/'JSONEachRow')/'Protobuf') SETTINGS kafka_schema = 'tcpscope.proto:TransferRecord'/" \

@@ -36,6 +36,11 @@ nlohmann::json controller::settings_of(const ControllerSpec& s, const CcMatch& m
                                        const std::vector<std::string>& class_names, uint64_t throughput_min_bytes) {
   nlohmann::json prefixes = nlohmann::json::array();
   for (const auto& p : m.prefixes) prefixes.push_back(p.to_string());
+  nlohmann::json match = {
+      {"peer_class", m.peer_class.value_or("")}, {"asns", m.asns}, {"prefixes", prefixes}, {"lports", m.lports}};
+  // Only when given: a state saved before rules could name services keeps
+  // its evidence for the same rule.
+  if (!m.services.empty()) match["services"] = m.services;
   return {{"arms", s.arms},
           {"cohort", s.cohort == CohortKind::kAsn ? "asn" : "peer_class"},
           {"control_percent", s.control_percent},
@@ -44,8 +49,7 @@ nlohmann::json controller::settings_of(const ControllerSpec& s, const CcMatch& m
           {"fdr", s.fdr},
           {"max_cohorts", s.max_cohorts},
           {"guards", {s.retrans_share_increase, s.rtt_inflation_increase}},
-          {"match", {{"peer_class", m.peer_class.value_or("")}, {"asns", m.asns}, {"prefixes", prefixes},
-                     {"lports", m.lports}}},
+          {"match", match},
           {"peer_classes", class_names},
           {"throughput_min_bytes", throughput_min_bytes}};
 }

@@ -408,30 +408,38 @@ def test_a_key_without_a_column_is_refused(clickhouse, pipeline):
 
 
 @pytest.mark.parametrize("name", ["flows", "transfers"])
-def test_the_headers_alters_bring_a_table_made_before_the_owner_columns_up_to_date(kafka_broker, clickhouse,
+def test_the_headers_upgrade_brings_tables_made_before_the_owner_columns_up_to_date(kafka_broker, clickhouse,
                                                                                       name):
-    """A table made by the schema as it was before the owner's columns
-    (service ... sock_cgroup_id), upgraded by the ALTER TABLE lines the
-    file's header gives, takes the newer line and holds the table's columns
-    in the file's order."""
+    """Tables made by the schema as it was before the owner's columns
+    (service ... sock_cgroup_id), upgraded as the file's header says (the
+    MergeTree table altered, the view and the Kafka table dropped and the
+    file applied again), have the file's columns in its order and take the
+    newer line."""
     database = unique_name("tcpscope_upgrade_")
     topic, group = unique_name(f"fleet-test.{name}."), unique_name(f"fleet-test-clickhouse-{name}-")
     sql = (SCHEMA / f"{name}.sql").read_text()
     old = re.sub(r",\n    service String,\n    unit String,\n    container_id String,\n    pod_uid String,"
                  r"\n    sock_cgroup_id UInt64\n\)", "\n)", sql)
     assert old != sql, "the owner's columns close the Kafka table's column list"
-    old = rewrite(old, broker=kafka_broker.bootstrap, topic=topic, group=group, database=database,
-                  default_topic=f"tcpscope.{name}", default_group=f"tcpscope-clickhouse-{name}")
-    alters = [a for a in re.findall(r"^--   (ALTER TABLE tcpscope\.\w+ ADD COLUMN service .*)$", sql, re.M)]
-    assert len(alters) == 2, "the header names an ALTER for the Kafka table and the MergeTree table"
+
+    def ours(text):
+        return rewrite(text, broker=kafka_broker.bootstrap, topic=topic, group=group, database=database,
+                       default_topic=f"tcpscope.{name}", default_group=f"tcpscope-clickhouse-{name}")
+    alter = re.findall(rf"^--   (ALTER TABLE tcpscope\.{name} ADD COLUMN service .*)$", sql, re.M)
+    drop = re.findall(rf"^--   (DROP TABLE tcpscope\.\w+_mv; DROP TABLE tcpscope\.\w+_kafka)$",
+                      (SCHEMA / "flows.sql").read_text(), re.M)
+    assert len(alter) == 1 and len(drop) == 1, "the header names the ALTER and the DROPs"
     kafka_broker.create_topic(topic, partitions=1)
     try:
-        apply_sql(clickhouse, old)
-        for a in alters:
-            clickhouse.query(re.sub(r"\btcpscope\.", f"{database}.", a))
+        apply_sql(clickhouse, ours(old))
+        clickhouse.query(re.sub(r"\btcpscope\.", f"{database}.", alter[0]))
+        for stmt in drop[0].replace("flows", name).split(";"):
+            clickhouse.query(re.sub(r"\btcpscope\.", f"{database}.", stmt.strip()))
+        apply_sql(clickhouse, ours(sql))
         want = [c for c, _ in columns_of(sql, f"tcpscope.{name}_kafka")]
-        got = [r["name"] for r in clickhouse.query_json(f"DESCRIBE TABLE {database}.{name}")]
-        assert got == want
+        for table in (name, f"{name}_kafka"):
+            got = [r["name"] for r in clickhouse.query_json(f"DESCRIBE TABLE {database}.{table}")]
+            assert got == want, table
         text = (flow_lines() if name == "flows" else transfer_lines())[0]
         clickhouse.query(f"INSERT INTO {database}.{name} FORMAT JSONEachRow", data=(text + "\n").encode())
         row = clickhouse.query_json(f"SELECT service, sock_cgroup_id FROM {database}.{name}")

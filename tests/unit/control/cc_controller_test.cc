@@ -556,6 +556,14 @@ TEST(CcController, StateSurvivesARestartAndAChangedRuleStartsAfresh) {
   ASSERT_TRUE(d.restore(saved, &error)) << error;
   EXPECT_TRUE(status(d)["rules"][0]["cohorts"].empty()) << "a saved state of other settings does not apply";
 
+  // Naming its services changes the rule too.
+  Config by_service = cfg;
+  by_service.cc_policy.rules[1].match.services = {"video.service"};
+  CcController e(std::make_shared<prometheus::Registry>(), nullptr);
+  configure(e, by_service);
+  ASSERT_TRUE(e.restore(saved, &error)) << error;
+  EXPECT_TRUE(status(e)["rules"][0]["cohorts"].empty()) << "evidence of other sockets does not apply";
+
   // SIGHUP: the same rule keeps its cohorts, a changed one starts afresh.
   configure(a, cfg);
   EXPECT_EQ((*cohort(status(a), "client"))["state"], "decided");
