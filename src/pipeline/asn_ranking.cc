@@ -10,16 +10,6 @@ AsnRankingOptions AsnRankingOptions::from_config(const Config& config) {
   return o;
 }
 
-ByteRankingOptions AsnRankingOptions::ranking() const {
-  ByteRankingOptions o;
-  o.top_n = top_n;
-  o.max_tracked = max_tracked_asns;
-  o.bytes_half_life_s = bytes_half_life_s;
-  o.warmup_recompute_flows = warmup_recompute_flows;
-  o.warmup_seconds = warmup_seconds;
-  return o;
-}
-
 std::string AsnRanking::label_text(uint32_t asn) const {
   if (asn == 0) return "0";
   return label(asn) == AsnLabel::kOwn ? std::to_string(asn) : kOtherAsnLabel;

@@ -23,25 +23,17 @@ struct Config;
 using AsnLabel = RankedLabel;
 constexpr const char* kOtherAsnLabel = kOtherLabel;
 
-struct AsnRankingOptions {
-  uint32_t top_n = 50;
-  // At most this many ASNs are tracked (the routed Internet has ~80k);
-  // ByteRankingOptions::max_tracked.
-  size_t max_tracked_asns = 100000;
-  // As ByteRankingOptions.
-  double bytes_half_life_s = 3600;
-  uint64_t warmup_recompute_flows = 10000;
-  double warmup_seconds = 300;
-
+// ByteRankingOptions with the config's asn.top_n (the routed Internet has
+// about 80k ASNs: max_tracked's 100,000 holds them all).
+struct AsnRankingOptions : ByteRankingOptions {
   static AsnRankingOptions from_config(const Config& config);
-  ByteRankingOptions ranking() const;
 };
 
 class AsnRanking : public ByteRanking<uint32_t> {
  public:
-  explicit AsnRanking(const AsnRankingOptions& options) : ByteRanking(options.ranking()) {}
+  explicit AsnRanking(const AsnRankingOptions& options) : ByteRanking(options) {}
 
-  bool update_options(const AsnRankingOptions& options) { return ByteRanking::update_options(options.ranking()); }
+  bool update_options(const AsnRankingOptions& options) { return ByteRanking::update_options(options); }
   // "0", "other" or the number.
   std::string label_text(uint32_t asn) const;
 };

@@ -83,7 +83,7 @@ TEST(AsnRankingTest, WarmupRanksWithoutWaitingForTheDaemon) {
 
 TEST(AsnRankingTest, TableIsBounded) {
   AsnRankingOptions o = no_warmup(3);
-  o.max_tracked_asns = 10;
+  o.max_tracked = 10;
   AsnRanking r(o);
   for (uint32_t a = 1; a <= 25; ++a) r.add(a, 1000 * a);
   EXPECT_EQ(r.untracked_flows(), 15u);
