@@ -162,14 +162,17 @@ def test_pipeline_microbenchmarks_run(tmp_path):
     if not bench.exists():
         pytest.skip("tcpscope_bench not built (TCPSCOPE_BENCH=OFF)")
     out = tmp_path / "micro.json"
-    r = subprocess.run([str(bench), "--benchmark_filter=Pipeline", "--benchmark_min_time=0.01",
+    r = subprocess.run([str(bench), "--benchmark_filter=Pipeline|FlowPathServices", "--benchmark_min_time=0.01",
                         f"--benchmark_out={out}", "--benchmark_out_format=json"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     names = {b["name"] for b in json.loads(out.read_text())["benchmarks"]}
     for n in ("BM_PipelineDecode", "BM_PipelineEnrich", "BM_PipelineAggregate", "BM_PipelineFlowJson",
-              "BM_PipelineEnrichAggregate", "BM_PipelineEndToEnd/0", "BM_PipelineEndToEnd/1"):
+              "BM_PipelineEnrichAggregate", "BM_PipelineEndToEnd/0", "BM_PipelineEndToEnd/1",
+              "BM_FlowPathServices/0", "BM_FlowPathServices/1", "BM_FlowPathServices/2"):
         assert n in names, (n, names)
+    skipped = [b["name"] for b in json.loads(out.read_text())["benchmarks"] if b.get("error_occurred")]
+    assert not skipped, skipped
 
 
 def test_keepalive_reports_rates_losses_and_costs(tmp_path):
