@@ -619,3 +619,13 @@ def test_system_call_filter_allows_what_the_daemon_calls(installed, tmp_path):
     assert "AF_INET" in families, "strace saw no socket(AF_INET, ...): the trace parsing is broken"
     denied = {f: line for f, line in families.items() if f not in restricted}
     assert not denied, f"the unit's RestrictAddressFamilies= would refuse: {denied}"
+
+
+def test_the_manual_points_at_nothing_outside_this_repository():
+    """README.md, docs/ and the man page define what they rely on: a user of
+    the package has no steering repository to follow a link into."""
+    pages = [ROOT / "README.md", ROOT / "packaging/man/tcpscope.8", *sorted((ROOT / "docs").glob("*.md"))]
+    outside = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}" for p in pages
+               for n, line in enumerate(p.read_text().splitlines(), 1)
+               if "SPEC.md" in line or "../shared" in line or "../../shared" in line]
+    assert not outside, "\n".join(outside)
