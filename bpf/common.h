@@ -18,6 +18,7 @@
 #define AF_INET6 10
 #define IPPROTO_TCP 6
 #define NSEC_PER_USEC 1000ULL
+#define USEC_PER_SEC 1000000U
 #define NSEC_PER_MSEC 1000000ULL
 #define NSEC_PER_SEC 1000000000ULL
 #define USEC_PER_MSEC 1000U
@@ -104,12 +105,6 @@ static __always_inline void take_owner(struct flow_state *st)
 	st->pid = bpf_get_current_pid_tgid() >> 32;
 	st->cgroup_id = bpf_get_current_cgroup_id();
 	bpf_get_current_comm(st->comm, sizeof(st->comm));
-}
-
-static __always_inline void sample_cwnd(struct flow_state *st, __u32 cwnd)
-{
-	if (cwnd > st->max_cwnd)
-		st->max_cwnd = cwnd;
 }
 
 /* Sequence-space comparison, as the kernel's after()/before(). */

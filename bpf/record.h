@@ -146,6 +146,39 @@ static __always_inline void fill_identity(struct tcpscope_flow_identity *id, con
 	id->task_cgroup_id = st->cgroup_id;
 }
 
+/* The flow's largest cwnd so far (tcpscope_flow_kernel's max_cwnd), for
+ * the moments the cwnd may be at a peak it is about to leave. */
+static __always_inline void sample_cwnd(struct flow_state *st, __u32 cwnd)
+{
+	if (cwnd > st->max_cwnd)
+		st->max_cwnd = cwnd;
+}
+
+/* The values a flow's record reports as the kernel has them
+ * (tcpscope_flow_kernel), in the record's units. */
+static __always_inline void fill_kernel_part(struct tcpscope_flow_kernel *k, const struct sock *sk,
+					     struct tcp_sock *tp, const struct flow_state *st)
+{
+	__u64 pacing = sk->sk_pacing_rate;
+	__u32 interval = tp->rate_interval_us;
+
+	k->bytes_retrans = tp->bytes_retrans;
+	/* As tcp_info's tcpi_delivery_rate: the last sample's delivered
+	 * segments x mss over its interval. */
+	k->delivery_rate_bps = interval ? (__u64)tp->rate_delivered * tp->mss_cache * 8 * USEC_PER_SEC / interval : 0;
+	k->pacing_rate_bps = pacing == ~0UL ? 0 : pacing * 8;
+	k->rttvar_us = tp->mdev_us >> 2;
+	k->cwnd = tp->snd_cwnd;
+	k->max_cwnd = st->max_cwnd > tp->snd_cwnd ? st->max_cwnd : tp->snd_cwnd;
+	k->ssthresh = tp->snd_ssthresh;
+	k->mss = tp->mss_cache;
+	k->segs_in = tp->segs_in;
+	k->lost_segs = tp->lost;
+	k->delivered_ce = tp->delivered_ce;
+	k->ecn = tp->ecn_flags & TCP_ECN_OK;
+	__builtin_memset(k->pad, 0, sizeof(k->pad));
+}
+
 /* Fills a record from the socket as it is now. `final` is the close: the
  * per-state time is settled in `st`; a snapshot leaves `st` untouched. */
 static __always_inline void fill_event(struct tcpscope_flow_event *e, const struct sock *sk,
@@ -172,8 +205,6 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 
 	e->bytes_acked = acked;
 	e->bytes_received = received;
-	e->bytes_retrans = tp->bytes_retrans;
-	e->pacing_rate = sk->sk_pacing_rate;
 	if (final)
 		close_ca_interval(st, now);
 	e->ca_state_ns[0] = 0;
@@ -198,17 +229,8 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 
 	e->srtt_us = tp->srtt_us >> 3;
 	e->min_rtt_us = min_rtt;
-	e->rttvar_us = tp->mdev_us >> 2;
-	e->snd_cwnd = tp->snd_cwnd;
-	e->max_cwnd = st->max_cwnd > tp->snd_cwnd ? st->max_cwnd : tp->snd_cwnd;
-	e->snd_ssthresh = tp->snd_ssthresh;
-	e->mss = tp->mss_cache;
 	e->segs_out = tp->segs_out;
-	e->segs_in = tp->segs_in;
 	e->total_retrans = tp->total_retrans;
-	e->lost = tp->lost;
-	e->rate_delivered = tp->rate_delivered;
-	e->rate_interval_us = tp->rate_interval_us;
 	e->flags = st->flags & ~TCPSCOPE_ST_MASK;
 	e->sk_err = sk_err;
 	e->cc_rule = st->policy.rule;
@@ -218,9 +240,7 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 	e->outcome = outcome_of(st, sk_err);
 	__builtin_memset(e->pad, 0, sizeof(e->pad));
 	bpf_probe_read_kernel_str(e->cc, sizeof(e->cc), tp->inet_conn.icsk_ca_ops->name);
-	e->kernel.delivered_ce = tp->delivered_ce;
-	e->kernel.ecn = tp->ecn_flags & TCP_ECN_OK;
-	__builtin_memset(e->kernel.pad, 0, sizeof(e->kernel.pad));
+	fill_kernel_part(&e->kernel, sk, tp, st);
 }
 
 #endif /* TCPSCOPE_BPF_RECORD_H */

@@ -14,8 +14,6 @@
  * arrived: a writer that pauses a second is not writing one object. */
 #define TRANSFER_IDLE_NS (1000ULL * NSEC_PER_MSEC)
 
-#define USEC_PER_SEC 1000000U
-
 /* The kernel's tick, for its jiffies-based time counters (tcp_info's
  * busy/rwnd/sndbuf time). The loader resolves it (src/kernel/kernel_tick.h:
  * the kernel's config, else measured); 0 where neither served, and those
@@ -138,6 +136,18 @@ static __always_inline __u32 jiffies_to_us(__u32 jiffies)
 	return us > 0xffffffffULL ? 0xffffffffU : (__u32)us;
 }
 
+/* A transfer's share of a time counter: the counters tick in jiffies (4 ms
+ * at HZ=250) and the share is the difference of two readings, so a transfer
+ * shorter than a tick can be charged a whole one; it is cut to the
+ * transfer's own duration (`whole_us`, the record's xfer_us), so that no
+ * part exceeds its whole. */
+static __always_inline __u32 chrono_share_us(__u32 jiffies, __u64 whole_us)
+{
+	__u32 us = jiffies_to_us(jiffies);
+
+	return us > whole_us ? (__u32)whole_us : us;
+}
+
 static __always_inline __u32 us_between(__u64 from_ns, __u64 to_ns)
 {
 	__u64 us;
@@ -201,6 +211,7 @@ static __always_inline void fill_send_transfer(struct tcpscope_transfer_event *e
 {
 	__u64 acked = payload_acked(tp, st);
 	__u32 chrono[3];
+	__u64 xfer_us;
 
 	read_chrono(tp, chrono);
 	e->direction = TCPSCOPE_XFER_SEND;
@@ -212,9 +223,10 @@ static __always_inline void fill_send_transfer(struct tcpscope_transfer_event *e
 	e->bytes = (__s64)(acked - st->tx_acked_base) > 0 ? acked - st->tx_acked_base : 0;
 	e->wait_us = st->tx_wait_us;
 	e->retrans_segs = tp->total_retrans - st->tx_retrans_base;
-	e->busy_us = jiffies_to_us(chrono[0] - st->tx_chrono_base[0]);
-	e->rwnd_limited_us = jiffies_to_us(chrono[1] - st->tx_chrono_base[1]);
-	e->sndbuf_limited_us = jiffies_to_us(chrono[2] - st->tx_chrono_base[2]);
+	xfer_us = (e->end_ns - e->start_ns) / NSEC_PER_USEC;
+	e->kernel.busy_us = chrono_share_us(chrono[0] - st->tx_chrono_base[0], xfer_us);
+	e->rwnd_limited_us = chrono_share_us(chrono[1] - st->tx_chrono_base[1], xfer_us);
+	e->kernel.sndbuf_limited_us = chrono_share_us(chrono[2] - st->tx_chrono_base[2], xfer_us);
 }
 
 /* What a receive transfer adds to its common part in `e`; `received` is the
@@ -229,9 +241,8 @@ static __always_inline void fill_recv_transfer(struct tcpscope_transfer_event *e
 	e->bytes = received > st->rx_received_base ? received - st->rx_received_base : 0;
 	e->wait_us = st->rx_wait_us;
 	e->retrans_segs = 0; /* the sender's retransmissions are not counted here */
-	e->busy_us = 0;
 	e->rwnd_limited_us = 0;
-	e->sndbuf_limited_us = 0;
+	e->kernel = (struct tcpscope_transfer_kernel){};
 }
 
 /* A transfer that ends while the flow goes on gets a record of its own. `at`:

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import time
 
-RECORD_BYTES = 288 + 8  # struct tcpscope_flow_event + the ring buffer's record header
+RECORD_BYTES = 296 + 8  # struct tcpscope_flow_event + the ring buffer's record header
 
 
 # Set by tests/real_kernels/run.py in a VM that emulates its CPU (QEMU's

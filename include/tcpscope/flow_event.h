@@ -29,7 +29,7 @@
  * of its own layout version, and otherwise starts afresh. A test build may
  * set another (tests/package: an upgrade to a layout that differs). */
 #ifndef TCPSCOPE_LAYOUT_VERSION
-#define TCPSCOPE_LAYOUT_VERSION 4
+#define TCPSCOPE_LAYOUT_VERSION 5
 #endif
 
 #define TCPSCOPE_CC_NAME_LEN 16
@@ -114,18 +114,34 @@ struct tcpscope_flow_identity {
 
 TCPSCOPE_ASSERT_SIZE(tcpscope_flow_identity, 72);
 
-/* What a flow's record reports as the kernel had it at close: the daemon
- * copies this part whole, and src/record/record_fields.h names each field
- * for the outputs. A new value of that kind is added here, where BPF fills
- * it (bpf/record.h) and in that table. */
+/* What a record reports as the kernel had it, each field under its output
+ * name: the daemon copies the part whole and computes nothing from it.
+ * Such a field is named in at most four hand-written files: here, the BPF
+ * code that fills it (bpf/record.h; bpf/transfer.h for a transfer's), the
+ * per-socket state if the kernel must track it over the flow's life
+ * (bpf/flow_state.h), and src/record/record_fields.h, the output table.
+ * Whatever the value needs (a maximum, a unit, a clamp) the BPF code does
+ * as it fills the record. tests/unit/record/kernel_part_test.cc counts. A
+ * value the daemon computes with (aggregates, compares, controls) is a
+ * field of the event itself instead, decoded in src/record. */
 struct tcpscope_flow_kernel {
-	__u32 delivered_ce; /* segments delivered whose ACK echoed a CE mark (ECE):
-	                       tcp_info's tcpi_delivered_ce */
-	__u8 ecn;           /* 1: ECN negotiated on the handshake */
-	__u8 pad[3];
+	__u64 bytes_retrans;     /* tcp_info's tcpi_bytes_retrans */
+	__u64 delivery_rate_bps; /* as tcp_info's tcpi_delivery_rate, in bits/s */
+	__u64 pacing_rate_bps;   /* sk_pacing_rate in bits/s; 0 when unlimited */
+	__u32 rttvar_us;
+	__u32 cwnd;              /* snd_cwnd at the record */
+	__u32 max_cwnd;          /* the largest snd_cwnd seen over the flow's life */
+	__u32 ssthresh;
+	__u32 mss;               /* mss_cache */
+	__u32 segs_in;
+	__u32 lost_segs;         /* the cumulative tp->lost (tcp_info's tcpi_lost is the lost now) */
+	__u32 delivered_ce;      /* segments delivered whose ACK echoed a CE mark (ECE):
+	                            tcp_info's tcpi_delivered_ce */
+	__u8 ecn;                /* 1: ECN negotiated on the handshake */
+	__u8 pad[7];
 };
 
-TCPSCOPE_ASSERT_SIZE(tcpscope_flow_kernel, 8);
+TCPSCOPE_ASSERT_SIZE(tcpscope_flow_kernel, 64);
 
 struct tcpscope_flow_event {
 	struct tcpscope_record_header common; /* TCPSCOPE_RECORD_FLOW */
@@ -135,35 +151,24 @@ struct tcpscope_flow_event {
 	__u64 end_ns;         /* the socket reaching CLOSE */
 	__u64 bytes_acked;    /* payload bytes we sent that the peer acknowledged */
 	__u64 bytes_received; /* payload bytes received in order */
-	__u64 bytes_retrans;
-	__u64 pacing_rate;    /* bytes per second */
 	__u64 ca_state_ns[TCPSCOPE_CA_STATES]; /* time in Open, Disorder, CWR, Recovery, Loss */
 	__u32 pid;
 	__u32 srtt_us;
 	__u32 min_rtt_us;
-	__u32 rttvar_us;
-	__u32 snd_cwnd;
-	__u32 max_cwnd;
-	__u32 snd_ssthresh;
-	__u32 mss;
 	__u32 segs_out;
-	__u32 segs_in;
 	__u32 total_retrans;
-	__u32 lost;
-	__u32 rate_delivered;   /* segments in the last delivery-rate sample */
-	__u32 rate_interval_us; /* its interval */
 	__u32 flags;            /* TCPSCOPE_F_* */
 	__s32 sk_err;           /* positive errno the socket ended with, 0 if none */
 	__u32 cc_rule;          /* (policy install id << 16) | (rule index + 1); 0: no rule chose */
 	__u8 outcome;           /* enum tcpscope_outcome */
 	__u8 arm;               /* experiment arm: TCPSCOPE_ARM_TAG(index), 0 when none */
-	__u8 pad[2];
+	__u8 pad[6];
 	char cc[TCPSCOPE_CC_NAME_LEN];
 	char comm[TCPSCOPE_COMM_LEN];
 	struct tcpscope_flow_kernel kernel;
 };
 
-TCPSCOPE_ASSERT_SIZE(tcpscope_flow_event, 288);
+TCPSCOPE_ASSERT_SIZE(tcpscope_flow_event, 296);
 #pragma GCC diagnostic pop
 
 enum tcpscope_transfer_direction {
@@ -173,6 +178,20 @@ enum tcpscope_transfer_direction {
 
 /* wait_us when no data went the other way before the transfer. */
 #define TCPSCOPE_NO_WAIT 0xffffffffU
+
+/* A transfer's values the daemon only reports: as tcpscope_flow_kernel,
+ * filled by bpf/transfer.h. The time counters are tcp_info's chrono
+ * counters accrued during a send transfer (0 for a receive), converted from
+ * jiffies and cut to the transfer's duration by the BPF code. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wpadded"
+struct tcpscope_transfer_kernel {
+	__u32 busy_us;
+	__u32 sndbuf_limited_us;
+};
+
+TCPSCOPE_ASSERT_SIZE(tcpscope_transfer_kernel, 8);
+#pragma GCC diagnostic pop
 
 /* One transfer: a run of data in one direction of a flow (bpf/transfer.h,
  * "Transfers", has the rule). It shares the ring with the flow records. */
@@ -189,9 +208,7 @@ struct tcpscope_transfer_event {
 	__u32 retrans_segs;   /* segments this host retransmitted during it */
 	__u32 srtt_us;        /* at its end */
 	__u32 min_rtt_us;
-	__u32 busy_us;        /* send: tcp_info's chrono counters accrued during it; recv: 0 */
-	__u32 rwnd_limited_us;
-	__u32 sndbuf_limited_us;
+	__u32 rwnd_limited_us; /* as tcpscope_transfer_kernel's time counters */
 	__u32 cc_rule;        /* as in tcpscope_flow_event */
 	__u8 direction;       /* enum tcpscope_transfer_direction */
 	__u8 arm;
@@ -199,6 +216,7 @@ struct tcpscope_transfer_event {
 	                         "Which flows"): 0 for a flow a rule follows */
 	__u8 pad;
 	char cc[TCPSCOPE_CC_NAME_LEN];
+	struct tcpscope_transfer_kernel kernel;
 };
 
 TCPSCOPE_ASSERT_SIZE(tcpscope_transfer_event, 160);
@@ -219,7 +237,7 @@ struct tcpscope_close_event {
 	__u32 reserved;
 };
 
-TCPSCOPE_ASSERT_SIZE(tcpscope_close_event, 624);
+TCPSCOPE_ASSERT_SIZE(tcpscope_close_event, 632);
 #pragma GCC diagnostic pop
 
 /* The cgroups_made map (bpf/cgroup.bpf.c): each cgroup v2 made while the

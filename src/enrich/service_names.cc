@@ -81,7 +81,7 @@ bool ServiceNames::walk(const std::string& start, std::vector<uint64_t>* seen) {
     }
     const uint64_t id = st.st_ino;  // on cgroup v2 the inode number is the cgroup's id
     add(path, id);
-    if (wd >= 0) watched_[wd] = id, cgroups_[id].wd = wd;
+    if (wd >= 0) watched_[wd] = id, cgroups_.find(id)->wd = wd;
     if (seen) seen->push_back(id);
     while (const dirent* e = readdir(dir)) {
       if (e->d_type == DT_DIR && std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
@@ -93,7 +93,7 @@ bool ServiceNames::walk(const std::string& start, std::vector<uint64_t>* seen) {
 }
 
 void ServiceNames::add(const std::string& path, uint64_t id, std::optional<Clock::time_point> removed_at) {
-  if (cgroups_.count(id)) return;
+  if (cgroups_.contains(id)) return;
   // A path holds one cgroup at a time: one found there now replaces the one
   // whose removal is still in the queue.
   if (auto old = live_paths_.find(path); !removed_at && old != live_paths_.end())
@@ -105,7 +105,7 @@ void ServiceNames::add(const std::string& path, uint64_t id, std::optional<Clock
                                    c.identity->pod_uid.empty());
   c.removed = removed_at.has_value();
   if (options_.on_named) options_.on_named(id, *c.identity);
-  cgroups_.emplace(id, std::move(c));
+  cgroups_.try_emplace(id, std::move(c));
   if (removed_at)
     removals_.emplace_back(*removed_at, id);
   else
@@ -116,15 +116,15 @@ bool ServiceNames::learn_made(uint64_t id, Clock::time_point now) {
   if (!options_.take_made) return false;
   const std::optional<MadeCgroup> made = options_.take_made(id);
   if (!made) return false;
-  const auto parent = cgroups_.find(made->parent_id);
-  if (parent == cgroups_.end()) return false;
-  const std::string path = child_path(parent->second.path, made->name.c_str());
+  const Cgroup* parent = cgroups_.find(made->parent_id);
+  if (!parent) return false;
+  const std::string path = child_path(parent->path, made->name.c_str());
   struct stat st;
   if (stat(full_path(path).c_str(), &st) == 0 && st.st_ino == id)
     walk(path, nullptr);  // still there after all
   else
     add(path, id, now);
-  return cgroups_.count(id) != 0;
+  return cgroups_.contains(id);
 }
 
 int ServiceNames::watch(const std::string& path) {
@@ -149,18 +149,18 @@ void ServiceNames::stop_watching(const std::string& why) {
 }
 
 void ServiceNames::mark_removed(uint64_t id, Clock::time_point now) {
-  auto it = cgroups_.find(id);
-  if (it == cgroups_.end() || it->second.removed) return;
-  it->second.removed = true;
+  Cgroup* c = cgroups_.find(id);
+  if (!c || c->removed) return;
+  c->removed = true;
   removals_.emplace_back(now, id);
   // A removed cgroup's directory lives on while a watch holds its inode:
   // without this no IN_IGNORED would ever come, and the watch would stay.
-  if (it->second.wd >= 0) {
-    inotify_rm_watch(inotify_fd_, it->second.wd);
-    watched_.erase(it->second.wd);
-    it->second.wd = -1;
+  if (c->wd >= 0) {
+    inotify_rm_watch(inotify_fd_, c->wd);
+    watched_.erase(c->wd);
+    c->wd = -1;
   }
-  if (auto p = live_paths_.find(it->second.path); p != live_paths_.end() && p->second == id) live_paths_.erase(p);
+  if (auto p = live_paths_.find(c->path); p != live_paths_.end() && p->second == id) live_paths_.erase(p);
 }
 
 void ServiceNames::on_readable() {
@@ -183,9 +183,9 @@ void ServiceNames::on_readable() {
         watched_.erase(w);
         continue;
       }
-      const auto parent = cgroups_.find(w->second);
-      if (!(ev->mask & IN_ISDIR) || ev->len == 0 || parent == cgroups_.end()) continue;
-      const std::string path = child_path(parent->second.path, ev->name);
+      const Cgroup* parent = cgroups_.find(w->second);
+      if (!(ev->mask & IN_ISDIR) || ev->len == 0 || !parent) continue;
+      const std::string path = child_path(parent->path, ev->name);
       if (ev->mask & IN_CREATE) {
         walk(path, nullptr);
       } else if (auto p = live_paths_.find(path); (ev->mask & IN_DELETE) && p != live_paths_.end()) {
@@ -205,8 +205,9 @@ void ServiceNames::rescan(Clock::time_point now) {
   if (!walk("/", &seen)) return;  // cut short: what it did not reach may still be there
   const std::unordered_set<uint64_t> found(seen.begin(), seen.end());
   std::vector<uint64_t> gone;
-  for (const auto& [id, c] : cgroups_)
+  cgroups_.for_each([&](uint64_t id, const Cgroup& c) {
     if (!c.removed && !found.count(id)) gone.push_back(id);
+  });
   for (uint64_t id : gone) mark_removed(id, now);
 }
 
@@ -224,7 +225,7 @@ void ServiceNames::expire(Clock::time_point now) {
 }
 
 const ServiceNames::Cgroup* ServiceNames::find(uint64_t id) {
-  if (auto it = cgroups_.find(id); it != cgroups_.end()) return &it->second;
+  if (const Cgroup* c = cgroups_.find(id)) return c;
   if (id == 0) return nullptr;
   const Clock::time_point now = Clock::now();
   if (auto m = misses_.find(id); m != misses_.end() && now - m->second < kRetryAfter) return nullptr;
@@ -238,10 +239,10 @@ const ServiceNames::Cgroup* ServiceNames::find(uint64_t id) {
     on_readable();
   else if (now - last_rescan_ >= kRetryAfter)
     rescan(now);
-  if (!cgroups_.count(id)) learn_made(id, now);
-  if (auto it = cgroups_.find(id); it != cgroups_.end()) {
+  if (!cgroups_.contains(id)) learn_made(id, now);
+  if (const Cgroup* c = cgroups_.find(id)) {
     misses_.erase(id);
-    return &it->second;
+    return c;
   }
   if (misses_.size() >= kMaxMisses) misses_.clear();
   misses_[id] = now;
@@ -264,10 +265,10 @@ void ServiceNames::update(const ServicesConfig& config) {
   options_.names = config.names;
   options_.grace = std::chrono::seconds(config.grace_seconds);
   rules_ = ServiceNameRules(options_.names);
-  for (auto& [id, c] : cgroups_) {
+  cgroups_.for_each([this](uint64_t id, Cgroup& c) {
     c.identity = std::make_shared<const ServiceIdentity>(identify_cgroup(c.path, id, rules_, options_.state_dirs));
     if (options_.on_named) options_.on_named(id, *c.identity);
-  }
+  });
 }
 
 ServiceNames::Counts ServiceNames::counts() const {

@@ -14,24 +14,24 @@ template <class Key>
 typename ByteRanking<Key>::Counted ByteRanking<Key>::add(Key key, uint64_t bytes) {
   RankedLabel label = RankedLabel::kOwn;
   if (key != 0) {
-    auto it = bytes_.find(key);
-    if (it == bytes_.end()) {
+    Entry* e = bytes_.find(key);
+    if (!e) {
       if (bytes_.size() < options_.max_tracked) {
-        it = bytes_.emplace(key, Entry{static_cast<double>(bytes), false, true, last_recompute_}).first;
+        e = bytes_.try_emplace(key, Entry{static_cast<double>(bytes), false, true, last_recompute_}).first;
       } else {
         ++untracked_flows_;
       }
     } else {
-      it->second.bytes += static_cast<double>(bytes);
-      it->second.seen = true;
+      e->bytes += static_cast<double>(bytes);
+      e->seen = true;
     }
     // While the top-N has room (a young daemon, or few keys) a key joins
     // it at once rather than waiting as "other" for the next ranking.
-    if (it != bytes_.end() && !it->second.top && top_.size() < options_.top_n) {
-      it->second.top = true;
+    if (e && !e->top && top_.size() < options_.top_n) {
+      e->top = true;
       top_.push_back(key);
     }
-    if (it == bytes_.end() || !it->second.top) label = RankedLabel::kOther;
+    if (!e || !e->top) label = RankedLabel::kOther;
   }
 
   // A fresh daemon labels every key "other" until the first ranking; rank
@@ -59,21 +59,20 @@ void ByteRanking<Key>::recompute() {
   std::vector<std::pair<double, Key>> ranked;
   ranked.reserve(bytes_.size());
   const double decay = options_.bytes_half_life_s > 0 ? std::exp2(-elapsed / options_.bytes_half_life_s) : 1.0;
-  for (auto it = bytes_.begin(); it != bytes_.end();) {
-    Entry& e = it->second;
+  const bool forgets = options_.forget_after_s > 0;
+  bytes_.erase_if([&](Key, Entry& e) {
     if (e.seen) {
       e.last_seen = now;
       e.seen = false;
-    } else if (options_.forget_after_s > 0 &&
-               std::chrono::duration<double>(now - e.last_seen).count() >= options_.forget_after_s) {
-      it = bytes_.erase(it);
-      continue;
+      return false;
     }
-    ranked.emplace_back(e.bytes, it->first);
+    return forgets && std::chrono::duration<double>(now - e.last_seen).count() >= options_.forget_after_s;
+  });
+  bytes_.for_each([&](Key key, Entry& e) {
+    ranked.emplace_back(e.bytes, key);
     e.bytes *= decay;
     e.top = false;
-    ++it;
-  }
+  });
   // Most bytes first; ties broken by the lower key so the ranking is stable.
   auto by_bytes = [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; };
   const size_t n = std::min<size_t>(options_.top_n, ranked.size());
@@ -81,7 +80,7 @@ void ByteRanking<Key>::recompute() {
   top_.clear();
   for (size_t i = 0; i < n; ++i) {
     top_.push_back(ranked[i].second);
-    bytes_[ranked[i].second].top = true;
+    bytes_.find(ranked[i].second)->top = true;
   }
 
   // Keep the table bounded: once nearly full, keep the half with the most bytes.
@@ -106,8 +105,8 @@ bool ByteRanking<Key>::update_options(ByteRankingOptions options) {
 template <class Key>
 RankedLabel ByteRanking<Key>::label(Key key) const {
   if (key == 0) return RankedLabel::kOwn;  // the unknown value is a value of its own
-  auto it = bytes_.find(key);
-  return it != bytes_.end() && it->second.top ? RankedLabel::kOwn : RankedLabel::kOther;
+  const Entry* e = bytes_.find(key);
+  return e && e->top ? RankedLabel::kOwn : RankedLabel::kOther;
 }
 
 template class ByteRanking<uint32_t>;

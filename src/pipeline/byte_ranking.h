@@ -14,8 +14,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
+
+#include "containers/flat_map.h"
 
 namespace tcpscope {
 
@@ -64,7 +65,7 @@ class ByteRanking {
 
   RankedLabel label(Key key) const;
   // Whether the key's bytes are counted (false once forgotten or pruned).
-  bool tracked(Key key) const { return bytes_.count(key) > 0; }
+  bool tracked(Key key) const { return bytes_.contains(key); }
   // Current top-N, most bytes first.
   const std::vector<Key>& top() const { return top_; }
   // Flows whose key found the tracking table full (labelled "other").
@@ -79,7 +80,7 @@ class ByteRanking {
   };
 
   ByteRankingOptions options_;
-  std::unordered_map<Key, Entry> bytes_;
+  FlatMap<Key, Entry> bytes_;
   std::vector<Key> top_;
   uint64_t untracked_flows_ = 0;
   Clock::time_point created_;

@@ -15,12 +15,6 @@ int64_t clock_ns(clockid_t id) {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
-uint64_t delivery_rate_bps(const tcpscope_flow_event& ev) {
-  // As tcp_info's tcpi_delivery_rate: delivered segments x mss over the sample interval.
-  if (ev.rate_interval_us == 0) return 0;
-  return static_cast<uint64_t>(ev.rate_delivered) * ev.mss * 8ULL * 1000000ULL / ev.rate_interval_us;
-}
-
 }  // namespace
 
 void MonotonicToRealtime::refresh() {
@@ -97,20 +91,10 @@ FlowRecord decode_flow_event(const tcpscope_flow_event& ev, const MonotonicToRea
   r.cc = event_string(ev.cc, sizeof(ev.cc));
   r.srtt_us = ev.srtt_us;
   r.min_rtt_us = ev.min_rtt_us;
-  r.rttvar_us = ev.rttvar_us;
-  r.cwnd = ev.snd_cwnd;
-  r.max_cwnd = std::max(ev.max_cwnd, ev.snd_cwnd);
-  r.ssthresh = ev.snd_ssthresh;
-  r.mss = ev.mss;
   r.bytes_acked = ev.bytes_acked;
   r.bytes_received = ev.bytes_received;
-  r.bytes_retrans = ev.bytes_retrans;
   r.segs_out = ev.segs_out;
-  r.segs_in = ev.segs_in;
   r.retrans_segs = ev.total_retrans;
-  r.lost_segs = ev.lost;
-  r.delivery_rate_bps = delivery_rate_bps(ev);
-  r.pacing_rate_bps = ev.pacing_rate == ~0ULL ? 0 : ev.pacing_rate * 8;
   for (size_t i = 0; i < r.ca_state_us.size(); ++i) r.ca_state_us[i] = ev.ca_state_ns[i] / 1000;
   r.kernel = ev.kernel;
 

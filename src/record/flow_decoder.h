@@ -1,6 +1,7 @@
 // Turns the kernel's fixed-layout event into a FlowRecord: monotonic times to
 // wall-clock, addresses to IpAddr (IPv4-mapped peers folded to IPv4), and the
-// derived quantities of SPEC.md (fct_us, duration_us, rates in bits/s).
+// derived quantities of SPEC.md (fct_us, duration_us). The event's kernel
+// part, which the BPF code fills in the record's units, is copied whole.
 #pragma once
 
 #include <cstddef>

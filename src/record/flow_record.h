@@ -49,16 +49,14 @@ struct FlowRecord {
   bool app_set_cc = false;
 
   std::string cc;
-  uint32_t srtt_us = 0, min_rtt_us = 0, rttvar_us = 0;
-  uint32_t cwnd = 0, max_cwnd = 0, ssthresh = 0, mss = 0;
-  uint64_t bytes_acked = 0, bytes_received = 0, bytes_retrans = 0;
-  uint32_t segs_out = 0, segs_in = 0, retrans_segs = 0, lost_segs = 0;
-  uint64_t delivery_rate_bps = 0, pacing_rate_bps = 0;
+  uint32_t srtt_us = 0, min_rtt_us = 0;
+  uint64_t bytes_acked = 0, bytes_received = 0;
+  uint32_t segs_out = 0, retrans_segs = 0;
   // Microseconds spent in each congestion-avoidance state, in the kernel's
   // order: Open, Disorder, CWR, Recovery, Loss.
   std::array<uint64_t, TCPSCOPE_CA_STATES> ca_state_us{};
-  // What the kernel reports as it is (the event's part of that name), each
-  // field named for the outputs in record/record_fields.h.
+  // What the kernel reports as it is (the event's part of that name, its
+  // fields named for the outputs only in record/record_fields.h).
   tcpscope_flow_kernel kernel{};
 
   // Filled in by the pipeline (empty / 0 / nullopt until then).

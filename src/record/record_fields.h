@@ -19,7 +19,8 @@
 //
 // A value the kernel reports as it is goes in the event's `kernel` part
 // (include/tcpscope/flow_event.h), which the decoder copies whole: such a
-// field is named in the event header, the BPF code that fills it and here.
+// field is named in the event header, the BPF code that fills it and here,
+// read as r.kernel.NAME (tests/unit/record/kernel_part_test.cc counts).
 #pragma once
 
 #include <cstddef>
@@ -71,20 +72,20 @@
   FIELD(cc, 13, "string", "String", r.cc)                                                \
   FIELD(srtt_us, 14, "uint64", "UInt64", r.srtt_us)                                      \
   FIELD(min_rtt_us, 15, "uint64", "UInt64", r.min_rtt_us)                                \
-  FIELD(rttvar_us, 16, "uint64", "UInt64", r.rttvar_us)                                  \
-  FIELD(cwnd, 17, "uint64", "UInt64", r.cwnd)                                            \
-  FIELD(max_cwnd, 18, "uint64", "UInt64", r.max_cwnd)                                    \
-  FIELD(ssthresh, 19, "uint64", "UInt64", r.ssthresh)                                    \
-  FIELD(mss, 20, "uint64", "UInt64", r.mss)                                              \
+  FIELD(rttvar_us, 16, "uint64", "UInt64", r.kernel.rttvar_us)                           \
+  FIELD(cwnd, 17, "uint64", "UInt64", r.kernel.cwnd)                                     \
+  FIELD(max_cwnd, 18, "uint64", "UInt64", r.kernel.max_cwnd)                             \
+  FIELD(ssthresh, 19, "uint64", "UInt64", r.kernel.ssthresh)                             \
+  FIELD(mss, 20, "uint64", "UInt64", r.kernel.mss)                                       \
   FIELD(bytes_acked, 21, "uint64", "UInt64", r.bytes_acked)                              \
   FIELD(bytes_received, 22, "uint64", "UInt64", r.bytes_received)                        \
-  FIELD(bytes_retrans, 23, "uint64", "UInt64", r.bytes_retrans)                          \
+  FIELD(bytes_retrans, 23, "uint64", "UInt64", r.kernel.bytes_retrans)                   \
   FIELD(segs_out, 24, "uint64", "UInt64", r.segs_out)                                    \
-  FIELD(segs_in, 25, "uint64", "UInt64", r.segs_in)                                      \
+  FIELD(segs_in, 25, "uint64", "UInt64", r.kernel.segs_in)                               \
   FIELD(retrans_segs, 26, "uint64", "UInt64", r.retrans_segs)                            \
-  FIELD(lost_segs, 27, "uint64", "UInt64", r.lost_segs)                                  \
-  FIELD(delivery_rate_bps, 28, "uint64", "UInt64", r.delivery_rate_bps)                  \
-  FIELD(pacing_rate_bps, 29, "uint64", "UInt64", r.pacing_rate_bps)                      \
+  FIELD(lost_segs, 27, "uint64", "UInt64", r.kernel.lost_segs)                           \
+  FIELD(delivery_rate_bps, 28, "uint64", "UInt64", r.kernel.delivery_rate_bps)           \
+  FIELD(pacing_rate_bps, 29, "uint64", "UInt64", r.kernel.pacing_rate_bps)               \
   TCPSCOPE_ENRICHMENT_FIELDS(FIELD, 30)                                                   \
   FIELD(app_set_cc, 36, "bool", "UInt8", r.app_set_cc)                                   \
   FIELD(pid, 37, "uint32", "UInt32", r.pid)                                              \
@@ -117,9 +118,9 @@
   FIELD(retrans_segs, 18, "uint64", "UInt64", r.retrans_segs)                            \
   FIELD(srtt_us, 19, "uint64", "UInt64", r.srtt_us)                                      \
   FIELD(min_rtt_us, 20, "uint64", "UInt64", r.min_rtt_us)                                \
-  FIELD(busy_us, 21, "uint64", "UInt64", r.busy_us)                                      \
+  FIELD(busy_us, 21, "uint64", "UInt64", r.kernel.busy_us)                               \
   FIELD(rwnd_limited_us, 22, "uint64", "UInt64", r.rwnd_limited_us)                      \
-  FIELD(sndbuf_limited_us, 23, "uint64", "UInt64", r.sndbuf_limited_us)                  \
+  FIELD(sndbuf_limited_us, 23, "uint64", "UInt64", r.kernel.sndbuf_limited_us)           \
   FIELD(cc, 24, "string", "String", r.cc)                                                \
   TCPSCOPE_ENRICHMENT_FIELDS(FIELD, 25)                                                   \
   FIELD(netns, 31, "uint32", "UInt32", r.netns)                                          \

@@ -4,18 +4,6 @@
 
 namespace tcpscope {
 
-namespace {
-
-// The kernel's time counters tick in jiffies (4 ms at HZ=250) and a
-// transfer's share is the difference of two readings, so a transfer shorter
-// than a tick can be charged a whole one: each is cut to the transfer's own
-// duration, so that no part exceeds its whole.
-uint32_t within(uint32_t part_us, int64_t whole_us) {
-  return static_cast<int64_t>(part_us) > whole_us ? static_cast<uint32_t>(whole_us) : part_us;
-}
-
-}  // namespace
-
 TransferRecord decode_transfer_event(const tcpscope_transfer_event& ev, const MonotonicToRealtime& clock,
                                      TransferDelimiter sends) {
   TransferRecord r;
@@ -34,10 +22,9 @@ TransferRecord decode_transfer_event(const tcpscope_transfer_event& ev, const Mo
   r.retrans_segs = ev.retrans_segs;
   r.srtt_us = ev.srtt_us;
   r.min_rtt_us = ev.min_rtt_us;
-  r.busy_us = within(ev.busy_us, r.xfer_us);
-  r.rwnd_limited_us = within(ev.rwnd_limited_us, r.xfer_us);
-  r.sndbuf_limited_us = within(ev.sndbuf_limited_us, r.xfer_us);
+  r.rwnd_limited_us = ev.rwnd_limited_us;
   r.cc = event_string(ev.cc, sizeof(ev.cc));
+  r.kernel = ev.kernel;
   return r;
 }
 

@@ -52,8 +52,10 @@ struct TransferRecord {
   uint64_t bytes = 0;
   uint32_t retrans_segs = 0;
   uint32_t srtt_us = 0, min_rtt_us = 0;
-  uint32_t busy_us = 0, rwnd_limited_us = 0, sndbuf_limited_us = 0;
+  uint32_t rwnd_limited_us = 0;
   std::string cc;
+  // What the kernel reports as it is, as for flows (FlowRecord::kernel).
+  tcpscope_transfer_kernel kernel{};
 
   // Filled in by the pipeline, as for flows.
   Enrichment enrichment;

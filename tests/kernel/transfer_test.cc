@@ -382,8 +382,10 @@ TEST_F(TransferProbe, KeptAliveRequestsAndResponsesAreOneTransferEach) {
         // Time counters tick in jiffies (4 ms at HZ=250), reads take >= 1 ms each.
         const uint64_t xfer_us = (t.end_ns - t.start_ns) / 1000;
         EXPECT_GT(2 * uint64_t{t.rwnd_limited_us}, xfer_us) << "the slow reader's window limited most of it";
-        EXPECT_LE(uint64_t{t.busy_us} + t.rwnd_limited_us + t.sndbuf_limited_us, xfer_us + 8000)
+        EXPECT_LE(uint64_t{t.kernel.busy_us} + t.rwnd_limited_us + t.kernel.sndbuf_limited_us, xfer_us + 8000)
             << "accrued during it, to two ticks";
+        for (uint32_t part : {t.kernel.busy_us, t.rwnd_limited_us, t.kernel.sndbuf_limited_us})
+          EXPECT_LE(part, xfer_us) << "each is cut to the transfer's own time";
       }
       if (!request && !is_server) {
         // Time to first byte from the request: covers the think time.

@@ -82,9 +82,9 @@ void set_ipv6_addrs(Id* id, const char* saddr, const char* daddr) {
 // sndbuf-limited), on an event or a record alike.
 template <class Transfer>
 void set_chrono_us(Transfer* t, uint32_t busy, uint32_t rwnd_limited, uint32_t sndbuf_limited) {
-  t->busy_us = busy;
+  t->kernel.busy_us = busy;
   t->rwnd_limited_us = rwnd_limited;
-  t->sndbuf_limited_us = sndbuf_limited;
+  t->kernel.sndbuf_limited_us = sndbuf_limited;
 }
 
 // Each record appended is a line of its own: two records, two newlines.

@@ -157,7 +157,7 @@ FlowRecord open_flow(const std::string& cc, uint32_t srtt_us, uint64_t bytes, in
   f.enrichment.peer_class = "client";
   f.enrichment.asn = 64501;
   f.enrichment.as_org = "Test Wireless";
-  f.cwnd = 10;
+  f.kernel.cwnd = 10;
   f.comm = "nginx";
   f.pid = 42;
   return f;

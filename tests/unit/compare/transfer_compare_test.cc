@@ -35,7 +35,7 @@ TransferRecord transfer(const std::string& cc, uint32_t asn, TransferDirection d
   t.end_ns = t.start_ns + xfer_us * 1000;
   t.srtt_us = 20000;
   t.min_rtt_us = 15000;
-  t.busy_us = static_cast<uint32_t>(xfer_us);
+  t.kernel.busy_us = static_cast<uint32_t>(xfer_us);
   t.enrichment.arm = cc;
   t.enrichment.experiment = "bbr-vs-cubic";
   return t;
@@ -63,9 +63,9 @@ std::string transfer_line(const TransferRecord& t) {
   j["retrans_segs"] = t.retrans_segs;
   j["srtt_us"] = t.srtt_us;
   j["min_rtt_us"] = t.min_rtt_us;
-  j["busy_us"] = t.busy_us;
+  j["busy_us"] = t.kernel.busy_us;
   j["rwnd_limited_us"] = t.rwnd_limited_us;
-  j["sndbuf_limited_us"] = t.sndbuf_limited_us;
+  j["sndbuf_limited_us"] = t.kernel.sndbuf_limited_us;
   j["cc"] = t.cc;
   j["peer_class"] = t.enrichment.peer_class;
   j["asn"] = t.enrichment.asn;

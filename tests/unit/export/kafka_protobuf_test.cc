@@ -124,12 +124,12 @@ FlowRecord full_flow() {
   r.partial = true;
   r.app_set_cc = true;
   r.cc = "bbr";
-  r.srtt_us = 21000, r.min_rtt_us = 20000, r.rttvar_us = 500;
-  r.cwnd = 10, r.max_cwnd = 80, r.ssthresh = 2147483647, r.mss = 1448;
+  r.srtt_us = 21000, r.min_rtt_us = 20000, r.kernel.rttvar_us = 500;
+  r.kernel.cwnd = 10, r.kernel.max_cwnd = 80, r.kernel.ssthresh = 2147483647, r.kernel.mss = 1448;
   r.bytes_acked = 18446744073709551615ULL;  // u64 max survives
-  r.bytes_received = 1, r.bytes_retrans = 2;
-  r.segs_out = 3, r.segs_in = 4, r.retrans_segs = 5, r.lost_segs = 6;
-  r.delivery_rate_bps = 7, r.pacing_rate_bps = 8;
+  r.bytes_received = 1, r.kernel.bytes_retrans = 2;
+  r.segs_out = 3, r.kernel.segs_in = 4, r.retrans_segs = 5, r.kernel.lost_segs = 6;
+  r.kernel.delivery_rate_bps = 7, r.kernel.pacing_rate_bps = 8;
   r.ca_state_us = {9, 10, 11, 12, 13};
   // The arm present though empty: not null.
   r.enrichment = {"pop-to-pop", 4294967295u, "Example \"Wireless\" \\ Net \xE4\xB8\xAD\xE5\x9B\xBD", "wireless-bbr",
