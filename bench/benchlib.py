@@ -263,23 +263,53 @@ class NetPair:
 
 
 class ChurnServer:
-    """bench-loadgen serve in the server namespace."""
+    """bench-loadgen serve in the server namespace. cgroups: that many
+    cgroups made under net's cgroup (`svc-N.service`, as systemd names
+    units), a listener in each on ports port, port+1, ..., so that the
+    connections belong to that many services; spread: how the client picks
+    among them (even, or zipf: the i-th with weight 1/i). one_cgroup: the
+    same listeners and ports, all in one cgroup (one service): the load's
+    shape without the services."""
 
-    def __init__(self, net, tmp, port=8080, threads=2, req=100, resp=1000):
+    def __init__(self, net, tmp, port=8080, threads=2, req=100, resp=1000, cgroups=0, spread="even",
+                 one_cgroup=False):
         ready = Path(tmp) / f"serve-{port}.ready"
         ready.unlink(missing_ok=True)
-        self.p = net.spawn(net.srv, loadgen_binary(), "serve", "--bind", net.srv_v4, "--port", port,
-                           "--threads", threads, "--req", req, "--resp", resp, "--ready", ready)
-        wait_for(lambda: ready.exists() or self.p.poll() is not None, 10, "churn server start")
+        argv = [loadgen_binary(), "serve", "--bind", net.srv_v4, "--port", port,
+                "--threads", threads, "--req", req, "--resp", resp, "--ready", ready]
+        self.cgroup_dirs = []
+        if cgroups:
+            home = net.cgroup.path
+            self.cgroup_dirs = [home / f"svc-{i}.service" for i in range(1 if one_cgroup else cgroups)]
+            for d in self.cgroup_dirs:
+                d.mkdir(exist_ok=True)
+            listener_dirs = self.cgroup_dirs * cgroups if one_cgroup else self.cgroup_dirs
+            argv += ["--cgroups", ",".join(map(str, listener_dirs)), "--home-cgroup", home]
+            # nsenter keeps the host's /sys (and so the cgroup2 mount) in view.
+            self.p = subprocess.Popen(["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(home),
+                                       "nsenter", f"--net=/run/netns/{net.srv}", *map(str, argv)],
+                                      text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            net.procs.append(self.p)
+        else:
+            self.p = net.spawn(net.srv, *argv)
+        wait_for(lambda: ready.exists() or self.p.poll() is not None, 30, "churn server start")
         if self.p.poll() is not None:
             raise RuntimeError(f"churn server exited: {self.p.stderr.read()}")
         self.port, self.req, self.resp = port, req, resp
+        self.port_count, self.spread = max(1, cgroups), spread
 
+    def remove_cgroups(self):
+        """After the server is gone: its cgroups, empty now."""
+        for d in self.cgroup_dirs:
+            try:
+                d.rmdir()
+            except OSError:
+                pass
 
     def run_client(self, net, seconds, threads):
         r = net.run(net.cli, loadgen_binary(), "churn", "--addr", net.srv_v4, "--port", self.port,
                     "--threads", threads, "--seconds", seconds, "--req", self.req, "--resp", self.resp,
-                    timeout=seconds + 60)
+                    "--port-count", self.port_count, "--spread", self.spread, timeout=seconds + 60)
         return json.loads(r.stdout)
 
 
@@ -523,6 +553,9 @@ class Tcpscope:
         self.start_seconds = time.monotonic() - t0
 
     def metrics(self):
+        # Each scrape is a connection on this host: the daemon records both
+        # of its ends (a benchmark counting records subtracts them).
+        self.scrapes = getattr(self, "scrapes", 0) + 1
         with urllib.request.urlopen(self.url + "/metrics", timeout=30) as r:
             return r.read().decode()
 

@@ -21,7 +21,17 @@ spread of all baselines is the noise. Observer start-up (tcpscope loading the
 ASN file, bcc compiling its program) is outside the measured window; the
 window ends when the observer has drained what the load produced.
 
-  bench/churn.py [--seconds 60] [--threads 4] [--variants a,b,...] [--out FILE]
+  bench/churn.py [--seconds 60] [--threads 4] [--variants a,b,...]
+                 [--service-cgroups N [--service-spread even|zipf]] [--out FILE]
+
+--service-cgroups N spreads the server's connections over N cgroups of their
+own (`svc-K.service`, a listener made in each on a port of its own), so that
+every record names one of N services: each as busy as the next (even) or the
+K-th with weight 1/K (zipf, as a host's services carry traffic).
+--one-service keeps the N listeners and ports, and the spread over them, but
+makes every listener in one cgroup: the same load, one service. The cost of
+naming N services is the daemon µs per connection of a run against that of
+the same run with --one-service.
 
 Needs root. Prints a table, writes JSON (bench/results/churn.json by default).
 """
@@ -131,6 +141,7 @@ class TcpscopeObserver(Observer):
         self.pid = self.d.pid
         self.start_seconds = self.d.start_seconds
         self.lost0 = self.d.metric("tcpscope_records_lost_total") or 0
+        self.scrapes0 = self.d.scrapes
         self.records0 = self.d.metric("tcpscope_records_total") or 0
         self.ours0 = self.d.metric("tcpscope_flows_total", {"asn": B.BENCH_ASN}) or 0
         self.programs = sorted(p["name"] for p in B.bpf_programs_of(self.pid).values())
@@ -148,6 +159,13 @@ class TcpscopeObserver(Observer):
             last = n
             time.sleep(1.0)  # a server socket whose last ACK was lost closes after a FIN resent
         self.ours1 = last
+        time.sleep(0.3)  # the last scrape's own records drained (the daemon drains every 100 ms)
+        self.scrapes1 = self.d.scrapes
+        # The services the benchmark's flows were counted under (label values
+        # of their series: the top-N plus "other").
+        self.service_labels = sorted({m.group(1) for m in re.finditer(
+            r'^tcpscope_flows_total\{[^}]*asn="' + str(B.BENCH_ASN) + r'"[^}]*service="([^"]*)"',
+            self.d.metrics(), re.M)})
         self.records1 = self.d.metric("tcpscope_records_total")
         self.lost1 = self.d.metric("tcpscope_records_lost_total") or 0
         self.dropped = self.d.metric("tcpscope_flow_log_dropped_total") or 0
@@ -165,6 +183,7 @@ class TcpscopeObserver(Observer):
         r = {"records_lost_total": self.lost1 - self.lost0, "start_seconds": round(self.start_seconds, 2),
              "bpf_programs": self.programs, "records_total_delta": self.records1 - self.records0,
              "flow_log_dropped": self.dropped, "bpf_recursion_misses": self.recursion_misses,
+             "service_labels": self.service_labels,
              "exit_code": self.rc}
         if self.flow_log:
             detail = {}
@@ -175,6 +194,12 @@ class TcpscopeObserver(Observer):
             r["flow_log_lines"] = B.count_lines(self.flow_log)
             self.flow_log.unlink(missing_ok=True)
             r["how_counted"] = "flow-log records of the benchmark's two network namespaces"
+        elif getattr(self.ctx.args, "service_cgroups", 0):
+            # The series of services that leave the top-N are removed, and
+            # their counts with them: count records instead, less the ones
+            # of the observer's own scrapes (two a scrape).
+            recorded = int(self.records1 - self.records0) - 2 * (self.scrapes1 - self.scrapes0)
+            r["how_counted"] = "tcpscope_records_total delta less 2 per scrape of the window"
         else:
             # Both ends of the benchmark's connections have a remote address in
             # its own /24, which the ASN file maps to BENCH_ASN.
@@ -379,6 +404,8 @@ def summarize(runs, skipped):
             v["flows_per_s"] = round(flows_per_s, 1)
             v["cpu_pct_core_per_10k_flows_s"] = round(r["observer_cpu_pct_core"] / (flows_per_s / 1e4), 3) \
                 if flows_per_s else None
+            v["daemon_us_per_conn"] = round(1e6 * r["observer_cpu_s"] / r["connections"], 3) \
+                if r["connections"] else None
         variants.append(v)
     for name, why in skipped.items():
         variants.append({"variant": name, "skipped": why})
@@ -396,6 +423,12 @@ def main():
     ap.add_argument("--variants", default=",".join(ALL_VARIANTS))
     ap.add_argument("--prefixes", type=int, default=1000000, help="lines of the generated pfx2as file")
     ap.add_argument("--rules", type=int, default=50, help="cc_policy rules")
+    ap.add_argument("--service-cgroups", type=int, default=0,
+                    help="spread the server's connections over this many cgroups (services)")
+    ap.add_argument("--service-spread", choices=("even", "zipf"), default="even",
+                    help="how the connections spread over the services")
+    ap.add_argument("--one-service", action="store_true",
+                    help="the --service-cgroups listeners all in one cgroup (the same load, one service)")
     ap.add_argument("--out", help="JSON output (default bench/results/churn.json)")
     ap.add_argument("--ss-poller", help=argparse.SUPPRESS)
     ap.add_argument("--ss-interval", type=float, default=1, help=argparse.SUPPRESS)
@@ -404,6 +437,8 @@ def main():
         return ss_poller(args.ss_poller, args.ss_interval)
     if os.geteuid() != 0:
         raise SystemExit("churn.py: needs root (network namespaces, BPF)")
+    if args.service_cgroups and args.load != "loadgen":
+        raise SystemExit("churn.py: --service-cgroups needs --load loadgen")
 
     ctx = Ctx()
     ctx.args = args
@@ -433,6 +468,8 @@ def main():
     finally:
         if ctx.net:
             ctx.net.close()
+        if getattr(ctx, "server", None) is not None and hasattr(ctx.server, "remove_cgroups"):
+            ctx.server.remove_cgroups()
         ctx.cgroup.close()
     noise, variants = summarize(runs, skipped)
     for v in variants:
@@ -441,28 +478,34 @@ def main():
     rows = []
     for v in variants:
         if "skipped" in v:
-            rows.append([v["variant"], "skipped: " + v["skipped"], "", "", "", "", ""])
+            rows.append([v["variant"], "skipped: " + v["skipped"], "", "", "", "", "", ""])
             continue
         rows.append([v["variant"], round(v["rate"]), B.ratio_text(noise, v["ratio"]), v["observer_cpu_s"],
-                     round(v["peak_rss_kib"] / 1024, 1),
+                     v.get("daemon_us_per_conn", ""), round(v["peak_rss_kib"] / 1024, 1),
                      f"{v['flows_missed']}/{v['flows_expected']}",
                      v.get("records_lost_total", v.get("lost_reported", ""))])
     print(f"connection churn ({args.load}): {args.threads} clients, {args.seconds:g} s per run, "
-          f"baseline {noise['mean']:.0f} conn/s (stdev {noise['stdev_pct']}% over {noise['baseline_runs']} runs)")
-    print(B.fmt_table(["variant", "conn/s", "ratio", "CPU s", "peak MiB", "missed/expected", "lost"], rows))
+          + (f"{args.service_cgroups} listeners ({args.service_spread}) in "
+             f"{1 if args.one_service else args.service_cgroups} services, " if args.service_cgroups else "")
+          + f"baseline {noise['mean']:.0f} conn/s (stdev {noise['stdev_pct']}% over {noise['baseline_runs']} runs)")
+    print(B.fmt_table(["variant", "conn/s", "ratio", "CPU s", "µs/conn", "peak MiB", "missed/expected", "lost"], rows))
     if noise["invalid"]:
         print(f"RUN INVALID: {noise['invalid']}; no ratio is printed.")
     result = {"benchmark": "churn", "load": args.load, "seconds_per_run": args.seconds, "client_threads": args.threads,
               "server_threads": args.server_threads, "request_bytes": 100, "response_bytes": 1000,
               "asn_prefixes": args.prefixes, "policy_rules": args.rules,
+              "service_cgroups": args.service_cgroups, "service_spread": args.service_spread,
+              "one_service": args.one_service,
               "baseline_noise": noise, "variants": variants, "runs": runs}
     B.write_result("churn", result, args.out)
 
 
 def ChurnServerWrap(ctx):
-    if ctx.args.load == "nginx":
-        return B.NginxServer(ctx.net, ctx.tmp, workers=ctx.args.server_threads)
-    return B.ChurnServer(ctx.net, ctx.tmp, threads=ctx.args.server_threads)
+    a = ctx.args  # floor.py's and the others' have no service options
+    if a.load == "nginx":
+        return B.NginxServer(ctx.net, ctx.tmp, workers=a.server_threads)
+    return B.ChurnServer(ctx.net, ctx.tmp, threads=a.server_threads, cgroups=getattr(a, "service_cgroups", 0),
+                         spread=getattr(a, "service_spread", "even"), one_cgroup=getattr(a, "one_service", False))
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@
 #define AF_INET 2
 #define AF_INET6 10
 #define IPPROTO_TCP 6
-#define FLOOR_RECORD_BYTES 256 /* sizeof(struct tcpscope_flow_event) */
+#define FLOOR_RECORD_BYTES 256 /* about a flow record (tcpscope_flow_event: 296 bytes) */
 #define FLOOR_TRANSFER_BYTES 128 /* sizeof(struct tcpscope_transfer_event) */
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -4,13 +4,24 @@
 // scripts compile it on demand: c++ -O2 -pthread bench/loadgen.cc.
 //
 //   loadgen serve --bind ADDR --port P [--threads N] [--req BYTES] [--resp BYTES] [--ready FILE]
+//                 [--cgroups DIR1,DIR2,... --home-cgroup DIR]
 //       Request/response server: each thread owns an SO_REUSEPORT listener,
 //       accepts, reads the request, writes the response and closes first
 //       (so TIME_WAIT stays on the server, as with HTTP/1.0 or
 //       "Connection: close", and the clients never run out of ports).
+//       With --cgroups, one listener per cgroup v2 directory, on ports P,
+//       P+1, ..., each made while the process is in that cgroup (an
+//       accepted socket has its listener's cgroup, so a client picks the
+//       cgroup by the port); the threads share the listeners through epoll.
+//       The process then returns to --home-cgroup.
+//       Needs the cgroup2 mount visible (nsenter, not `ip netns exec`,
+//       which mounts a fresh /sys).
 //   loadgen churn --addr ADDR --port P [--threads N] [--seconds S] [--req BYTES] [--resp BYTES]
+//                 [--port-count K --spread even|zipf]
 //       N blocking clients: connect, send, read to EOF, close, as fast as
-//       possible for S seconds. Prints one JSON object on stdout.
+//       possible for S seconds. Prints one JSON object on stdout. With
+//       --port-count, each connection goes to one of ports P..P+K-1: each
+//       as often (even) or port P+i with weight 1/(i+1) (zipf).
 //   loadgen hold-serve --bind ADDR --ports P1,P2,... [--ready FILE]
 //       Accepts and keeps every connection until SIGTERM/SIGINT.
 //   loadgen hold --addr ADDR --ports P1,P2,... --count N [--ready FILE]
@@ -30,17 +41,20 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -69,6 +83,18 @@ struct Args {
     return it == kv.end() ? def : std::strtol(it->second.c_str(), nullptr, 10);
   }
 };
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t comma = s.find(',', pos);
+    if (comma == std::string::npos) comma = s.size();
+    out.push_back(s.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return out;
+}
 
 std::vector<int> parse_ports(const std::string& s) {
   std::vector<int> out;
@@ -157,56 +183,138 @@ bool read_some(int fd, char* buf, size_t cap, size_t n) {
   }
 }
 
+// Moves this (single-threaded) process into the cgroup v2 directory `dir`.
+void enter_cgroup(const std::string& dir) {
+  const std::string procs = dir + "/cgroup.procs";
+  FILE* f = std::fopen(procs.c_str(), "w");
+  if (!f) die("open " + procs);
+  const bool ok = std::fprintf(f, "0\n") > 0;
+  if (std::fclose(f) != 0 || !ok) die("write " + procs);
+}
+
+void serve_connection(int fd, size_t req, const std::string& resp, std::vector<char>& buf) {
+  if (read_some(fd, buf.data(), buf.size(), req)) write_all(fd, resp.data(), resp.size());
+  close(fd);
+}
+
 int cmd_serve(const Args& a) {
   const std::string bind_addr = a.get("bind", "0.0.0.0");
   const int port = static_cast<int>(a.num("port", 8080));
   const int threads = static_cast<int>(a.num("threads", 2));
   const size_t req = static_cast<size_t>(a.num("req", 100));
   const std::string resp(static_cast<size_t>(a.num("resp", 1000)), 'x');
-  std::vector<int> listeners;
-  for (int i = 0; i < threads; ++i) listeners.push_back(listen_on(bind_addr, port, true));
-  write_ready(a.get("ready"));
+  const std::vector<std::string> cgroups = split_commas(a.get("cgroups"));
   std::vector<std::thread> pool;
-  for (int lfd : listeners) {
-    pool.emplace_back([lfd, req, &resp] {
-      std::vector<char> buf(64 * 1024);
-      for (;;) {
-        int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd < 0) {
-          if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) continue;
-          die("accept");
+  if (cgroups.empty()) {
+    std::vector<int> listeners;
+    for (int i = 0; i < threads; ++i) listeners.push_back(listen_on(bind_addr, port, true));
+    write_ready(a.get("ready"));
+    for (int lfd : listeners) {
+      pool.emplace_back([lfd, req, &resp] {
+        std::vector<char> buf(64 * 1024);
+        for (;;) {
+          int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+          if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) continue;
+            die("accept");
+          }
+          serve_connection(fd, req, resp, buf);
         }
-        if (read_some(fd, buf.data(), buf.size(), req)) write_all(fd, resp.data(), resp.size());
-        close(fd);
-      }
-    });
+      });
+    }
+  } else {
+    raise_fd_limit(cgroups.size() + 1024);
+    const std::string home = a.get("home-cgroup");
+    if (home.empty()) die("--cgroups needs --home-cgroup");
+    const int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) die("epoll_create1");
+    for (const auto& dir : cgroups) {
+      enter_cgroup(dir);
+      const int lfd = listen_on(bind_addr, port + static_cast<int>(&dir - cgroups.data()), false);
+      if (fcntl(lfd, F_SETFL, O_NONBLOCK) != 0) die("fcntl(O_NONBLOCK)");
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLEXCLUSIVE;
+      ev.data.fd = lfd;
+      if (epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev) != 0) die("epoll_ctl(ADD)");
+    }
+    enter_cgroup(home);
+    write_ready(a.get("ready"));
+    for (int i = 0; i < threads; ++i) {
+      pool.emplace_back([ep, req, &resp] {
+        std::vector<char> buf(64 * 1024);
+        epoll_event evs[64];
+        for (;;) {
+          const int n = epoll_wait(ep, evs, 64, -1);
+          if (n < 0 && errno == EINTR) continue;
+          if (n < 0) die("epoll_wait");
+          for (int k = 0; k < n; ++k) {
+            for (int accepted = 0; accepted < 64; ++accepted) {
+              int fd = accept4(evs[k].data.fd, nullptr, nullptr, SOCK_CLOEXEC);
+              if (fd < 0) {
+                if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) break;
+                if (errno == EMFILE || errno == ENFILE) break;
+                die("accept");
+              }
+              serve_connection(fd, req, resp, buf);
+            }
+          }
+        }
+      });
+    }
   }
   for (auto& t : pool) t.join();
   return 0;
 }
 
+// Which of `count` ports each connection goes to: the cumulative weights
+// of the spread, searched with a uniform draw.
+std::vector<double> port_weights_cdf(int count, const std::string& spread) {
+  if (spread != "even" && spread != "zipf") {
+    errno = EINVAL;
+    die("--spread " + spread + " (even or zipf)");
+  }
+  std::vector<double> cdf(static_cast<size_t>(count));
+  double sum = 0;
+  for (int i = 0; i < count; ++i) cdf[static_cast<size_t>(i)] = sum += spread == "zipf" ? 1.0 / (i + 1) : 1.0;
+  for (double& c : cdf) c /= sum;
+  return cdf;
+}
+
 int cmd_churn(const Args& a) {
-  sockaddr_storage ss;
-  const socklen_t len = make_addr(a.get("addr"), static_cast<int>(a.num("port", 8080)), &ss);
+  const int base_port = static_cast<int>(a.num("port", 8080));
+  const int port_count = static_cast<int>(a.num("port-count", 1));
+  if (port_count < 1 || base_port + port_count > 65536) {
+    errno = EINVAL;
+    die("--port-count");
+  }
+  const std::vector<double> cdf = port_weights_cdf(port_count, a.get("spread", "even"));
+  std::vector<sockaddr_storage> addrs(static_cast<size_t>(port_count));
+  socklen_t len = 0;
+  for (int i = 0; i < port_count; ++i) len = make_addr(a.get("addr"), base_port + i, &addrs[static_cast<size_t>(i)]);
   const int threads = static_cast<int>(a.num("threads", 4));
   const double seconds = std::strtod(a.get("seconds", "10").c_str(), nullptr);
   const std::string req(static_cast<size_t>(a.num("req", 100)), 'q');
-  const size_t resp = static_cast<size_t>(a.num("resp", 1000));
   std::atomic<uint64_t> ok{0}, failed{0};
   std::atomic<int> first_errno{0};
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   std::vector<std::thread> pool;
   for (int i = 0; i < threads; ++i) {
-    pool.emplace_back([&] {
+    pool.emplace_back([&, i] {
       std::vector<char> buf(64 * 1024);
+      std::mt19937_64 rng(static_cast<uint64_t>(i) + 1);
+      std::uniform_real_distribution<double> uniform(0.0, 1.0);
       uint64_t n_ok = 0, n_failed = 0;
       while (Clock::now() < deadline && !g_stop) {
+        const size_t k = port_count == 1 ? 0
+                                         : std::min(cdf.size() - 1, static_cast<size_t>(std::lower_bound(
+                                                                        cdf.begin(), cdf.end(), uniform(rng)) -
+                                                                    cdf.begin()));
+        const sockaddr_storage& ss = addrs[k];
         int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0) die("socket");
         bool good = connect(fd, reinterpret_cast<const sockaddr*>(&ss), len) == 0 &&
                     write_all(fd, req.data(), req.size()) && read_some(fd, buf.data(), buf.size(), 0);
-        (void)resp;
         if (good) {
           ++n_ok;
         } else {
