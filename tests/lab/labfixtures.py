@@ -32,6 +32,7 @@ import re
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -456,3 +457,37 @@ def delayline_selfcheck(tmp: Path) -> dict:
         f"(20); loss {res['loss']:.2%} (10%); frame gap {res['frame_gap_us']:.1f} us "
         f"({1514 * 8 / rate:.1f}); {res['seconds']:.1f} s")
     return res
+
+
+def run_scenario_script(script, args, tmp_path, tag, out, timeout, cleanup=None):
+    """Runs a scenario script (`args` plus --json OUT, --workdir, --tag TAG)
+    in its own process group, so that on a timeout the scenario and its
+    daemon go together; whatever its lab left is removed by tag, and then
+    `cleanup()` runs, even when it fails, times out or the test is
+    interrupted. Returns (returncode, stdout, stderr)."""
+    p = subprocess.Popen([sys.executable, str(script), *args,
+                          "--json", str(out), "--workdir", str(tmp_path / "work"), "--tag", tag],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+
+    def stop():
+        # SIGTERM unwinds the scenario (its lab, nginx and daemon go down).
+        os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+
+    try:
+        stdout, stderr = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop()
+        pytest.fail(f"the scenario did not finish within {timeout} s")
+    finally:
+        if p.poll() is None:   # this test was interrupted (SIGTERM, Ctrl-C, the budget)
+            stop()
+        labmod.down_all(tag)
+        if cleanup:
+            cleanup()
+    return p.returncode, stdout, stderr

@@ -12,16 +12,10 @@ object's time as its client measured it, while the flow records cannot: see
 its docstring for what is compared and the tolerances."""
 import importlib.util
 import json
-import os
 import random
-import signal
-import subprocess
-import sys
-
-import pytest
 
 from labfixtures import (HERE, TCPSCOPE, delayline_checked, lab_suite, lab_test,  # noqa: F401
-                         labmod, need_root_and_build, need_tool, send_handoff_us)
+                         need_root_and_build, need_tool, run_scenario_script, send_handoff_us)
 
 SCENARIO = HERE / "scenarios" / "cdn_bbr_vs_cubic.py"
 _spec = importlib.util.spec_from_file_location("cdn_bbr_vs_cubic", SCENARIO)
@@ -52,32 +46,9 @@ def run_scenario(tmp_path, args, timeout):
     assert TCPSCOPE.exists(), f"build first: {TCPSCOPE} missing"
     out = tmp_path / "cdn.json"
     tag = f"s{random.randrange(1 << 12):03x}"
-    # Its own process group: on a timeout the scenario and its daemon go
-    # together, then whatever its lab left is removed by tag.
-    p = subprocess.Popen([sys.executable, str(SCENARIO), *args,
-                          "--json", str(out), "--workdir", str(tmp_path / "work"), "--tag", tag],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
-    def stop():
-        # SIGTERM unwinds the scenario (its lab, nginx and daemon go down).
-        os.killpg(p.pid, signal.SIGTERM)
-        try:
-            p.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.communicate()
-
-    try:
-        stdout, stderr = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        stop()
-        pytest.fail(f"the scenario did not finish within {timeout} s")
-    finally:
-        if p.poll() is None:   # this test was interrupted (SIGTERM, Ctrl-C, the budget)
-            stop()
-        labmod.down_all(tag)
+    rc, stdout, stderr = run_scenario_script(SCENARIO, args, tmp_path, tag, out, timeout)
     print(stdout)
-    assert p.returncode == 0, stderr
+    assert rc == 0, stderr
     return json.loads(out.read_text())
 
 
