@@ -235,8 +235,11 @@ class NetPair:
         self.netns_ids = {"cli": os.stat(f"/run/netns/{self.cli}").st_ino,
                           "srv": os.stat(f"/run/netns/{self.srv}").st_ino}
 
-    def wrap(self, ns, cmd):
-        argv = ["ip", "netns", "exec", ns, *map(str, cmd)]
+    def wrap(self, ns, cmd, host_sys=False):
+        # `ip netns exec` mounts a fresh /sys; nsenter keeps the host's (and so
+        # the cgroup2 mount) in view, for a command that moves between cgroups.
+        enter = ["nsenter", f"--net=/run/netns/{ns}"] if host_sys else ["ip", "netns", "exec", ns]
+        argv = [*enter, *map(str, cmd)]
         if self.cgroup:
             argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(self.cgroup.path), *argv]
         return argv
@@ -244,10 +247,10 @@ class NetPair:
     def run(self, ns, *cmd, check=True, timeout=None):
         return sh(*self.wrap(ns, cmd), check=check, timeout=timeout)
 
-    def spawn(self, ns, *cmd, **kw):
+    def spawn(self, ns, *cmd, host_sys=False, **kw):
         kw.setdefault("stdout", subprocess.DEVNULL)
         kw.setdefault("stderr", subprocess.PIPE)
-        p = subprocess.Popen(self.wrap(ns, cmd), text=True, **kw)
+        p = subprocess.Popen(self.wrap(ns, cmd, host_sys), text=True, **kw)
         self.procs.append(p)
         return p
 
@@ -285,13 +288,7 @@ class ChurnServer:
                 d.mkdir(exist_ok=True)
             listener_dirs = self.cgroup_dirs * cgroups if one_cgroup else self.cgroup_dirs
             argv += ["--cgroups", ",".join(map(str, listener_dirs)), "--home-cgroup", home]
-            # nsenter keeps the host's /sys (and so the cgroup2 mount) in view.
-            self.p = subprocess.Popen(["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(home),
-                                       "nsenter", f"--net=/run/netns/{net.srv}", *map(str, argv)],
-                                      text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            net.procs.append(self.p)
-        else:
-            self.p = net.spawn(net.srv, *argv)
+        self.p = net.spawn(net.srv, *argv, host_sys=bool(cgroups))
         wait_for(lambda: ready.exists() or self.p.poll() is not None, 30, "churn server start")
         if self.p.poll() is not None:
             raise RuntimeError(f"churn server exited: {self.p.stderr.read()}")
