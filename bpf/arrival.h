@@ -89,12 +89,16 @@ static __always_inline void note_rx_before_write(const struct sock *sk, struct t
  * until the segment filling the hole before it arrives: that one is the
  * arrival), and TCP takes it. rx_mark gets what bytes_received will be
  * with this segment in, so the twin program finds the arrival already
- * recorded. Data that arrives after this side sent its FIN (FIN_WAIT) is
- * processed outside tcp_rcv_established and is not seen. */
+ * recorded. Segments TCP processes outside tcp_rcv_established are not
+ * seen: those that complete the handshake (the client's first data, where
+ * the handshake's last ACK was lost or a TCP_DEFER_ACCEPT listener dropped
+ * it) and those after this side sent its FIN (FIN_WAIT). What they
+ * delivered is in bytes_received past rx_mark, and goes with this arrival,
+ * as receive_payload() counts it: a transfer it starts begins at rx_mark. */
 static __always_inline void note_rx_segment(const struct sock *sk, struct tcp_sock *tp,
 					    struct flow_state *st, struct sk_buff *skb)
 {
-	__u32 rcv_nxt = tp->rcv_nxt, grew, mark;
+	__u32 rcv_nxt = tp->rcv_nxt, grew, mark, unseen;
 	struct segment seg;
 	__u64 now;
 
@@ -112,10 +116,11 @@ static __always_inline void note_rx_segment(const struct sock *sk, struct tcp_so
 	mark = (__u32)tp->bytes_received + grew;
 	if (mark == st->rx_mark)
 		return;
+	unseen = (__u32)tp->bytes_received - st->rx_mark;
 	st->rx_mark = mark;
 	now = bpf_ktime_get_ns();
 	if (followed(st))
-		note_arrival(sk, tp, st, now, 0);
+		note_arrival(sk, tp, st, now, unseen);
 	st->last_rx_ns = now;
 }
 

@@ -311,10 +311,11 @@ class NetPair:
         self.procs.append(p)
         return p
 
-    def serve(self, tmp, addr, count, port=8080, reset=False, idle_before_close_ms=0, chunk=0):
+    def serve(self, tmp, addr, count, port=8080, reset=False, idle_before_close_ms=0, chunk=0, defer_accept_s=0):
         """idle_before_close_ms: the server closes first, that long after its
         last send (pair with client(peer_closes_first=True)). chunk: bytes
-        per send() call (the server samples its cwnd before each)."""
+        per send() call (the server samples its cwnd before each).
+        defer_accept_s: TCP_DEFER_ACCEPT on the listener."""
         out = tmp / f"server-{port}.jsonl"
         ready = tmp / f"server-{port}.ready"
         ready.unlink(missing_ok=True)
@@ -326,6 +327,8 @@ class NetPair:
             args += ["--idle-before-close", str(idle_before_close_ms)]
         if chunk:
             args += ["--chunk", str(chunk)]
+        if defer_accept_s:
+            args += ["--defer-accept", str(defer_accept_s)]
         p = self.spawn(self.srv, *args)
         wait_for(lambda: ready.exists() or p.poll() is not None, 10, what="server start")
         assert p.poll() is None, p.stderr.read()

@@ -89,6 +89,32 @@ def test_receive_side_end_from_the_segments(old_kernel_daemon, net, tmp_path):
         assert abs(sent[0]["end_ns"] - (a["start_ns"] + a["fct_us"] * 1000)) <= 2_000, (sent, a)
 
 
+
+@pytest.mark.parametrize("fixture", ["daemon", "old_kernel_daemon"])
+def test_the_segment_that_completes_the_handshake_is_counted(fixture, request, net, tmp_path):
+    """A listener with TCP_DEFER_ACCEPT (nginx's `listen ... deferred`), like
+    a lossy path that drops the client's last handshake ACK, has the
+    client's first data segment complete the handshake. TCP processes that
+    segment in SYN_RECV, where tcp_probe does not show it, and the next
+    segments through tcp_rcv_established, where it does. Each upload is the
+    server's one receive transfer, with every byte, with every hook and with
+    the arrivals from the segments."""
+    d = request.getfixturevalue(fixture)
+    n = 4
+    server, _ = net.serve(tmp_path, net.srv_v4, n, defer_accept_s=5)
+    clients = []
+    for _ in range(n):
+        clients += net.client(tmp_path, net.srv_v4, req=200_000, resp=0)
+    server.wait(timeout=60)
+    assert all("error" not in c for c in clients), clients
+    recs = d.wait_records(net, 2 * n)
+    for c in clients:
+        key = (net.cli_v4, c["lport"], net.srv_v4, c["rport"])
+        pas = [r for r in recs if (r["raddr"], r["rport"], r["laddr"], r["lport"]) == key]
+        assert len(pas) == 1 and pas[0]["bytes_received"] == 200_008, pas
+        xfers = [t for t in d.all_transfers() if (t["raddr"], t["rport"], t["laddr"], t["lport"]) == key]
+        assert [(t["direction"], t["bytes"]) for t in xfers] == [("recv", 200_008)], xfers
+
 # The daemon in a mount namespace of its own where no kernel config can be
 # read, as in a container without /boot or on a minimal image: an empty /boot,
 # and /proc/config.gz (where the kernel has one) masked with /dev/null, as

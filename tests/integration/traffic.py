@@ -132,6 +132,8 @@ def serve(args):
     ls = socket.socket(family, socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind((args.bind, args.port))
+    if args.defer_accept:
+        ls.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, args.defer_accept)
     ls.listen(4096)
     out = open(args.out, "a", buffering=1)
     lock = threading.Lock()
@@ -300,6 +302,9 @@ def main():
     s.add_argument("--idle-before-close", type=float, default=0, metavar="MS",
                    help="after the response, wait MS then close first (shutdown) before the client does")
     s.add_argument("--chunk", type=int, default=0, help="bytes per send() call (default 64 KiB)")
+    s.add_argument("--defer-accept", type=int, default=0, metavar="S",
+                   help="TCP_DEFER_ACCEPT (nginx's `listen ... deferred`): the handshake's last ACK is "
+                        "dropped, and the client's first data segment completes the handshake")
     c = sub.add_parser("client")
     add_peer_options(c)
     c.add_argument("--count", type=int, default=1)
