@@ -115,22 +115,27 @@ void FlowDistributions::add(const TransferRecord& transfer, AsnLabel asn_label, 
 
 void FlowDistributions::add_at(const FlowRecord& flow, AsnLabel asn_label, Clock::time_point now,
                                const RankedService& service) {
-  add_record(flow, metric_inputs(flow), asn_label, service.key, now);
+  add_record(flow, metric_inputs(flow), asn_label, service, now);
 }
 
 void FlowDistributions::add_at(const TransferRecord& transfer, AsnLabel asn_label, Clock::time_point now,
                                const RankedService& service) {
-  add_record(transfer, metric_inputs(transfer), asn_label, service.key, now);
+  add_record(transfer, metric_inputs(transfer), asn_label, service, now);
 }
 
 template <class Record>
-void FlowDistributions::add_record(const Record& r, const MetricInputs& in, AsnLabel asn_label, uint64_t service_key,
-                                   Clock::time_point now) {
+void FlowDistributions::add_record(const Record& r, const MetricInputs& in, AsnLabel asn_label,
+                                   const RankedService& service, Clock::time_point now) {
   if (!in.ok || in.partial || in.bytes == 0) return;  // no metric counts such a record
   // Keyed by the raw ASN, as the flow log has it, so that --server groups
   // and selections by asn mean what --flows means. The label only says
   // whether the ASN is one of the dashboards' top-N (a claim on the reserve).
   const bool top_asn = asn_label == AsnLabel::kOwn;
+  // Services by their label, as the series: the top-N by name, the rest
+  // folded into one "other", so that the state a record reaches stays as
+  // small (and warm) with 1,000 services as with one.
+  const bool other_service = service.label == RankedLabel::kOther;
+  const uint64_t service_key = other_service ? kOtherServiceKey : service.key;
   const int unit = static_cast<int>(in.unit);
 
   std::lock_guard<std::mutex> lock(mu_);  // options_ may change on reload
@@ -152,7 +157,7 @@ void FlowDistributions::add_record(const Record& r, const MetricInputs& in, AsnL
   // A service's name is looked up only when one of its keys is new in the
   // generation, not per record.
   if (service_key != 0 && current_->entries.size() != keys_before)
-    names_.services.try_emplace(service_key, r.enrichment.owner().name);
+    names_.services.try_emplace(service_key, other_service ? kOtherLabel : r.enrichment.owner().name);
   for (int m = 0; m < kMeasureCount; ++m) {
     if (!values[m]) continue;
     auto& s = e->sketch[unit][m];

@@ -11,12 +11,16 @@
 //
 // What --server can and cannot answer. Selections and --by may use only the
 // key fields: peer_class, asn, service, cc, arm, size_class (anything else
-// needs the flow log). asn is the raw AS number and service the owner's name
-// ("" when unknown), as in the flow log, so `--by asn`, `--by service` and
-// `--a asn=N` mean the same in both modes whatever the Prometheus top-N are
-// (the dashboards fold ASNs and services outside them into "other"; these
-// sketches fold ASNs only when the key table is full, below). A service's
-// name is kept while a key of either generation holds it. Quantiles are within the
+// needs the flow log). asn is the raw AS number, as in the flow log, so
+// `--by asn` and `--a asn=N` mean the same in both modes whatever the
+// Prometheus top-N are (the dashboards fold ASNs outside them into "other";
+// these sketches fold ASNs only when the key table is full, below). service
+// is labelled as in the series: the top services.top_n by name, "" when
+// unknown, every other "other" (as the ranking stood when the record came),
+// so that a record reaches the same few keys with 1,000 services as with
+// one; a service out of the top-N is compared by name from the flow log or
+// ClickHouse. A service's name is kept while a key of either generation
+// holds it. Quantiles are within the
 // sketch's relative accuracy over each metric's span (metric_sketch_span:
 // 10 decades, no collapse inside it); the rank test sees values within 1 %
 // of each other as ties (see compare_stats.h).
@@ -169,7 +173,7 @@ class FlowDistributions {
   using Key = PackedKey;
 
   template <class Record>
-  void add_record(const Record& r, const MetricInputs& in, AsnLabel asn_label, uint64_t service_key,
+  void add_record(const Record& r, const MetricInputs& in, AsnLabel asn_label, const RankedService& service,
                   Clock::time_point now);
   void rotate_if_due(Clock::time_point now);
   // The entry for `key`, or its "other" key's (counting a folded record of

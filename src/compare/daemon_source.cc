@@ -129,7 +129,7 @@ namespace {
 
 // The daemon applies the selections itself, from their text in options.
 bool collect_from_daemon(const std::string& base_url, int timeout_ms, const CompareOptions& options,
-                         CompareSamples* out, std::string* error) {
+                         const Selection& a, const Selection& b, CompareSamples* out, std::string* error) {
   ServerScan scan;
   if (!query_server(base_url, options, timeout_ms, &scan, error)) return false;
   CompareSamples s;
@@ -160,6 +160,11 @@ bool collect_from_daemon(const std::string& base_url, int timeout_ms, const Comp
                       " of ASNs first seen after that are counted under asn \"other\" instead of their own "
                       "ASN: groups and selections by asn hold fewer " + units + " than the flow log's (other "
                       "fields are unaffected).");
+  // The sketches label services as the metrics do (aggregate/flow_distributions.h).
+  if (options.by == "service" || a.uses("service") || b.uses("service"))
+    s.notes.push_back("service: the daemon labels only its top-N services by name and counts the rest under "
+                      "service \"other\", so groups and selections by service hold fewer " + units +
+                      " than the flow log's.");
   *out = std::move(s);
   return true;
 }
@@ -168,9 +173,9 @@ bool collect_from_daemon(const std::string& base_url, int timeout_ms, const Comp
 
 DaemonSource::DaemonSource(const std::string& base_url, int timeout_ms)
     : FunctionSource("server " + redact_url(base_url),
-                     [base_url, timeout_ms](const CompareOptions& options, const Selection&, const Selection&,
+                     [base_url, timeout_ms](const CompareOptions& options, const Selection& a, const Selection& b,
                                             CompareSamples* out, std::string* error) {
-                       return collect_from_daemon(base_url, timeout_ms, options, out, error);
+                       return collect_from_daemon(base_url, timeout_ms, options, a, b, out, error);
                      }) {}
 
 }  // namespace tcpscope

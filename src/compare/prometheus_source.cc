@@ -424,13 +424,8 @@ bool PrometheusSource::collect(const CompareOptions& options, const Selection& a
                       " bytes): the histogram cannot split them, so they hold " + units +
                       " the flow log's fct would leave out.");
   // The daemons fold values outside each ranking's top-N (pipeline/byte_ranking.h).
-  auto uses = [](const Selection& sel, const char* field) {
-    for (const auto& t : sel.terms())
-      if (t.field == field) return true;
-    return false;
-  };
   for (const auto& [field, values] : {std::pair{"asn", "ASNs by number"}, std::pair{"service", "services by name"}})
-    if (options.by == field || uses(a, field) || uses(b, field))
+    if (options.by == field || a.uses(field) || b.uses(field))
       s.notes.push_back(std::string(field) + ": the daemons label only their top-N " + values +
                         " and count the rest under " + field + " \"other\", so groups and selections by " + field +
                         " hold fewer " + units + " than the flow log's.");

@@ -239,16 +239,10 @@ bool ServiceNameRules::name(const std::string& path, std::string* name) const {
 ServiceIdentity identify_cgroup(const std::string& path, uint64_t cgroup_id, const ServiceNameRules& rules,
                                 const ContainerStateDirs& dirs) {
   const Layout l = parse_layout(path, dirs);
-  ServiceIdentity out;
-  out.cgroup_id = cgroup_id;
-  out.unit = bounded(l.unit);
-  out.container_id = bounded(l.container_id);
-  out.pod_uid = l.pod_uid;
   std::string name;
   if (!rules.name(path, &name))
     name = !l.pod_uid.empty() ? pod_name(l, dirs) : l.runtime != Runtime::kNone ? container_name(l, dirs) : l.unit;
-  out.name = bounded(name);
-  return out;
+  return ServiceIdentity(bounded(name), bounded(l.unit), bounded(l.container_id), l.pod_uid, cgroup_id);
 }
 
 }  // namespace tcpscope

@@ -37,6 +37,12 @@ class Selection {
 
   const std::string& text() const { return text_; }
   const std::vector<Term>& terms() const { return terms_; }
+  // Whether a term names `field`.
+  bool uses(const std::string& field) const {
+    for (const Term& t : terms_)
+      if (t.field == field) return true;
+    return false;
+  }
 
  private:
   std::string text_;

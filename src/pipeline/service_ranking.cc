@@ -1,7 +1,5 @@
 #include "pipeline/service_ranking.h"
 
-#include <functional>
-
 #include "config/config.h"
 
 namespace tcpscope {
@@ -11,12 +9,6 @@ namespace {
 // which forgetting after the grace period keeps from accumulating.
 constexpr size_t kMaxTrackedServices = 10000;
 }  // namespace
-
-uint64_t service_key(const std::string& name) {
-  if (name.empty()) return 0;
-  const uint64_t h = std::hash<std::string>{}(name);
-  return h != 0 ? h : 1;
-}
 
 ByteRankingOptions ServiceRanking::options_from_config(const Config& config) {
   ByteRankingOptions o;
@@ -28,23 +20,14 @@ ByteRankingOptions ServiceRanking::options_from_config(const Config& config) {
   return o;
 }
 
-uint64_t ServiceRanking::key_of(const Enrichment& owner) {
-  if (!owner.service) return 0;
-  if (owner.service != last_owner_) {
-    last_owner_ = owner.service;
-    last_key_ = service_key(owner.service->name);
-  }
-  return last_key_;
-}
-
 ServiceRanking::Counted ServiceRanking::count(const Enrichment& owner, uint64_t bytes) {
-  const uint64_t key = key_of(owner);
+  const uint64_t key = owner.owner().key;
   const ByteRanking::Counted c = add(key, bytes);
   return Counted{{key, c.label}, c.reranked};
 }
 
 RankedService ServiceRanking::ranked(const Enrichment& owner) {
-  const uint64_t key = key_of(owner);
+  const uint64_t key = owner.owner().key;
   return {key, label(key)};
 }
 

@@ -5,13 +5,9 @@
 // A service with no record for `services.grace_seconds` is forgotten: it
 // leaves the top-N and its series go (Aggregator::retire_service_series).
 //
-// Keys. The key is the name's 64-bit hash, so a name has one key for the
-// daemon's life whatever identity objects carry it, and the sinks key their
-// series by it without keeping names of their own; two names would share
-// series only on a 64-bit collision (~1e-10 for 100k names). Records of one
-// service arrive in runs, and a run shares one ServiceIdentity object, so
-// the last object's key is kept and a record hashes its name only when its
-// owner differs from the previous record's.
+// Keys: ServiceIdentity::key (record/enrichment.h), hashed with the name
+// once, so the sinks key their series by it without keeping names of their
+// own.
 //
 // Not thread-safe: the daemon's loop thread is its only user.
 #pragma once
@@ -33,9 +29,6 @@ struct RankedService {
   RankedLabel label = RankedLabel::kOwn;  // kOwn: the name ("" when unknown); kOther: "other"
 };
 
-// 0 for "", the name's hash otherwise (never 0).
-uint64_t service_key(const std::string& name);
-
 class ServiceRanking : public ByteRanking<uint64_t> {
  public:
   // services.top_n, and grace_seconds as the time a service is kept without records.
@@ -55,12 +48,6 @@ class ServiceRanking : public ByteRanking<uint64_t> {
   // The label a record of service `name` gets now: "", "other" or the name.
   std::string label_text(const std::string& name) const;
 
- private:
-  uint64_t key_of(const Enrichment& owner);
-
-  // Held so that its address, the cache's key, is not reused while cached.
-  std::shared_ptr<const ServiceIdentity> last_owner_;
-  uint64_t last_key_ = 0;
 };
 
 // The text of a service label: "other", or the record's owner's name.

@@ -298,6 +298,9 @@ def test_compare_by_service_from_the_flow_log_and_the_daemon(net, cgroups, tmp_p
                 g = groups[service]
                 assert (g["n_a"], g["n_b"]) == (counts[(service, "cubic")], counts[(service, "bbr")]), \
                     (source[0], g)
+            # The daemon's sketches label services as its metrics do (top-N, "other"), and say so.
+            folded = [n for n in out["notes"] if n.startswith("service: the daemon labels only its top-N")]
+            assert len(folded) == (source[0] == "--server"), out["notes"]
     finally:
         assert d.stop() == 0, d.stderr_text()
 

@@ -761,9 +761,7 @@ std::set<std::string> label_values(const prometheus::Registry& r, const std::str
 std::set<std::string> asn_labels(const prometheus::Registry& r) { return label_values(r, "asn"); }
 
 std::shared_ptr<const ServiceIdentity> owner(const std::string& name) {
-  auto s = std::make_shared<ServiceIdentity>();
-  s->name = name;
-  return s;
+  return std::make_shared<ServiceIdentity>(name);
 }
 
 TEST_F(AggregatorTest, SeriesCountMatchesTheBudget) {

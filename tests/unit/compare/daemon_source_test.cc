@@ -199,29 +199,30 @@ TEST(FlowDistributions, ServerModeAgreesWithFlowLogOnTheSameTraffic) {
   }
 }
 
-// The daemon keys its sketches by the owner's name, as the flow log has it:
-// --by service and service= selections agree with the flow log, the unknown
-// service included (""), whatever the Prometheus top-N is.
-TEST(FlowDistributions, ServiceGroupsAgreeWithTheFlowLog) {
+// The daemon labels services in its sketches as the series do (the top
+// services.top_n by name, the unknown service "", the rest "other").
+// `top_n` services of `names` keep their name; returns the flows, owned in turn.
+std::vector<FlowRecord> add_owned_flows(FlowDistributions* d, const std::vector<std::string>& names, uint32_t top_n) {
   auto flows = traffic(23);
-  const std::vector<std::string> names{"nginx.service", "prod/api-7", ""};
   std::vector<std::shared_ptr<const ServiceIdentity>> owners;
-  for (const auto& name : names) {
-    auto s = std::make_shared<ServiceIdentity>();
-    s->name = name;
-    owners.push_back(s);
-  }
-  FlowDistributions d{FlowDistributionsOptions{}};
+  for (const auto& name : names) owners.push_back(std::make_shared<ServiceIdentity>(name));
   ByteRankingOptions ro;
-  ro.top_n = 1;  // prod/api-7 is "other" in the series; the sketches keep its name
+  ro.top_n = top_n;
   ro.warmup_recompute_flows = 0;
   ServiceRanking ranking(ro);
   for (size_t i = 0; i < flows.size(); ++i) {
     flows[i].enrichment.service = owners[i % owners.size()];
-    d.add(flows[i], AsnLabel::kOwn, ranking.count(flows[i].enrichment, flows[i].bytes_acked).service);
+    d->add(flows[i], AsnLabel::kOwn, ranking.count(flows[i].enrichment, flows[i].bytes_acked).service);
   }
-  EXPECT_EQ(ranking.label_text("prod/api-7"), "other");
+  return flows;
+}
 
+// Every service in the top-N: --by service and service= selections agree
+// with the flow log, the unknown service included ("").
+TEST(FlowDistributions, ServiceGroupsAgreeWithTheFlowLog) {
+  const std::vector<std::string> names{"nginx.service", "prod/api-7", ""};
+  FlowDistributions d{FlowDistributionsOptions{}};
+  const auto flows = add_owned_flows(&d, names, 2);
   for (const auto& [by, a, b] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"service", "cc=cubic", "cc=bbr"}, {"asn", "service=prod/api-7,cc=cubic", "service=prod/api-7,cc=bbr"}}) {
     const CompareOptions o = opts(Measure::kFct, by, a, b);
@@ -238,6 +239,29 @@ TEST(FlowDistributions, ServiceGroupsAgreeWithTheFlowLog) {
       EXPECT_EQ(groups, (std::set<std::string>(names.begin(), names.end())));
     }
   }
+}
+
+// A service out of the top-N is "other" in the sketches, as in the series:
+// its group is the flow log's for that service under the name "other", and
+// it cannot be selected by name.
+TEST(FlowDistributions, ServicesOutOfTheTopNAreOther) {
+  FlowDistributions d{FlowDistributionsOptions{}};
+  const auto flows = add_owned_flows(&d, {"nginx.service", "prod/api-7", ""}, 1);  // nginx.service came first
+  const CompareOptions o = opts(Measure::kFct, "service", "cc=cubic", "cc=bbr");
+  const CompareResult exact = via_flow_log(flows, o);
+  const CompareResult sketched = via_server(&d, o);
+  ASSERT_EQ(exact.groups.size(), sketched.groups.size());
+  std::set<std::string> groups;
+  for (size_t i = 0; i < exact.groups.size(); ++i) {
+    GroupResult e = exact.groups[i];
+    if (e.group == "prod/api-7") e.group = "other";
+    expect_same_group(e, sketched.groups[i], "group " + e.group + " " + e.size_class.value_or(""));
+    groups.insert(sketched.groups[i].group);
+  }
+  EXPECT_EQ(groups, (std::set<std::string>{"nginx.service", "other", ""}));
+  const CompareOptions by_name = opts(Measure::kFct, "asn", "service=prod/api-7,cc=cubic", "service=prod/api-7,cc=bbr");
+  EXPECT_FALSE(via_flow_log(flows, by_name).groups.empty());
+  EXPECT_TRUE(via_server(&d, by_name).groups.empty());
 }
 
 TEST(FlowDistributions, QueriesOnlyTheFieldsItKeeps) {
@@ -530,9 +554,7 @@ TEST(FlowDistributions, ServiceNamesGoWithTheirGenerations) {
   const auto t0 = Clock::now();
   auto owned = [](const std::string& name) {
     FlowRecord f = small_flow(1, "cubic", 100);
-    auto s = std::make_shared<ServiceIdentity>();
-    s->name = name;
-    f.enrichment.service = s;
+    f.enrichment.service = std::make_shared<ServiceIdentity>(name);
     return f;
   };
   const RankedService web{service_key("web.service"), RankedLabel::kOwn};

@@ -49,7 +49,9 @@ TEST(FlatMap, AgreesWithUnorderedMapThroughInsertsAndErasures) {
         const uint64_t* v = flat.find(key);
         const auto it = ref.find(key);
         ASSERT_EQ(v != nullptr, it != ref.end()) << key;
-        if (v) EXPECT_EQ(*v, it->second);
+        if (v) {
+          EXPECT_EQ(*v, it->second);
+        }
       }
     }
     ASSERT_EQ(flat.size(), ref.size());

@@ -19,9 +19,7 @@ ByteRankingOptions no_warmup(uint32_t top_n) {
 
 Enrichment owned_by(const std::string& name) {
   Enrichment e;
-  auto s = std::make_shared<ServiceIdentity>();
-  s->name = name;
-  e.service = s;
+  e.service = std::make_shared<ServiceIdentity>(name);
   return e;
 }
 
