@@ -90,6 +90,7 @@ def test_receive_side_end_from_the_segments(old_kernel_daemon, net, tmp_path):
 
 
 
+@pytest.mark.real_kernel
 @pytest.mark.parametrize("fixture", ["daemon", "old_kernel_daemon"])
 def test_the_segment_that_completes_the_handshake_is_counted(fixture, request, net, tmp_path):
     """A listener with TCP_DEFER_ACCEPT (nginx's `listen ... deferred`), like
