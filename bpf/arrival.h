@@ -92,9 +92,12 @@ static __always_inline void note_rx_before_write(const struct sock *sk, struct t
  * recorded. Segments TCP processes outside tcp_rcv_established are not
  * seen: those that complete the handshake (the client's first data, where
  * the handshake's last ACK was lost or a TCP_DEFER_ACCEPT listener dropped
- * it) and those after this side sent its FIN (FIN_WAIT). What they
- * delivered is in bytes_received past rx_mark, and goes with this arrival,
- * as receive_payload() counts it: a transfer it starts begins at rx_mark. */
+ * it) and those after this side sent its FIN (FIN_WAIT). What the first
+ * delivered is in bytes_received at the flow's first arrival recorded, and
+ * goes with it, as receive_payload() counts it. Later, bytes_received runs
+ * past rx_mark when a segment that fills a hole releases the out-of-order
+ * queue behind it: those bytes belong to the running transfer, and a
+ * transfer that a later arrival starts begins after them. */
 static __always_inline void note_rx_segment(const struct sock *sk, struct tcp_sock *tp,
 					    struct flow_state *st, struct sk_buff *skb)
 {
@@ -116,7 +119,7 @@ static __always_inline void note_rx_segment(const struct sock *sk, struct tcp_so
 	mark = (__u32)tp->bytes_received + grew;
 	if (mark == st->rx_mark)
 		return;
-	unseen = (__u32)tp->bytes_received - st->rx_mark;
+	unseen = st->last_rx_ns ? 0 : (__u32)tp->bytes_received - st->rx_mark;
 	st->rx_mark = mark;
 	now = bpf_ktime_get_ns();
 	if (followed(st))
