@@ -103,9 +103,7 @@ def test_the_segment_that_completes_the_handshake_is_counted(fixture, request, n
     d = request.getfixturevalue(fixture)
     n = 4
     server, _ = net.serve(tmp_path, net.srv_v4, n, defer_accept_s=5)
-    clients = []
-    for _ in range(n):
-        clients += net.client(tmp_path, net.srv_v4, req=200_000, resp=0)
+    clients = net.client(tmp_path, net.srv_v4, count=n, req=200_000, resp=0)
     server.wait(timeout=60)
     assert all("error" not in c for c in clients), clients
     recs = d.wait_records(net, 2 * n)
