@@ -84,7 +84,7 @@ const ConfigSection<ServicesConfig>& services_section() {
   static const ConfigSection<ServicesConfig> kSection{{
       integer_key("top_n", &ServicesConfig::top_n, 1, kMaxTopN,
                   "the N services with the most bytes get their own label value, the rest are \"other\" "
-                  "(bounds the Prometheus series)"),
+                  "(bounds the Prometheus series and the `compare --server` sketches)"),
       integer_key("grace_seconds", &ServicesConfig::grace_seconds, 0, kMaxGraceSeconds,
                   "a removed cgroup keeps its name this long, for the records of its sockets still closing; a "
                   "service with no record this long loses its series (docs/metrics.md)"),
