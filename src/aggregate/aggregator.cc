@@ -28,14 +28,12 @@ constexpr const char* kCaStateNames[kCaStates] = {"open", "disorder", "cwr", "re
 
 constexpr size_t kAsn = 0, kService = 1;  // Series::ranked
 
-// The series key packs (class id, cc id, service is "other", asn is "other",
-// asn) into one word and the service's key (0 when "other" or unknown) into
-// the other, so the steady state hashes two integers instead of a label map.
+// The series key packs (class id, cc id, asn is "other", asn) into one word
+// and the key of the service's label into the other, so the steady state
+// hashes two integers instead of a label map.
 PackedKey series_key(uint8_t class_id, uint8_t cc_id, uint32_t asn, bool asn_other, const RankedService& service) {
-  const bool service_other = service.label == RankedLabel::kOther;
-  return {(uint64_t{class_id} << 56) | (uint64_t{cc_id} << 48) | (uint64_t{service_other} << 33) |
-              (uint64_t{asn_other} << 32) | asn,
-          service_other ? 0 : service.key};
+  return {(uint64_t{class_id} << 56) | (uint64_t{cc_id} << 48) | (uint64_t{asn_other} << 32) | asn,
+          service.label_key()};
 }
 
 double us_to_seconds(uint64_t us) { return static_cast<double>(us) / 1e6; }

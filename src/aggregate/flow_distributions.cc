@@ -134,8 +134,7 @@ void FlowDistributions::add_record(const Record& r, const MetricInputs& in, AsnL
   // Services by their label, as the series: the top-N by name, the rest
   // folded into one "other", so that the state a record reaches stays as
   // small (and warm) with 1,000 services as with one.
-  const bool other_service = service.label == RankedLabel::kOther;
-  const uint64_t service_key = other_service ? kOtherServiceKey : service.key;
+  const uint64_t service_key = service.label_key();
   const int unit = static_cast<int>(in.unit);
 
   std::lock_guard<std::mutex> lock(mu_);  // options_ may change on reload
@@ -157,7 +156,7 @@ void FlowDistributions::add_record(const Record& r, const MetricInputs& in, AsnL
   // A service's name is looked up only when one of its keys is new in the
   // generation, not per record.
   if (service_key != 0 && current_->entries.size() != keys_before)
-    names_.services.try_emplace(service_key, other_service ? kOtherLabel : r.enrichment.owner().name);
+    names_.services.try_emplace(service_key, service_label_text(service.label, r.enrichment.owner()));
   for (int m = 0; m < kMeasureCount; ++m) {
     if (!values[m]) continue;
     auto& s = e->sketch[unit][m];

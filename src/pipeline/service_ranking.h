@@ -26,6 +26,9 @@ struct Config;
 struct RankedService {
   uint64_t key = 0;                       // service_key(name); 0: unknown (label "")
   RankedLabel label = RankedLabel::kOwn;  // kOwn: the name ("" when unknown); kOther: "other"
+  // The key of its label, what a sink keys its state by: its own, or
+  // kOtherServiceKey for every service folded into "other".
+  uint64_t label_key() const { return label == RankedLabel::kOther ? kOtherServiceKey : key; }
 };
 
 class ServiceRanking : public ByteRanking<uint64_t> {
@@ -46,7 +49,6 @@ class ServiceRanking : public ByteRanking<uint64_t> {
 
   // The label a record of service `name` gets now: "", "other" or the name.
   std::string label_text(const std::string& name) const;
-
 };
 
 // The text of a service label: "other", or the record's owner's name.
