@@ -3,6 +3,7 @@
 #   scripts/dev.sh run [tcpscope run flags]   install what the daemon needs, build it alone, run it
 #   scripts/dev.sh test                       install what is missing, build, run every test
 #   scripts/dev.sh build                      install what is missing, build
+#   scripts/dev.sh package                    install what the .deb needs, build the daemon and the .deb, print its path
 # Needs root: it installs Debian packages, and the daemon and the tests load BPF programs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,9 @@ BUILD_PACKAGES=(
   clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev
   prometheus-cpp-dev libyaml-cpp-dev libmaxminddb-dev nlohmann-json3-dev librdkafka-dev
 )
+# What the deb target needs besides: dpkg-shlibdeps (CPack computes Depends
+# with it; without it CMake makes no deb target).
+PACKAGE_PACKAGES=(dpkg-dev)
 # What the tests and the benchmarks need besides.
 TEST_PACKAGES=(
   libgtest-dev libbenchmark-dev
@@ -63,6 +67,25 @@ build_daemon() {
   cmake --build "$BUILD_DIR" -j "$(nproc)" --target tcpscope
 }
 
+# The Debian package from the daemon alone: a build directory configured
+# already keeps its options, a new one is configured as for `run`. CMake runs
+# again either way, so that a build directory configured before dpkg-dev was
+# installed gets its deb target. Prints the package's path last.
+build_package() {
+  if [[ -f $BUILD_DIR/CMakeCache.txt ]]; then
+    cmake -S . -B "$BUILD_DIR" >/dev/null
+  else
+    cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTCPSCOPE_TESTS=OFF -DTCPSCOPE_BENCH=OFF
+  fi
+  cmake --build "$BUILD_DIR" -j "$(nproc)" --target deb
+  local version arch deb
+  version=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$BUILD_DIR/CMakeCache.txt")
+  arch=$(dpkg --print-architecture)
+  deb=$(cd "$BUILD_DIR" && pwd)/tcpscope_${version}_${arch}.deb
+  [[ -f $deb ]] || die "the deb target did not write $deb"
+  echo "$deb"
+}
+
 # Debian's pytest; a python3 earlier on PATH (pyenv, venv) may lack it.
 python_with_pytest() {
   if python3 -c 'import pytest' 2>/dev/null; then echo python3; else echo /usr/bin/python3; fi
@@ -94,6 +117,10 @@ case "$cmd" in
     install_missing "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
     build_all
     ;;
+  package)
+    install_missing "${BUILD_PACKAGES[@]}" "${PACKAGE_PACKAGES[@]}"
+    build_package
+    ;;
   run)
     install_missing "${BUILD_PACKAGES[@]}"
     build_daemon
@@ -114,6 +141,6 @@ case "$cmd" in
       tests/real_kernels -v --durations=30 -p no:cacheprovider "$@"
     ;;
   *)
-    die "usage: $0 run|test|build"
+    die "usage: $0 run|test|build|package"
     ;;
 esac

@@ -65,6 +65,24 @@ target_link_options(tcpscope PRIVATE LINKER:-z,relro LINKER:-z,now)
 install(FILES ${TCPSCOPE_PKG_OUT}/tcpscope.8.gz DESTINATION share/man/man8)
 install(FILES ${TCPSCOPE_PKG_OUT}/changelog.gz ${TCPSCOPE_PKG_DIR}/cpack/copyright
         DESTINATION share/doc/tcpscope)
+# The manual, as plain files laid out as in the source tree, so that its
+# relative links (README.md -> docs/fleet.md, docs/performance.md ->
+# ../bench/README.md) work in /usr/share/doc/tcpscope/ too, and what the
+# shipped config and unit point to is there (tests/package/test_deb.py
+# checks both). Not compressed: a link to fleet.md.gz would not open. Beside
+# it, the LICENSE with both licenses' full texts.
+install(FILES ${CMAKE_SOURCE_DIR}/README.md ${CMAKE_SOURCE_DIR}/CONTRIBUTING.md
+        ${CMAKE_SOURCE_DIR}/LICENSE DESTINATION share/doc/tcpscope)
+file(GLOB TCPSCOPE_DOC_PAGES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/docs/*.md)
+file(GLOB TCPSCOPE_DOC_IMAGES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/docs/img/*)
+install(FILES ${TCPSCOPE_DOC_PAGES} DESTINATION share/doc/tcpscope/docs)
+install(FILES ${TCPSCOPE_DOC_IMAGES} DESTINATION share/doc/tcpscope/docs/img)
+# Where the manual's figures come from, and the network lab it refers to.
+install(FILES ${CMAKE_SOURCE_DIR}/bench/README.md DESTINATION share/doc/tcpscope/bench)
+install(FILES ${CMAKE_SOURCE_DIR}/tests/lab/README.md DESTINATION share/doc/tcpscope/tests/lab)
+# README.md links the changelog by its source path: that text too, beside the
+# changelog.gz Debian wants.
+install(FILES ${TCPSCOPE_PKG_DIR}/changelog DESTINATION share/doc/tcpscope/packaging)
 install(FILES ${TCPSCOPE_PKG_DIR}/cpack/lintian-overrides
         DESTINATION share/lintian/overrides RENAME tcpscope)
 # The embedded default is the shipped config: one text, two uses.

@@ -33,6 +33,11 @@ int check_config_command(const std::string& path, const std::vector<std::string>
     err.flush();
     return 2;
   }
+  if (policy_matches_asns(config) && config.asn.mmdb.empty() && config.asn.prefix_file.empty()) {
+    err << path << ": " << kPolicyNeedsAsnData << "\n";
+    err.flush();
+    return 2;
+  }
   // librdkafka checks the producer's settings (and the SASL password file)
   // without connecting: a broker that is down now is no config error.
   std::string kafka_error;

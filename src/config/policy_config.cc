@@ -267,7 +267,8 @@ const ConfigSection<CcRule>& rule_section() {
                                "split matching flows between arms by weight"),
           optional_section_key("controller", &CcRule::controller, controller_section(),
                                "{ arms: [bbr, cubic], cohort: asn, ... }",
-                               "learn the best arm per cohort and give it most flows (docs/policy.md \"Closed loop\")"),
+                               "learn the best arm per cohort and give it most flows (docs/policy.md \"Closed "
+                               "loop: a controller per rule\")"),
       },
       [](R& r, const std::map<std::string, int>& given, int line, const std::string& path, CcRule*) {
         if (!given.count("name")) r.error(line, path + " has no name");

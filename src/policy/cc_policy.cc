@@ -10,6 +10,12 @@
 
 namespace tcpscope {
 
+bool policy_matches_asns(const Config& config) {
+  for (const auto& r : config.cc_policy.rules)
+    if (!r.match.asns.empty()) return true;
+  return false;
+}
+
 namespace {
 
 struct KeyHash {
@@ -154,7 +160,6 @@ std::optional<CompiledPolicy> compile_policy(const Config& config, const AsnData
              std::to_string(TCPSCOPE_MAX_RULES) + " are supported";
     return std::nullopt;
   }
-  bool uses_asns = false;
   for (size_t i = 0; i < rules.size(); ++i) {
     const CcRule& r = rules[i];
     CompiledRule cr;
@@ -164,7 +169,7 @@ std::optional<CompiledPolicy> compile_policy(const Config& config, const AsnData
       cr.match |= kMatchClass;
       cr.class_id = class_id(*r.match.peer_class);
     }
-    if (!r.match.asns.empty()) cr.match |= kMatchAsn, uses_asns = true;
+    if (!r.match.asns.empty()) cr.match |= kMatchAsn;
     if (!r.match.prefixes.empty()) cr.match |= kMatchPrefix;
     if (!r.match.services.empty()) {
       cr.match |= kMatchService;
@@ -214,8 +219,8 @@ std::optional<CompiledPolicy> compile_policy(const Config& config, const AsnData
 
   // (A peer class listing ASNs without ASN data simply never matches by ASN,
   // for the daemon's classifier as for the kernel; a rule that does is a mistake.)
-  if (uses_asns && !asn_db) {
-    *error = "cc_policy: a rule matches on asns, but no ASN data is configured (asn.mmdb / asn.prefix_file)";
+  if (!asn_db && policy_matches_asns(config)) {
+    *error = kPolicyNeedsAsnData;
     return std::nullopt;
   }
 

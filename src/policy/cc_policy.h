@@ -92,6 +92,13 @@ struct CompiledPolicy {
 std::vector<std::pair<std::string, std::string>> unloaded_module_congestion_controls(
     const Config& config, const std::vector<std::string>& loaded);
 
+// Whether a rule matches on ASNs, which needs ASN data (asn.mmdb or
+// asn.prefix_file): without it compile_policy() fails with this message,
+// and check-config says so before a daemon does.
+bool policy_matches_asns(const Config& config);
+constexpr const char* kPolicyNeedsAsnData =
+    "cc_policy: a rule matches on asns, but no ASN data is configured (asn.mmdb / asn.prefix_file)";
+
 // `asn_db` may be null when no ASN data is configured; rules or classes that
 // match on ASNs then make this fail. `cohort_asns`: the ASNs controllers keep
 // weights for; the trie then names them (tcpscope_remote_info.asn) so the

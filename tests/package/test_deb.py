@@ -104,6 +104,49 @@ def leftovers():
     return found
 
 
+DOC_DIR = Path("/usr/share/doc/tcpscope")
+# The shipped config and unit, as paths in the package (and, installed, under /).
+POINTING_FILES = ("etc/tcpscope/tcpscope.yaml", "lib/systemd/system/tcpscope.service")
+
+
+def doc_pointers(text):
+    """The (path, heading or None) pairs a shipped text points at under
+    /usr/share/doc/tcpscope/: the path, and the quoted heading right after
+    it (`.../fleet.md "Fleet: Kafka, ClickHouse, Prometheus"`), read across a
+    comment's line breaks."""
+    flat = re.sub(r"\n\s*#\s*", " ", text)  # one comment paragraph, one line
+    pointers = []
+    for m in re.finditer(r"(%s/[^\s\"'),;]+)(?:,?\s*\"([^\"]+)\")?" % re.escape(str(DOC_DIR)), flat):
+        pointers.append((m.group(1).rstrip("."), m.group(2)))
+    return pointers
+
+
+def markdown_headings(text):
+    return {m.group(1).strip() for m in re.finditer(r"^#{1,6}\s+(.+?)\s*#*$", text, re.M)}
+
+
+def check_doc_pointers(pointing_texts, root):
+    """Every /usr/share/doc/tcpscope/ path the texts name is a file under
+    root (the extracted package, or / once installed), and every heading
+    quoted with it is one of that page's headings. Returns the pointers
+    checked."""
+    checked = []
+    for name, text in pointing_texts.items():
+        # A pointer into the source tree's docs/ or bench/ is one the
+        # package's reader cannot open: it must name the installed path.
+        relative = [m.group(0) for m in re.finditer(r"(?<![\w/.])(?:docs|bench)/[\w.-]+\.md", text)]
+        assert not relative, f"{name} points into the source tree, not {DOC_DIR}: {relative}"
+        for path, heading in doc_pointers(text):
+            target = root / path.lstrip("/")
+            assert target.is_file(), f"{name} points at {path}, which the package does not hold"
+            if heading is not None and target.suffix == ".md":
+                headings = markdown_headings(target.read_text())
+                assert heading in headings, \
+                    f"{name} points at {path} \"{heading}\", not a heading there; its headings: {sorted(headings)}"
+            checked.append((name, path, heading))
+    return checked
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -353,6 +396,63 @@ def test_package_contents(deb, tmp_path):
     assert (root / "usr/share/doc/tcpscope/copyright").exists()
 
 
+def test_the_package_explains_itself(deb, tmp_path):
+    """The manual, the LICENSE and whatever the shipped config and unit point
+    to are in the package, under /usr/share/doc/tcpscope/, with the headings
+    they name; the manual's relative links open in the installed tree."""
+    sh("dpkg-deb", "-x", str(deb), str(tmp_path / "root"))
+    root = tmp_path / "root"
+    doc = root / str(DOC_DIR).lstrip("/")
+    # The manual as in the source tree: README.md beside docs/, byte for byte.
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs/img").glob("*"))]
+    for src in pages:
+        shipped = doc / src.relative_to(ROOT)
+        assert shipped.is_file() and shipped.read_bytes() == src.read_bytes(), f"{src.relative_to(ROOT)} not shipped"
+    assert (doc / "LICENSE").read_bytes() == (ROOT / "LICENSE").read_bytes()
+    # What the shipped config and unit point to, found by reading them.
+    texts = {name: (root / name).read_text() for name in POINTING_FILES}
+    for name, text in texts.items():
+        assert doc_pointers(text), f"{name} points at nothing under {DOC_DIR} (was the scan broken?)"
+    # The rest of what the package ships for an operator to read points the same way.
+    for f in sorted(root.rglob("*")):
+        rel = str(f.relative_to(root))
+        if f.is_file() and not rel.startswith(("usr/bin/", "usr/share/doc/", "usr/share/man/")):
+            texts.setdefault(rel, f.read_text())
+    checked = check_doc_pointers(texts, root)
+    print("\n".join(f"{n}: {p} {h or ''}" for n, p, h in checked))
+    # Every relative link of the shipped manual opens inside the package.
+    broken = []
+    for page in sorted(doc.rglob("*.md")):
+        for m in re.finditer(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            link = m.group(1)
+            if re.match(r"^[a-z]+:", link) or link.startswith("/"):
+                continue
+            if not (page.parent / link).resolve().is_relative_to(doc.resolve()) or not (page.parent / link).exists():
+                broken.append(f"{page.relative_to(doc)} -> {link}")
+    assert not broken, "links of the shipped manual that do not open in " + str(DOC_DIR) + ":\n" + "\n".join(broken)
+
+
+def test_license_is_the_one_the_copyright_file_and_the_bpf_programs_declare():
+    """LICENSE holds the full text of each license packaging/cpack/copyright
+    names (LGPL-2.1 as Debian ships it, BSD-2-Clause as the copyright file
+    has it), and names the string the BPF programs declare to the kernel."""
+    license_text = (ROOT / "LICENSE").read_text()
+    flat = lambda t: " ".join(t.split())
+    copyright_text = (ROOT / "packaging/cpack/copyright").read_text()
+    assert re.search(r"^License: LGPL-2\.1 or BSD-2-Clause$", copyright_text, re.M)
+    assert "SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)" in license_text
+    lgpl = Path("/usr/share/common-licenses/LGPL-2.1")
+    if lgpl.exists():
+        assert lgpl.read_text() in license_text, "LICENSE lacks the LGPL-2.1's full text"
+    bsd = re.search(r"^License: BSD-2-Clause\n((?: .*\n?)+)", copyright_text, re.M).group(1)
+    bsd = "\n".join("" if l.strip() == "." else l[1:] for l in bsd.splitlines())
+    assert flat(bsd) in flat(license_text), "LICENSE lacks the BSD-2-Clause text of the copyright file"
+    declared = set(re.findall(r'SEC\("license"\)\s*=\s*"([^"]+)"', "".join(
+        p.read_text() for p in (ROOT / "bpf").glob("*.bpf.c"))))
+    assert declared == {"Dual BSD/GPL"}, declared
+    assert all(f'"{d}"' in license_text and f'"{d}"' in copyright_text for d in declared)
+
+
 def test_install_creates_user_dirs_and_enables_service(installed):
     pw = sh("getent", "passwd", "tcpscope").stdout.strip().split(":")
     assert int(pw[2]) < 1000 and pw[5] == "/nonexistent" and pw[6].endswith("nologin"), pw
@@ -375,6 +475,11 @@ def test_install_creates_user_dirs_and_enables_service(installed):
     assert v.startswith(f"tcpscope {project_version()}\n") and "libbpf" in v
     r = sh("/usr/bin/tcpscope", "check-config", str(CONFFILE), check=False)
     assert r.returncode == 0, f"shipped config rejected: {r.stdout}{r.stderr}"
+    # Installed: the LICENSE, the manual and what the config and unit point to.
+    assert (DOC_DIR / "LICENSE").is_file() and (DOC_DIR / "docs").is_dir()
+    assert {p.name for p in (DOC_DIR / "docs").glob("*.md")} == {p.name for p in (ROOT / "docs").glob("*.md")}
+    installed_texts = {n: (Path("/") / n).read_text() for n in POINTING_FILES}
+    assert check_doc_pointers(installed_texts, Path("/"))
 
 
 def test_lifecycle_confined_daemon_scrape_remove_purge(installed, tmp_path):

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "cli/check_config_command.h"
+#include "policy/cc_policy.h"
 #include "os/congestion_controls.h"
 
 namespace tcpscope {
@@ -647,6 +648,28 @@ TEST(CheckConfigCommandTest, InvalidFilePrintsEveryErrorAndReturns2) {
     ++n;
   }
   EXPECT_EQ(n, 6);
+}
+
+// The daemon refuses a rule on ASNs without ASN data at start; check-config
+// must say so first, not "ok".
+TEST(CheckConfigCommandTest, ARuleOnAsnsWithoutAsnDataIsAnError) {
+  const std::string path = ::testing::TempDir() + "tcpscope_asn_rule_test.yaml";
+  const std::string rules =
+      "cc_policy:\n  rules:\n    - name: canary\n      match: { asns: [64512] }\n      cc: bbr\n";
+  {
+    std::ofstream out(path);
+    out << rules;
+  }
+  std::ostringstream out, err;
+  EXPECT_EQ(check_config_command(path, kCc, out, err), 2);
+  EXPECT_EQ(err.str(), path + ": " + kPolicyNeedsAsnData + "\n");
+  {
+    std::ofstream out(path);
+    out << "asn:\n  prefix_file: /etc/tcpscope/pfx2as.tsv\n" << rules;
+  }
+  std::ostringstream out2, err2;
+  EXPECT_EQ(check_config_command(path, kCc, out2, err2), 0) << err2.str();
+  std::remove(path.c_str());
 }
 
 TEST(CheckConfigCommandTest, MissingFileReturns2) {
