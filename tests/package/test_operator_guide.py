@@ -212,3 +212,25 @@ def test_the_guides_promql_is_valid(tmp_path):
     (tmp_path / "guide.yml").write_text(rules)
     r = subprocess.run(["promtool", "check", "rules", str(tmp_path / "guide.yml")], capture_output=True, text=True)
     assert r.returncode == 0, f"promtool refuses the guide's PromQL:\n{r.stdout}{r.stderr}"
+
+
+def test_the_guides_alert_table_is_the_shipped_alerts():
+    """Every alert the package ships is in the guide's table, with its wait
+    (`for:`) and window, and the table names no other."""
+    # The file's own layout (no YAML library on a fresh machine): each rule
+    # opens with "- alert: NAME", then its expr: and for: lines.
+    rules = []
+    for line in (ROOT / "packaging/prometheus/tcpscope-alerts.yml").read_text().splitlines():
+        if m := re.match(r"\s+- alert: (\w+)$", line):
+            rules.append({"alert": m.group(1), "expr": ""})
+        elif rules and (m := re.match(r"\s+(expr|for): (.*)$", line)):
+            rules[-1][m.group(1)] = m.group(2)
+    assert len(rules) >= 7, rules
+    text = GUIDE.read_text()
+    table = text[text.index("| alert | fires when | what to do |"):]
+    table = table[:table.index("\n\n")]
+    rows = {m.group(1): row for row in table.splitlines() for m in [re.match(r"\| `(\w+)` \|", row)] if m}
+    assert set(rows) == {r["alert"] for r in rules}, "the guide's alerts differ from the shipped ones"
+    for r in rules:
+        for minutes in re.findall(r"(\d+)m\b", (r.get("for", "") + " " + r["expr"])):
+            assert f"{minutes} min" in rows[r["alert"]], f"{r['alert']}: the guide does not say {minutes} min"
