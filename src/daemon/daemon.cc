@@ -63,12 +63,6 @@ int fail(const std::string& msg, int code = 1) {
   return code;
 }
 
-// A failure to load or reload the policy, named once: the compiler's own
-// messages already start with "cc_policy".
-std::string policy_failure(const std::string& error) {
-  return error.rfind("cc_policy", 0) == 0 ? error : "cc_policy: " + error;
-}
-
 // Config ignore_netns into the probe; false and *error naming the first
 // namespace that cannot be read, or the map.
 bool ignore_namespaces(FlowProbe& probe, const Config& config, std::string* error) {
@@ -225,7 +219,7 @@ int Daemon::start_kernel() {
     log_line("restart: " + error + "; flows open across the restart close without their rule's name");
   previous_.reset();
   loop_ = std::make_unique<ClosedLoop>(*policy_, *enricher_, config_, registry_, log_line);
-  if (!loop_->start(&error)) return fail(policy_failure(error));
+  if (!loop_->start(&error)) return fail(error);  // names cc_policy (InstalledPolicy::load)
   const auto sends = send_transfer_delimiter(probe_->missing_tracepoints());
   loop_->controller().set_send_transfers(sends.has_value());
   start_service_names();
@@ -370,7 +364,7 @@ void Daemon::apply_reload(PreparedReload& r) {
   std::vector<std::string> next_start;
   Config merged = merge_reload(config_, r.config, &next_start);
   if (!loop_->reload(merged, r.tables.asn_db.get(), &error)) {
-    log_line("reload failed: " + policy_failure(error) + "; keeping the previous config and data");
+    log_line("reload failed: " + error + "; keeping the previous config and data");
     self_->count_reload(false);
     return;
   }

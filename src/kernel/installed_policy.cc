@@ -18,16 +18,21 @@ bool InstalledPolicy::load(const Config& config, const AsnDatabase* asn_db, std:
     *error = "cc_policy has rules but its programs are not attached to any cgroup";
     return false;
   }
-  if (!ensure_congestion_controls(compiled->congestion_controls(), error)) return false;
+  // The compiler's messages name cc_policy already; the kernel's do not.
+  auto failed = [error] {
+    *error = "cc_policy: " + *error;
+    return false;
+  };
+  if (!ensure_congestion_controls(compiled->congestion_controls(), error)) return failed();
   // sock_ops runs on every new connection: attached while some rule needs
   // it, before the rules it applies are installed, detached after the last
   // is gone (until then it finds none and returns).
   const bool needs_sockops = !compiled->rules.empty();
-  if (needs_sockops && !probe_.set_cc_policy_attached(true, error)) return false;
+  if (needs_sockops && !probe_.set_cc_policy_attached(true, error)) return failed();
   auto policy = std::make_shared<const CompiledPolicy>(std::move(*compiled));
   const uint16_t install = names_.next_install();
   int gen = maps_.install(*policy, install, cohort_weights_, error);
-  if (gen < 0) return false;
+  if (gen < 0) return failed();
   if (!needs_sockops) probe_.set_cc_policy_attached(false, error);
   names_.add(*policy);
   sync_cc_names();

@@ -30,7 +30,8 @@ class InstalledPolicy {
   InstalledPolicy(FlowProbe& probe, std::shared_ptr<prometheus::Registry> registry);
 
   // Compiles and installs, with the controllers' cohorts as last set; on
-  // failure the previous policy stays in force.
+  // failure the previous policy stays in force and *error, naming
+  // cc_policy, says why.
   bool load(const Config& config, const AsnDatabase* asn_db, std::string* error);
   // The controllers' cohorts (control/cc_controller.h): the ASNs they keep
   // weights for, and every cohort's weights. Weights go to the active
