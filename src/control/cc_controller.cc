@@ -177,7 +177,7 @@ void CcController::observe(const TransferRecord& t) {
   if (!target->candidate && asn && r.spec.cohort == CohortKind::kAsn && r.spec.max_cohorts &&
       r.candidates.size() < candidate_cap(r.spec) && !r.asns.count(asn))
     target->candidate = &r.candidates.emplace(asn, std::vector<ArmEvidence>(r.arm_names.size())).first->second;
-  ConnectionTable::Entry* conn = r.connections.find_or_add(connection_key(t), static_cast<double>(t.end_ns) / 1e9);
+  ConnectionTable::Entry* conn = r.connections.find_or_add(connection_key(t), t.netns, static_cast<double>(t.end_ns) / 1e9);
   if (!conn) {
     ++r.refused[static_cast<int>(EvidenceVerdict::kConnectionCap)];
     return;
@@ -201,9 +201,9 @@ void CcController::observe(const FlowRecord& f) {
   target->rule->connections.close(connection_key(f));
 }
 
-void CcController::forget_closed(const std::unordered_set<uint64_t>& open, double pass_start_s) {
+void CcController::forget_closed(const SocketPass& pass) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& r : rules_) r->closed_unseen += r->connections.drop_absent(open, pass_start_s);
+  for (auto& r : rules_) r->closed_unseen += r->connections.drop_absent(pass);
 }
 
 void CcController::promote_asns(Rule& r, double now_s, bool* changed) {

@@ -70,6 +70,7 @@ namespace tcpscope {
 
 class ControllerMetrics;
 struct FlowRecord;
+struct SocketPass;
 struct TransferRecord;
 
 enum class CohortState { kExploring, kDecided, kReverted };
@@ -109,11 +110,10 @@ class CcController {
   // A finished transfer or flow; only those a controller rule assigned count.
   void observe(const TransferRecord& t);
   void observe(const FlowRecord& f);
-  // The connection_key()s of every socket a complete pass of the socket
-  // iterator found open, the pass having started at `pass_start_s` (unix
-  // seconds): the open connections it did not find closed with their close
-  // record lost, and leave the rules' connection tables.
-  void forget_closed(const std::unordered_set<uint64_t>& open, double pass_start_s);
+  // A pass of the socket iterator: the open connections it did not find,
+  // in the namespaces it saw whole, closed with their close record lost,
+  // and leave the rules' connection tables (ConnectionTable::drop_absent()).
+  void forget_closed(const SocketPass& pass);
 
   // Re-tests each rule whose interval has passed (now: unix seconds).
   struct StepResult {

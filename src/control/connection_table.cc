@@ -36,7 +36,7 @@ uint64_t connection_key(const TransferRecord& t) {
   return identity_key(t.netns, t.dir, t.laddr, t.lport, t.raddr, t.rport, t.flow_start_ns);
 }
 
-ConnectionTable::Entry* ConnectionTable::find_or_add(uint64_t key, double now_s) {
+ConnectionTable::Entry* ConnectionTable::find_or_add(uint64_t key, uint32_t netns, double now_s) {
   auto it = entries_.find(key);
   if (it == entries_.end()) {
     // Full: a scan for idle connections, at most once a minute (a full
@@ -49,14 +49,17 @@ ConnectionTable::Entry* ConnectionTable::find_or_add(uint64_t key, double now_s)
     if (entries_.size() >= kMaxConnections) return nullptr;
     it = entries_.emplace(key, Entry{}).first;
   }
+  if (!it->second.netns) it->second.netns = netns;
   it->second.last_seen_s = std::max(it->second.last_seen_s, now_s);
   return &it->second;
 }
 
-size_t ConnectionTable::drop_absent(const std::unordered_set<uint64_t>& open, double pass_start_s) {
+size_t ConnectionTable::drop_absent(const SocketPass& pass) {
   size_t dropped = 0;
   for (auto e = entries_.begin(); e != entries_.end();) {
-    if (e->second.last_seen_s < pass_start_s && !open.count(e->first)) {
+    const uint32_t netns = e->second.netns;
+    const bool seen_whole = netns ? pass.whole_netns.count(netns) > 0 : pass.every_netns;
+    if (seen_whole && e->second.last_seen_s < pass.start_s && !pass.open.count(e->first)) {
       e = entries_.erase(e);
       ++dropped;
     } else {
@@ -77,8 +80,8 @@ ConnectionSums* ConnectionTable::sums_in(Entry* e, uint64_t id, std::initializer
   return nullptr;  // more evidences at once than slots: a caller's bug
 }
 
-bool ConnectionTable::restore(uint64_t key, const ConnectionSums& sums, double last_seen_s) {
-  Entry* e = find_or_add(key, last_seen_s);
+bool ConnectionTable::restore(uint64_t key, uint32_t netns, const ConnectionSums& sums, double last_seen_s) {
+  Entry* e = find_or_add(key, netns, last_seen_s);
   if (!e) return false;
   for (auto& s : e->slots)
     if (!s.evidence) {

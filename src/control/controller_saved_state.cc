@@ -58,16 +58,17 @@ namespace {
 
 // The open connections' sums of each evidence (by its id), as saved: one
 // array per connection, [key, fct y, fct x, throughput y, throughput x,
-// inflation y, inflation x, last seen s].
+// inflation y, inflation x, last seen s, netns inode]. A state saved before
+// the namespace was kept has 8 (the namespace unknown).
 using OpenSums = std::map<uint64_t, nlohmann::json>;
 
 OpenSums open_sums(const ConnectionTable& table) {
   OpenSums out;
-  table.for_each_slot([&](uint64_t key, const ConnectionSums& s, double last_seen_s) {
+  table.for_each_slot([&](uint64_t key, const ConnectionSums& s, const ConnectionTable::Entry& e) {
     auto& list = out[s.evidence];
     if (list.is_null()) list = nlohmann::json::array();
     list.push_back({key, s.objective[0].y, s.objective[0].x, s.objective[1].y, s.objective[1].x, s.inflation.y,
-                    s.inflation.x, last_seen_s});
+                    s.inflation.x, e.last_seen_s, e.netns});
   });
   return out;
 }
@@ -136,11 +137,14 @@ struct SavedSums {
   uint64_t key;
   ConnectionSums sums;
   double last_seen_s;
+  uint32_t netns;
   size_t arm;  // of the evidence they are in
 };
 SavedSums saved_sums(const nlohmann::json& j) {
-  if (!j.is_array() || j.size() != 8 || !non_negative_integer(j[0]))
+  if (!j.is_array() || (j.size() != 8 && j.size() != 9) || !non_negative_integer(j[0]))
     throw std::invalid_argument("an open connection's sums are malformed");
+  if (j.size() == 9 && (!non_negative_integer(j[8]) || j[8].get<uint64_t>() > UINT32_MAX))
+    throw std::invalid_argument("an open connection's network namespace is not an inode number");
   double v[7];
   for (int i = 0; i < 7; ++i) {
     if (!j[i + 1].is_number() || !std::isfinite(j[i + 1].get<double>()))
@@ -150,7 +154,7 @@ SavedSums saved_sums(const nlohmann::json& j) {
   for (int i : {1, 3, 5})
     if (v[i] < 0 || v[i] > 1e15) throw std::invalid_argument("an open connection's count is out of range");
   if (v[6] < 0) throw std::invalid_argument("an open connection's last seen time is negative");
-  SavedSums s{j[0].get<uint64_t>(), {}, v[6], 0};
+  SavedSums s{j[0].get<uint64_t>(), {}, v[6], j.size() == 9 ? j[8].get<uint32_t>() : 0, 0};
   s.sums.objective[0] = {v[0], v[1]};
   s.sums.objective[1] = {v[2], v[3]};
   s.sums.inflation = {v[4], v[5]};
@@ -379,7 +383,7 @@ bool CcController::restore(const nlohmann::json& doc, std::string* error) {
     r.decisions = p.decisions;
     r.reverts = p.reverts;
     r.connections.clear();
-    for (const auto& s : p.open) r.connections.restore(s.key, s.sums, s.last_seen_s);
+    for (const auto& s : p.open) r.connections.restore(s.key, s.netns, s.sums, s.last_seen_s);
   }
   update_metrics();
   return true;

@@ -58,7 +58,7 @@ void for_each_open_list(nlohmann::json& rule, F f) {
 }
 
 // An open connection as saved (controller_saved_state.cc): [key, six sums,
-// last seen s], in each evidence it adds to.
+// last seen s, netns], in each evidence it adds to.
 uint64_t key_of(const nlohmann::json& open) { return open.at(0).get<uint64_t>(); }
 double last_seen_of(const nlohmann::json& open) { return open.at(7).get<double>(); }
 

@@ -85,10 +85,10 @@ void ClosedLoop::end_drain() {
   if (!drain_.empty()) hand_over(&drain_);
 }
 
-void ClosedLoop::forget_closed(const std::unordered_set<uint64_t>& open, double pass_start_s) {
-  std::vector<Item> pass;
-  pass.emplace_back(ClosedPass{open, pass_start_s});
-  hand_over(&pass);
+void ClosedLoop::forget_closed(SocketPass pass) {
+  std::vector<Item> items;
+  items.emplace_back(std::move(pass));
+  hand_over(&items);
 }
 
 void ClosedLoop::hand_over(std::vector<Item>* items) {
@@ -131,8 +131,8 @@ void ClosedLoop::run() {
         controller_.observe(*t);
       else if (auto* f = std::get_if<FlowRecord>(&item))
         controller_.observe(*f);
-      else if (auto* pass = std::get_if<ClosedPass>(&item))
-        controller_.forget_closed(pass->open, pass->start_s);
+      else if (auto* pass = std::get_if<SocketPass>(&item))
+        controller_.forget_closed(*pass);
     }
     taken.clear();
     if (closing) return;

@@ -20,11 +20,11 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <unordered_set>
 #include <variant>
 #include <vector>
 
 #include "control/cc_controller.h"
+#include "control/connection_table.h"
 #include "control/controller_store.h"
 #include "control/state_writer.h"
 #include "enrich/enricher.h"
@@ -57,9 +57,9 @@ class ClosedLoop final : public RecordSink {
   // The cohorts' weights the controller's thread changed, into the kernel;
   // what the state writer had to say, to the log.
   void tick(Clock::time_point now) override;
-  // A complete pass of the socket iterator (CcController::forget_closed()),
-  // taken in order with the records.
-  void forget_closed(const std::unordered_set<uint64_t>& open, double pass_start_s);
+  // A pass of the socket iterator (CcController::forget_closed()), taken in
+  // order with the records.
+  void forget_closed(SocketPass pass);
   // At stop, before the handover is stored: from here on nothing tests,
   // applies weights or reads routes, so the policy's maps and generation
   // stay as stored; close() still saves the state.
@@ -70,15 +70,11 @@ class ClosedLoop final : public RecordSink {
   CcController& controller() { return controller_; }
 
  private:
-  struct ClosedPass {
-    std::unordered_set<uint64_t> open;
-    double start_s;
-  };
   struct Cohorts {
     std::vector<uint32_t> asns;
     std::vector<CohortWeights> weights;
   };
-  using Item = std::variant<FlowRecord, TransferRecord, ClosedPass>;
+  using Item = std::variant<FlowRecord, TransferRecord, SocketPass>;
   // What the loop hands over at most, waiting: a thread this far behind is
   // stuck, and the loop must not grow without bound for it.
   static constexpr size_t kMaxBacklog = size_t{1} << 20;

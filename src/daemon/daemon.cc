@@ -228,9 +228,7 @@ int Daemon::start_kernel() {
   fanout_ = std::make_unique<RecordFanout>(*pipeline_, config_);
   snapshots_ = std::make_unique<OpenFlowSnapshots>(config_.snapshot_interval_s ? probe_->snapshot_link_fd() : -1,
                                                    clock_, *pipeline_, aggregator_->aggregator(), *self_, log_line);
-  snapshots_->on_complete_pass([this](const std::unordered_set<uint64_t>& open, double pass_start_s) {
-    loop_->forget_closed(open, pass_start_s);
-  });
+  snapshots_->on_pass([this](SocketPass pass) { loop_->forget_closed(std::move(pass)); });
   http_->handle_json("/api/v1/flows", [this](const std::string& q) { return snapshots_->json(q); });
   http_->handle_json("/api/v1/policy", std::function<std::string()>([this] { return policy_->to_json(); }));
   http_->handle_json("/api/v1/controller",

@@ -34,17 +34,20 @@ void OpenFlowSnapshots::finish() {
   auto flows = std::make_shared<OpenFlowsView>(clock_);
   flows->reserve(snap->flows.size());
   Aggregator::ActiveFlows active;
-  // A pass that skipped a namespace, or could not read one, did not see every open socket.
-  const bool complete = on_complete_pass_ && snap->namespaces_skipped == 0 && snap->namespace_errors == 0;
-  std::unordered_set<uint64_t> open;
-  if (complete) open.reserve(snap->flows.size());
+  SocketPass pass;
+  if (on_pass_) pass.open.reserve(snap->flows.size());
   for (const auto& ev : snap->flows) {
     const FlowRecord f = pipeline_.record_of(ev);
     ++active[{f.enrichment.peer_class, f.cc}];
-    if (complete) open.insert(connection_key(f));
+    if (on_pass_) pass.open.insert(connection_key(f));
     flows->add(ev, f);
   }
-  if (complete) on_complete_pass_(open, pass_start_s_);
+  if (on_pass_) {
+    pass.whole_netns.insert(snap->whole_namespaces.begin(), snap->whole_namespaces.end());
+    pass.every_netns = snap->every_namespace;
+    pass.start_s = pass_start_s_;
+    on_pass_(std::move(pass));
+  }
   aggregator_.set_active_flows(active);
   self_.set_snapshot({static_cast<int64_t>(flows->size()), snap->namespaces, snap->namespaces_empty,
                       snap->namespaces_skipped, snap->namespace_errors, snap->seconds});
@@ -54,6 +57,12 @@ void OpenFlowSnapshots::finish() {
     log_("snapshot: " + std::to_string(snap->namespaces_skipped) +
          " network namespaces not reached within the snapshot's time budget; the next one starts with them");
     next_skip_log_ = now + std::chrono::minutes(1);
+  }
+  if (snap->namespace_errors && now >= next_error_log_) {
+    log_("snapshot: " + std::to_string(snap->namespace_errors) + " network namespaces not read, the first: " +
+         snap->first_error + "; their open flows are not shown, and their connections stay in the controller's "
+         "tables until a close record or a later snapshot ends them");
+    next_error_log_ = now + std::chrono::minutes(1);
   }
 }
 

@@ -10,10 +10,10 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <unordered_set>
 
 #include "aggregate/aggregator.h"
 #include "aggregate/open_flows_view.h"
+#include "control/connection_table.h"
 #include "export/daemon_health.h"
 #include "kernel/flow_snapshot.h"
 #include "os/background_job.h"
@@ -33,12 +33,10 @@ class OpenFlowSnapshots {
       : link_fd_(iter_link_fd), clock_(clock), pipeline_(pipeline), aggregator_(aggregator), self_(self),
         log_(std::move(log)) {}
 
-  // Told after each pass that visited every namespace: the connection_key()s
-  // (control/connection_table.h) of the flows open then, and when the pass
-  // started (unix seconds). The closed loop drops the connections whose
-  // close record was lost.
-  using CompletePass = std::function<void(const std::unordered_set<uint64_t>& open, double pass_start_s)>;
-  void on_complete_pass(CompletePass f) { on_complete_pass_ = std::move(f); }
+  // Told after each pass what it saw: the closed loop drops the connections
+  // whose close record was lost.
+  using PassSeen = std::function<void(SocketPass)>;
+  void on_pass(PassSeen f) { on_pass_ = std::move(f); }
 
   // A pass starts once `interval` has passed since the last (0: never).
   void tick(Clock::time_point now, std::chrono::seconds interval);
@@ -66,8 +64,9 @@ class OpenFlowSnapshots {
   size_t rotation_ = 0;
   Clock::time_point last_start_{};
   double pass_start_s_ = 0;  // the running pass's, unix seconds
-  CompletePass on_complete_pass_;
+  PassSeen on_pass_;
   Clock::time_point next_skip_log_{};
+  Clock::time_point next_error_log_{};
   // The latest pass's flows, read by HTTP threads.
   std::shared_ptr<const OpenFlowsView> flows_ = std::make_shared<OpenFlowsView>();
 };

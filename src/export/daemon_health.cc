@@ -60,7 +60,7 @@ DaemonHealth::DaemonHealth(std::shared_ptr<prometheus::Registry> registry, const
                                   "Time the last open-flow snapshot spent reading the kernel, all namespaces.");
   auto& ns = *gauge_family(r, "tcpscope_snapshot_namespaces",
                            "Network namespaces in the last open-flow snapshot: read, empty (no TCP socket), "
-                           "skipped (past its time budget), failed (could not be entered).");
+                           "skipped (past its time budget), failed (could not be entered or read).");
   ns_read_ = &ns.Add({{"result", "read"}});
   ns_empty_ = &ns.Add({{"result", "empty"}});
   ns_skipped_ = &ns.Add({{"result", "skipped"}});

@@ -93,7 +93,9 @@ RunTimeCapabilities run_time_capabilities(const FlowProbe& probe, bool snapshots
   else
     r.why += "; " + bpf_why;
   if (snapshots) {
-    want(cap_bit(kCapSysAdmin) | cap_bit(kCapSysPtrace),
+    // CAP_SYS_PTRACE only finds the namespaces that CAP_SYS_ADMIN enters.
+    const bool enters = held & cap_bit(kCapSysAdmin);
+    want(cap_bit(kCapSysAdmin) | (enters ? cap_bit(kCapSysPtrace) : 0),
          "open-flow snapshots enter other network namespaces (snapshot_interval_s: 0 drops them)",
          "open-flow snapshots cover this network namespace only");
   }

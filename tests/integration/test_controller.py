@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -206,6 +207,12 @@ def test_without_send_transfers_the_status_says_so(net, tmp_path, test_cgroup):
         assert d.stop() == 0, d.stderr_text()
 
 
+def namespaces(d):
+    """The last snapshot's namespaces by result."""
+    return {r: d.metric_value("tcpscope_snapshot_namespaces", {"result": r})
+            for r in ("read", "empty", "skipped", "failed")}
+
+
 HOLD = ("import socket,sys\n"
         "conns=[]\n"
         "for _ in range(int(sys.argv[4])):\n"
@@ -223,12 +230,15 @@ HOLD = ("import socket,sys\n"
 def test_connections_whose_close_records_were_lost_leave_the_table(net, tmp_path, test_cgroup):
     """200 kept-open connections are counted; with the daemon stopped, a
     burst of 1,500 others fills its 256 KiB ring and then the 200 close, so
-    their close records are lost. The next complete pass of the socket
-    iterator (snapshot_interval_s: 1) finds none of them open: they leave the
-    connection table, and new connections are counted, none refused."""
+    their close records are lost. The next pass of the socket iterator
+    (snapshot_interval_s: 1) finds none of them open in the server's
+    namespace: they leave the connection table, and new connections are
+    counted, none refused. A namespace the pass cannot enter (here a file in
+    /run/netns that is none) is named in the log and holds up nothing."""
     s = Setup(net, tmp_path, test_cgroup)
     d = s.daemon(controller_config(s.pfx2as, s.net.srv) + "ring_buffer_bytes: 262144\nsnapshot_interval_s: 1\n")
     hold = None
+    not_a_namespace = Path("/run/netns") / f"tcpscope-test-not-a-namespace-{os.getpid()}"
 
     def rule():
         return get_json(d, "/api/v1/controller")["rules"][0]
@@ -255,8 +265,11 @@ def test_connections_whose_close_records_were_lost_leave_the_table(net, tmp_path
             wait_for(lambda: server_ends_open() == 0, 20, what="the server's ends of the 200 closed")
         finally:
             d.proc.send_signal(signal.SIGCONT)
+        not_a_namespace.write_text("")
         wait_for(lambda: (d.metric_value("tcpscope_records_lost_total") or 0) > 0, 10, what="records lost")
-        wait_for(lambda: rule()["open_connections"] == 0, 10, what="an empty connection table")
+        wait_for(lambda: rule()["open_connections"] == 0, 10,
+                 what=lambda: f"an empty connection table: {rule()['open_connections']} open, last snapshot's "
+                              f"namespaces {namespaces(d)}, daemon: {d.stderr_text()[-1500:]}")
         after = rule()
         print(f"\n200 open connections, their close records behind a full ring: "
               f"{after['connections_closed_unseen']} left the table unseen, "
@@ -267,7 +280,10 @@ def test_connections_whose_close_records_were_lost_leave_the_table(net, tmp_path
         s.connections(d, s.net.cli_v4, 50)
         wait_for(lambda: transfers() >= counted + 50, 10, what="50 new connections counted")
         assert rule()["records_refused"]["connection_cap"] == 0, rule()
+        assert namespaces(d)["failed"] == 1, namespaces(d)
+        assert f"not read, the first: entering {not_a_namespace}: Invalid argument" in d.stderr_text()
     finally:
+        not_a_namespace.unlink(missing_ok=True)
         if hold and hold.poll() is None:
             hold.kill()
             hold.wait()

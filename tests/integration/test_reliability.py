@@ -670,13 +670,88 @@ def test_user_namespaces_do_not_stall_the_drain_or_the_snapshot(net, tmp_path):
         wait_flows(d, 2 * total, 30)
         assert d.metric_value("tcpscope_records_lost_total") == 0
         print(f"\n{USER_NAMESPACES} user namespaces: snapshot namespaces {seen}, {seconds * 1000:.1f} ms")
-        assert seen["skipped"] == 0 and seen["failed"] == 0, seen
+        assert seen["skipped"] == 0 and seen["failed"] == 0, (seen, d.stderr_text()[-2000:])
     finally:
         for p in procs:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGKILL)
         for p in procs:
             p.wait(timeout=10)
+        assert d.stop() == 0, d.stderr_text()
+
+
+NAMESPACE_POOL = 200
+
+
+def test_namespaces_that_end_during_a_snapshot_are_not_failures(tmp_path):
+    """On a busy host, processes in namespaces of their own (containers,
+    `unshare`, test runners) end all the time. 200 such processes, one
+    replaced every 10 ms for 8 s, with a snapshot every second: a namespace
+    whose processes end between a snapshot's listing and its visit is gone,
+    not a failure, so every pass stays complete (the controller's table
+    forgets connections whose close records were lost only after a complete
+    pass)."""
+    cfg = tmp_path / "tcpscope.yaml"
+    cfg.write_text("snapshot_interval_s: 1\n")
+    d = Daemon(tmp_path, extra_args=("--config", str(cfg)))
+    pool = []
+
+    def spawn():
+        pool.append(subprocess.Popen(["unshare", "-n", "sleep", "60"], stdin=subprocess.DEVNULL))
+
+    def snapshot():
+        return {r: d.metric_value("tcpscope_snapshot_namespaces", {"result": r})
+                for r in ("read", "empty", "skipped", "failed")}
+    try:
+        for _ in range(NAMESPACE_POOL):
+            spawn()
+        wait_for(lambda: snapshot()["empty"] >= NAMESPACE_POOL / 2, 10, what="a snapshot of the pool")
+        passes, failed, replaced = set(), [], 0
+        end = time.monotonic() + 8
+        while time.monotonic() < end:
+            pool.pop(0).kill()
+            spawn()
+            replaced += 1
+            if replaced % 10 == 0:
+                seen = snapshot()
+                passes.add(d.metric_value("tcpscope_snapshot_seconds"))
+                if seen["failed"]:
+                    failed.append(seen)
+            time.sleep(0.01)
+        print(f"\n{replaced} namespaces replaced, {len(passes)} distinct snapshots, failed in {failed[:3]}")
+        assert len(passes) >= 4, passes
+        assert not failed, d.stderr_text()[-2000:]
+        assert "network namespaces not read" not in d.stderr_text()
+    finally:
+        for p in pool:
+            p.kill()
+        for p in pool:
+            p.wait(timeout=10)
+        assert d.stop() == 0, d.stderr_text()
+
+
+def test_without_cap_sys_admin_the_snapshot_reads_its_own_namespace_only(net, tmp_path):
+    """The systemd unit grants no CAP_SYS_ADMIN, which entering another
+    network namespace needs: the snapshot reads the daemon's own namespace
+    and does not try the others (the test's two among them), so no namespace
+    counts as failed and the log stays quiet."""
+    wrapper = tmp_path / "tcpscope-without-cap-sys-admin"
+    wrapper.write_text(f"#!/bin/sh\nexec setpriv --inh-caps=-sys_admin --bounding-set=-sys_admin {TCPSCOPE} \"$@\"\n")
+    wrapper.chmod(0o755)
+    d = Daemon(tmp_path, extra_args=("--config", str(config_for(tmp_path, net))), binary=wrapper)
+    try:
+        seconds = [d.metric_value("tcpscope_snapshot_seconds")]
+        wait_for(lambda: seconds.append(d.metric_value("tcpscope_snapshot_seconds")) or len(set(seconds)) >= 3, 10,
+                 what="two snapshots")
+        seen = {r: d.metric_value("tcpscope_snapshot_namespaces", {"result": r})
+                for r in ("read", "empty", "skipped", "failed")}
+        assert seen == {"read": 1, "empty": 0, "skipped": 0, "failed": 0}, seen
+        assert "network namespaces not read" not in d.stderr_text()
+        kept = next(line for line in d.stderr_text().splitlines() if "capabilities: kept" in line)
+        names = kept.split("kept ", 1)[1].split(" (", 1)[0].split(",")
+        assert "cap_net_admin" in names and "cap_sys_ptrace" not in names, kept
+        assert "cap_sys_admin not held" in kept, kept
+    finally:
         assert d.stop() == 0, d.stderr_text()
 
 

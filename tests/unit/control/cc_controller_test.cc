@@ -1,4 +1,5 @@
 #include "control/cc_controller.h"
+#include "control/connection_table.h"
 
 #include "../temp_dir.h"
 
@@ -350,6 +351,28 @@ TEST(CcController, AnOpenConnectionStaysOneUnitAcrossARestart) {
   b.observe(f);
   const nlohmann::json saved = b.save();
   EXPECT_TRUE(saved["rules"]["auto"]["cohorts"][0]["evidence"][0]["open"].empty()) << saved.dump();
+}
+
+// A restored connection keeps its network namespace: a pass of the socket
+// iterator that saw another namespace whole, and not every one, leaves it;
+// one that saw its namespace whole without finding it drops it.
+TEST(CcController, ARestoredConnectionIsForgottenOnlyByAPassOfItsNamespace) {
+  CcController a(std::make_shared<prometheus::Registry>(), nullptr);
+  const Config cfg = controller_config(CohortKind::kPeerClass, {"bbr", "cubic"}, 1000);
+  configure(a, cfg);
+  a.observe(transfer("bbr", 0, "client", kLarge, 1.0));
+  CcController b(std::make_shared<prometheus::Registry>(), nullptr);
+  configure(b, cfg);
+  std::string error;
+  ASSERT_TRUE(b.restore(nlohmann::json::parse(a.save().dump()), &error)) << error;
+  auto open = [&] { return status(b)["rules"][0]["open_connections"].get<int>(); };
+  ASSERT_EQ(open(), 1);
+  const double later = 4e9;
+  b.forget_closed(SocketPass{{}, {kServiceNetns + 1}, false, later});
+  EXPECT_EQ(open(), 1) << "another namespace's pass";
+  b.forget_closed(SocketPass{{}, {kServiceNetns}, false, later});
+  EXPECT_EQ(open(), 0);
+  EXPECT_EQ(status(b)["rules"][0]["connections_closed_unseen"], 1);
 }
 
 TEST(CcController, AnAsnWithEnoughTransfersGetsItsOwnCohort) {
