@@ -18,8 +18,9 @@
 //   CAP_SYS_PTRACE  the socket iterator sees the reader's network namespace,
 //                   so the snapshot enters every other one (setns needs
 //                   CAP_SYS_ADMIN) found through /proc/<pid>/ns/net (other
-//                   users' processes need CAP_SYS_PTRACE). With
-//                   snapshot_interval_s: 0 both are dropped.
+//                   users' processes need CAP_SYS_PTRACE, kept only with
+//                   CAP_SYS_ADMIN). With snapshot_interval_s: 0 both are
+//                   dropped.
 // Only capabilities the process holds can be kept: under the systemd unit
 // (CAP_BPF CAP_PERFMON CAP_NET_ADMIN) that leaves CAP_NET_ADMIN, and
 // snapshots see the daemon's own namespace only.
