@@ -177,7 +177,8 @@ void CcController::observe(const TransferRecord& t) {
   if (!target->candidate && asn && r.spec.cohort == CohortKind::kAsn && r.spec.max_cohorts &&
       r.candidates.size() < candidate_cap(r.spec) && !r.asns.count(asn))
     target->candidate = &r.candidates.emplace(asn, std::vector<ArmEvidence>(r.arm_names.size())).first->second;
-  ConnectionTable::Entry* conn = r.connections.find_or_add(connection_key(t), t.netns, static_cast<double>(t.end_ns) / 1e9);
+  ConnectionTable::Entry* conn =
+      r.connections.find_or_add(connection_key(t), t.netns, static_cast<double>(t.end_ns) / 1e9);
   if (!conn) {
     ++r.refused[static_cast<int>(EvidenceVerdict::kConnectionCap)];
     return;

@@ -184,17 +184,19 @@ std::vector<ArmEvidence> evidence_from(const nlohmann::json& j, size_t k, std::v
 // A rule's open connections as its table can hold them
 // (connection_table.h): each connection in at most kSlots evidences, in
 // each once (twice, its next transfer would find no slot for the evidence
-// it adds to), all of one arm (the kernel draws the arm per connection) and
-// seen last at one time, and at most kMaxConnections of them.
+// it adds to), all of one arm (the kernel draws the arm per connection),
+// seen last at one time and in one network namespace, and at most
+// kMaxConnections of them.
 void check_open_connections(const std::vector<SavedSums>& open) {
   struct Seen {
     size_t arm;
     double last_seen_s;
+    uint32_t netns;
     std::set<uint64_t> evidences;
   };
   std::map<uint64_t, Seen> by_key;
   for (const SavedSums& s : open) {
-    auto [it, added] = by_key.try_emplace(s.key, Seen{s.arm, s.last_seen_s, {}});
+    auto [it, added] = by_key.try_emplace(s.key, Seen{s.arm, s.last_seen_s, s.netns, {}});
     Seen& seen = it->second;
     const std::string which = "open connection " + std::to_string(s.key);
     if (!seen.evidences.insert(s.sums.evidence).second)
@@ -204,6 +206,7 @@ void check_open_connections(const std::vector<SavedSums>& open) {
                                   " evidences");
     if (seen.arm != s.arm) throw std::invalid_argument(which + " is of two arms");
     if (seen.last_seen_s != s.last_seen_s) throw std::invalid_argument(which + " was last seen at two times");
+    if (seen.netns != s.netns) throw std::invalid_argument(which + " is in two network namespaces");
   }
   if (by_key.size() > ConnectionTable::kMaxConnections)
     throw std::invalid_argument(std::to_string(by_key.size()) + " open connections, more than a rule keeps (" +

@@ -13,7 +13,9 @@ use CLOCK_REALTIME, so they can be set side by side):
          receive timestamp of that segment (SO_TIMESTAMPNS, realtime)
   last   the same for the response's last body byte
 The kernel timestamps are the arrivals themselves: a loaded machine that
-wakes this process late does not move them.
+wakes this process late does not move them. And `retrans`, the segments the
+client's kernel retransmitted from the send to the response's last byte
+(tcp_info's total_retrans): whether the request was repaired.
 Prints one JSON object: the connection's 4-tuple and the requests.
 
     xfer_peer.py client --addr A --port P --plan '[{"path": "/x", "pause": 0.4},
@@ -23,7 +25,9 @@ serve: an HTTP/1.1 keep-alive upstream (http.server, one thread per
 connection). GET /delay?ms=M&bytes=N sleeps M ms after reading the request,
 then writes the whole response in one sendall(); POST /upload reads the body
 (Content-Length) and answers with a short JSON. Every request is logged (JSON
-lines, --log) with the sleep it really took and the body bytes it read.
+lines, --log) with the sleep it really took and the body bytes it read; an
+upload's entry, written once its reply is acknowledged, with the segments
+the server retransmitted for that reply (`reply_retrans`).
 """
 import argparse
 import json
@@ -43,6 +47,27 @@ ANC = socket.CMSG_SPACE(16)
 
 def now():
     return time.monotonic_ns(), time.time_ns()
+
+
+def tcp_info(sock):
+    """(tcpi_unacked, tcpi_total_retrans): offsets 24 and 100 of struct tcp_info."""
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    return struct.unpack_from("I", info, 24)[0], struct.unpack_from("I", info, 100)[0]
+
+
+def total_retrans(sock):
+    return tcp_info(sock)[1]
+
+
+def retrans_until_acked(sock, before, timeout=3.0):
+    """The segments retransmitted since `before` (a total_retrans) once all
+    that was sent is acknowledged (or `timeout` passed)."""
+    deadline = time.monotonic() + timeout
+    unacked, total = tcp_info(sock)
+    while unacked and time.monotonic() < deadline:
+        time.sleep(0.001)
+        unacked, total = tcp_info(sock)
+    return total - before
 
 
 def recv_stamped(sock, view, n):
@@ -124,14 +149,17 @@ def client(args):
         if method == "POST":
             head += f"Content-Type: application/octet-stream\r\nContent-Length: {len(body)}\r\n"
         req = head.encode() + b"\r\n" + body
+        retrans_before = total_retrans(sock)
         t_send = now()
         sock.sendall(req)
         t_sent = now()
         hb, bb, status, first, last = read_response(sock)
+        retrans = total_retrans(sock) - retrans_before
         out["requests"].append({"path": item["path"], "method": method, "req_bytes": len(req),
                                 "req_header_bytes": len(req) - len(body), "req_body_bytes": len(body),
                                 "status": status, "header_bytes": hb, "body_bytes": bb,
-                                "send": t_send, "sent": t_sent, "first": first, "last": last})
+                                "send": t_send, "sent": t_sent, "first": first, "last": last,
+                                "retrans": retrans})
     sock.close()
     print(json.dumps(out))
 
@@ -176,9 +204,11 @@ class Handler(BaseHTTPRequestHandler):
                 break
             got += len(chunk)
         body = json.dumps({"read": got}).encode()
+        before = total_retrans(self.connection)
         hb = self._reply(body, "application/json")
         self._log({"path": self.path, "port": self.client_address[1], "body_read": got,
-                   "resp_header_bytes": hb, "resp_body_bytes": len(body)})
+                   "resp_header_bytes": hb, "resp_body_bytes": len(body),
+                   "reply_retrans": retrans_until_acked(self.connection, before)})
 
 
 def serve(args):

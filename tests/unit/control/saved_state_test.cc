@@ -144,6 +144,10 @@ TEST(SavedState, EachMalformationIsRefusedWholeWithItsReason) {
        "is in more than 3 evidences"},
       {"an open connection last seen at two times",
        [&](nlohmann::json& d) { candidate(d)[0]["open"][0][7] = 1.0; }, "was last seen at two times"},
+      {"an open connection in two network namespaces",
+       [&](nlohmann::json& d) { candidate(d)[0]["open"][0][8] = 7; }, "is in two network namespaces"},
+      {"an open connection in a namespace that is no inode", [&](nlohmann::json& d) { pool_open(d)[0][8] = -1; },
+       "network namespace is not an inode number"},
       {"an open connection last seen before 1970", [&](nlohmann::json& d) {
          pool_open(d)[0][7] = -1.0;
          candidate(d)[0]["open"][0][7] = -1.0;
