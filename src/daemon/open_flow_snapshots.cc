@@ -43,7 +43,7 @@ void OpenFlowSnapshots::finish() {
     flows->add(ev, f);
   }
   if (on_pass_) {
-    pass.whole_netns.insert(snap->whole_namespaces.begin(), snap->whole_namespaces.end());
+    pass.whole_netns = std::move(snap->whole_namespaces);
     pass.every_netns = snap->every_namespace;
     pass.start_s = pass_start_s_;
     on_pass_(std::move(pass));

@@ -148,7 +148,7 @@ FlowSnapshot snapshot_all_namespaces(int iter_link_fd, std::chrono::steady_clock
   }
   if (read_open_flows(iter_link_fd, &snap.flows, &error)) {
     ++snap.namespaces;
-    snap.whole_namespaces.push_back(static_cast<uint32_t>(st.st_ino));
+    snap.whole_namespaces.insert(static_cast<uint32_t>(st.st_ino));
   } else {
     note_error(error + " in the daemon's own namespace");
   }
@@ -173,7 +173,7 @@ FlowSnapshot snapshot_all_namespaces(int iter_link_fd, std::chrono::steady_clock
     const int fd = open_namespace(ns, &failed_path);
     if (fd < 0) {
       if (errno == ENOENT)  // ended since the listing: nothing left open in it
-        snap.whole_namespaces.push_back(static_cast<uint32_t>(ns.inode));
+        snap.whole_namespaces.insert(static_cast<uint32_t>(ns.inode));
       else
         note_error("opening " + *failed_path + ": " + strerror(errno));
       continue;
@@ -190,7 +190,7 @@ FlowSnapshot snapshot_all_namespaces(int iter_link_fd, std::chrono::steady_clock
       note_error(error + " in " + ns.paths.front());
       continue;
     }
-    snap.whole_namespaces.push_back(static_cast<uint32_t>(ns.inode));
+    snap.whole_namespaces.insert(static_cast<uint32_t>(ns.inode));
   }
   // Back home: the caller's thread may live on.
   if (setns(own, CLONE_NEWNET) != 0)

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "tcpscope/flow_event.h"
@@ -36,7 +37,7 @@ struct FlowSnapshot {
   std::string first_error;     // the first of them, with its errno
   // Inodes of the namespaces whose every socket is in `flows`: read, empty,
   // or gone by the time of their visit.
-  std::vector<uint32_t> whole_namespaces;
+  std::unordered_set<uint32_t> whole_namespaces;
   // Every namespace found was seen whole, and others were looked for (a
   // thread without CAP_SYS_ADMIN cannot enter them and reads its own only).
   bool every_namespace = false;

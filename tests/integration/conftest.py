@@ -190,6 +190,12 @@ class Daemon:
     def metric_value(self, name, labels=None):
         return metric_value(self.metrics(), name, labels)
 
+    def snapshot_namespaces(self):
+        """The last open-flow snapshot's namespaces by result, from one scrape."""
+        text = self.metrics()
+        return {r: metric_value(text, "tcpscope_snapshot_namespaces", {"result": r})
+                for r in ("read", "empty", "skipped", "failed")}
+
     def stop(self, sig=signal.SIGTERM, timeout=20):
         stop_process(self.proc, sig, timeout)
         self.stderr.close()

@@ -207,12 +207,6 @@ def test_without_send_transfers_the_status_says_so(net, tmp_path, test_cgroup):
         assert d.stop() == 0, d.stderr_text()
 
 
-def namespaces(d):
-    """The last snapshot's namespaces by result."""
-    return {r: d.metric_value("tcpscope_snapshot_namespaces", {"result": r})
-            for r in ("read", "empty", "skipped", "failed")}
-
-
 HOLD = ("import socket,sys\n"
         "conns=[]\n"
         "for _ in range(int(sys.argv[4])):\n"
@@ -269,7 +263,7 @@ def test_connections_whose_close_records_were_lost_leave_the_table(net, tmp_path
         wait_for(lambda: (d.metric_value("tcpscope_records_lost_total") or 0) > 0, 10, what="records lost")
         wait_for(lambda: rule()["open_connections"] == 0, 10,
                  what=lambda: f"an empty connection table: {rule()['open_connections']} open, last snapshot's "
-                              f"namespaces {namespaces(d)}, daemon: {d.stderr_text()[-1500:]}")
+                              f"namespaces {d.snapshot_namespaces()}, daemon: {d.stderr_text()[-1500:]}")
         after = rule()
         print(f"\n200 open connections, their close records behind a full ring: "
               f"{after['connections_closed_unseen']} left the table unseen, "
@@ -280,7 +274,7 @@ def test_connections_whose_close_records_were_lost_leave_the_table(net, tmp_path
         s.connections(d, s.net.cli_v4, 50)
         wait_for(lambda: transfers() >= counted + 50, 10, what="50 new connections counted")
         assert rule()["records_refused"]["connection_cap"] == 0, rule()
-        assert namespaces(d)["failed"] == 1, namespaces(d)
+        assert d.snapshot_namespaces()["failed"] == 1, d.snapshot_namespaces()
         assert f"not read, the first: entering {not_a_namespace}: Invalid argument" in d.stderr_text()
     finally:
         not_a_namespace.unlink(missing_ok=True)

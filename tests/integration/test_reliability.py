@@ -653,8 +653,7 @@ def test_user_namespaces_do_not_stall_the_drain_or_the_snapshot(net, tmp_path):
         seen = {}
 
         def settled():
-            seen.update({r: d.metric_value("tcpscope_snapshot_namespaces", {"result": r})
-                         for r in ("read", "empty", "skipped", "failed")})
+            seen.update(d.snapshot_namespaces())
             return seen["empty"] >= USER_NAMESPACES - WITH_SOCKETS and seen["read"] >= WITH_SOCKETS + 1
         wait_for(settled, 30, what="a snapshot of every namespace")
         seconds = d.metric_value("tcpscope_snapshot_seconds")
@@ -699,13 +698,10 @@ def test_namespaces_that_end_during_a_snapshot_are_not_failures(tmp_path):
     def spawn():
         pool.append(subprocess.Popen(["unshare", "-n", "sleep", "60"], stdin=subprocess.DEVNULL))
 
-    def snapshot():
-        return {r: d.metric_value("tcpscope_snapshot_namespaces", {"result": r})
-                for r in ("read", "empty", "skipped", "failed")}
     try:
         for _ in range(NAMESPACE_POOL):
             spawn()
-        wait_for(lambda: snapshot()["empty"] >= NAMESPACE_POOL / 2, 10, what="a snapshot of the pool")
+        wait_for(lambda: d.snapshot_namespaces()["empty"] >= NAMESPACE_POOL / 2, 10, what="a snapshot of the pool")
         passes, failed, replaced = set(), [], 0
         end = time.monotonic() + 8
         while time.monotonic() < end:
@@ -713,7 +709,7 @@ def test_namespaces_that_end_during_a_snapshot_are_not_failures(tmp_path):
             spawn()
             replaced += 1
             if replaced % 10 == 0:
-                seen = snapshot()
+                seen = d.snapshot_namespaces()
                 passes.add(d.metric_value("tcpscope_snapshot_seconds"))
                 if seen["failed"]:
                     failed.append(seen)
@@ -743,8 +739,7 @@ def test_without_cap_sys_admin_the_snapshot_reads_its_own_namespace_only(net, tm
         seconds = [d.metric_value("tcpscope_snapshot_seconds")]
         wait_for(lambda: seconds.append(d.metric_value("tcpscope_snapshot_seconds")) or len(set(seconds)) >= 3, 10,
                  what="two snapshots")
-        seen = {r: d.metric_value("tcpscope_snapshot_namespaces", {"result": r})
-                for r in ("read", "empty", "skipped", "failed")}
+        seen = d.snapshot_namespaces()
         assert seen == {"read": 1, "empty": 0, "skipped": 0, "failed": 0}, seen
         assert "network namespaces not read" not in d.stderr_text()
         kept = next(line for line in d.stderr_text().splitlines() if "capabilities: kept" in line)
