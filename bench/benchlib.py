@@ -525,16 +525,17 @@ def free_port():
 class Tcpscope:
     """`tcpscope run --config FILE`; start-up (ASN load) is outside any measured window."""
 
-    def __init__(self, tmp, config, port, memcg=None, env=None):
+    def __init__(self, tmp, config, port, memcg=None, env=None, binary=None):
         """memcg: a MemoryCgroup to start the daemon in (its BPF maps are
         charged to the cgroup of the process that creates them). env: the
-        daemon's environment (default: this process's)."""
+        daemon's environment (default: this process's). binary: another
+        build's tcpscope (default: this build's)."""
         tmp = Path(tmp)
         self.url = f"http://127.0.0.1:{port}"
         self.stderr_path = tmp / f"tcpscope-{port}.stderr"
         self.stderr = open(self.stderr_path, "w")
         t0 = time.monotonic()
-        argv = [str(tcpscope_binary()), "run", "--config", str(config)]
+        argv = [str(binary or tcpscope_binary()), "run", "--config", str(config)]
         if memcg:
             argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(memcg.path), *argv]
         self.p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self.stderr, env=env)

@@ -538,5 +538,39 @@ void BM_FlowPathServices(benchmark::State& state) {
 }
 BENCHMARK(BM_FlowPathServices)->Arg(0)->Arg(1)->Arg(2);
 
+// A finished flow's path at the shipped defaults: no ASN data, no peer
+// classes (every peer the default class), the Prometheus series and the
+// /api/v1 distributions, no flow log; owners unknown (the naming is
+// BM_FlowPathServices'). What the daemon does per record of bench/edge.py.
+void BM_FlowPathDefaultConfig(benchmark::State& state) {
+  const auto& fx = fixture();
+  Config config;
+  EnrichmentTables tables;
+  tables.classifier = std::make_shared<const PeerClassifier>(std::vector<PeerClassSpec>{}, config.default_peer_class);
+  Enricher enricher(tables);
+  RuleNames rule_names;
+  FlowPipeline pipeline(fx.clock, enricher, rule_names, TransferDelimiter::kWrite);
+  RecordFanout fanout(pipeline, config);
+  AggregatorSink series(std::make_shared<prometheus::Registry>(), AggregatorOptions::from_config(config));
+  DistributionsSink distributions(FlowDistributionsOptions::from_config(config), [](const std::string&) {});
+  fanout.add_sink(&series);
+  fanout.add_sink(&distributions);
+  size_t i = 0;
+  auto now = RecordSink::Clock::now();
+  fanout.begin_drain(now);
+  for (auto _ : state) {
+    fanout.on_flow(fx.events[i]);
+    i = (i + 1) & (kRecords - 1);
+    if ((i & (kDrainRecords - 1)) == 0) {
+      fanout.end_drain();
+      fanout.begin_drain(now = RecordSink::Clock::now());
+    }
+  }
+  fanout.end_drain();
+  state.SetItemsProcessed(state.iterations());
+  state.SetLabel("flow at the shipped defaults: decode+enrich+aggregate+distributions");
+}
+BENCHMARK(BM_FlowPathDefaultConfig);
+
 }  // namespace
 }  // namespace tcpscope

@@ -9,12 +9,12 @@
 #include "segment.h"
 #include "transfer.h"
 
-/* When payload this program first sees with the FIN arrived: with the FIN
- * (in the same tick of the kernel's own time of the latest data segment,
- * icsk_ack.lrcvtime, in jiffies), or that many ticks before it, if the
- * wake-up it came with was missed. A bare FIN does not move lrcvtime. Not
- * before `seen`, the last arrival recorded (a tick's rounding). */
-static __always_inline __u64 payload_arrival_before_fin(struct tcp_sock *tp, __u64 now, __u64 seen)
+/* When payload this program did not see as it came arrived, by the
+ * kernel's own time of the latest data segment (icsk_ack.lrcvtime, in
+ * jiffies): `now` if that is this tick or the last, else that many ticks
+ * before now. A bare FIN does not move lrcvtime. Not before `seen`, the
+ * last arrival recorded (a tick's rounding). */
+static __always_inline __u64 latest_segment_arrival(struct tcp_sock *tp, __u64 now, __u64 seen)
 {
 	__u32 ticks = (__u32)bpf_jiffies64() - tp->inet_conn.icsk_ack.lrcvtime;
 	__u64 back, at;
@@ -26,13 +26,31 @@ static __always_inline __u64 payload_arrival_before_fin(struct tcp_sock *tp, __u
 	return at > seen ? at : seen;
 }
 
+/* Where receive_payload() is called from, which says when the payload it
+ * finds arrived. */
+enum rx_seen {
+	RX_SEEN_ARRIVING,     /* sk_data_ready: now */
+	RX_SEEN_BEFORE_WRITE, /* this side writes: just before now */
+	RX_SEEN_AT_CLOSE,     /* the socket closes: with the latest data segment */
+};
+
 /* The receive side's FCT ends at the last payload byte's arrival. The kernel
  * also signals data-ready for a bare FIN (which counts one in
  * bytes_received and sets SOCK_DONE first), and for wake-ups that bring
  * nothing new: neither may move the end, or a peer that idles before
- * closing would stretch the flow by its idle time. */
+ * closing would stretch the flow by its idle time.
+ *
+ * Payload found later than sk_data_ready, before a write or at close, came
+ * with a wake-up this program did not see: the kernel skips a tracing
+ * program on a CPU where it is already running, so an arrival in softirq
+ * that interrupts its run for another socket in process context is not
+ * seen there. Before a write it is recorded as arriving just before the
+ * write, the latest it can have (the transfer it belongs to ends there, and
+ * the reply to this write starts a receive transfer of its own); at close,
+ * with the kernel's own time of the latest data segment
+ * (latest_segment_arrival()). */
 static __always_inline void receive_payload(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st,
-					    bool before_write)
+					    enum rx_seen seen)
 {
 	__u32 rcvd, grew;
 	__u64 now, at;
@@ -46,16 +64,15 @@ static __always_inline void receive_payload(const struct sock *sk, struct tcp_so
 	/* With SOCK_DONE the FIN is in `grew` (no data can follow it), and
 	 * payload_received() leaves it out: so must the arrival. Payload in
 	 * `grew` with it came in the FIN's segment, or earlier with a wake-up
-	 * both programs missed: payload_arrival_before_fin() tells which. */
+	 * this program missed: latest_segment_arrival() tells which. */
 	fin = sk->__sk_common.skc_flags & (1UL << SOCK_DONE);
 	if (fin) {
 		if (grew == 1)
 			return;
 		grew -= 1;
 	}
-	/* Before a write, strictly: the write's transfer starts after it. */
-	now = bpf_ktime_get_ns() - before_write;
-	at = fin ? payload_arrival_before_fin(tp, now, st->last_rx_ns) : now;
+	now = bpf_ktime_get_ns() - (seen == RX_SEEN_BEFORE_WRITE);
+	at = fin || seen == RX_SEEN_AT_CLOSE ? latest_segment_arrival(tp, now, st->last_rx_ns) : now;
 	if (followed(st))
 		note_arrival(sk, tp, st, at, grew);
 	st->last_rx_ns = at;
@@ -66,19 +83,17 @@ static __always_inline void note_rx_payload(const struct sock *sk, struct flow_s
 	struct tcp_sock *tp = bpf_skc_to_tcp_sock((void *)sk);
 
 	if (tp)
-		receive_payload(sk, tp, st, false);
+		receive_payload(sk, tp, st, RX_SEEN_ARRIVING);
 }
 
-/* This side writes. Payload that came in since the last arrival recorded
- * arrived before this write, with a wake-up no program saw: a run of both
- * copies is skipped on a CPU where a preempted task holds them, which a
- * loaded machine does. It is recorded as arriving just before the write,
- * the latest it can have: the transfer it belongs to ends there, and the
- * reply to this write starts a receive transfer of its own instead of
- * taking these bytes. */
 static __always_inline void note_rx_before_write(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st)
 {
-	receive_payload(sk, tp, st, true);
+	receive_payload(sk, tp, st, RX_SEEN_BEFORE_WRITE);
+}
+
+static __always_inline void note_rx_at_close(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st)
+{
+	receive_payload(sk, tp, st, RX_SEEN_AT_CLOSE);
 }
 
 /* A payload arrival seen by tcp_probe, on kernels without sk_data_ready:

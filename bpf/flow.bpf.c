@@ -8,6 +8,7 @@
  *
  * Hooks, all tracepoints (no kprobe/fentry needed):
  *   inet_sock_set_state  the state machine: start, handshake, FIN, close
+ *   tcp_destroy_sock     the close of a socket whose CLOSE the kernel skipped
  *   sk_data_ready        time of the latest in-order data arrival (FCT end, rx side),
  *                        receive transfers
  *   tcp_sendmsg_locked   owner of accepted sockets (process context), cwnd samples,
@@ -33,6 +34,11 @@ const volatile bool sends_from_acks = false;
 /* Set by the loader on kernels without sk_data_ready (before 6.3):
  * on_segment takes payload arrivals from the segments. */
 const volatile bool arrivals_from_segments = false;
+/* 0 while the per-call hooks (sk_data_ready, tcp_sendmsg_locked, tcp_probe)
+ * are detached: no transfer is followed (transfer_sampling_rate 0 and no
+ * rule that follows them), and arrivals are seen only at close. Set by the
+ * daemon. */
+__u32 per_call_hooks_attached = 1;
 
 static __always_inline void set_established(struct flow_state *st, __u64 now)
 {
@@ -106,7 +112,7 @@ static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
 			return;
 		}
 		fill_event(e, sk, tp, st, now, true);
-		submit(e);
+		submit(e, sizeof(*e));
 		return;
 	}
 	c = bpf_ringbuf_reserve(&events, sizeof(*c), 0);
@@ -133,7 +139,7 @@ static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
 	}
 	c->n_transfers = tx && rx ? 2 : 1;
 	c->reserved = 0;
-	submit(c);
+	submit(c, sizeof(*c));
 }
 
 /* Network namespaces whose sockets are left alone (config ignore_netns:
@@ -159,10 +165,15 @@ static __always_inline bool ignored(const struct sock *sk)
 	return bpf_map_lookup_elem(&ignored_netns, &inum);
 }
 
-static __always_inline struct flow_state *start_tracking(const struct sock *sk, __u8 dir)
+/* `rule_chosen`: sockops has already chosen this connection's CC, and
+ * whether a rule follows its transfers (an accepted socket's handshake
+ * completing, seen late: start_late()). */
+static __always_inline struct flow_state *start_tracking(const struct sock *sk, __u8 dir, bool rule_chosen)
 {
+	struct tcpscope_sock_policy policy;
 	struct flow_state *st;
-	__u8 app_set_cc, app_cc;
+	__u16 followed;
+	__u8 shift;
 
 	if (ignored(sk))
 		return 0;
@@ -174,14 +185,85 @@ static __always_inline struct flow_state *start_tracking(const struct sock *sk, 
 	/* A socket can connect() again after failing: start from scratch. What
 	 * the application chose for its CC stays (on an accepted socket: what it
 	 * chose for the listener, cloned); a rule is chosen again for the new
-	 * connection (sockops runs after this). */
-	app_set_cc = st->policy.app_set_cc;
-	app_cc = st->policy.app_cc;
+	 * connection (sockops runs after this), unless it was already. */
+	policy = st->policy;
+	followed = st->flags & TCPSCOPE_ST_FOLLOWED;
+	shift = st->sampling_shift;
 	__builtin_memset(st, 0, sizeof(*st));
-	st->policy.app_set_cc = app_set_cc;
-	st->policy.app_cc = app_cc;
+	st->policy.app_set_cc = policy.app_set_cc;
+	st->policy.app_cc = policy.app_cc;
+	if (rule_chosen) {
+		st->policy = policy;
+		st->flags = followed;
+		st->sampling_shift = shift;
+	}
 	st->dir = dir;
 	return st;
+}
+
+/* A socket with no state yet at a state change other than its start. Its
+ * handshake completing: its start was not seen (the kernel skipped it, see
+ * on_state_change, or it began before we attached); an accepted socket's
+ * start is then settled from the handshake's round trip as any accepted
+ * socket's is (settle_passive_start()), a connecting socket is partial. A
+ * flow in any later state opened before we attached: partial, its
+ * direction a guess (an ephemeral local port means we connected). */
+static __always_inline struct flow_state *start_late(const struct sock *sk, struct tcp_sock *tp, int oldstate,
+						     int newstate)
+{
+	bool handshake = newstate == TCP_ESTABLISHED && (oldstate == TCP_SYN_SENT || oldstate == TCP_SYN_RECV);
+	struct flow_state *st;
+	__u64 now;
+
+	if (handshake) {
+		st = start_tracking(sk, oldstate == TCP_SYN_RECV ? TCPSCOPE_DIR_PASSIVE : TCPSCOPE_DIR_ACTIVE,
+				    oldstate == TCP_SYN_RECV);
+		if (st) {
+			st->start_ns = bpf_ktime_get_ns();
+			if (oldstate == TCP_SYN_SENT)
+				st->flags |= TCPSCOPE_F_PARTIAL;
+		}
+		return st;
+	}
+	if (oldstate == TCP_CLOSE || oldstate == TCP_SYN_SENT || oldstate == TCP_SYN_RECV)
+		return 0;
+	st = start_tracking(sk, sk->__sk_common.skc_num >= 32768 ? TCPSCOPE_DIR_ACTIVE : TCPSCOPE_DIR_PASSIVE, false);
+	if (!st)
+		return 0;
+	now = bpf_ktime_get_ns();
+	st->flags = TCPSCOPE_F_PARTIAL | TCPSCOPE_F_ESTABLISHED;
+	st->start_ns = now;
+	set_established(st, now);
+	choose_followed(sk, tp, st);
+	return st;
+}
+
+/* A tracked socket past its handshake whose ESTABLISHED was not seen (the
+ * kernel skipped it): established at this, its next state change; an
+ * accepted socket's start then comes from min_rtt at close. */
+static __always_inline void establish_late(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	st->ca_since_ns = now;
+	if (st->dir == TCPSCOPE_DIR_PASSIVE)
+		st->flags |= TCPSCOPE_F_START_FROM_MIN_RTT;
+	set_established(st, now);
+	choose_followed(sk, tp, st);
+}
+
+/* The flow ends: the payload it received last, its send side's end, and
+ * its record. */
+static __always_inline void close_flow(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st, __u64 now)
+{
+	if (!arrivals_from_segments || !per_call_hooks_attached)
+		note_rx_at_close(sk, tp, st);
+	check_tx_done(st, tp);
+	emit(sk, tp, st, now);
+	/* No bpf_sk_storage_delete(): the kernel frees the storage with the
+	 * socket anyway, and deleting it here as well cost a second unlink and
+	 * RCU free per flow (measured: bench/README.md). */
+	st->emitted = 1;
 }
 
 static __always_inline void handle_state_change(const struct sock *sk, int oldstate, int newstate)
@@ -194,6 +276,13 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 		return;
 	if (newstate == TCP_LISTEN || (oldstate == TCP_LISTEN && newstate == TCP_CLOSE))
 		return;
+	/* Our FIN acknowledged, or the peer's received: nothing to keep that
+	 * the close does not read as well (once our FIN is acknowledged no
+	 * delivery moves delivered_mstamp, and before it is sent there is no
+	 * send side's end to check). A flow first seen here (opened before we
+	 * attached) is taken up at its next state change. */
+	if (newstate == TCP_FIN_WAIT2 || newstate == TCP_CLOSE_WAIT)
+		return;
 	tp = bpf_skc_to_tcp_sock((void *)sk);
 	if (!tp)
 		return;
@@ -202,7 +291,7 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 	 * (FIN_WAIT1/2, CLOSE_WAIT, LAST_ACK) do not need it. */
 	if (newstate == TCP_SYN_SENT) {
 		/* connect(): process context, before the SYN leaves. */
-		st = start_tracking(sk, TCPSCOPE_DIR_ACTIVE);
+		st = start_tracking(sk, TCPSCOPE_DIR_ACTIVE, false);
 		if (!st)
 			return;
 		st->start_ns = bpf_ktime_get_ns();
@@ -212,7 +301,7 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 	if (newstate == TCP_SYN_RECV && oldstate == TCP_LISTEN) {
 		/* The accepted child is cloned from the listener in softirq:
 		 * the current task is not its owner, which is taken later. */
-		st = start_tracking(sk, TCPSCOPE_DIR_PASSIVE);
+		st = start_tracking(sk, TCPSCOPE_DIR_PASSIVE, false);
 		if (st)
 			st->start_ns = bpf_ktime_get_ns();
 		return;
@@ -224,19 +313,12 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 	/* No storage, or only the policy's (a socket connected before we
 	 * attached, on which sockops or setsockopt ran since). */
 	if (!tracked(st)) {
-		if (oldstate == TCP_CLOSE || oldstate == TCP_SYN_SENT || oldstate == TCP_SYN_RECV)
-			return;
-		/* Opened before we attached: report it, flagged partial. Its
-		 * direction is a guess: an ephemeral local port means we connected. */
-		st = start_tracking(sk, sk->__sk_common.skc_num >= 32768 ? TCPSCOPE_DIR_ACTIVE
-									  : TCPSCOPE_DIR_PASSIVE);
+		st = start_late(sk, tp, oldstate, newstate);
 		if (!st)
 			return;
-		now = bpf_ktime_get_ns();
-		st->flags = TCPSCOPE_F_PARTIAL | TCPSCOPE_F_ESTABLISHED;
-		st->start_ns = now;
-		set_established(st, now);
-		choose_followed(sk, tp, st);
+	} else if (!(st->flags & TCPSCOPE_F_ESTABLISHED) && newstate != TCP_ESTABLISHED &&
+		   oldstate != TCP_SYN_SENT && oldstate != TCP_SYN_RECV && oldstate != TCP_CLOSE) {
+		establish_late(sk, tp, st);
 	}
 	sample_cwnd(st, tp->snd_cwnd);
 
@@ -274,12 +356,7 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 			if (!st->pid)
 				take_owner(st); /* the aborting close(): process context */
 		}
-		check_tx_done(st, tp);
-		emit(sk, tp, st, bpf_ktime_get_ns());
-		/* No bpf_sk_storage_delete(): the kernel frees the storage with
-		 * the socket anyway, and deleting it here as well cost a second
-		 * unlink and RCU free per flow (measured: bench/README.md). */
-		st->emitted = 1;
+		close_flow(sk, tp, st, bpf_ktime_get_ns());
 		break;
 	default:
 		check_tx_done(st, tp);
@@ -288,79 +365,55 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 }
 
 /*
- * Recent kernels never run a tracing program on a CPU where that same
- * program is already running: they only bump its recursion_misses. connect()
- * and close() run on_state_change in process context, so a softirq that
- * changes another socket's state on that CPU meanwhile (a SYN arriving, a
- * FIN acknowledged) would lose that transition, and with it possibly a
- * record. A second copy on the same tracepoint covers those: the first marks
- * its CPU busy while it runs; the second returns at once unless the mark is
- * set, i.e. unless the kernel has just skipped the first for this event.
- * A kernel without that check for raw tracepoints runs the first copy nested
- * in itself: then it sees its own mark, handles the event, and says so in
- * the mark for the second, which runs next for the same event (a tracepoint
- * calls its programs in the order they were attached) and leaves it alone,
- * rather than handle it a second time.
- * Tracepoint programs run with preemption disabled, so the per-CPU mark
- * belongs to one invocation. The second copy is skipped only while it runs
- * its check for an event the first has handled, which costs nothing; what
- * it cannot catch is a skip in the kernel's bookkeeping just before the mark
- * is set or after it is cleared (the daemon counts those from the two
- * copies' misses and TCPSCOPE_CNT_NESTED_TRANSITIONS).
+ * The kernel never runs a tracing program on a CPU where that same program
+ * is already running (since 6.2; it counts a recursion miss instead).
+ * connect() and close() run on_state_change in process context, so a
+ * softirq that changes another socket's state on that CPU meanwhile is not
+ * seen there. What each such transition would have done is made up by the
+ * socket's next event: a handshake by its next state change
+ * (establish_late(), or start_late() for a socket with no state yet), a
+ * close by the socket's destruction (on_destroy), the intermediate states
+ * by the close. A second copy of this program on the same tracepoint would
+ * see those transitions as they happen, at the price of a second run of
+ * every state change of every socket (bench/README.md, "A new
+ * connection").
  */
-#define STATE_CHANGE_IDLE 0
-#define STATE_CHANGE_RUNNING 1     /* on_state_change is handling an event */
-#define STATE_CHANGE_NESTED_DONE 2 /* ... and ran nested for another, handled too */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-} state_change_busy SEC(".maps");
-
-static __always_inline __u32 *state_change_busy_mark(void)
-{
-	__u32 zero = 0;
-
-	return bpf_map_lookup_elem(&state_change_busy, &zero);
-}
-
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(on_state_change, const struct sock *sk, int oldstate, int newstate)
 {
-	if (!running())
-		return 0;
-	__u32 *busy = state_change_busy_mark();
-
-	if (busy && *busy) {
-		/* Nested in its own run: this kernel did not skip it. */
+	if (running())
 		handle_state_change(sk, oldstate, newstate);
-		*busy = STATE_CHANGE_NESTED_DONE;
-		return 0;
-	}
-	if (busy)
-		*busy = STATE_CHANGE_RUNNING;
-	handle_state_change(sk, oldstate, newstate);
-	if (busy)
-		*busy = STATE_CHANGE_IDLE;
 	return 0;
 }
 
-SEC("tp_btf/inet_sock_set_state")
-int BPF_PROG(on_state_change_nested, const struct sock *sk, int oldstate, int newstate)
+/* A tracked socket is destroyed once it is CLOSE and nothing holds it: its
+ * record went out at the CLOSE transition, unless the kernel skipped that
+ * one (above). Then it goes out now: the same instant for a socket its
+ * application had closed, its application's close() for one it still held
+ * (a reset, a timeout). A socket that closed that way without reset or
+ * error after shutting its send side down had sent its FIN, the last
+ * sequence number it wrote, even where that transition was not seen
+ * either. */
+SEC("tp_btf/tcp_destroy_sock")
+int BPF_PROG(on_destroy, struct sock *sk)
 {
 	if (!running())
 		return 0;
-	__u32 *busy = state_change_busy_mark();
+	struct flow_state *st = state_of(sk);
+	struct tcp_sock *tp;
 
-	if (!busy || *busy == STATE_CHANGE_IDLE)
+	if (!tracked(st) || st->emitted)
 		return 0;
-	if (*busy == STATE_CHANGE_NESTED_DONE) {
-		*busy = STATE_CHANGE_RUNNING;
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
 		return 0;
+	count(TCPSCOPE_CNT_CLOSED_AT_DESTROY);
+	if (!(st->flags & (TCPSCOPE_F_FIN_SENT | TCPSCOPE_F_RST_SENT | TCPSCOPE_F_RST_RECEIVED)) && !sk->sk_err &&
+	    (BPF_CORE_READ_BITFIELD(sk, sk_shutdown) & SEND_SHUTDOWN)) {
+		st->flags |= TCPSCOPE_F_FIN_SENT;
+		st->fin_seq = tp->write_seq - 1;
 	}
-	count(TCPSCOPE_CNT_NESTED_TRANSITIONS);
-	handle_state_change(sk, oldstate, newstate);
+	close_flow(sk, tp, st, bpf_ktime_get_ns());
 	return 0;
 }
 
@@ -376,29 +429,14 @@ static __always_inline void handle_data_ready(const struct sock *sk)
 }
 
 /* Data arrives in softirq and, for a socket its owner held locked, from its
- * backlog in process context: the same nesting as state changes, and a
- * skipped run would end the receive side's FCT one arrival early. Measured
- * beside a bulk transfer: 1,252 skips in 25 s of churn, of which a busy mark
- * as for state changes caught only 376 (the kernel's window around a run is
- * wider than the few instructions a short program can mark). So both copies
- * always run: the second finds the arrival already recorded (bytes_received
- * has not grown since) and stops, and an event that interrupts one copy on
- * its CPU is taken by the other. */
+ * backlog in process context: the same nesting as state changes. An arrival
+ * skipped here is found by the socket's next one, its next write or its
+ * close (arrival.h, receive_payload()). */
 SEC("tp_btf/sk_data_ready")
 int BPF_PROG(on_data_ready, const struct sock *sk)
 {
-	if (!running())
-		return 0;
-	handle_data_ready(sk);
-	return 0;
-}
-
-SEC("tp_btf/sk_data_ready")
-int BPF_PROG(on_data_ready_twin, const struct sock *sk)
-{
-	if (!running())
-		return 0;
-	handle_data_ready(sk);
+	if (running())
+		handle_data_ready(sk);
 	return 0;
 }
 
@@ -418,11 +456,12 @@ int BPF_PROG(on_sendmsg, const struct sock *sk)
 	if (!tp)
 		return 0;
 	sample_cwnd(st, tp->snd_cwnd);
-	if (tracked(st) && !st->emitted) {
+	/* A flow whose transfers are not followed needs no more: payload that
+	 * came with an arrival no program saw is placed at its close. */
+	if (followed(st) && tracked(st) && !st->emitted) {
 		if (!arrivals_from_segments)
 			note_rx_before_write(sk, tp, st);
-		if (followed(st))
-			note_send(sk, tp, st);
+		note_send(sk, tp, st);
 	}
 	return 0;
 }

@@ -356,16 +356,19 @@ int watch_setsockopt(struct bpf_sockopt *ctx)
 	struct tcpscope_cc_name name = {};
 	__u8 *p = ctx->optval;
 	__u32 *known, app_cc;
+	__s32 optlen = ctx->optlen;
 
-	if (ctx->level != SOL_TCP || ctx->optname != TCP_CONGESTION) {
-		/* Not ours: beyond a page the kernel must use the user's buffer. */
-		if (ctx->optlen > 4096)
-			ctx->optlen = 0;
+	/* This program never rewrites an option: optlen 0 has the kernel use
+	 * the caller's own buffer, as without a program. Any other length
+	 * makes it allocate, copy and free a kernel copy on every call,
+	 * TCP_NOPUSH and TCP_NODELAY included (bench/README.md, "A new
+	 * connection"); beyond a page it must anyway. */
+	ctx->optlen = 0;
+	if (ctx->level != SOL_TCP || ctx->optname != TCP_CONGESTION)
 		return 1;
-	}
 	/* As the kernel reads it: up to 15 characters, up to the first NUL. */
 	for (int i = 0; i < TCPSCOPE_CC_NAME_LEN - 1; i++) {
-		if (p + i + 1 > (__u8 *)ctx->optval_end || i >= ctx->optlen || !p[i])
+		if (p + i + 1 > (__u8 *)ctx->optval_end || i >= optlen || !p[i])
 			break;
 		name.name[i] = p[i];
 	}

@@ -109,6 +109,15 @@ static __always_inline __u32 min_rtt_of(struct tcp_sock *tp)
 	return min_rtt == ~0U ? 0 : min_rtt;
 }
 
+/* The name of the socket's congestion control, whole (the kernel's
+ * TCP_CA_NAME_MAX bytes, NUL-padded), by direct loads rather than a string
+ * helper's call. */
+static __always_inline void copy_cc_name(char cc[TCPSCOPE_CC_NAME_LEN], struct tcp_sock *tp)
+{
+	_Static_assert(sizeof(tp->inet_conn.icsk_ca_ops->name) == TCPSCOPE_CC_NAME_LEN, "the kernel's CC name size");
+	__builtin_memcpy(cc, tp->inet_conn.icsk_ca_ops->name, TCPSCOPE_CC_NAME_LEN);
+}
+
 /* The addresses of a flow's identity; returns the family, 4 or 6. */
 static __always_inline __u8 copy_addresses(const struct sock *sk, __u8 saddr[16], __u8 daddr[16])
 {
@@ -239,7 +248,7 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 		e->flags |= TCPSCOPE_F_APP_SET_CC;
 	e->outcome = outcome_of(st, sk_err);
 	__builtin_memset(e->pad, 0, sizeof(e->pad));
-	bpf_probe_read_kernel_str(e->cc, sizeof(e->cc), tp->inet_conn.icsk_ca_ops->name);
+	copy_cc_name(e->cc, tp);
 	fill_kernel_part(&e->kernel, sk, tp, st);
 }
 

@@ -75,8 +75,9 @@ extern int CONFIG_HZ __kconfig __weak;
  * flow record needs: no transfer bounds, reads or records.
  */
 
-/* log2 of transfer_sampling_rate: set by the loader, and by a reload (the
- * daemon writes it in place); read once per flow. */
+/* log2 of transfer_sampling_rate, or TCPSCOPE_SAMPLING_OFF for rate 0:
+ * set by the loader, and by a reload (the daemon writes it in place); read
+ * once per flow. */
 __u32 transfer_sampling_shift = 4;
 
 /* ClickHouse's intHash64 (MurmurHash3's 64-bit finaliser with a fixed key)
@@ -106,10 +107,8 @@ static __always_inline void choose_followed(const struct sock *sk, struct tcp_so
 	__u16 sport = bpf_ntohs(tp->inet_conn.icsk_inet.inet_sport);
 	__u16 dport = bpf_ntohs(sk->__sk_common.skc_dport);
 
-	if (followed(st))
+	if (followed(st) || shift > TCPSCOPE_MAX_SAMPLING_SHIFT)
 		return;
-	if (shift > 16)
-		shift = 16;
 	if (shift && (sampling_hash(sport, dport) & ((1ULL << shift) - 1)))
 		return;
 	st->flags |= TCPSCOPE_ST_FOLLOWED;
@@ -186,7 +185,7 @@ static __always_inline void fill_transfer_common(struct tcpscope_transfer_event 
 	e->cc_rule = st->policy.rule;
 	e->arm = st->policy.arm;
 	e->sampling_shift = st->sampling_shift;
-	bpf_probe_read_kernel_str(e->cc, sizeof(e->cc), tp->inet_conn.icsk_ca_ops->name);
+	copy_cc_name(e->cc, tp);
 }
 
 /* The same, at close, from the flow's record just filled: nothing is read
@@ -263,7 +262,7 @@ static __always_inline void end_transfer(const struct sock *sk, struct tcp_sock 
 		fill_send_transfer(e, tp, st, at);
 	else
 		fill_recv_transfer(e, st, at);
-	submit(e);
+	submit(e, sizeof(*e));
 }
 
 /* Everything sent is acknowledged and the running send transfer (if any)

@@ -29,7 +29,7 @@
  * of its own layout version, and otherwise starts afresh. A test build may
  * set another (tests/package: an upgrade to a layout that differs). */
 #ifndef TCPSCOPE_LAYOUT_VERSION
-#define TCPSCOPE_LAYOUT_VERSION 5
+#define TCPSCOPE_LAYOUT_VERSION 6
 #endif
 
 #define TCPSCOPE_CC_NAME_LEN 16
@@ -258,6 +258,11 @@ struct tcpscope_cgroup_made {
 TCPSCOPE_ASSERT_SIZE(tcpscope_cgroup_made, 256);
 #pragma GCC diagnostic pop
 
+/* transfer_sampling_shift (bpf/transfer.h) beyond this: no flow's transfers
+ * are followed but those a rule follows (transfer_sampling_rate 0). */
+#define TCPSCOPE_MAX_SAMPLING_SHIFT 16
+#define TCPSCOPE_SAMPLING_OFF 32
+
 /* Entries of the ignored_netns map: network namespaces (by inode) whose
  * sockets the flow programs leave alone (config ignore_netns). */
 #define TCPSCOPE_MAX_IGNORED_NETNS 64
@@ -268,8 +273,8 @@ TCPSCOPE_ASSERT_SIZE(tcpscope_cgroup_made, 256);
 enum tcpscope_counter {
 	TCPSCOPE_CNT_RECORDS_LOST = 0, /* ring buffer full: a finished flow was not handed over */
 	TCPSCOPE_CNT_STORAGE_FAILED,   /* sk_storage could not be created (memory) */
-	TCPSCOPE_CNT_NESTED_TRANSITIONS, /* state changes the kernel skipped in on_state_change
-	                                    (it was running on that CPU), caught by its nested copy */
+	TCPSCOPE_CNT_CLOSED_AT_DESTROY, /* records made as the socket was destroyed: the kernel skipped
+	                                   its CLOSE in on_state_change (it was running on that CPU) */
 	TCPSCOPE_CNT_TRANSFERS_LOST,   /* ring buffer full: a transfer record was not handed over */
 	TCPSCOPE_CNT_MAX,
 };

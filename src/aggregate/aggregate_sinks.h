@@ -17,9 +17,11 @@ class AggregatorSink final : public RecordSink {
 
   // A drain's records reach the registry together (Aggregator::begin_batch).
   void begin_drain(Clock::time_point) override { aggregator_.begin_batch(); }
-  void add(const RoutedFlow& flow) override { aggregator_.add(flow.record, flow.asn_label, flow.service); }
+  void add(const RoutedFlow& flow) override {
+    aggregator_.add(flow.record, flow.values, flow.asn_label, flow.service);
+  }
   void add(const RoutedTransfer& transfer) override {
-    aggregator_.add(transfer.record, transfer.asn_label, transfer.service);
+    aggregator_.add(transfer.record, transfer.values, transfer.asn_label, transfer.service);
   }
   void end_drain() override { aggregator_.end_batch(); }
   void asn_ranking_changed(const AsnRanking& ranking) override { aggregator_.retire_series(ranking); }
@@ -43,10 +45,10 @@ class DistributionsSink final : public RecordSink {
   // Keyed by the raw ASN and service (as the flow log); the ASN's label
   // only decides whether a new key may still be added when the table is full.
   void add(const RoutedFlow& flow) override {
-    distributions_.add_at(flow.record, flow.asn_label, drain_time_, flow.service);
+    distributions_.add_at(flow.record, flow.values, flow.asn_label, drain_time_, flow.service);
   }
   void add(const RoutedTransfer& transfer) override {
-    distributions_.add_at(transfer.record, transfer.asn_label, drain_time_, transfer.service);
+    distributions_.add_at(transfer.record, transfer.values, transfer.asn_label, drain_time_, transfer.service);
   }
   void apply_config(const Config& config) override;
 

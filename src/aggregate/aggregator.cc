@@ -367,6 +367,10 @@ Aggregator::Series* Aggregator::new_series(const SeriesKey& key, const Record& r
 }
 
 void Aggregator::add(const FlowRecord& f, AsnLabel asn, const RankedService& service) {
+  add(f, metric_values(metric_inputs(f), metric_options_), asn, service);
+}
+
+void Aggregator::add(const FlowRecord& f, const MetricValues& v, AsnLabel asn, const RankedService& service) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t bytes = f.bytes_acked + f.bytes_received;
   Series* s = series_for(f, asn, service);
@@ -394,19 +398,18 @@ void Aggregator::add(const FlowRecord& f, AsnLabel asn, const RankedService& ser
   // Distributions only describe flows that did their job: a refused or reset
   // flow has no meaningful completion time, and a partial flow (opened before
   // the daemon attached) has an unknown start.
-  const MetricInputs in = metric_inputs(f);
-  if (in_population(completed_population(), in, metric_options_)) {
+  if (v.completed) {
     // Every completed flow, by size class: fct's population is the small
     // ones, the histogram is of all (the large ones' throughput is below).
     const uint32_t sc = size_class_index(bytes, options_.size_classes_bytes);
     s->fct->add(sc, size_class_names_[sc], [s] { return s->base(); },
-                to_bucket_unit(Measure::kFct, std::max(0.0, input_value(MetricInput::kTime, in))));
+                to_bucket_unit(Measure::kFct, std::max(0.0, v.time)));
 
-    if (const auto throughput = metric_value(Measure::kThroughput, in, metric_options_)) {
+    if (const auto& throughput = v.value[static_cast<int>(Measure::kThroughput)]) {
       if (!s->throughput) s->throughput = &throughput_->Add(s->base(), throughput_buckets_bytes_per_second());
       p.throughput.add(throughput_buckets_bytes_per_second(), to_bucket_unit(Measure::kThroughput, *throughput));
     }
-    if (const auto srtt = metric_value(Measure::kRtt, in, metric_options_)) {
+    if (const auto& srtt = v.value[static_cast<int>(Measure::kRtt)]) {
       if (!s->srtt) s->srtt = &srtt_->Add(s->base(), rtt_buckets_seconds());
       p.srtt.add(rtt_buckets_seconds(), to_bucket_unit(Measure::kRtt, *srtt));
     }
@@ -420,6 +423,10 @@ void Aggregator::add(const FlowRecord& f, AsnLabel asn, const RankedService& ser
 }
 
 void Aggregator::add(const TransferRecord& t, AsnLabel asn, const RankedService& service) {
+  add(t, metric_values(metric_inputs(t), metric_options_), asn, service);
+}
+
+void Aggregator::add(const TransferRecord& t, const MetricValues& v, AsnLabel asn, const RankedService& service) {
   std::lock_guard<std::mutex> lock(mu_);
   Series* s = series_for(t, asn, service);
 
@@ -428,21 +435,18 @@ void Aggregator::add(const TransferRecord& t, AsnLabel asn, const RankedService&
   if (!s->transfers[d]) s->transfers[d] = &transfers_total_->Add(direction_labels());
   auto& p = s->pending;
   p.transfers[d] += t.sampling_rate;  // an estimate of every flow's transfers
-  const MetricInputs in = metric_inputs(t);
   const uint32_t sc = size_class_index(t.bytes, options_.size_classes_bytes);
   s->transfer_seconds[d]->add(sc, size_class_names_[sc], direction_labels,
-                              to_bucket_unit(Measure::kFct, std::max(0.0, input_value(MetricInput::kTime, in))));
+                              to_bucket_unit(Measure::kFct, std::max(0.0, v.time)));
 
   // What the path carried: throughput's population per transfer
   // (measure/measure.h). The transfers only the receiver's window kept out
   // of it are counted, so the histogram's share of them shows.
-  MetricInputs unlimited = in;
-  unlimited.rwnd_limited = false;
-  if (const auto throughput = metric_value(Measure::kThroughput, in, metric_options_)) {
+  if (const auto& throughput = v.value[static_cast<int>(Measure::kThroughput)]) {
     if (!s->transfer_throughput)
       s->transfer_throughput = &transfer_throughput_->Add(s->base(), throughput_buckets_bytes_per_second());
     p.transfer_throughput.add(throughput_buckets_bytes_per_second(), to_bucket_unit(Measure::kThroughput, *throughput));
-  } else if (in_population(metric_population(Measure::kThroughput), unlimited, metric_options_)) {
+  } else if (v.throughput_held_by_window) {
     if (!s->transfer_throughput_excluded)
       s->transfer_throughput_excluded = &transfer_throughput_excluded_->Add(s->with("reason", "rwnd_limited"));
     p.transfer_throughput_excluded += 1;

@@ -127,6 +127,10 @@ class Aggregator {
   // have them now (AsnRanking::label, ServiceRanking::ranked: a transfer's
   // bytes are its flow's, which ranks them when it finishes).
   void add(const TransferRecord& transfer, AsnLabel asn, const RankedService& service = {});
+  // The same with the record's metrics worked out already (the fanout's,
+  // for all sinks at once).
+  void add(const FlowRecord& flow, const MetricValues& values, AsnLabel asn, const RankedService& service);
+  void add(const TransferRecord& transfer, const MetricValues& values, AsnLabel asn, const RankedService& service);
 
   // Between these, add() only accumulates per series; end_batch() publishes
   // to the registry. prometheus-cpp takes a compare-and-swap per counter and

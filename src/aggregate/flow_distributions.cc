@@ -115,18 +115,29 @@ void FlowDistributions::add(const TransferRecord& transfer, AsnLabel asn_label, 
 
 void FlowDistributions::add_at(const FlowRecord& flow, AsnLabel asn_label, Clock::time_point now,
                                const RankedService& service) {
-  add_record(flow, metric_inputs(flow), asn_label, service, now);
+  add_record(flow, metric_values(metric_inputs(flow), metric_options_), SampleUnit::kFlow, asn_label, service, now);
 }
 
 void FlowDistributions::add_at(const TransferRecord& transfer, AsnLabel asn_label, Clock::time_point now,
                                const RankedService& service) {
-  add_record(transfer, metric_inputs(transfer), asn_label, service, now);
+  add_record(transfer, metric_values(metric_inputs(transfer), metric_options_), SampleUnit::kTransfer, asn_label,
+             service, now);
+}
+
+void FlowDistributions::add_at(const FlowRecord& flow, const MetricValues& values, AsnLabel asn_label,
+                               Clock::time_point now, const RankedService& service) {
+  add_record(flow, values, SampleUnit::kFlow, asn_label, service, now);
+}
+
+void FlowDistributions::add_at(const TransferRecord& transfer, const MetricValues& values, AsnLabel asn_label,
+                               Clock::time_point now, const RankedService& service) {
+  add_record(transfer, values, SampleUnit::kTransfer, asn_label, service, now);
 }
 
 template <class Record>
-void FlowDistributions::add_record(const Record& r, const MetricInputs& in, AsnLabel asn_label,
-                                   const RankedService& service, Clock::time_point now) {
-  if (!in.ok || in.partial || in.bytes == 0) return;  // no metric counts such a record
+void FlowDistributions::add_record(const Record& r, const MetricValues& values, SampleUnit unit_of,
+                                   AsnLabel asn_label, const RankedService& service, Clock::time_point now) {
+  if (!values.completed) return;  // no metric counts such a record
   // Keyed by the raw ASN, as the flow log has it, so that --server groups
   // and selections by asn mean what --flows means. The label only says
   // whether the ASN is one of the dashboards' top-N (a claim on the reserve).
@@ -135,20 +146,17 @@ void FlowDistributions::add_record(const Record& r, const MetricInputs& in, AsnL
   // folded into one "other", so that the state a record reaches stays as
   // small (and warm) with 1,000 services as with one.
   const uint64_t service_key = service.label_key();
-  const int unit = static_cast<int>(in.unit);
+  const int unit = static_cast<int>(unit_of);
 
   std::lock_guard<std::mutex> lock(mu_);  // options_ may change on reload
-  std::optional<double> values[kMeasureCount];
-  for (int m = 0; m < kMeasureCount; ++m)
-    values[m] = metric_value(static_cast<Measure>(m), in, metric_options_);
-  const uint32_t sc = std::min(size_class_index(in.bytes, options_.size_classes_bytes), kMaxSizeClass);
+  const uint32_t sc = std::min(size_class_index(values.bytes, options_.size_classes_bytes), kMaxSizeClass);
   rotate_if_due(now);
   const uint8_t cls = names_.classes.id(r.enrichment.peer_class);
   const uint8_t cc = names_.ccs.id(r.cc);
   const uint8_t arm = r.enrichment.arm ? names_.arms.id(*r.enrichment.arm) : 0;
   const size_t keys_before = current_->entries.size();
   Entry* e = entry_for(Key{pack_key(cls, cc, arm, sc, false, r.enrichment.asn), service_key},
-                       Key{pack_key(cls, cc, arm, sc, true, 0), service_key}, top_asn, in.unit);
+                       Key{pack_key(cls, cc, arm, sc, true, 0), service_key}, top_asn, unit_of);
   if (!e) {
     ++dropped_[unit];
     return;
@@ -158,10 +166,10 @@ void FlowDistributions::add_record(const Record& r, const MetricInputs& in, AsnL
   if (service_key != 0 && current_->entries.size() != keys_before)
     names_.services.try_emplace(service_key, service_label_text(service.label, r.enrichment.owner()));
   for (int m = 0; m < kMeasureCount; ++m) {
-    if (!values[m]) continue;
+    if (!values.value[m]) continue;
     auto& s = e->sketch[unit][m];
     if (!s) s = std::make_unique<FlowSketch>(new_sketch(static_cast<Measure>(m)));
-    s->add(*values[m]);
+    s->add(*values.value[m]);
   }
   ++current_->records[unit];
 }

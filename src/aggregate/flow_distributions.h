@@ -117,6 +117,11 @@ class FlowDistributions {
   void add_at(const FlowRecord& flow, AsnLabel asn_label, Clock::time_point now, const RankedService& service = {});
   void add_at(const TransferRecord& transfer, AsnLabel asn_label, Clock::time_point now,
               const RankedService& service = {});
+  // The same with the record's metrics worked out already (the fanout's).
+  void add_at(const FlowRecord& flow, const MetricValues& values, AsnLabel asn_label, Clock::time_point now,
+              const RankedService& service);
+  void add_at(const TransferRecord& transfer, const MetricValues& values, AsnLabel asn_label, Clock::time_point now,
+              const RankedService& service);
 
   // Config reload. New size classes or threshold: the sketches no longer
   // mean the same thing, so they are dropped (returns true).
@@ -173,8 +178,8 @@ class FlowDistributions {
   using Key = PackedKey;
 
   template <class Record>
-  void add_record(const Record& r, const MetricInputs& in, AsnLabel asn_label, const RankedService& service,
-                  Clock::time_point now);
+  void add_record(const Record& r, const MetricValues& values, SampleUnit unit, AsnLabel asn_label,
+                  const RankedService& service, Clock::time_point now);
   void rotate_if_due(Clock::time_point now);
   // The entry for `key`, or its "other" key's (counting a folded record of
   // `unit`), or null when the table is full.

@@ -40,11 +40,11 @@ constexpr uint32_t kMaxSnapshotInterval = 3600;
 constexpr size_t kMaxConfigFileBytes = 16 << 20;
 
 // Powers of two nest (record/transfer_sampling.h): records written at two
-// rates can be brought to the larger. "" for a valid rate, else what follows
-// the key's name in the message.
+// rates can be brought to the larger. 0: none. "" for a valid rate, else what
+// follows the key's name in the message.
 std::string transfer_sampling_rate_problem(uint64_t rate) {
-  if (rate >= 1 && rate <= Config::kMaxTransferSamplingRate && (rate & (rate - 1)) == 0) return "";
-  return " " + std::to_string(rate) + " is not a power of two (1, 2, 4, ... " +
+  if (rate <= Config::kMaxTransferSamplingRate && (rate & (rate - 1)) == 0) return "";
+  return " " + std::to_string(rate) + " is neither 0 nor a power of two (1, 2, 4, ... " +
          std::to_string(Config::kMaxTransferSamplingRate) + ")";
 }
 
@@ -124,10 +124,12 @@ const ConfigSection<Config>& top_level_section() {
       with_reload(bool_key("flow_log_transfers", &Config::flow_log_transfers,
                            "transfer lines in the flow log beside the flow lines"),
                   Reload::kApplied),
-      with_reload(integer_key("transfer_sampling_rate", &Config::transfer_sampling_rate, 1,
+      with_reload(integer_key("transfer_sampling_rate", &Config::transfer_sampling_rate, 0,
                               Config::kMaxTransferSamplingRate,
                               "a power of two: the kernel follows the transfers of one flow in this many (and of "
-                              "every flow an experiment or controller assigns); every flow has its record",
+                              "every flow an experiment or controller assigns); every flow has its record. 0: "
+                              "none but those a rule follows; with no such rule the per-call hooks are not "
+                              "attached",
                               transfer_sampling_rate_problem),
                   Reload::kApplied),
       section_key("cc_policy", &Config::cc_policy, cc_policy_section(), Reload::kApplied,
@@ -419,6 +421,13 @@ Config load_config_file(const std::string& path, const std::vector<std::string>&
     return c;
   }
   return parse_config(text, path, available_cc, errors);
+}
+
+bool transfers_followed(const Config& config) {
+  if (config.transfer_sampling_rate) return true;
+  return std::any_of(config.cc_policy.rules.begin(), config.cc_policy.rules.end(), [](const CcRule& r) {
+    return r.controller || (r.experiment && r.experiment->follow_transfers);
+  });
 }
 
 void apply_overrides(const ConfigOverrides& overrides, Config* config, std::vector<ConfigError>* errors) {

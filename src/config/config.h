@@ -172,8 +172,9 @@ struct Config {
   // Transfer lines in the flow log beside the flow lines; the transfer
   // metrics count transfers either way.
   bool flow_log_transfers = true;
-  // The kernel follows the transfers of one flow in this many, and of every
-  // flow a rule follows (record/transfer_sampling.h); every flow has its record.
+  // The kernel follows the transfers of one flow in this many (0: none), and
+  // of every flow a rule follows (record/transfer_sampling.h); every flow has
+  // its record.
   uint32_t transfer_sampling_rate = 16;
   static constexpr uint32_t kMaxTransferSamplingRate = 1u << 16;
   CcPolicy cc_policy;
@@ -232,6 +233,12 @@ struct ConfigOverrides {
   std::optional<std::string> cgroup;    // --cgroup
   std::optional<std::string> transfer_sampling_rate;  // --transfer-sampling-rate
 };
+
+// Whether the kernel follows any flow's transfers under `config`: a
+// sampling rate, or a rule whose flows' transfers are its evidence (a
+// controller; an experiment with follow_transfers). Without, the per-call
+// hooks are not attached.
+bool transfers_followed(const Config& config);
 
 // Replaces each value the flags set. A --listen that is not HOST:PORT with an
 // IP literal is an error (file "--listen", line 0), as it would be in the file.

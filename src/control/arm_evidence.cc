@@ -61,8 +61,9 @@ void ArmEvidence::add_transfer(const TransferRecord& t, uint64_t throughput_min_
   const MetricInputs in = metric_inputs(t);
   MetricOptions opts;
   opts.throughput_min_bytes = throughput_min_bytes;
+  const MetricValues values = metric_values(in, opts);
   for (Objective o : kObjectives) {
-    const auto v = metric_value(metric_of(o), in, opts);
+    const auto& v = values.value[static_cast<int>(metric_of(o))];
     if (!v || !(*v > 0) || !std::isfinite(*v)) continue;
     const int i = static_cast<int>(o);
     objective_[i].add(&sums->objective[i], std::log(*v), 1);

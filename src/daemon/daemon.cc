@@ -53,6 +53,10 @@ using SteadyClock = std::chrono::steady_clock;
 
 constexpr int kTickMs = 100;  // periodic drain of the ring buffer
 constexpr auto kClockRefresh = std::chrono::seconds(10);
+// The kernel's counters and the policy's maps are read this often: each read
+// is a system call per program or map, and the metrics they feed are
+// scraped every few seconds.
+constexpr auto kCountersEvery = std::chrono::seconds(1);
 constexpr auto kDrainDeadline = std::chrono::seconds(2);  // /healthz fails past this
 constexpr auto kCloseTimeout = std::chrono::seconds(5);   // for the outputs at exit
 
@@ -94,11 +98,16 @@ class Daemon {
   int start_outputs();
   // One drain of the ring: its records to every sink, together.
   int drain_ring();
-  // The timer's tick: the clock, the open-flow snapshots, then account().
+  // The timer's tick: the clock, the open-flow snapshots, then account(),
+  // and every kCountersEvery count_kernel().
   void on_tick();
   // What a tick does that starts nothing: the sinks' periodic work (the
-  // closed loop's tests among them, until it stops) and the kernel's counters.
+  // closed loop's tests among them, until it stops).
   void account(SteadyClock::time_point now);
+  // The kernel's counters and the policy's maps into the metrics.
+  void count_kernel();
+  // One line when `config` follows no flow's transfers (transfers_followed()).
+  void log_transfers_off(const Config& config);
   void apply_reload(PreparedReload& r);
   // /healthz, on an HTTP thread: reads only last_drain_ns_ and, under
   // failures_mu_, failures_, which the loop thread sets.
@@ -130,6 +139,7 @@ class Daemon {
   std::atomic<int64_t> last_drain_ns_{0};
   SteadyClock::duration longest_pass_{};  // of the loop over one wake-up; the loop's
   SteadyClock::time_point last_clock_refresh_ = SteadyClock::now();
+  SteadyClock::time_point last_counted_ = SteadyClock::now();
   // What /healthz (an HTTP thread) says of failing sinks, set on the loop.
   mutable std::mutex failures_mu_;
   std::string failures_;
@@ -188,7 +198,14 @@ int Daemon::start() {
              " (" + p.reason + "); running without it: " + p.loses + "; " +
              save_load_log(p.log));
   for (const auto& c : record_coverage(probe_->missing_tracepoints())) log_line("kernel: " + c);
+  log_transfers_off(config_);
   return 0;
+}
+
+void Daemon::log_transfers_off(const Config& config) {
+  if (!transfers_followed(config))
+    log_line("transfers: off (transfer_sampling_rate 0, no rule follows transfers): no per-call hook is "
+             "attached; flow records place the receive side's end at the kernel's tick");
 }
 
 // The programs, the policy with the controllers' cohorts, the pipeline and
@@ -198,6 +215,7 @@ int Daemon::start_kernel() {
   FlowProbeOptions popts;
   popts.ring_buffer_bytes = config_.ring_buffer_bytes;
   popts.transfer_sampling_rate = config_.transfer_sampling_rate;
+  popts.per_call_hooks = transfers_followed(config_);
   // The policy programs go on the cgroup v2 root unless told otherwise; a
   // host without cgroup v2 can still observe, only not steer.
   popts.cgroup_path = config_.cgroup.empty() ? cgroup2_mount_point() : config_.cgroup;
@@ -334,20 +352,28 @@ void Daemon::on_tick() {
   }
   snapshots_->tick(now, std::chrono::seconds(config_.snapshot_interval_s));
   if (services_) services_->expire(now);
-  policy_->update_metrics();
   account(now);
+  if (now - last_counted_ >= kCountersEvery) {
+    count_kernel();
+    last_counted_ = now;
+  }
 }
 
 void Daemon::account(SteadyClock::time_point now) {
   fanout_->tick(now);
-  sample_kernel_counters(*probe_, *ring_, *pipeline_, *self_);
+  sample_ring_counters(*ring_, *pipeline_, *self_);
   self_->set_loop_longest_pass(std::chrono::duration<double>(longest_pass_).count());
+  std::lock_guard<std::mutex> lock(failures_mu_);
+  failures_ = fanout_->failures();
+}
+
+void Daemon::count_kernel() {
+  policy_->update_metrics();
+  sample_kernel_counters(*probe_, *self_);
   if (services_) {
     const auto c = services_->counts();
     self_->set_service_cgroups(c.known_cgroups - c.removed_in_grace, c.removed_in_grace, c.unresolved_lookups);
   }
-  std::lock_guard<std::mutex> lock(failures_mu_);
-  failures_ = fanout_->failures();
 }
 
 void Daemon::apply_reload(PreparedReload& r) {
@@ -372,6 +398,14 @@ void Daemon::apply_reload(PreparedReload& r) {
   fanout_->apply_config(merged);
   if (services_) services_->update(merged.services);
   probe_->set_transfer_sampling_rate(merged.transfer_sampling_rate);
+  if (transfers_followed(merged) != transfers_followed(config_)) {
+    if (!probe_->set_per_call_hooks(transfers_followed(merged), &error))
+      log_line("reload: " + error + "; transfers stay as they were");
+    else if (transfers_followed(merged))
+      log_line("transfers: on: the per-call hooks are attached again");
+    else
+      log_transfers_off(merged);
+  }
   if (!ignore_namespaces(*probe_, merged, &error)) log_line("reload: " + error + "; the namespaces ignored before stay");
   for (const auto& key : next_start) log_line("reload: " + key + " takes effect at the next start");
   config_ = std::move(merged);
@@ -484,6 +518,7 @@ int Daemon::run() {
   while (drain_ring() == RingReader::kDefaultDrainBudget && (!handover_stored_ || SteadyClock::now() < drain_until)) {
   }
   account(SteadyClock::now());
+  count_kernel();
   fanout_->close(kCloseTimeout);
   ring_.reset();
   probe_.reset();

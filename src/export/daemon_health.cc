@@ -37,8 +37,8 @@ DaemonHealth::DaemonHealth(std::shared_ptr<prometheus::Registry> registry, const
       "Transfer records the kernel could not hand over (ring buffer full); must stay 0."));
   state_changes_missed_ = TotalCounter(plain_counter(
       r, "tcpscope_state_changes_missed_total",
-      "TCP state changes the kernel ran neither state-change program for (recursion on a CPU); "
-      "one that was a flow's first or last costs its record."));
+      "TCP state changes the kernel skipped the state-change program for (recursion on a CPU); "
+      "a skipped handshake or close is recorded at the socket's next event, less exactly."));
   recursion_misses_family_ = counter_family(r, "tcpscope_bpf_recursion_misses_total",
                                             "Runs of a tcpscope BPF program the kernel skipped because the program "
                                             "was already running on that CPU.");

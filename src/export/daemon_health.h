@@ -35,7 +35,7 @@ class DaemonHealth {
   // tcpscope_bpf_recursion_misses_total{program}: how often the kernel skipped
   // a program because it was already running on that CPU (cumulative).
   void set_recursion_misses(const std::string& program, uint64_t total);
-  // tcpscope_state_changes_missed_total: TCP state changes no program saw.
+  // tcpscope_state_changes_missed_total: TCP state changes the state-change program skipped.
   void set_state_changes_missed(uint64_t total);
   // tcpscope_records_total from the ring reader's cumulative (flow) record count.
   void set_records(uint64_t total);

@@ -35,9 +35,9 @@ struct ProgramHook {
 };
 constexpr ProgramHook kHooks[] = {
     {&Programs::on_state_change, tracepoints::kSetState, true, ""},
-    {&Programs::on_state_change_nested, tracepoints::kSetState, true, ""},
+    {&Programs::on_destroy, tracepoints::kDestroySock, false,
+     "the record of a flow whose close the kernel skipped (the state-change program was running on that CPU)"},
     {&Programs::on_data_ready, tracepoints::kDataReady, false, "payload arrivals, taken from tcp_probe instead"},
-    {&Programs::on_data_ready_twin, tracepoints::kDataReady, false, "payload arrivals, taken from tcp_probe instead"},
     {&Programs::on_sendmsg, tracepoints::kSendmsg, false,
      "send transfers and cwnd samples, taken from tcp_probe instead; owner of accepted sockets that write first"},
     {&Programs::on_cong_state, tracepoints::kCongState, false, "time per congestion state; cwnd before reductions"},
@@ -176,7 +176,19 @@ std::string incompatibility(const Handover& h, tcpscope_bpf* skel) {
   return "";
 }
 
-uint32_t transfer_sampling_shift(uint32_t rate) { return rate ? static_cast<uint32_t>(__builtin_ctz(rate)) : 0; }
+uint32_t transfer_sampling_shift(uint32_t rate) {
+  return rate ? static_cast<uint32_t>(__builtin_ctz(rate)) : TCPSCOPE_SAMPLING_OFF;
+}
+
+// The programs that run on every send call, data arrival or received
+// segment: attached only while some flow's transfers are followed.
+constexpr bpf_program* Programs::*kPerCallPrograms[] = {&Programs::on_sendmsg, &Programs::on_data_ready,
+                                                         &Programs::on_segment, &Programs::on_segment_twin};
+
+bool per_call_program(const tcpscope_bpf* skel, const bpf_program* prog) {
+  return std::any_of(std::begin(kPerCallPrograms), std::end(kPerCallPrograms),
+                     [&](auto member) { return skel->progs.*member == prog; });
+}
 
 // Opens the object and fixes what must be fixed before load: the maps'
 // sizes, the constants (CONFIG_HZ: `tick`'s), and which programs load under
@@ -204,7 +216,8 @@ tcpscope_bpf* open_for(const FlowProbeOptions& opts, const LoadPlan& plan, uint3
   // A wakeup threshold at or above the ring's size never fires (the ring
   // fills first) and leaves only the periodic drain: wake the reader by a
   // quarter of the ring at the latest.
-  skel->rodata->wakeup_bytes = std::min<uint64_t>(opts.wakeup_bytes, opts.ring_buffer_bytes / 4);
+  skel->rodata->wakeup_bytes_per_cpu =
+      std::min<uint64_t>(opts.wakeup_bytes, opts.ring_buffer_bytes / 4) / std::max(1, libbpf_num_possible_cpus());
   for (bpf_map* trie : {skel->maps.remote_gen0, skel->maps.remote_gen1})
     if (int err = bpf_map__set_max_entries(trie, opts.remote_trie_entries))
       return fail(std::string("sizing map '") + bpf_map__name(trie) + "' failed: " + errno_text(err));
@@ -213,6 +226,7 @@ tcpscope_bpf* open_for(const FlowProbeOptions& opts, const LoadPlan& plan, uint3
                 " entries failed: " + errno_text(err));
   skel->rodata->generation = generation;
   skel->data->transfer_sampling_shift = transfer_sampling_shift(opts.transfer_sampling_rate);
+  skel->data->per_call_hooks_attached = opts.per_call_hooks;
   if (previous && (*why_not = incompatibility(*previous, skel)).empty()) {
     bpf_map* map;
     bpf_object__for_each_map(map, skel->obj) {
@@ -348,6 +362,7 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
       bpf_program* prog;
       bpf_object__for_each_program(prog, skel->obj) {
         if (!bpf_program__autoload(prog) || prog == skel->progs.cc_policy) continue;
+        if (!opts.per_call_hooks && per_call_program(skel, prog)) continue;
         if (!probe->attach(prog, error)) {
           failed_errno = errno;
           refused = bpf_program__name(prog);
@@ -472,6 +487,27 @@ bool FlowProbe::set_cc_policy_attached(bool on, std::string* error) {
   bpf_link__destroy(link);
   link = nullptr;
   attached_.erase(std::remove(attached_.begin(), attached_.end(), name), attached_.end());
+  return true;
+}
+
+bool FlowProbe::set_per_call_hooks(bool on, std::string* error) {
+  for (auto member : kPerCallPrograms) {
+    bpf_program* prog = skel_->progs.*member;
+    if (!bpf_program__autoload(prog)) continue;  // this kernel runs without it
+    bpf_link** link = nullptr;
+    for (int i = 0; i < skel_->skeleton->prog_cnt; ++i)
+      if (*skel_->skeleton->progs[i].prog == prog) link = skel_->skeleton->progs[i].link;
+    const std::string name = bpf_program__name(prog);
+    auto listed = std::find(attached_.begin(), attached_.end(), name);
+    if (on && !*link) {
+      if (!attach(prog, error)) return false;
+    } else if (!on && *link) {
+      bpf_link__destroy(*link);
+      *link = nullptr;
+      if (listed != attached_.end()) attached_.erase(listed);
+    }
+  }
+  __atomic_store_n(&skel_->data->per_call_hooks_attached, on ? 1u : 0u, __ATOMIC_RELAXED);
   return true;
 }
 

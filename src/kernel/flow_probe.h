@@ -25,6 +25,7 @@ namespace tcpscope {
 // without each is record_coverage.h's.
 namespace tracepoints {
 inline constexpr char kSetState[] = "inet_sock_set_state";
+inline constexpr char kDestroySock[] = "tcp_destroy_sock";
 inline constexpr char kDataReady[] = "sk_data_ready";
 inline constexpr char kSendmsg[] = "tcp_sendmsg_locked";
 inline constexpr char kCongState[] = "tcp_cong_state_set";
@@ -35,7 +36,7 @@ inline constexpr char kProbe[] = "tcp_probe";
 
 struct FlowProbeOptions {
   uint64_t ring_buffer_bytes = 16u << 20;
-  uint64_t wakeup_bytes = 256u << 10;
+  uint64_t wakeup_bytes = 2u << 20;
   // cgroup v2 directory the policy programs (sockops, setsockopt, sysctl)
   // attach to; "" leaves them loaded but unattached. sockops is attached
   // only by set_cc_policy_attached(): it runs on every connection, and with
@@ -45,8 +46,12 @@ struct FlowProbeOptions {
   // Cgroups of services that cc_policy rules name (PolicyMaps::set_service_cgroups).
   uint32_t service_cgroup_entries = TCPSCOPE_SERVICE_CGROUPS;
   // The kernel follows the transfers of one flow in this many (a power of
-  // two), besides those of the flows a rule follows.
+  // two; 0: none), besides those of the flows a rule follows.
   uint32_t transfer_sampling_rate = 16;
+  // Whether the per-call hooks (sk_data_ready, tcp_sendmsg_locked, and
+  // tcp_probe where it stands in) are attached: only while some flow's
+  // transfers are followed (set_per_call_hooks()).
+  bool per_call_hooks = true;
   // What the previous daemon handed over across a restart (handover.h), or
   // null. The probe takes its maps if they are of this build's layout, shape
   // and size, runs its own programs in their place, and closes the rest.
@@ -105,8 +110,13 @@ class FlowProbe {
   // and fails if the kernel refused the program.
   bool set_cc_policy_attached(bool on, std::string* error);
   // The flows whose handshake completes from now on are followed at this
-  // rate (a power of two; a reload's). Flows decided before keep theirs.
+  // rate (a power of two, 0 for none; a reload's). Flows decided before
+  // keep theirs.
   void set_transfer_sampling_rate(uint32_t rate);
+  // Attaches or detaches the per-call hooks (FlowProbeOptions::
+  // per_call_hooks). Detached, arrivals are placed at close, to the kernel's
+  // tick. False and *error naming the program and errno.
+  bool set_per_call_hooks(bool on, std::string* error);
   // The network namespaces (inode numbers) whose new sockets the programs
   // leave alone, in place of the previous set; at most
   // TCPSCOPE_MAX_IGNORED_NETNS. False and *error naming the map and errno.

@@ -187,43 +187,125 @@ const Population& metric_population(Measure m) { return definition(m).population
 
 const MetricFormula& metric_formula(Measure m) { return definition(m).formula; }
 
-double input_value(MetricInput i, const MetricInputs& in) {
-  switch (i) {
-    case MetricInput::kOk: return in.ok;
-    case MetricInput::kPartial: return in.partial;
-    case MetricInput::kRecv: return in.recv;
-    case MetricInput::kBytes: return static_cast<double>(in.bytes);
-    case MetricInput::kTime: return static_cast<double>(in.fct_us);
-    case MetricInput::kSrtt: return static_cast<double>(in.srtt_us);
-    case MetricInput::kRetransSegs: return static_cast<double>(in.retrans_segs);
-    case MetricInput::kSegsOut: return static_cast<double>(in.segs_out);
-    case MetricInput::kRwndLimited: return in.rwnd_limited;
-  }
-  return 0;
+namespace {
+
+// Every input's value, by MetricInput: input_value()'s one definition.
+struct InputValues {
+  double of[kMetricInputCount];
+};
+InputValues input_values(const MetricInputs& in) {
+  InputValues r;
+  r.of[static_cast<int>(MetricInput::kOk)] = in.ok;
+  r.of[static_cast<int>(MetricInput::kPartial)] = in.partial;
+  r.of[static_cast<int>(MetricInput::kRecv)] = in.recv;
+  r.of[static_cast<int>(MetricInput::kBytes)] = static_cast<double>(in.bytes);
+  r.of[static_cast<int>(MetricInput::kTime)] = static_cast<double>(in.fct_us);
+  r.of[static_cast<int>(MetricInput::kSrtt)] = static_cast<double>(in.srtt_us);
+  r.of[static_cast<int>(MetricInput::kRetransSegs)] = static_cast<double>(in.retrans_segs);
+  r.of[static_cast<int>(MetricInput::kSegsOut)] = static_cast<double>(in.segs_out);
+  r.of[static_cast<int>(MetricInput::kRwndLimited)] = in.rwnd_limited;
+  return r;
 }
 
+}  // namespace
+
+double input_value(MetricInput i, const MetricInputs& in) { return input_values(in).of[static_cast<int>(i)]; }
+
+namespace {
+
+// Which tests hold for an input's value: bit t for MetricTest t.
+// Inputs are whole numbers: never NaN, so each test's opposite is its negation.
+TermBits test_bits(double v, double throughput_min) {
+  const TermBits zero = v == 0, below = v < throughput_min;
+  return (zero ^ 1) << static_cast<int>(MetricTest::kTrue) | zero << static_cast<int>(MetricTest::kFalse) |
+         TermBits{v > 0} << static_cast<int>(MetricTest::kPositive) |
+         below << static_cast<int>(MetricTest::kBelowThroughputMin) |
+         (below ^ 1) << static_cast<int>(MetricTest::kAtLeastThroughputMin);
+}
+
+}  // namespace
+
 bool term_holds(const PopulationTerm& t, const MetricInputs& in, const MetricOptions& opts) {
-  const double v = input_value(t.input, in);
-  switch (t.test) {
-    case MetricTest::kTrue: return v != 0;
-    case MetricTest::kFalse: return v == 0;
-    case MetricTest::kPositive: return v > 0;
-    case MetricTest::kBelowThroughputMin: return v < static_cast<double>(opts.throughput_min_bytes);
-    case MetricTest::kAtLeastThroughputMin: return v >= static_cast<double>(opts.throughput_min_bytes);
-  }
-  return false;
+  return test_bits(input_value(t.input, in), static_cast<double>(opts.throughput_min_bytes)) >>
+             static_cast<int>(t.test) & 1;
 }
 
 bool in_population(const Population& p, const MetricInputs& in, const MetricOptions& opts) {
   return std::all_of(p.begin(), p.end(), [&](const PopulationTerm& t) { return term_holds(t, in, opts); });
 }
 
-std::optional<double> metric_value(Measure m, const MetricInputs& in, const MetricOptions& opts) {
-  if (!unit_supported(m, in.unit) || !in_population(metric_population(m), in, opts)) return std::nullopt;
-  const MetricFormula& f = metric_formula(m);
-  const double numerator = f.scale * input_value(f.numerator, in);
+TermBits population_mask(const Population& p) {
+  TermBits mask = 0;
+  for (const PopulationTerm& t : p) mask |= term_bit(t);
+  return mask;
+}
+
+namespace {
+
+TermBits holding_terms(const InputValues& v, const MetricOptions& opts) {
+  const double min = static_cast<double>(opts.throughput_min_bytes);
+  TermBits bits = 0;
+  for (int i = 0; i < kMetricInputCount; ++i) bits |= test_bits(v.of[i], min) << (i * kMetricTestCount);
+  return bits;
+}
+
+}  // namespace
+
+TermBits holding_terms(const MetricInputs& in, const MetricOptions& opts) {
+  return holding_terms(input_values(in), opts);
+}
+
+namespace {
+
+// Each metric's population as a mask (population_mask()) and its formula,
+// made once, before main().
+struct Compiled {
+  TermBits completed;
+  TermBits population[kMeasureCount];
+  const MetricFormula* formula[kMeasureCount];
+  Compiled() : completed(population_mask(completed_population())) {
+    for (int m = 0; m < kMeasureCount; ++m) {
+      population[m] = population_mask(metric_population(static_cast<Measure>(m)));
+      formula[m] = &metric_formula(static_cast<Measure>(m));
+    }
+  }
+};
+const Compiled kCompiled;
+
+bool holds_all(TermBits holding, TermBits mask) { return (holding & mask) == mask; }
+
+std::optional<double> value_if_counted(Measure m, SampleUnit unit, const InputValues& in, TermBits holding) {
+  if (!unit_supported(m, unit) || !holds_all(holding, kCompiled.population[static_cast<int>(m)]))
+    return std::nullopt;
+  const MetricFormula& f = *kCompiled.formula[static_cast<int>(m)];
+  const double numerator = f.scale * in.of[static_cast<int>(f.numerator)];
   if (!f.denominator) return numerator;
-  return numerator / (input_value(*f.denominator, in) / f.denominator_scale);
+  return numerator / (in.of[static_cast<int>(*f.denominator)] / f.denominator_scale);
+}
+
+}  // namespace
+
+std::optional<double> metric_value(Measure m, const MetricInputs& in, const MetricOptions& opts) {
+  const InputValues values = input_values(in);
+  return value_if_counted(m, in.unit, values, holding_terms(values, opts));
+}
+
+MetricValues metric_values(const MetricInputs& in, const MetricOptions& opts) {
+  const InputValues values = input_values(in);
+  const TermBits holding = holding_terms(values, opts);
+  MetricValues v;
+  v.completed = holds_all(holding, kCompiled.completed);
+  v.bytes = in.bytes;
+  v.time = values.of[static_cast<int>(MetricInput::kTime)];
+  for (int m = 0; m < kMeasureCount; ++m)
+    v.value[m] = value_if_counted(static_cast<Measure>(m), in.unit, values, holding);
+  // The same record with the window's limit taken out of it.
+  const TermBits unlimited = (holding & ~(term_bit({MetricInput::kRwndLimited, MetricTest::kTrue}) |
+                                          term_bit({MetricInput::kRwndLimited, MetricTest::kPositive}))) |
+                             term_bit({MetricInput::kRwndLimited, MetricTest::kFalse});
+  v.throughput_held_by_window = !v.value[static_cast<int>(Measure::kThroughput)] &&
+                                value_if_counted(Measure::kThroughput, in.unit, values, unlimited);
+  return v;
 }
 
 std::optional<MetricHistogram> metric_histogram(Measure m, SampleUnit u) {

@@ -133,6 +133,8 @@ constexpr int kMetricInputCount = 9;
 // kTrue / kFalse for the flags, kPositive for the counts; the last two
 // compare the input with MetricOptions::throughput_min_bytes.
 enum class MetricTest { kTrue, kFalse, kPositive, kBelowThroughputMin, kAtLeastThroughputMin };
+constexpr int kMetricTestCount = 5;
+static_assert(static_cast<int>(MetricTest::kAtLeastThroughputMin) + 1 == kMetricTestCount);
 struct PopulationTerm {
   MetricInput input;
   MetricTest test;
@@ -152,6 +154,19 @@ double input_value(MetricInput i, const MetricInputs& in);
 bool term_holds(const PopulationTerm& t, const MetricInputs& in, const MetricOptions& opts);
 bool in_population(const Population& p, const MetricInputs& in, const MetricOptions& opts);
 
+// The same rules, evaluated once per record rather than term by term: every
+// term that holds for `in` as one bit (term_bit()), so that a population is
+// one mask (population_mask()) and a record is in it when it has all of the
+// mask's bits. term_holds() stays the definition; the unit test holds the
+// two to each other.
+using TermBits = uint64_t;
+static_assert(kMetricInputCount * kMetricTestCount <= 64, "one bit per (input, test)");
+constexpr TermBits term_bit(const PopulationTerm& t) {
+  return TermBits{1} << (static_cast<int>(t.input) * kMetricTestCount + static_cast<int>(t.test));
+}
+TermBits population_mask(const Population& p);
+TermBits holding_terms(const MetricInputs& in, const MetricOptions& opts);
+
 // A metric's value: scale * numerator / (denominator / denominator_scale),
 // or scale * numerator without a denominator.
 struct MetricFormula {
@@ -165,6 +180,20 @@ const MetricFormula& metric_formula(Measure m);
 // The record's value for the metric (metric_formula), or nullopt when it
 // does not count for it (metric_population, unit_supported).
 std::optional<double> metric_value(Measure m, const MetricInputs& in, const MetricOptions& opts);
+
+// A record's metrics, worked out once for all of the daemon's readers of it
+// (its Prometheus series and its distributions): whether it is in the
+// completed population, the value of each metric that counts it, its bytes
+// and its time (kTime), and whether it is a send transfer that only the
+// receiver's window keeps out of throughput's population.
+struct MetricValues {
+  bool completed = false;
+  bool throughput_held_by_window = false;
+  uint64_t bytes = 0;
+  double time = 0;
+  std::optional<double> value[kMeasureCount];
+};
+MetricValues metric_values(const MetricInputs& in, const MetricOptions& opts);
 
 // The realistic range of the metric's values, which the daemon's sketches
 // (flow_sketch.h) cover at their stated relative error without collapsing:

@@ -8,10 +8,17 @@ namespace {
 constexpr auto kRankingEvery = std::chrono::seconds(60);
 }  // namespace
 
+namespace {
+MetricOptions metric_options_of(const Config& config) {
+  return {config.size_classes_bytes, config.throughput_min_bytes};
+}
+}  // namespace
+
 RecordFanout::RecordFanout(FlowPipeline& pipeline, const Config& config)
     : pipeline_(pipeline),
       ranking_(AsnRankingOptions::from_config(config)),
-      services_(ServiceRanking::options_from_config(config)) {}
+      services_(ServiceRanking::options_from_config(config)),
+      metric_options_(metric_options_of(config)) {}
 
 void RecordFanout::begin_drain(Clock::time_point now) {
   for (RecordSink* s : sinks_) s->begin_drain(now);
@@ -31,7 +38,8 @@ void RecordFanout::route(const FlowRecord& flow) {
   const uint64_t bytes = flow.bytes_acked + flow.bytes_received;
   const AsnRanking::Counted asn = ranking_.add(flow.enrichment.asn, bytes);
   const ServiceRanking::Counted service = services_.count(flow.enrichment, bytes);
-  const RoutedFlow routed(flow, asn.label, &json_, service.service);
+  const MetricValues values = metric_values(metric_inputs(flow), metric_options_);
+  const RoutedFlow routed(flow, values, asn.label, &json_, service.service);
   for (RecordSink* s : sinks_) s->add(routed);
   if (asn.reranked) ranking_changed();
   if (service.reranked) service_ranking_changed();
@@ -40,7 +48,8 @@ void RecordFanout::route(const FlowRecord& flow) {
 // A transfer's bytes are its flow's: it takes its ASN's and service's labels
 // without being counted in the rankings.
 void RecordFanout::route(const TransferRecord& transfer) {
-  const RoutedTransfer routed(transfer, ranking_.label(transfer.enrichment.asn), &json_,
+  const MetricValues values = metric_values(metric_inputs(transfer), metric_options_);
+  const RoutedTransfer routed(transfer, values, ranking_.label(transfer.enrichment.asn), &json_,
                               services_.ranked(transfer.enrichment));
   for (RecordSink* s : sinks_) s->add(routed);
 }
@@ -65,6 +74,7 @@ void RecordFanout::tick(Clock::time_point now) {
 }
 
 void RecordFanout::apply_config(const Config& config) {
+  metric_options_ = metric_options_of(config);
   for (RecordSink* s : sinks_) s->apply_config(config);
   if (ranking_.update_options(AsnRankingOptions::from_config(config))) ranking_changed();
   if (services_.update_options(ServiceRanking::options_from_config(config))) service_ranking_changed();

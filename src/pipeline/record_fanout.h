@@ -55,6 +55,7 @@ class RecordFanout {
   AsnRanking ranking_;
   ServiceRanking services_;
   std::vector<RecordSink*> sinks_;
+  MetricOptions metric_options_;  // what the records' metrics read (MetricValues)
   std::string json_;  // the current record's JSON line, when a sink asks for it
   Clock::time_point last_ranking_ = Clock::now();
 };

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "measure/measure.h"
 #include "pipeline/asn_ranking.h"
 #include "pipeline/service_ranking.h"
 #include "record/flow_json.h"
@@ -30,10 +31,13 @@ using LogLine = std::function<void(const std::string&)>;
 template <class Record>
 class Routed {
  public:
-  Routed(const Record& record, AsnLabel asn_label, std::string* json_scratch, RankedService service = {})
-      : record(record), asn_label(asn_label), service(service), json_(json_scratch) {}
+  Routed(const Record& record, const MetricValues& values, AsnLabel asn_label, std::string* json_scratch,
+         RankedService service = {})
+      : record(record), values(values), asn_label(asn_label), service(service), json_(json_scratch) {}
 
   const Record& record;
+  // Its metrics (measure/measure.h), by the config in force.
+  const MetricValues& values;
   // By the ASN ranking in force before this record.
   const AsnLabel asn_label;
   // Its owner's key and label by the service ranking, as asn_label.

@@ -270,7 +270,19 @@ def test_fct_excludes_idle_before_the_server_closes(daemon, net, tmp_path):
 def test_max_cwnd_covers_the_senders_cwnd(daemon, net, tmp_path):
     """max_cwnd is at least every cwnd the sending application saw before
     each of its send calls, and at least the cwnd at the end. A short tbf
-    queue makes losses cut the cwnd, so the peak is not simply the final one."""
+    queue makes losses cut the cwnd, so the peak is not simply the final one.
+    The sender runs CUBIC, whose cwnd falls only as it enters a congestion
+    state (sampled there with the cwnd it cuts): BBR sets its cwnd on every
+    ACK, so between the application's look and its send call it may already
+    be lower than what the application saw."""
+    allowed = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+    before = allowed.read_text().strip()
+    if "cubic" not in before.split():
+        allowed.write_text(before + " cubic")
+    try:
+        net.ns(net.srv, "sysctl", "-qw", "net.ipv4.tcp_congestion_control=cubic")
+    finally:
+        allowed.write_text(before)
     net.ns(net.srv, "tc", "qdisc", "add", "dev", net.veth_srv, "root", "tbf",
            "rate", "100mbit", "burst", "64kb", "limit", "150kb")
     n = 3
@@ -289,6 +301,7 @@ def test_max_cwnd_covers_the_senders_cwnd(daemon, net, tmp_path):
         assert p["max_cwnd"] >= s["sampled_max_cwnd"], (p["max_cwnd"], s)
         assert p["max_cwnd"] >= s["snd_cwnd"], (p["max_cwnd"], s)
         assert p["max_cwnd"] >= p["cwnd"]
+        assert p["cc"] == "cubic", p
         cut += s["sampled_max_cwnd"] > s["snd_cwnd"]
     assert cut, "no transfer ended below its peak cwnd: the test exercised nothing beyond the final cwnd"
 
@@ -349,7 +362,9 @@ def small_ring_config(tmp_path):
 def test_burst_loses_no_records(net, tmp_path):
     """Thousands of connections per second through a daemon whose ring holds
     only ~1k records: every connection gets exactly one record per end, none
-    lost, no state change missed."""
+    lost, each complete (a state change the kernel skipped, counted in
+    tcpscope_state_changes_missed_total, is made up at the socket's next
+    event)."""
     if os.geteuid() != 0:
         pytest.skip("needs root to load BPF programs")
     capacity = SMALL_RING_BYTES // RECORD_BYTES
@@ -396,7 +411,8 @@ def test_burst_loses_no_records(net, tmp_path):
         # generator completed, none twice (a socket's tuple and start time
         # identify it), and every client socket's record has its server twin.
         assert len(active) == n and len(passive) == n, (len(active), len(passive), n, lost)
-        assert all(x["outcome"] == "ok" for x in recs)
+        assert all(x["outcome"] == "ok" and not x["partial"] for x in recs)
+        assert all(x["bytes_acked"] == 10 and x["bytes_received"] == 10 for x in recs)
         assert len({(x["lport"], x["start_ns"]) for x in active}) == n
         assert len({(x["rport"], x["start_ns"]) for x in passive}) == n
         assert (collections.Counter(x["lport"] for x in active)
@@ -405,7 +421,6 @@ def test_burst_loses_no_records(net, tmp_path):
         # this small ring, not only this test's.
         assert lost == 0, (f"{lost} records lost (this test's all arrived: the rest of the "
                            f"host's traffic overflowed the ring too; load {os.getloadavg()})")
-        assert missed == 0, f"{missed} state changes missed"
     finally:
         rc = d.stop()
     assert rc == 0, d.stderr_text()
@@ -785,6 +800,46 @@ def test_the_kernel_follows_the_transfers_of_the_sampled_flows_only(net, tmp_pat
     finally:
         rc = d.stop()
     assert rc == 0, d.stderr_text()
+
+
+def test_transfers_off_attaches_no_per_call_hook(net, tmp_path):
+    """transfer_sampling_rate 0 and no rule that follows transfers: the
+    per-call hooks are not attached and no transfer is recorded, yet every
+    flow's record keeps its exact bytes, and the client's, whose data arrived
+    500 ms before the server's FIN, ends at that data by the kernel's time of
+    its latest segment (two ticks at HZ=100, the coarsest, are 20 ms). A
+    reload to a rate attaches the hooks again."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to load BPF programs")
+    cfg = tmp_path / "tcpscope.yaml"
+    cfg.write_text("transfer_sampling_rate: 0\n")
+    d = Daemon(tmp_path, extra_args=("--config", str(cfg)), transfer_sampling_rate=None)
+    try:
+        err = d.stderr_text()
+        attached = set(re.search(r"running: \d+ BPF programs attached \(([^)]*)\)", err).group(1).split(","))
+        assert "on_state_change" in attached and not attached & {"on_sendmsg", "on_data_ready", "on_segment"}, err
+        assert "transfers: off (transfer_sampling_rate 0, no rule follows transfers)" in err, err
+        clients, _, recs = shaped_fetches(d, net, tmp_path, serve_opts={"idle_before_close_ms": IDLE_MS},
+                                          client_opts={"peer_closes_first": True})
+        for c in clients:
+            a = recs[(net.cli_v4, c["lport"], net.srv_v4, c["rport"])][0]
+            print(f"\nclient clock {c['arrival_clock_us']} us; active fct {a['fct_us']}, {a['bytes_received']} B")
+            assert (a["bytes_acked"], a["bytes_received"]) == (8 + 200, 300_000), a  # traffic.py's header, request
+            assert abs(a["fct_us"] - c["arrival_clock_us"]) <= max(20_000, 0.02 * c["arrival_clock_us"]), \
+                (a["fct_us"], c["arrival_clock_us"])
+        assert not [t for t in d.all_transfers() if t["flow_start_ns"] >= net.created_ns]
+
+        cfg.write_text("transfer_sampling_rate: 1\n")
+        d.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "tcpscope: reloaded" in d.stderr_text(), 20, what="reload")
+        assert "transfers: on: the per-call hooks are attached again" in d.stderr_text()
+        server, _ = net.serve(tmp_path, net.srv_v4, 1, port=8081)
+        c = net.client(tmp_path, net.srv_v4, port=8081, req=100, resp=5000)[0]
+        server.wait(timeout=30)
+        wait_for(lambda: [t for t in d.all_transfers() if t["lport"] == c["lport"]], 10,
+                 what="the client's transfers after the reload")
+    finally:
+        assert d.stop() == 0, d.stderr_text()
 
 
 def test_a_namespace_it_is_told_to_ignore_has_no_records(net, tmp_path):

@@ -31,8 +31,8 @@ def test_starts_and_names_what_it_lacks(old_kernel_daemon):
     m = re.search(r"running: \d+ BPF programs attached \(([^)]*)\)", err)
     assert m, err
     attached = set(m.group(1).split(","))
-    assert {"on_state_change", "on_state_change_nested", "on_segment", "on_segment_twin"} <= attached
-    assert not attached & {"on_data_ready", "on_data_ready_twin", "on_sendmsg", "on_cong_state"}
+    assert {"on_state_change", "on_destroy", "on_segment", "on_segment_twin"} <= attached
+    assert not attached & {"on_data_ready", "on_sendmsg", "on_cong_state"}
     warnings = [l for l in err.splitlines() if "warning: this kernel has no tracepoint" in l]
     assert len(warnings) == len(HIDDEN), err
     for tp in HIDDEN:

@@ -49,18 +49,18 @@ class RealProbe : public AttachedProbe {
   }
 };
 
-TEST_F(RealProbe, BothStateChangeProgramsAreAttachedAndReportRecursionMisses) {
-  // sk_data_ready's twins too, where the kernel has it (6.3 and later).
+TEST_F(RealProbe, StateChangeAndDestroyProgramsAreAttachedAndReportRecursionMisses) {
+  // sk_data_ready's too, where the kernel has it (6.3 and later).
   const auto& missing = probe_->missing_tracepoints();
   const bool data_ready = std::find(missing.begin(), missing.end(), "sk_data_ready") == missing.end();
-  std::vector<std::string> twins = {"on_state_change", "on_state_change_nested"};
-  if (data_ready) twins.insert(twins.end(), {"on_data_ready", "on_data_ready_twin"});
+  std::vector<std::string> programs = {"on_state_change", "on_destroy"};
+  if (data_ready) programs.push_back("on_data_ready");
   const auto& attached = probe_->attached();
-  for (const auto& name : twins)
+  for (const auto& name : programs)
     EXPECT_NE(std::find(attached.begin(), attached.end(), name), attached.end()) << name;
   std::vector<std::string> reported;
   for (const auto& [program, misses] : probe_->recursion_misses()) reported.push_back(program);
-  for (const auto& name : twins)
+  for (const auto& name : programs)
     EXPECT_NE(std::find(reported.begin(), reported.end(), name), reported.end()) << name;
 }
 

@@ -2,7 +2,8 @@
 // kept-alive loopback connection and checks the transfer records the kernel
 // side hands over: one per request and per response, exact payload bytes,
 // seq in start order, and wait_us covering the server's think time; and
-// where a flow's receive side ends when the wake-ups of its data were missed.
+// where a flow's receive side ends when the wake-ups of its data were missed,
+// and the record of a flow whose close the kernel skipped.
 #include <arpa/inet.h>
 #include <bpf/libbpf.h>
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -195,6 +197,44 @@ int response_unseen_then_next_request(int to_parent, int from_parent) {
   return ok ? 0 : 4;
 }
 
+// A request and its response, then both ends close while the parent has
+// the state-change program detached (closes the kernel skipped): the socket
+// is destroyed with its record not yet out. Runs in the child; the time it
+// sends the parent is when both ends had closed.
+int exchange_then_unseen_close(int to_parent, int from_parent) {
+  auto conn = std::make_unique<LoopbackConnection>();
+  if (int failed = conn->open()) return failed;
+  const int c = conn->client, s = conn->server;
+  char ack, eof;
+  bool ok = write_all(c, kRequestBytes) && read_all(s, kRequestBytes) && write_all(s, kSecondResponseBytes) &&
+            read_all(c, kSecondResponseBytes);
+  ok = ok && write(to_parent, "d", 1) == 1 && wait_readable(from_parent, 10000) && read(from_parent, &ack, 1) == 1;
+  // The server closes first (its end waits in TIME_WAIT); the client's
+  // close answers the FIN, and the server's last ACK ends both.
+  ok = ok && shutdown(s, SHUT_WR) == 0 && read(c, &eof, 1) == 0;
+  conn.reset();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // loopback: both are gone by now
+  const uint64_t closed_ns = monotonic_ns();
+  return ok && write(to_parent, &closed_ns, sizeof(closed_ns)) == sizeof(closed_ns) &&
+                 wait_readable(from_parent, 10000) && read(from_parent, &ack, 1) == 1
+             ? 0
+             : 4;
+}
+
+// A response whose arrival wakes no program, then, kIdleBeforeFinMs later,
+// the client aborts (SO_LINGER 0: RST, no FIN, no data-ready): the close
+// must place the receive side's end where the data arrived.
+int response_unseen_then_abort(int to_parent, int from_parent) {
+  LoopbackConnection conn;
+  if (int failed = conn.open()) return failed;
+  const int c = conn.client, s = conn.server;
+  bool ok = request_then_unseen_response(c, s, to_parent, from_parent);
+  std::this_thread::sleep_for(std::chrono::milliseconds(kIdleBeforeFinMs));
+  const linger abort{1, 0};
+  ok = ok && setsockopt(c, SOL_SOCKET, SO_LINGER, &abort, sizeof(abort)) == 0;
+  return ok ? 0 : 4;
+}
+
 class TransferProbe : public AttachedProbe {
  protected:
   void SetUp() override {
@@ -271,19 +311,19 @@ class TransferProbe : public AttachedProbe {
     return out;
   }
 
-  // Runs `child(to_parent, from_parent)` in a private netns with
-  // sk_data_ready's two programs detached between its two steps (wake-ups
-  // the kernel skipped): the child writes one byte ("detach") and waits for
-  // the reply, then writes the 8-byte time it read the unseen data at, kept
-  // in `*read_ns` ("attach again"), and waits for the reply. Returns the
-  // child's netns, or 0 after a failure.
-  uint32_t run_with_wake_ups_missed(int (*child)(int, int), uint64_t* read_ns) {
+  // Runs `child(to_parent, from_parent)` in a private netns with one of the
+  // probe's programs detached between its two steps (events the kernel
+  // skipped, as it does for a program already running on that CPU): the
+  // child writes one byte ("detach") and waits for the reply, then writes an
+  // 8-byte time of its own, kept in `*child_ns` ("attach again"), and waits
+  // for the reply. Returns the child's netns, or 0 after a failure.
+  uint32_t run_with_program_detached(bpf_link** link, bpf_program* prog, int (*child)(int, int),
+                                     uint64_t* child_ns) {
     int to_parent[2], from_parent[2];
     if (pipe(to_parent) != 0 || pipe(from_parent) != 0) {
       ADD_FAILURE() << "pipe: " << strerror(errno);
       return 0;
     }
-    tcpscope_bpf* skel = probe_->skeleton();
     std::string driver_error;
     std::thread driver([&] {
       char step;
@@ -291,25 +331,23 @@ class TransferProbe : public AttachedProbe {
         driver_error = "the child never asked to detach";
         return;
       }
-      bpf_link__destroy(skel->links.on_data_ready);
-      bpf_link__destroy(skel->links.on_data_ready_twin);
-      skel->links.on_data_ready = skel->links.on_data_ready_twin = nullptr;
+      bpf_link__destroy(*link);
+      *link = nullptr;
       if (write(from_parent[1], "k", 1) != 1) return;
-      if (!wait_readable(to_parent[0], 10000) || read(to_parent[0], read_ns, sizeof(*read_ns)) != sizeof(*read_ns)) {
-        driver_error = "the child never read the unseen data";
+      if (!wait_readable(to_parent[0], 10000) ||
+          read(to_parent[0], child_ns, sizeof(*child_ns)) != sizeof(*child_ns)) {
+        driver_error = "the child never finished its step";
         return;
       }
-      skel->links.on_data_ready = bpf_program__attach(skel->progs.on_data_ready);
-      skel->links.on_data_ready_twin = bpf_program__attach(skel->progs.on_data_ready_twin);
-      if (!skel->links.on_data_ready || !skel->links.on_data_ready_twin)
-        driver_error = std::string("re-attaching sk_data_ready's programs: ") + strerror(errno);
+      *link = bpf_program__attach(prog);
+      if (!*link)
+        driver_error = std::string("re-attaching ") + bpf_program__name(prog) + ": " + strerror(errno);
       if (write(from_parent[1], "k", 1) != 1) return;
     });
     const uint32_t netns = run_in_private_netns([&] {
-      // A link lives while any descriptor of it is open: the child's copies
-      // would keep the programs attached.
-      close(bpf_link__fd(skel->links.on_data_ready));
-      close(bpf_link__fd(skel->links.on_data_ready_twin));
+      // A link lives while any descriptor of it is open: the child's copy
+      // would keep the program attached.
+      close(bpf_link__fd(*link));
       close(to_parent[0]);
       close(from_parent[1]);
       return child(to_parent[1], from_parent[0]);
@@ -321,6 +359,18 @@ class TransferProbe : public AttachedProbe {
       return 0;
     }
     return netns;
+  }
+
+  // sk_data_ready's program detached: wake-ups the kernel skipped.
+  uint32_t run_with_wake_ups_missed(int (*child)(int, int), uint64_t* read_ns) {
+    tcpscope_bpf* skel = probe_->skeleton();
+    return run_with_program_detached(&skel->links.on_data_ready, skel->progs.on_data_ready, child, read_ns);
+  }
+
+  // The state-change program detached: state changes the kernel skipped.
+  uint32_t run_with_state_changes_missed(int (*child)(int, int), uint64_t* closed_ns) {
+    tcpscope_bpf* skel = probe_->skeleton();
+    return run_with_program_detached(&skel->links.on_state_change, skel->progs.on_state_change, child, closed_ns);
   }
 
   bool missing(const std::string& tracepoint) const {
@@ -452,6 +502,49 @@ TEST_F(TransferProbe, ResponseWhoseWakeUpWasMissedIsStillItsOwnReceiveTransfer) 
   for (const auto& t : of(netns, client->id.sport))
     if (t.direction == TCPSCOPE_XFER_RECV) received.push_back(t.bytes);
   EXPECT_EQ(received, (std::vector<uint64_t>{kUnseenResponseBytes, kSecondResponseBytes}));
+}
+
+TEST_F(TransferProbe, ACloseTheKernelSkippedIsRecordedWhenTheSocketIsDestroyed) {
+  if (missing("tcp_destroy_sock")) GTEST_SKIP() << "no tcp_destroy_sock on this kernel";
+  const uint64_t before = probe_->counter(TCPSCOPE_CNT_CLOSED_AT_DESTROY);
+  uint64_t closed_ns = 0;
+  const uint32_t netns = run_with_state_changes_missed(exchange_then_unseen_close, &closed_ns);
+  ASSERT_NE(netns, 0u);
+  ASSERT_EQ(wait_for_both_ends(netns), 2) << "each end's record, made at its destruction";
+  // The host's other sockets that closed meanwhile were recorded so too.
+  EXPECT_GE(probe_->counter(TCPSCOPE_CNT_CLOSED_AT_DESTROY) - before, 2u);
+  for (const auto& f : flows_) {
+    if (f.id.netns != netns) continue;
+    const bool server = f.id.dir == TCPSCOPE_DIR_PASSIVE;
+    SCOPED_TRACE(server ? "server" : "client");
+    EXPECT_EQ(f.outcome, TCPSCOPE_OUTCOME_OK);
+    EXPECT_TRUE(f.flags & TCPSCOPE_F_ESTABLISHED);
+    EXPECT_FALSE(f.flags & TCPSCOPE_F_PARTIAL);
+    EXPECT_EQ(f.bytes_acked, server ? kSecondResponseBytes : kRequestBytes);
+    EXPECT_EQ(f.bytes_received, server ? kRequestBytes : kSecondResponseBytes);
+    // Its end: its destruction, before the child said both were gone, and
+    // no earlier than its close began.
+    EXPECT_GE(f.end_ns, f.data_end_ns);
+    EXPECT_LE(f.end_ns, closed_ns);
+    EXPECT_GT(f.end_ns + 50000000ULL + scheduling_slack_us() * 1000ULL, closed_ns) << "within the child's 50 ms wait";
+  }
+}
+
+TEST_F(TransferProbe, PayloadWhoseWakeUpWasMissedEndsAnAbortedFlowWhereItArrived) {
+  if (missing("sk_data_ready"))
+    GTEST_SKIP() << "no sk_data_ready on this kernel (before 6.3): arrivals come from tcp_probe's segments";
+  uint64_t read_ns = 0;
+  const uint32_t netns = run_with_wake_ups_missed(response_unseen_then_abort, &read_ns);
+  ASSERT_NE(netns, 0u);
+  const tcpscope_flow_event* client = client_record(netns);
+  ASSERT_TRUE(client);
+  EXPECT_EQ(client->bytes_received, kUnseenResponseBytes);
+  EXPECT_EQ(client->outcome, TCPSCOPE_OUTCOME_RESET) << "the client's own abort";
+  // As at a FIN: from the kernel's tick-grained time of the latest data
+  // segment, not the abort 300 ms later.
+  const int64_t after_read_us = (int64_t(client->data_end_ns) - int64_t(read_ns)) / 1000;
+  EXPECT_LT(after_read_us, 20000) << "the flow ends at the abort, " << kIdleBeforeFinMs << " ms after the data";
+  EXPECT_GT(after_read_us, -20000);
 }
 
 }  // namespace

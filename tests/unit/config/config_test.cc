@@ -389,10 +389,36 @@ TEST(ConfigTest, TransferSamplingRate) {
   EXPECT_EQ(c.transfer_sampling_rate, 1u);
   ASSERT_TRUE(errors_of("transfer_sampling_rate: 65536\n", &c).empty());
   EXPECT_EQ(c.transfer_sampling_rate, 65536u);
+  ASSERT_TRUE(errors_of("transfer_sampling_rate: 0\n", &c).empty()) << "0: no sampled flow's transfers";
+  EXPECT_EQ(c.transfer_sampling_rate, 0u);
+  EXPECT_FALSE(transfers_followed(c));
   EXPECT_TRUE(OneError("transfer_sampling_rate: 10\n", 1,
-                       "transfer_sampling_rate 10 is not a power of two (1, 2, 4, ... 65536)"));
-  EXPECT_TRUE(OneError("transfer_sampling_rate: 0\n", 1, "transfer_sampling_rate 0 is out of range 1..65536"));
-  EXPECT_TRUE(OneError("transfer_sampling_rate: 131072\n", 1, "out of range 1..65536"));
+                       "transfer_sampling_rate 10 is neither 0 nor a power of two (1, 2, 4, ... 65536)"));
+  EXPECT_TRUE(OneError("transfer_sampling_rate: 131072\n", 1, "out of range 0..65536"));
+}
+
+// Whether any flow's transfers are followed (the per-call hooks attached):
+// a sampling rate, a controller rule, or an experiment that follows them.
+TEST(ConfigTest, TransfersFollowed) {
+  Config c;
+  EXPECT_TRUE(transfers_followed(c)) << "the default samples one flow in 16";
+  ASSERT_TRUE(errors_of("transfer_sampling_rate: 0\n"
+                        "cc_policy:\n  rules:\n"
+                        "    - name: ab\n      experiment: { name: x, arms: { cubic: 50, reno: 50 }, follow_transfers: false }\n",
+                        &c)
+                  .empty());
+  EXPECT_FALSE(transfers_followed(c)) << "an experiment judged on flow records follows none";
+  ASSERT_TRUE(errors_of("transfer_sampling_rate: 0\n"
+                        "cc_policy:\n  rules:\n"
+                        "    - name: ab\n      experiment: { name: x, arms: { cubic: 50, reno: 50 } }\n",
+                        &c)
+                  .empty());
+  EXPECT_TRUE(transfers_followed(c));
+  ASSERT_TRUE(errors_of("transfer_sampling_rate: 0\n"
+                        "cc_policy:\n  rules:\n    - name: auto\n      controller: { arms: [cubic, reno] }\n",
+                        &c)
+                  .empty());
+  EXPECT_TRUE(transfers_followed(c));
 }
 
 TEST(ConfigTest, IgnoreNetns) {
@@ -768,9 +794,8 @@ TEST_F(OverrideTest, EmbeddedDefaultWithFlags) {
 // --transfer-sampling-rate: the file key's rule, named by the flag.
 TEST_F(OverrideTest, TransferSamplingRateFlag) {
   for (const auto& [flag, want] : std::vector<std::pair<std::string, std::string>>{
-           {"10", "transfer_sampling_rate 10 is not a power of two (1, 2, 4, ... 65536)"},
-           {"0", "transfer_sampling_rate 0 is not a power of two"},
-           {"131072", "transfer_sampling_rate 131072 is not a power of two"},
+           {"10", "transfer_sampling_rate 10 is neither 0 nor a power of two (1, 2, 4, ... 65536)"},
+           {"131072", "transfer_sampling_rate 131072 is neither 0 nor a power of two"},
            {"-4", "transfer_sampling_rate \"-4\" is not a number"},
            {"8x", "transfer_sampling_rate \"8x\" is not a number"}}) {
     ConfigOverrides flags;

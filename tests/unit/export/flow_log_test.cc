@@ -19,6 +19,9 @@
 namespace tcpscope {
 namespace {
 
+// What these outputs never read: a record's metrics.
+const MetricValues kNoMetrics;
+
 std::string slurp(const std::string& p) {
   std::ifstream f(p);
   std::stringstream ss;
@@ -120,9 +123,9 @@ struct FlowLogFixture {
     first.seq = 7;
     second.seq = 8;
     sink->begin_drain(RecordSink::Clock::now());
-    sink->add(RoutedTransfer(first, AsnLabel::kOwn, &json));
-    sink->add(RoutedTransfer(second, AsnLabel::kOwn, &json));
-    sink->add(RoutedFlow(flow, AsnLabel::kOwn, &json));
+    sink->add(RoutedTransfer(first, kNoMetrics, AsnLabel::kOwn, &json));
+    sink->add(RoutedTransfer(second, kNoMetrics, AsnLabel::kOwn, &json));
+    sink->add(RoutedFlow(flow, kNoMetrics, AsnLabel::kOwn, &json));
     sink->end_drain();
     sink->close(std::chrono::seconds(5));
     return slurp(config.flow_log);
@@ -151,10 +154,10 @@ TEST(FlowLogSink, WritesNoTransfersWhenTheConfigSaysSoAndFollowsAReload) {
   next.flow_log_transfers = true;
   FlowRecord flow;
   TransferRecord t;
-  fx.sink->add(RoutedTransfer(t, AsnLabel::kOwn, &fx.json));
-  fx.sink->add(RoutedFlow(flow, AsnLabel::kOwn, &fx.json));
+  fx.sink->add(RoutedTransfer(t, kNoMetrics, AsnLabel::kOwn, &fx.json));
+  fx.sink->add(RoutedFlow(flow, kNoMetrics, AsnLabel::kOwn, &fx.json));
   fx.sink->apply_config(next);
-  fx.sink->add(RoutedTransfer(t, AsnLabel::kOwn, &fx.json));
+  fx.sink->add(RoutedTransfer(t, kNoMetrics, AsnLabel::kOwn, &fx.json));
   fx.sink->end_drain();
   fx.sink->close(std::chrono::seconds(5));
   const std::string data = slurp(fx.config.flow_log);

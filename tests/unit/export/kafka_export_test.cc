@@ -16,6 +16,9 @@
 namespace tcpscope {
 namespace {
 
+// What these outputs never read: a record's metrics.
+const MetricValues kNoMetrics;
+
 KafkaConfig broker_at(const std::string& address) {
   KafkaConfig k;
   k.brokers = {address};
@@ -166,17 +169,17 @@ TEST(KafkaExport, QueuesEachRecordInTheConfiguredFormat) {
     const bool json = format == "json";
     double want = 0;
     std::string line;
-    x->produce(RoutedFlow(flow, AsnLabel::kOwn, &line));
+    x->produce(RoutedFlow(flow, kNoMetrics, AsnLabel::kOwn, &line));
     want += json ? flow_json.size() : flow_protobuf.size();
     x->update_metrics();
     EXPECT_EQ(queue_bytes(*registry), want) << format << ": a flow";
     // The line another output made already is the one sent.
-    RoutedFlow written(flow, AsnLabel::kOwn, &line);
+    RoutedFlow written(flow, kNoMetrics, AsnLabel::kOwn, &line);
     EXPECT_EQ(written.json(), flow_json);
     line = "a flow log line\n";
     x->produce(written);
     want += json ? 16 : flow_protobuf.size();
-    x->produce(RoutedTransfer(transfer, AsnLabel::kOwn, &line));
+    x->produce(RoutedTransfer(transfer, kNoMetrics, AsnLabel::kOwn, &line));
     want += json ? transfer_json.size() : transfer_protobuf.size();
     x->update_metrics();
     EXPECT_EQ(queue_bytes(*registry), want) << format;
@@ -196,7 +199,7 @@ TEST(KafkaExport, QueuesEachRecordInTheConfiguredFormat) {
   auto x = KafkaExport::open(k, registry, &error);
   ASSERT_TRUE(x) << error;
   std::string line;
-  x->produce(RoutedTransfer(transfer, AsnLabel::kOwn, &line));
+  x->produce(RoutedTransfer(transfer, kNoMetrics, AsnLabel::kOwn, &line));
   x->update_metrics();
   EXPECT_EQ(queue_bytes(*registry), 0);
   x->close(0);

@@ -147,5 +147,54 @@ TEST(Population, ClickHouseWritesEachTerm) {
   EXPECT_EQ(sent.find("`outcome`"), std::string::npos);
 }
 
+// The per-record evaluation (one bit per term, a mask per population) says
+// what term_holds() says, for every term, and metric_values() what
+// in_population() and metric_value() say, over records on both sides of
+// every threshold.
+TEST(Population, TermBitsFollowTermHolds) {
+  MetricOptions mo;
+  mo.throughput_min_bytes = 1000;
+  std::vector<MetricInputs> inputs;
+  for (const uint64_t bytes : {0ul, 1ul, 999ul, 1000ul, 5000ul})
+    for (const int64_t time : {0l, 1l, 250l})
+      for (const bool flag : {false, true}) {
+        MetricInputs in;
+        in.unit = flag ? SampleUnit::kTransfer : SampleUnit::kFlow;
+        in.ok = flag || bytes != 1;
+        in.partial = !flag && bytes == 999;
+        in.recv = flag && time == 1;
+        in.rwnd_limited = flag && bytes == 5000;
+        in.bytes = bytes;
+        in.fct_us = time;
+        in.srtt_us = static_cast<uint64_t>(time);
+        in.retrans_segs = flag ? 1 : 0;
+        in.segs_out = bytes / 10;
+        inputs.push_back(in);
+      }
+  for (const MetricInputs& in : inputs) {
+    const TermBits holding = holding_terms(in, mo);
+    for (int i = 0; i < kMetricInputCount; ++i)
+      for (int t = 0; t < kMetricTestCount; ++t) {
+        const PopulationTerm term{static_cast<MetricInput>(i), static_cast<MetricTest>(t)};
+        EXPECT_EQ((holding & term_bit(term)) != 0, term_holds(term, in, mo)) << i << " " << t;
+      }
+    const MetricValues values = metric_values(in, mo);
+    EXPECT_EQ(values.completed, in_population(completed_population(), in, mo));
+    EXPECT_EQ(values.bytes, in.bytes);
+    EXPECT_EQ(values.time, input_value(MetricInput::kTime, in));
+    for (int m = 0; m < kMeasureCount; ++m) {
+      const auto measure = static_cast<Measure>(m);
+      const bool counts = unit_supported(measure, in.unit) && in_population(metric_population(measure), in, mo);
+      EXPECT_EQ(values.value[m].has_value(), counts) << to_string(measure);
+      EXPECT_EQ(values.value[m], metric_value(measure, in, mo)) << to_string(measure);
+    }
+    MetricInputs unlimited = in;
+    unlimited.rwnd_limited = false;
+    EXPECT_EQ(values.throughput_held_by_window,
+              !values.value[static_cast<int>(Measure::kThroughput)] &&
+                  in_population(metric_population(Measure::kThroughput), unlimited, mo));
+  }
+}
+
 }  // namespace
 }  // namespace tcpscope
