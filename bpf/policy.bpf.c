@@ -217,6 +217,21 @@ static __always_inline __u64 owned_service_rules(struct bpf_sock *sk, __u32 gen)
 	return owned;
 }
 
+/* Whether the socket's congestion control already is `cc` (the kernel's
+ * TCP_CA_NAME_MAX bytes, NUL-padded, as the daemon writes the arms'): then
+ * the arm needs no setsockopt. */
+static __always_inline bool has_cc(struct bpf_sock *sk, const char cc[TCPSCOPE_CC_NAME_LEN])
+{
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	__u64 now[2], want[2];
+
+	if (!tp)
+		return false;
+	__builtin_memcpy(now, tp->inet_conn.icsk_ca_ops->name, sizeof(now));
+	__builtin_memcpy(want, cc, sizeof(want));
+	return now[0] == want[0] && now[1] == want[1];
+}
+
 static __always_inline void apply_policy(struct bpf_sock_ops *skops)
 {
 	struct tcpscope_policy_state *ps = state();
@@ -291,7 +306,7 @@ static __always_inline void apply_policy(struct bpf_sock_ops *skops)
 			return;
 		__builtin_memcpy(cc, r->cc[arm], sizeof(cc));
 		cc[sizeof(cc) - 1] = 0;
-		if (bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, cc, sizeof(cc)))
+		if (!has_cc(sk, cc) && bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, cc, sizeof(cc)))
 			return; /* e.g. not in tcp_allowed_congestion_control: system default stays */
 		sp->rule = TCPSCOPE_RULE_TAG(install, i);
 		sp->arm = r->n_arms > 1 ? TCPSCOPE_ARM_TAG(arm) : 0;

@@ -352,6 +352,7 @@ void Daemon::on_tick() {
   }
   snapshots_->tick(now, std::chrono::seconds(config_.snapshot_interval_s));
   if (services_) services_->expire(now);
+  policy_->sync_cc_names();
   account(now);
   if (now - last_counted_ >= kCountersEvery) {
     count_kernel();
