@@ -16,6 +16,9 @@ a time, interleaved with baselines:
                     the same two told to leave wrk's namespace alone
                     (ignore_netns): only the server's end is followed, as on
                     an edge server whose clients are remote
+  tcpscope-client   the default told to leave nginx's namespace alone: only
+                    the connecting end is followed (an edge's connections to
+                    origins and other PoPs)
 
 Workloads (--workloads):
 
@@ -64,7 +67,7 @@ from bpf_cost import delta, prog_stats  # noqa: E402
 
 SIZE = 2000
 FLOORS = {"floor-flows": "record", "floor-transfers": "transfers"}
-TCPSCOPE_VARIANTS = ["tcpscope", "tcpscope-log", "tcpscope-server", "tcpscope-log-server"]
+TCPSCOPE_VARIANTS = ["tcpscope", "tcpscope-log", "tcpscope-server", "tcpscope-log-server", "tcpscope-client"]
 VARIANTS = list(FLOORS) + TCPSCOPE_VARIANTS
 WORKLOADS = {
     "close": ["floor-flows", "floor-transfers", "tcpscope", "tcpscope-log"],
@@ -183,6 +186,8 @@ class TcpscopeVariant:
             text += f"flow_log: {self.log}\n"
         if variant.endswith("-server"):
             text += f"ignore_netns: [{net.cli}]\n"
+        elif variant.endswith("-client"):
+            text += f"ignore_netns: [{net.srv}]\n"
         cfg.write_text(text)
         self.d = B.Tcpscope(tmp, cfg, port, binary=binary)
         self.pid = self.d.pid
@@ -250,7 +255,7 @@ def measured_run(tmp, net, url, args, workload, variant, tag, stats=False):
         # Both ends of each request's connection (the server's only where
         # wrk's namespace is ignored), less the two of the scrape before the
         # run, which closes in the window.
-        expected = (1 if variant.endswith("-server") else 2) * r["requests"]
+        expected = (1 if variant.endswith(("-server", "-client")) else 2) * r["requests"]
         r["flows_missed"] = max(0, expected - (counts["records"] - 2))
     if stats:
         rows, total = delta(s0, s1, r["seconds"], r["requests"], unit)

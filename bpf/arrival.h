@@ -78,12 +78,17 @@ static __always_inline void receive_payload(const struct sock *sk, struct tcp_so
 	st->last_rx_ns = at;
 }
 
+/* sk_data_ready. Each arrival also samples the cwnd (max_cwnd): a server's
+ * next response, after an idle that restarts its cwnd, follows a request's
+ * arrival, and most flows' send calls are not looked at (on_sendmsg). */
 static __always_inline void note_rx_payload(const struct sock *sk, struct flow_state *st)
 {
 	struct tcp_sock *tp = bpf_skc_to_tcp_sock((void *)sk);
 
-	if (tp)
-		receive_payload(sk, tp, st, RX_SEEN_ARRIVING);
+	if (!tp)
+		return;
+	sample_cwnd(st, tp->snd_cwnd);
+	receive_payload(sk, tp, st, RX_SEEN_ARRIVING);
 }
 
 static __always_inline void note_rx_before_write(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st)

@@ -440,10 +440,14 @@ int BPF_PROG(on_data_ready, const struct sock *sk)
 	return 0;
 }
 
+/* A send call. A flow whose transfers are not followed needs nothing of it
+ * (its owner is taken at its close(), its cwnd sampled at its arrivals, an
+ * arrival no program saw placed at its close), so most calls end before
+ * the socket's state is looked up (surely_not_followed()). */
 SEC("tp_btf/tcp_sendmsg_locked")
 int BPF_PROG(on_sendmsg, const struct sock *sk)
 {
-	if (!running())
+	if (!running() || surely_not_followed(sk))
 		return 0;
 	struct flow_state *st = state_of(sk);
 	struct tcp_sock *tp;
@@ -456,8 +460,6 @@ int BPF_PROG(on_sendmsg, const struct sock *sk)
 	if (!tp)
 		return 0;
 	sample_cwnd(st, tp->snd_cwnd);
-	/* A flow whose transfers are not followed needs no more: payload that
-	 * came with an arrival no program saw is placed at its close. */
 	if (followed(st) && tracked(st) && !st->emitted) {
 		if (!arrivals_from_segments)
 			note_rx_before_write(sk, tp, st);

@@ -371,19 +371,21 @@ int watch_setsockopt(struct bpf_sockopt *ctx)
 	struct tcpscope_cc_name name = {};
 	__u8 *p = ctx->optval;
 	__u32 *known, app_cc;
-	__s32 optlen = ctx->optlen;
 
-	/* This program never rewrites an option: optlen 0 has the kernel use
-	 * the caller's own buffer, as without a program. Any other length
-	 * makes it allocate, copy and free a kernel copy on every call,
-	 * TCP_NOPUSH and TCP_NODELAY included (bench/README.md, "A new
-	 * connection"); beyond a page it must anyway. */
-	ctx->optlen = 0;
-	if (ctx->level != SOL_TCP || ctx->optname != TCP_CONGESTION)
+	/* Not ours: the option goes on as the chain of programs left it. A
+	 * length left as it came costs the kernel a copy of the option per call
+	 * (bench/README.md, "A new connection"); optlen 0 would spare it but
+	 * also undo what a program before this one (one of a child cgroup's)
+	 * wrote into the buffer or decided (-1), so only beyond a page, where
+	 * the kernel must use the caller's buffer anyway, is it set. */
+	if (ctx->level != SOL_TCP || ctx->optname != TCP_CONGESTION) {
+		if (ctx->optlen > 4096)
+			ctx->optlen = 0;
 		return 1;
+	}
 	/* As the kernel reads it: up to 15 characters, up to the first NUL. */
 	for (int i = 0; i < TCPSCOPE_CC_NAME_LEN - 1; i++) {
-		if (p + i + 1 > (__u8 *)ctx->optval_end || i >= optlen || !p[i])
+		if (p + i + 1 > (__u8 *)ctx->optval_end || i >= ctx->optlen || !p[i])
 			break;
 		name.name[i] = p[i];
 	}

@@ -100,6 +100,29 @@ static __always_inline bool followed(const struct flow_state *st)
 	return st->flags & TCPSCOPE_ST_FOLLOWED;
 }
 
+/* The smallest transfer_sampling_shift in force since the programs were
+ * loaded, and whether a rule has followed a flow's transfers since: both
+ * only ever move one way (set by the loader and by reloads). */
+__u32 sampling_shift_floor = 4;
+__u32 rule_followed_transfers = 0;
+
+/* Whether the flow of `sk` cannot be one whose transfers are followed,
+ * told from its ports alone, before its state is looked up: no rule has
+ * followed a flow's transfers, and the hash did not choose it at the
+ * smallest rate in force (choose_followed() chose at a rate at least that
+ * small, and the choices nest). Its local port as skc_num (host order), as
+ * inet_sport is, once the socket is connected. */
+static __always_inline bool surely_not_followed(const struct sock *sk)
+{
+	__u32 shift = sampling_shift_floor;
+
+	if (rule_followed_transfers || !shift)
+		return false;
+	if (shift > TCPSCOPE_MAX_SAMPLING_SHIFT)
+		return true; /* the sampling follows none */
+	return sampling_hash(sk->__sk_common.skc_num, bpf_ntohs(sk->__sk_common.skc_dport)) & ((1ULL << shift) - 1);
+}
+
 /* Once per flow, with its ports known: unless a rule follows it already. */
 static __always_inline void choose_followed(const struct sock *sk, struct tcp_sock *tp, struct flow_state *st)
 {

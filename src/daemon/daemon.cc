@@ -53,10 +53,6 @@ using SteadyClock = std::chrono::steady_clock;
 
 constexpr int kTickMs = 100;  // periodic drain of the ring buffer
 constexpr auto kClockRefresh = std::chrono::seconds(10);
-// The kernel's counters and the policy's maps are read this often: each read
-// is a system call per program or map, and the metrics they feed are
-// scraped every few seconds.
-constexpr auto kCountersEvery = std::chrono::seconds(1);
 constexpr auto kDrainDeadline = std::chrono::seconds(2);  // /healthz fails past this
 constexpr auto kCloseTimeout = std::chrono::seconds(5);   // for the outputs at exit
 
@@ -98,14 +94,11 @@ class Daemon {
   int start_outputs();
   // One drain of the ring: its records to every sink, together.
   int drain_ring();
-  // The timer's tick: the clock, the open-flow snapshots, then account(),
-  // and every kCountersEvery count_kernel().
+  // The timer's tick: the clock, the open-flow snapshots, then account().
   void on_tick();
   // What a tick does that starts nothing: the sinks' periodic work (the
-  // closed loop's tests among them, until it stops).
+  // closed loop's tests among them, until it stops) and the kernel's counters.
   void account(SteadyClock::time_point now);
-  // The kernel's counters and the policy's maps into the metrics.
-  void count_kernel();
   // One line when `config` follows no flow's transfers (transfers_followed()).
   void log_transfers_off(const Config& config);
   void apply_reload(PreparedReload& r);
@@ -139,7 +132,6 @@ class Daemon {
   std::atomic<int64_t> last_drain_ns_{0};
   SteadyClock::duration longest_pass_{};  // of the loop over one wake-up; the loop's
   SteadyClock::time_point last_clock_refresh_ = SteadyClock::now();
-  SteadyClock::time_point last_counted_ = SteadyClock::now();
   // What /healthz (an HTTP thread) says of failing sinks, set on the loop.
   mutable std::mutex failures_mu_;
   std::string failures_;
@@ -352,29 +344,20 @@ void Daemon::on_tick() {
   }
   snapshots_->tick(now, std::chrono::seconds(config_.snapshot_interval_s));
   if (services_) services_->expire(now);
-  policy_->sync_cc_names();
+  policy_->update_metrics();
   account(now);
-  if (now - last_counted_ >= kCountersEvery) {
-    count_kernel();
-    last_counted_ = now;
-  }
 }
 
 void Daemon::account(SteadyClock::time_point now) {
   fanout_->tick(now);
-  sample_ring_counters(*ring_, *pipeline_, *self_);
+  sample_kernel_counters(*probe_, *ring_, *pipeline_, *self_);
   self_->set_loop_longest_pass(std::chrono::duration<double>(longest_pass_).count());
-  std::lock_guard<std::mutex> lock(failures_mu_);
-  failures_ = fanout_->failures();
-}
-
-void Daemon::count_kernel() {
-  policy_->update_metrics();
-  sample_kernel_counters(*probe_, *self_);
   if (services_) {
     const auto c = services_->counts();
     self_->set_service_cgroups(c.known_cgroups - c.removed_in_grace, c.removed_in_grace, c.unresolved_lookups);
   }
+  std::lock_guard<std::mutex> lock(failures_mu_);
+  failures_ = fanout_->failures();
 }
 
 void Daemon::apply_reload(PreparedReload& r) {
@@ -519,7 +502,6 @@ int Daemon::run() {
   while (drain_ring() == RingReader::kDefaultDrainBudget && (!handover_stored_ || SteadyClock::now() < drain_until)) {
   }
   account(SteadyClock::now());
-  count_kernel();
   fanout_->close(kCloseTimeout);
   ring_.reset();
   probe_.reset();

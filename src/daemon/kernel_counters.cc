@@ -18,18 +18,16 @@ void sample_recursion(const FlowProbe& probe, DaemonHealth& self) {
 
 }  // namespace
 
-void sample_ring_counters(const RingReader& ring, const FlowPipeline& pipeline, DaemonHealth& self) {
-  self.set_ring_buffer_fill(ring.fill_ratio());
-  self.set_records(ring.records());
-  self.set_transfer_records(ring.transfers());
-  self.set_enrichment_lookups(pipeline.lookups());
-}
-
-void sample_kernel_counters(const FlowProbe& probe, DaemonHealth& self) {
+void sample_kernel_counters(const FlowProbe& probe, const RingReader& ring, const FlowPipeline& pipeline,
+                            DaemonHealth& self) {
   // A socket whose storage could not be created is never tracked: its record is lost too.
   self.set_records_lost(probe.counter(TCPSCOPE_CNT_RECORDS_LOST) + probe.counter(TCPSCOPE_CNT_STORAGE_FAILED));
   self.set_transfer_records_lost(probe.counter(TCPSCOPE_CNT_TRANSFERS_LOST));
   sample_recursion(probe, self);
+  self.set_ring_buffer_fill(ring.fill_ratio());
+  self.set_records(ring.records());
+  self.set_transfer_records(ring.transfers());
+  self.set_enrichment_lookups(pipeline.lookups());
 }
 
 }  // namespace tcpscope

@@ -1,6 +1,6 @@
-// The kernel side's counters into the daemon's own metrics: records the
-// kernel lost and recursion misses; the ring buffer's fill, the records
-// read and the enrichment lookups made.
+// The kernel side's counters into the daemon's own metrics, every tick:
+// records the kernel lost, recursion misses, the ring buffer's fill, the
+// records read and the enrichment lookups made.
 #pragma once
 
 #include "export/daemon_health.h"
@@ -10,9 +10,7 @@
 
 namespace tcpscope {
 
-// What the daemon counts itself (no system call): every tick.
-void sample_ring_counters(const RingReader& ring, const FlowPipeline& pipeline, DaemonHealth& self);
-// What the kernel counts (a system call per program or map): less often.
-void sample_kernel_counters(const FlowProbe& probe, DaemonHealth& self);
+void sample_kernel_counters(const FlowProbe& probe, const RingReader& ring, const FlowPipeline& pipeline,
+                            DaemonHealth& self);
 
 }  // namespace tcpscope

@@ -226,6 +226,7 @@ tcpscope_bpf* open_for(const FlowProbeOptions& opts, const LoadPlan& plan, uint3
                 " entries failed: " + errno_text(err));
   skel->rodata->generation = generation;
   skel->data->transfer_sampling_shift = transfer_sampling_shift(opts.transfer_sampling_rate);
+  skel->data->sampling_shift_floor = skel->data->transfer_sampling_shift;
   skel->data->per_call_hooks_attached = opts.per_call_hooks;
   if (previous && (*why_not = incompatibility(*previous, skel)).empty()) {
     bpf_map* map;
@@ -513,8 +514,16 @@ bool FlowProbe::set_per_call_hooks(bool on, std::string* error) {
 
 void FlowProbe::set_transfer_sampling_rate(uint32_t rate) {
   // The programs read it once per flow; a plain store into the mapped
-  // global is all a change takes.
-  __atomic_store_n(&skel_->data->transfer_sampling_shift, transfer_sampling_shift(rate), __ATOMIC_RELAXED);
+  // global is all a change takes. The floor first: a flow chosen at the
+  // new rate is never taken for one the floor rules out.
+  const uint32_t shift = transfer_sampling_shift(rate);
+  if (shift < skel_->data->sampling_shift_floor)
+    __atomic_store_n(&skel_->data->sampling_shift_floor, shift, __ATOMIC_RELAXED);
+  __atomic_store_n(&skel_->data->transfer_sampling_shift, shift, __ATOMIC_RELAXED);
+}
+
+void FlowProbe::note_rule_follows_transfers() {
+  __atomic_store_n(&skel_->bss->rule_followed_transfers, 1u, __ATOMIC_RELAXED);
 }
 
 bool FlowProbe::set_ignored_netns(const std::vector<uint32_t>& inodes, std::string* error) {

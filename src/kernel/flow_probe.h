@@ -113,6 +113,9 @@ class FlowProbe {
   // rate (a power of two, 0 for none; a reload's). Flows decided before
   // keep theirs.
   void set_transfer_sampling_rate(uint32_t rate);
+  // A rule that follows its flows' transfers is installed: from now on every
+  // send call looks the socket up (surely_not_followed() in bpf/transfer.h).
+  void note_rule_follows_transfers();
   // Attaches or detaches the per-call hooks (FlowProbeOptions::
   // per_call_hooks). Detached, arrivals are placed at close, to the kernel's
   // tick. False and *error naming the program and errno.

@@ -86,6 +86,9 @@ void InstalledPolicy::sync_cc_names() {
 void InstalledPolicy::update_metrics() {
   for (uint32_t gen = 0; gen < by_gen_.size(); ++gen)
     if (const auto& policy = by_gen_[gen]) metrics_.set_rule_counts(gen, *policy, maps_.rule_counts(gen, *policy));
+  // A module an application loaded since (setsockopt autoloads for
+  // CAP_NET_ADMIN callers) is counted under its name from now on.
+  sync_cc_names();
   metrics_.set_app_cc_calls(maps_.app_cc_calls());
   const SysctlWrites sysctl = maps_.sysctl_writes();
   metrics_.set_sysctl_writes(sysctl);

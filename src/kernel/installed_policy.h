@@ -46,10 +46,6 @@ class InstalledPolicy {
   // Counters to Prometheus; the sysctl writes seen since the last call to
   // the log (rate-limited).
   void update_metrics();
-  // The kernel's CC lists into the policy maps: a module an application
-  // loaded since (setsockopt autoloads for CAP_NET_ADMIN callers) is counted
-  // under its name from now on. Every tick: one read of a /proc file.
-  void sync_cc_names();
   // The service that owns each cgroup, for the rules that name services
   // (kernel/policy_maps.h has what each does): every cgroup at start, then
   // each as it is named or forgotten. On the daemon's thread.
@@ -74,6 +70,8 @@ class InstalledPolicy {
   std::string to_json() const;
 
  private:
+  // The kernel's CC lists into the policy maps (under mu_).
+  void sync_cc_names();
   FlowProbe& probe_;
   PolicyMaps maps_;
   PolicyMetrics metrics_;
