@@ -48,7 +48,8 @@ run.
 
   bench/edge.py [--workloads close,close-server,keepalive] [--variants ...]
                 [--rounds 5] [--seconds 8] [--connections 64] [--server-share 0.5]
-                [--no-cost] [--out FILE]
+                [--no-cost] [--build NAME=DIR] [--out FILE]
+  bench/edge.py --summary RUN.json ...   several runs side by side
 
 Needs root. Prints tables, writes JSON (bench/results/edge.json by default).
 """
@@ -307,7 +308,39 @@ def print_entry(workload, entry, args):
             print(f"      {row['program']:<26} {row[f'runs_per_{unit}']:>7} runs/{unit} {row['ns_per_run']:>7} ns/run")
 
 
+def summary(paths):
+    """Several runs' results, side by side: per workload and variant, each
+    run's median ratio, the median of those and their spread; the CPU per
+    unit of each run's statistics run, and their median."""
+    import json
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    for workload in WORKLOADS:
+        entries = [r["workloads"].get(workload) for r in runs]
+        entries = [e for e in entries if e and "variants" in e]
+        if not entries:
+            continue
+        unit = "conn" if workload != "keepalive" else "request"
+        print(f"\n{workload}: {len(entries)} runs, baselines spread "
+              + ", ".join(f"{e['baseline']['spread_pct']:.1f} %" for e in entries))
+        rows = []
+        for v in entries[0]["variants"]:
+            meds = [e["variants"][v]["median_ratio"] for e in entries if v in e["variants"]]
+            costs = [e["cost"][v] for e in entries if v in e.get("cost", {})]
+            kernel = [c[f"kernel_ns_per_{unit}"] / 1000 for c in costs]
+            proc = [c[f"process_us_per_{unit}"] for c in costs]
+            rows.append([v, ", ".join(f"{m:.3f}" for m in meds), f"{statistics.median(meds):.3f}",
+                         f"{max(meds) - min(meds):.3f}",
+                         f"{statistics.median(kernel):.2f}" if kernel else "", f"{statistics.median(proc):.2f}" if proc else "",
+                         sum(e["variants"][v]["records_lost"] for e in entries if v in e["variants"]),
+                         "—" if entries[0]["variants"][v]["flows_missed"] is None else
+                         sum(e["variants"][v]["flows_missed"] for e in entries if v in e["variants"])])
+        print(B.fmt_table(["variant", "median ratio of each run", "median", "spread",
+                           f"kernel µs/{unit}", f"process µs/{unit}", "records lost", "flows missed"], rows))
+
+
 def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--summary":
+        return summary(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--variants", help="instead of each workload's own (see above)")

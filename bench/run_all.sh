@@ -32,6 +32,8 @@ if ((smoke)); then
   scale_args=(--connections 4000 --prefixes 20000)
   floor_args=(--seconds 2 --reps 1 --prefixes 20000)
   keepalive_args=(--seconds 1 --rounds 1 --sizes 1000)
+  edge_args=(--seconds 1 --rounds 1)
+  breakdown_args=(--seconds 1 --rounds 1)
   controller_args=(--smoke)
   kafka_args=(--seconds 2 --repeat 1 --prefixes 20000 --compressions zstd)
 else
@@ -44,6 +46,8 @@ else
   scale_args=(--connections 100000)
   floor_args=(--seconds 20 --reps 3)
   keepalive_args=(--seconds 15 --rounds 3 --profiles this,linux-6.12,debian12-6.1)
+  edge_args=(--seconds 8 --rounds 5)
+  breakdown_args=(--seconds 6 --rounds 3)
   controller_args=(--duration 120 --json "$OUT/controller_lab.json")
   kafka_args=(--seconds 12 --repeat 2 --compressions zstd,lz4,none)
 fi
@@ -60,6 +64,14 @@ echo "== connection churn, HTTP: nginx + wrk"
 python3 bench/churn.py --load nginx "${churn_args[@]}" --out "$OUT/churn_nginx.json"
 echo "== kept-alive requests: every request and response a transfer (nginx + wrk)"
 python3 bench/keepalive.py "${keepalive_args[@]}" --out "$OUT/keepalive.json"
+echo "== an edge server's short connections and kept-alive requests (nginx + wrk): tcpscope beside the floors"
+python3 bench/edge.py "${edge_args[@]}" --out "$OUT/edge.json"
+echo "== where a new connection's cost goes (perf, the whole machine)"
+if command -v perf >/dev/null; then
+  python3 bench/breakdown.py "${breakdown_args[@]}" --out "$OUT/breakdown.json"
+else
+  echo "perf not installed (Debian: linux-perf): skipped"
+fi
 echo "== the closed loop in the lab: uniform CUBIC and BBR, the controller from equal shares, A/A, a loss change, a restart"
 python3 bench/controller_lab.py "${controller_args[@]}"
 echo "== export.kafka: daemon CPU per record and bytes per record with a real Kafka broker"

@@ -238,3 +238,38 @@ def test_kafka_export_reports_cpu_and_bytes_per_record(tmp_path):
         assert 0 < export["broker_messages"] <= k["delivered"]
         assert export["records_per_message"] >= 1
         assert 0 < export["bytes_per_record"] < 1000
+
+
+def test_edge_reports_every_workload_and_variant(tmp_path):
+    d = run_script("edge", tmp_path, "--seconds", "1", "--rounds", "1", timeout=900)
+    for workload, variants in (("close", {"floor-flows", "floor-transfers", "tcpscope", "tcpscope-log"}),
+                               ("close-server", {"tcpscope-server", "tcpscope-log-server"}),
+                               ("keepalive", {"floor-flows", "floor-transfers", "tcpscope", "tcpscope-log"})):
+        w = d["workloads"][workload]
+        if "skipped" in w:  # no cpu controller mounted
+            assert workload == "close-server", w
+            continue
+        assert set(w["variants"]) == variants and set(w["cost"]) == variants, (workload, w.keys())
+        for name, v in w["variants"].items():
+            assert len(v["ratios"]) == 1 and number(v["median_ratio"]), (workload, name, v)
+            assert v["records_lost"] == 0, (workload, name, v)
+            assert v["flows_missed"] in (None, 0), (workload, name, v)
+        unit = "conn" if workload != "keepalive" else "request"
+        for name, c in w["cost"].items():
+            assert number(c[f"kernel_ns_per_{unit}"]) and number(c[f"process_us_per_{unit}"]), (workload, name, c)
+        assert {p["program"] for p in w["cost"]["tcpscope" if workload != "close-server" else "tcpscope-server"]
+                ["programs"]} >= {"on_state_change"}, w["cost"]
+
+
+def test_breakdown_adds_up_every_part(tmp_path):
+    d = run_script("breakdown", tmp_path, "--seconds", "2", "--rounds", "1", timeout=900)
+    assert d["baseline"]["rate"] > 0
+    for name in ("floor-flows", "tcpscope"):
+        v = d["variants"][name]
+        assert number(v["median_ratio"]) and number(v["ratio_implied_by_busy_cpu"]), v
+        parts = v["added_us_per_conn"]
+        # Every sample is in one part: the parts' sum is the whole machine's change.
+        assert abs(sum(parts.values()) - (v["all_cpu_us_per_conn"] - sum(d["baseline"]["us_per_conn"].values()))) < 0.05
+    programs = {p for p in d["variants"]["tcpscope"]["us_per_conn"] if p.startswith("BPF program ")}
+    assert "BPF program on_state_change" in programs, programs
+    assert any(p.startswith("observer process") for p in d["variants"]["tcpscope"]["details_us_per_conn"])
