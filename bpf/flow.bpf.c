@@ -440,25 +440,27 @@ int BPF_PROG(on_data_ready, const struct sock *sk)
 	return 0;
 }
 
-/* A send call. A flow whose transfers are not followed needs nothing of it
- * (its owner is taken at its close(), its cwnd sampled at its arrivals, an
- * arrival no program saw placed at its close), so most calls end before
- * the socket's state is looked up (surely_not_followed()). */
+/* A send call. A flow whose transfers are not followed needs only its
+ * first (its owner, if accepted: the writing task; its cwnd is sampled at
+ * its arrivals, an arrival no program saw placed at its close), so most
+ * calls end before the socket's state is looked up (surely_not_followed();
+ * nothing sent yet: bytes_sent, which counts what left, is 0 until the
+ * first call's data does). */
 SEC("tp_btf/tcp_sendmsg_locked")
 int BPF_PROG(on_sendmsg, const struct sock *sk)
 {
-	if (!running() || surely_not_followed(sk))
+	if (!running())
 		return 0;
-	struct flow_state *st = state_of(sk);
-	struct tcp_sock *tp;
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock((void *)sk);
+	struct flow_state *st;
 
+	if (!tp || (tp->bytes_sent && surely_not_followed(sk)))
+		return 0;
+	st = state_of(sk);
 	if (!st)
 		return 0;
 	if (!st->pid)
 		take_owner(st);
-	tp = bpf_skc_to_tcp_sock((void *)sk);
-	if (!tp)
-		return 0;
 	sample_cwnd(st, tp->snd_cwnd);
 	if (followed(st) && tracked(st) && !st->emitted) {
 		if (!arrivals_from_segments)
