@@ -100,24 +100,28 @@ static __always_inline bool followed(const struct flow_state *st)
 	return st->flags & TCPSCOPE_ST_FOLLOWED;
 }
 
-/* The smallest transfer_sampling_shift in force since the programs were
- * loaded, and whether a rule has followed a flow's transfers since: both
- * only ever move one way (set by the loader and by reloads). */
-__u32 sampling_shift_floor = 4;
-__u32 rule_followed_transfers = 0;
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tcpscope_followed_since);
+} followed_since SEC(".maps");
 
 /* Whether the flow of `sk` cannot be one whose transfers are followed,
  * told from its ports alone, before its state is looked up: no rule has
  * followed a flow's transfers, and the hash did not choose it at the
- * smallest rate in force (choose_followed() chose at a rate at least that
- * small, and the choices nest). Its local port as skc_num (host order), as
- * inet_sport is, once the socket is connected. */
+ * smallest rate in force (followed_since: choose_followed() chose at a rate
+ * at least that small, and the choices nest). Its local port as skc_num
+ * (host order), as inet_sport is, once the socket is connected. */
 static __always_inline bool surely_not_followed(const struct sock *sk)
 {
-	__u32 shift = sampling_shift_floor;
+	__u32 zero = 0;
+	struct tcpscope_followed_since *since = bpf_map_lookup_elem(&followed_since, &zero);
+	__u32 shift;
 
-	if (rule_followed_transfers || !shift)
+	if (!since || since->rule_followed || !since->floor_shift)
 		return false;
+	shift = since->floor_shift;
 	if (shift > TCPSCOPE_MAX_SAMPLING_SHIFT)
 		return true; /* the sampling follows none */
 	return sampling_hash(sk->__sk_common.skc_num, bpf_ntohs(sk->__sk_common.skc_dport)) & ((1ULL << shift) - 1);
@@ -434,6 +438,11 @@ static __always_inline void note_segment(const struct sock *sk, struct tcp_sock 
 	 * was acknowledged before: fill_send_transfer() subtracts signed). */
 	if (acks_all)
 		st->tx_acked_base -= seg.ack - una;
+	else if (st->tx_end_ns <= st->tx_start_ns)
+		/* Everything was acknowledged by an ACK this program did not
+		 * see (a run the kernel skipped: a miss). No flight left since,
+		 * so the kernel's time of the last delivery is that ACK's. */
+		st->tx_end_ns = tp->delivered_mstamp * NSEC_PER_USEC;
 	end_transfer(sk, tp, st, TCPSCOPE_XFER_SEND, st->tx_end_ns);
 }
 

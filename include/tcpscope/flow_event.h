@@ -263,6 +263,21 @@ TCPSCOPE_ASSERT_SIZE(tcpscope_cgroup_made, 256);
 #define TCPSCOPE_MAX_SAMPLING_SHIFT 16
 #define TCPSCOPE_SAMPLING_OFF 32
 
+/* The one entry of the followed_since map: what flows may have their
+ * transfers followed, since the maps were made (a restart that takes them
+ * over keeps it). Both fields move one way only: the loader and reloads
+ * lower floor_shift to each sampling shift they set, and set
+ * rule_followed once a rule that follows its flows' transfers is
+ * installed. bpf/transfer.h, surely_not_followed(), reads it. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wpadded"
+struct tcpscope_followed_since {
+	__u32 floor_shift;    /* the smallest transfer_sampling_shift in force */
+	__u32 rule_followed;  /* 1: a rule has followed a flow's transfers */
+};
+TCPSCOPE_ASSERT_SIZE(tcpscope_followed_since, 8);
+#pragma GCC diagnostic pop
+
 /* Entries of the ignored_netns map: network namespaces (by inode) whose
  * sockets the flow programs leave alone (config ignore_netns). */
 #define TCPSCOPE_MAX_IGNORED_NETNS 64

@@ -381,7 +381,8 @@ void Daemon::apply_reload(PreparedReload& r) {
   enricher_->replace(std::move(r.tables));
   fanout_->apply_config(merged);
   if (services_) services_->update(merged.services);
-  probe_->set_transfer_sampling_rate(merged.transfer_sampling_rate);
+  if (!probe_->set_transfer_sampling_rate(merged.transfer_sampling_rate, &error))
+    log_line("reload: " + error + "; transfer_sampling_rate stays as it was");
   if (transfers_followed(merged) != transfers_followed(config_)) {
     if (!probe_->set_per_call_hooks(transfers_followed(merged), &error))
       log_line("reload: " + error + "; transfers stay as they were");

@@ -226,7 +226,6 @@ tcpscope_bpf* open_for(const FlowProbeOptions& opts, const LoadPlan& plan, uint3
                 " entries failed: " + errno_text(err));
   skel->rodata->generation = generation;
   skel->data->transfer_sampling_shift = transfer_sampling_shift(opts.transfer_sampling_rate);
-  skel->data->sampling_shift_floor = skel->data->transfer_sampling_shift;
   skel->data->per_call_hooks_attached = opts.per_call_hooks;
   if (previous && (*why_not = incompatibility(*previous, skel)).empty()) {
     bpf_map* map;
@@ -357,6 +356,11 @@ std::unique_ptr<FlowProbe> FlowProbe::open_and_attach(const FlowProbeOptions& op
       // for ours in place; sock_ops too, so that its rules steer on.
       bool adopted = false;
       if (probe->took_over_ && !probe->adopt_link(skel->progs.cc_policy, &adopted, error)) {
+        *details = log.take();
+        return nullptr;
+      }
+      // Before a send call can be told apart by it (surely_not_followed()).
+      if (!probe->update_followed_since(transfer_sampling_shift(opts.transfer_sampling_rate), false, error)) {
         *details = log.take();
         return nullptr;
       }
@@ -512,18 +516,39 @@ bool FlowProbe::set_per_call_hooks(bool on, std::string* error) {
   return true;
 }
 
-void FlowProbe::set_transfer_sampling_rate(uint32_t rate) {
+bool FlowProbe::update_followed_since(uint32_t shift, bool rule_followed, std::string* error) {
+  const uint32_t zero = 0;
+  const int fd = bpf_map__fd(skel_->maps.followed_since);
+  tcpscope_followed_since since{};
+  if (bpf_map_lookup_elem(fd, &zero, &since) != 0) {
+    *error = "reading map 'followed_since': " + errno_text(errno);
+    return false;
+  }
+  // A new map reads zero: a shift of 0 would be "every flow" rather than
+  // "none yet".
+  if (!followed_since_read_) since.floor_shift = took_over_ ? since.floor_shift : shift;
+  followed_since_read_ = true;
+  since.floor_shift = std::min(since.floor_shift, shift);
+  since.rule_followed |= rule_followed;
+  if (bpf_map_update_elem(fd, &zero, &since, BPF_ANY) != 0) {
+    *error = "updating map 'followed_since': " + errno_text(errno);
+    return false;
+  }
+  return true;
+}
+
+bool FlowProbe::set_transfer_sampling_rate(uint32_t rate, std::string* error) {
   // The programs read it once per flow; a plain store into the mapped
   // global is all a change takes. The floor first: a flow chosen at the
   // new rate is never taken for one the floor rules out.
   const uint32_t shift = transfer_sampling_shift(rate);
-  if (shift < skel_->data->sampling_shift_floor)
-    __atomic_store_n(&skel_->data->sampling_shift_floor, shift, __ATOMIC_RELAXED);
+  if (!update_followed_since(shift, false, error)) return false;
   __atomic_store_n(&skel_->data->transfer_sampling_shift, shift, __ATOMIC_RELAXED);
+  return true;
 }
 
-void FlowProbe::note_rule_follows_transfers() {
-  __atomic_store_n(&skel_->bss->rule_followed_transfers, 1u, __ATOMIC_RELAXED);
+bool FlowProbe::note_rule_follows_transfers(std::string* error) {
+  return update_followed_since(skel_->data->transfer_sampling_shift, true, error);
 }
 
 bool FlowProbe::set_ignored_netns(const std::vector<uint32_t>& inodes, std::string* error) {

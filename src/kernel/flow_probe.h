@@ -111,11 +111,11 @@ class FlowProbe {
   bool set_cc_policy_attached(bool on, std::string* error);
   // The flows whose handshake completes from now on are followed at this
   // rate (a power of two, 0 for none; a reload's). Flows decided before
-  // keep theirs.
-  void set_transfer_sampling_rate(uint32_t rate);
+  // keep theirs. False and *error naming the map and errno.
+  bool set_transfer_sampling_rate(uint32_t rate, std::string* error);
   // A rule that follows its flows' transfers is installed: from now on every
   // send call looks the socket up (surely_not_followed() in bpf/transfer.h).
-  void note_rule_follows_transfers();
+  bool note_rule_follows_transfers(std::string* error);
   // Attaches or detaches the per-call hooks (FlowProbeOptions::
   // per_call_hooks). Detached, arrivals are placed at close, to the kernel's
   // tick. False and *error naming the program and errno.
@@ -149,6 +149,9 @@ class FlowProbe {
   const std::string& takeover_note() const { return takeover_note_; }
 
  private:
+  // followed_since's floor lowered to `shift`, its rule flag raised with
+  // `rule_followed` (include/tcpscope/flow_event.h).
+  bool update_followed_since(uint32_t shift, bool rule_followed, std::string* error);
   FlowProbe() = default;
   // Attaches one loaded program (a cgroup program to cgroup_fd_) and keeps
   // its link with the skeleton's.
@@ -168,6 +171,7 @@ class FlowProbe {
   Handover* previous_ = nullptr;  // while open_and_attach() runs
   uint32_t generation_ = 1;
   bool took_over_ = false;
+  bool followed_since_read_ = false;  // update_followed_since() has run once
   std::string takeover_note_;
   // Cgroup links of the previous daemon, now running this probe's programs
   // (a cgroup link can swap its program in place): by program name.

@@ -116,7 +116,7 @@ int PolicyMaps::install(const CompiledPolicy& policy, uint16_t install_id, const
   for (uint32_t i = 0; i < policy.rules.size(); ++i) {
     // Before the rule can assign a flow: its flows' send calls must reach
     // their state from then on.
-    if (policy.rules[i].bpf.follow_transfers) probe_.note_rule_follows_transfers();
+    if (policy.rules[i].bpf.follow_transfers && !probe_.note_rule_follows_transfers(error)) return -1;
     uint32_t slot = TCPSCOPE_RULE_SLOT(gen, i);
     if (bpf_map_update_elem(rules_fd, &slot, &policy.rules[i].bpf, BPF_ANY) != 0) {
       *error = "loading policy rule '" + policy.rules[i].name + "': " + errno_text(errno);
