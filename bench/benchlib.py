@@ -189,14 +189,21 @@ class MemoryCgroup:
         return None
 
     def close(self):
-        for _ in range(50):
-            try:
-                for pid in (self.path / "cgroup.procs").read_text().split():
-                    (self.root / "cgroup.procs").write_text(pid)
-                self.path.rmdir()
-                return
-            except OSError:
-                time.sleep(0.1)
+        remove_cgroup(self.path, self.root)
+
+
+def remove_cgroup(path, root):
+    """Moves what is left in the cgroup at `path` to the hierarchy's `root`
+    and removes it; tried for up to 5 s (an exiting process stays listed
+    for a moment)."""
+    for _ in range(50):
+        try:
+            for pid in (path / "cgroup.procs").read_text().split():
+                (root / "cgroup.procs").write_text(pid)
+            path.rmdir()
+            return
+        except OSError:
+            time.sleep(0.1)
 
 
 class NetPair:

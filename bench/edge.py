@@ -12,6 +12,8 @@ a time, interleaved with baselines:
                     hooks doing only a transfer's bounds)
   tcpscope          the shipped default config (no rules, no flow log)
   tcpscope-log      the same with the flow log on
+  tcpscope-off      the default with transfers off (transfer_sampling_rate: 0):
+                    no per-call hook is attached
   tcpscope-server, tcpscope-log-server
                     the same two told to leave wrk's namespace alone
                     (ignore_netns): only the server's end is followed, as on
@@ -58,7 +60,6 @@ import os
 import re
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -68,10 +69,11 @@ from bpf_cost import delta, prog_stats  # noqa: E402
 
 SIZE = 2000
 FLOORS = {"floor-flows": "record", "floor-transfers": "transfers"}
-TCPSCOPE_VARIANTS = ["tcpscope", "tcpscope-log", "tcpscope-server", "tcpscope-log-server", "tcpscope-client"]
+TCPSCOPE_VARIANTS = ["tcpscope", "tcpscope-log", "tcpscope-off", "tcpscope-server", "tcpscope-log-server",
+                     "tcpscope-client"]
 VARIANTS = list(FLOORS) + TCPSCOPE_VARIANTS
 WORKLOADS = {
-    "close": ["floor-flows", "floor-transfers", "tcpscope", "tcpscope-log"],
+    "close": ["floor-flows", "floor-transfers", "tcpscope", "tcpscope-log", "tcpscope-off"],
     "close-server": ["tcpscope-server", "tcpscope-log-server"],
     "keepalive": ["floor-flows", "floor-transfers", "tcpscope", "tcpscope-log"],
 }
@@ -116,14 +118,7 @@ class CpuQuota:
             (self.path / "cgroup.procs").write_text(str(pid))
 
     def close(self):
-        for _ in range(50):
-            try:
-                for pid in (self.path / "cgroup.procs").read_text().split():
-                    (self.root / "cgroup.procs").write_text(pid)
-                self.path.rmdir()
-                return
-            except OSError:
-                time.sleep(0.1)
+        B.remove_cgroup(self.path, self.root)
 
 
 class EdgeNginx:
@@ -197,6 +192,8 @@ class TcpscopeVariant:
         text = f"listen: 127.0.0.1:{port}\n"
         if self.log:
             text += f"flow_log: {self.log}\n"
+        if variant.startswith("tcpscope-off"):
+            text += "transfer_sampling_rate: 0\n"  # transfers off: no per-call hook
         if variant.endswith("-server"):
             text += f"ignore_netns: [{net.cli}]\n"
         elif variant.endswith("-client"):

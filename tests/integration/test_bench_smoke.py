@@ -242,7 +242,8 @@ def test_kafka_export_reports_cpu_and_bytes_per_record(tmp_path):
 
 def test_edge_reports_every_workload_and_variant(tmp_path):
     d = run_script("edge", tmp_path, "--seconds", "1", "--rounds", "1", timeout=900)
-    for workload, variants in (("close", {"floor-flows", "floor-transfers", "tcpscope", "tcpscope-log"}),
+    for workload, variants in (("close", {"floor-flows", "floor-transfers", "tcpscope", "tcpscope-log",
+                                         "tcpscope-off"}),
                                ("close-server", {"tcpscope-server", "tcpscope-log-server"}),
                                ("keepalive", {"floor-flows", "floor-transfers", "tcpscope", "tcpscope-log"})):
         w = d["workloads"][workload]
@@ -259,6 +260,9 @@ def test_edge_reports_every_workload_and_variant(tmp_path):
             assert number(c[f"kernel_ns_per_{unit}"]) and number(c[f"process_us_per_{unit}"]), (workload, name, c)
         assert {p["program"] for p in w["cost"]["tcpscope" if workload != "close-server" else "tcpscope-server"]
                 ["programs"]} >= {"on_state_change"}, w["cost"]
+    # Transfers off: the per-call hooks are not attached, so none of them ran.
+    off = {p["program"] for p in d["workloads"]["close"]["cost"]["tcpscope-off"]["programs"]}
+    assert "on_state_change" in off and not off & {"on_data_ready", "on_sendmsg", "on_segment"}, off
 
 
 def test_breakdown_adds_up_every_part(tmp_path):
