@@ -340,6 +340,13 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 			take_owner(st);
 		if (sends_from_acks && followed(st) && !(st->flags & TCPSCOPE_F_FIN_SENT))
 			note_flight(sk, tp, st);
+		/* Every byte written acknowledged, and no write can follow: the
+		 * send transfer ended at that delivery, as the sweep would end
+		 * it. Handed over now, so that the FIN's retransmissions do not
+		 * count in it. */
+		if ((st->flags & TCPSCOPE_ST_TX_OPEN) && !(st->flags & TCPSCOPE_F_FIN_SENT) &&
+		    tp->snd_una == tp->write_seq)
+			end_transfer(sk, tp, st, TCPSCOPE_XFER_SEND, tp->delivered_mstamp * NSEC_PER_USEC);
 		/* The FIN is queued right after this transition. */
 		if (!(st->flags & TCPSCOPE_F_FIN_SENT)) {
 			st->flags |= TCPSCOPE_F_FIN_SENT;

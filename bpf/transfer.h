@@ -35,8 +35,10 @@ extern int CONFIG_HZ __kconfig __weak;
  * 50 us veth did for nginx, 2-4 pieces per response): no request came
  * in between. It ends with the ACK of its last byte: the kernel's
  * delivered_mstamp (the latest ACK that delivered data), read once nothing
- * is outstanding: at the next start, at the open-flow sweep, or at close
- * (from tx_end_ns there, as the FIN's own ACK also delivers). If that last
+ * is outstanding: at the next start, at the open-flow sweep, as our FIN is
+ * queued (so that the FIN's retransmissions do not count in it), or at
+ * close if data was outstanding at the FIN (from tx_end_ns there, as the
+ * FIN's own ACK also delivers). If that last
  * segment's ACK was delayed by the receiver, the end includes the delay: it
  * is when this host learnt the data had arrived.
  *
