@@ -86,7 +86,7 @@ struct {
  * (bpf_ringbuf_query()): the ring's consumer position is written by the
  * reader on another CPU, and reading it missed the cache on every record
  * (bench/README.md, "A new connection: where its
- * cost goes, and what was cut (issue 58)"). */
+ * cost goes, and what was cut"). */
 static __always_inline void submit(void *record, __u32 size)
 {
 	__u32 zero = 0;

@@ -375,7 +375,7 @@ int watch_setsockopt(struct bpf_sockopt *ctx)
 	/* Not ours: the option goes on as the chain of programs left it. A
 	 * length left as it came costs the kernel a copy of the option per call
 	 * (bench/README.md, "A new connection: where its cost goes, and what
-	 * was cut (issue 58)"); optlen 0 would spare it but
+	 * was cut"); optlen 0 would spare it but
 	 * also undo what a program before this one (one of a child cgroup's)
 	 * wrote into the buffer or decided (-1), so only beyond a page, where
 	 * the kernel must use the caller's buffer anyway, is it set. */
