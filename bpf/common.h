@@ -24,6 +24,13 @@
 #define NSEC_PER_SEC 1000000000ULL
 #define USEC_PER_MSEC 1000U
 
+/* The latest ACK that delivered data, on bpf_ktime_get_ns()'s clock: the
+ * kernel's delivered_mstamp (µs of the same monotonic clock). */
+static __always_inline __u64 last_delivery_ns(const struct tcp_sock *tp)
+{
+	return tp->delivered_mstamp * NSEC_PER_USEC;
+}
+
 /* Defined by policy.bpf.c, which writes the socket's policy part. */
 extern TCPSCOPE_FLOWS_MAP flows SEC(".maps");
 

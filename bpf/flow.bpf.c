@@ -102,7 +102,7 @@ static __always_inline void emit(const struct sock *sk, struct tcp_sock *tp,
 	struct tcpscope_close_event *c;
 	struct tcpscope_flow_event *e;
 	bool tx = st->flags & TCPSCOPE_ST_TX_OPEN, rx = st->flags & TCPSCOPE_ST_RX_OPEN;
-	__u64 tx_end = (st->flags & TCPSCOPE_F_TX_DONE) ? st->tx_end_ns : tp->delivered_mstamp * NSEC_PER_USEC;
+	__u64 tx_end = (st->flags & TCPSCOPE_F_TX_DONE) ? st->tx_end_ns : last_delivery_ns(tp);
 
 	st->flags &= ~(TCPSCOPE_ST_TX_OPEN | TCPSCOPE_ST_RX_OPEN);
 	if (!tx && !rx) {
@@ -346,7 +346,7 @@ static __always_inline void handle_state_change(const struct sock *sk, int oldst
 		 * count in it. */
 		if ((st->flags & TCPSCOPE_ST_TX_OPEN) && !(st->flags & TCPSCOPE_F_FIN_SENT) &&
 		    tp->snd_una == tp->write_seq)
-			end_transfer(sk, tp, st, TCPSCOPE_XFER_SEND, tp->delivered_mstamp * NSEC_PER_USEC);
+			end_transfer(sk, tp, st, TCPSCOPE_XFER_SEND, last_delivery_ns(tp));
 		/* The FIN is queued right after this transition. */
 		if (!(st->flags & TCPSCOPE_F_FIN_SENT)) {
 			st->flags |= TCPSCOPE_F_FIN_SENT;

@@ -24,7 +24,7 @@ static __always_inline void check_tx_done(struct flow_state *st, struct tcp_sock
 		return;
 	if (seq_geq(tp->snd_una, st->fin_seq)) {
 		st->flags |= TCPSCOPE_F_TX_DONE;
-		st->tx_end_ns = tp->delivered_mstamp * NSEC_PER_USEC;
+		st->tx_end_ns = last_delivery_ns(tp);
 	}
 }
 
@@ -208,7 +208,7 @@ static __always_inline void fill_event(struct tcpscope_flow_event *e, const stru
 	e->data_end_ns = 0;
 	if (acked)
 		e->data_end_ns = (st->flags & TCPSCOPE_F_TX_DONE) ? st->tx_end_ns
-								  : tp->delivered_mstamp * NSEC_PER_USEC;
+								  : last_delivery_ns(tp);
 	if (received && st->last_rx_ns > e->data_end_ns)
 		e->data_end_ns = st->last_rx_ns;
 

@@ -298,7 +298,7 @@ static __always_inline void end_transfer(const struct sock *sk, struct tcp_sock 
  * cannot be extended by a write at `now`: see "Transfers". */
 static __always_inline bool send_transfer_over(struct tcp_sock *tp, const struct flow_state *st, __u64 now)
 {
-	__u64 idle_since = tp->delivered_mstamp * NSEC_PER_USEC;
+	__u64 idle_since = last_delivery_ns(tp);
 
 	if (tp->snd_una != tp->write_seq)
 		return false;
@@ -331,7 +331,7 @@ static __always_inline void note_send(const struct sock *sk, struct tcp_sock *tp
 	if (!send_transfer_over(tp, st, now))
 		return; /* joins the running transfer */
 	if (st->flags & TCPSCOPE_ST_TX_OPEN)
-		end_transfer(sk, tp, st, TCPSCOPE_XFER_SEND, tp->delivered_mstamp * NSEC_PER_USEC);
+		end_transfer(sk, tp, st, TCPSCOPE_XFER_SEND, last_delivery_ns(tp));
 	begin_send_transfer(tp, st, now);
 }
 
@@ -444,7 +444,7 @@ static __always_inline void note_segment(const struct sock *sk, struct tcp_sock 
 		/* Everything was acknowledged by an ACK this program did not
 		 * see (a run the kernel skipped: a miss). No flight left since,
 		 * so the kernel's time of the last delivery is that ACK's. */
-		st->tx_end_ns = tp->delivered_mstamp * NSEC_PER_USEC;
+		st->tx_end_ns = last_delivery_ns(tp);
 	end_transfer(sk, tp, st, TCPSCOPE_XFER_SEND, st->tx_end_ns);
 }
 
@@ -489,7 +489,7 @@ static __always_inline void sweep_transfers(const struct sock *sk, struct tcp_so
 {
 	if ((st->flags & TCPSCOPE_ST_TX_OPEN) && !(st->flags & TCPSCOPE_F_FIN_SENT) &&
 	    send_transfer_over(tp, st, now))
-		end_transfer(sk, tp, st, TCPSCOPE_XFER_SEND, tp->delivered_mstamp * NSEC_PER_USEC);
+		end_transfer(sk, tp, st, TCPSCOPE_XFER_SEND, last_delivery_ns(tp));
 	if ((st->flags & TCPSCOPE_ST_RX_OPEN) && reply_possible(tp, st, now))
 		end_transfer(sk, tp, st, TCPSCOPE_XFER_RECV, payload_received(sk, tp));
 }
