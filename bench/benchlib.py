@@ -377,11 +377,6 @@ def run_wrk(net, url, seconds, threads, connections, *extra):
     """wrk from the client namespace: {requests, failed, seconds, rate}."""
     r = net.run(net.cli, "wrk", "-t", threads, "-c", connections, "-d", f"{seconds:g}s", *extra, url,
                 timeout=seconds + 60)
-    return parse_wrk(r)
-
-
-def parse_wrk(r):
-    """A finished wrk's output: {requests, failed, seconds, rate}."""
     m = re.search(r"(\d+) requests in ([\d.]+)(us|ms|s|m|h)\b", r.stdout)
     if not m:
         raise RuntimeError(f"wrk output not understood: {r.stdout} {r.stderr}")

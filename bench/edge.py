@@ -50,7 +50,7 @@ run.
 
   bench/edge.py [--workloads close,close-server,keepalive] [--variants ...]
                 [--rounds 5] [--seconds 8] [--connections 64] [--server-share 0.5]
-                [--pin] [--no-cost] [--build NAME=DIR] [--out FILE]
+                [--no-cost] [--build NAME=DIR] [--out FILE]
   bench/edge.py --summary RUN.json ...   several runs side by side
 
 Needs root. Prints tables, writes JSON (bench/results/edge.json by default).
@@ -133,31 +133,19 @@ class EdgeNginx:
         self.p = B.start_nginx(net, d, f"{net.srv_v4}:{port}", f"    root {d}/www;",
                                "  keepalive_timeout 300;\n  keepalive_requests 100000000;\n"
                                "  sendfile on;\n  tcp_nopush on;", workers=1)
-        pids = [self.p.pid] + [int(x) for x in B.sh("pgrep", "-P", str(self.p.pid), check=False).stdout.split()]
-        # The master is `ip netns exec`'s child; its workers are the master's.
-        pids += [int(x) for p in list(pids) for x in B.sh("pgrep", "-P", str(p), check=False).stdout.split()]
         if quota:
+            pids = [self.p.pid] + [int(x) for x in B.sh("pgrep", "-P", str(self.p.pid), check=False).stdout.split()]
+            # The master is `ip netns exec`'s child; its workers are the master's.
+            pids += [int(x) for p in list(pids) for x in B.sh("pgrep", "-P", str(p), check=False).stdout.split()]
             quota.hold(sorted(set(pids)))
-        if PINNED:
-            for pid in sorted(set(pids)):
-                B.sh("taskset", "-pc", str(PINNED["nginx"]), str(pid))
         self.url = f"http://{net.srv_v4}:{port}/obj-{SIZE}"
 
     def close(self):
         B.stop_process(self.p)
 
 
-# --pin: nginx on one CPU, wrk on the other, so that the scheduler's
-# placement of the two (sharing a CPU for a while) does not move the rate.
-PINNED = {}
-
-
 def wrk(net, url, seconds, connections, close):
     extra = ("-H", "Connection: close") if close else ()
-    if PINNED:
-        r = net.run(net.cli, "taskset", "-c", PINNED["wrk"], "wrk", "-t", 2, "-c", connections, "-d",
-                    f"{seconds:g}s", *extra, url, timeout=seconds + 60)
-        return B.parse_wrk(r)
     return B.run_wrk(net, url, seconds, 2, connections, *extra)
 
 
@@ -357,7 +345,6 @@ def main():
     ap.add_argument("--seconds", type=float, default=8)
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--server-share", type=float, default=0.5, help="close-server: nginx's share of one core")
-    ap.add_argument("--pin", action="store_true", help="nginx on CPU 1, wrk on CPU 0")
     ap.add_argument("--no-cost", action="store_true", help="skip the bpf_stats runs")
     ap.add_argument("--cost-only", action="store_true", help="only the bpf_stats runs")
     add_build_args(ap)
@@ -370,12 +357,10 @@ def main():
         raise SystemExit(f"edge.py: unknown workloads {sorted(set(workloads) - set(WORKLOADS))}")
     chosen = args.variants.split(",") if args.variants else None
     check_variants("edge.py", chosen or [], args)
-    if args.pin:
-        PINNED.update(nginx=1, wrk=0)
     tmp = B.tmpdir("edge")
     result = {"benchmark": "edge", "seconds_per_run": args.seconds, "rounds": args.rounds,
               "connections": args.connections, "object_bytes": SIZE, "server_share": args.server_share,
-              "pinned": bool(args.pin), "workloads": {}}
+              "workloads": {}}
     net = quota = None
     try:
         net = B.NetPair()
